@@ -1,0 +1,99 @@
+//! Storage backends behind one completion-queue interface.
+//!
+//! A [`Backend`] is one namespace's storage, shared (`Arc`) by every queue
+//! pair that can reach it. Each event-loop thread opens its own
+//! [`BackendQueue`] from it (for files: its own io_uring), so the I/O path
+//! never takes a lock shared between threads. Requests carry a caller tag
+//! (the target uses it to find the NVMe command) and an owned, aligned
+//! [`IoBuf`] that comes back in the [`IoCompletion`]: no per-I/O allocation
+//! when buffers are recycled through a [`BufPool`].
+//!
+//! Offsets and lengths are in bytes; the caller (the NVMe controller) has
+//! already checked them against [`Backend::capacity`] and the block size.
+
+mod buf;
+mod file;
+mod null;
+mod ram;
+
+pub use buf::{BufPool, IoBuf, IO_ALIGN};
+pub use file::{open_file, FileOptions};
+pub use null::open_null;
+pub use ram::open_ram;
+
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::Arc;
+
+/// One namespace's storage.
+pub trait Backend: Send + Sync + 'static {
+    /// "ram", "file", "block", "null": for logs and `nvme list` model strings.
+    fn kind(&self) -> &'static str;
+    /// Usable size in bytes (a multiple of `block_size`).
+    fn capacity(&self) -> u64;
+    /// Logical block size in bytes (512 or 4096).
+    fn block_size(&self) -> u32;
+    /// True when completed writes may sit in a volatile cache until a flush
+    /// (page cache for buffered files, a device cache): the controller then
+    /// reports a Volatile Write Cache (Identify Controller VWC).
+    fn volatile_write_cache(&self) -> bool;
+    /// Opens a per-thread queue able to hold `depth` requests in flight.
+    fn open_queue(&self, depth: u32) -> io::Result<Box<dyn BackendQueue>>;
+    /// Makes every completed write durable (used at shutdown).
+    fn sync_all(&self) -> io::Result<()>;
+}
+
+/// A per-thread submission/completion queue on a [`Backend`].
+pub trait BackendQueue {
+    /// Queues one request. It completes later through [`BackendQueue::reap`],
+    /// even when it fails (the error is in the completion). Synchronous
+    /// engines (RAM, null) may complete it before returning.
+    fn submit(&mut self, req: IoRequest);
+    /// Hands everything submitted so far to the kernel in one call, if the
+    /// engine batches (io_uring `submit`). Cheap when nothing is pending.
+    fn commit(&mut self) -> io::Result<()>;
+    /// Moves the completions that are ready into `out` (appends); returns how many.
+    fn reap(&mut self, out: &mut Vec<IoCompletion>) -> usize;
+    /// A file descriptor that becomes readable when completions are waiting
+    /// (an eventfd registered with io_uring), or `None` when every request
+    /// completes inside `submit`/`commit`.
+    fn notify_fd(&self) -> Option<RawFd>;
+    /// Requests submitted and not yet reaped.
+    fn in_flight(&self) -> usize;
+}
+
+/// What a request does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoOp {
+    /// Read `len` bytes at `offset` into `buf[..len]`.
+    Read { offset: u64, len: u32 },
+    /// Write `buf[..len]` at `offset`; with `fua` the data is durable before completion.
+    Write { offset: u64, len: u32, fua: bool },
+    /// Make every write completed so far durable (fdatasync).
+    Flush,
+    /// Make `len` bytes at `offset` read back as zeroes.
+    WriteZeroes { offset: u64, len: u64, fua: bool },
+    /// Deallocate `ranges` byte ranges listed in `buf` as native-endian
+    /// `(offset: u64, len: u64)` pairs (16 bytes each). Deallocated ranges
+    /// read back as zeroes (DLFEAT = 001b).
+    Deallocate { ranges: u32 },
+}
+
+/// One request: a caller tag, an operation and the buffer it uses.
+#[derive(Debug)]
+pub struct IoRequest {
+    pub tag: u64,
+    pub op: IoOp,
+    pub buf: IoBuf,
+}
+
+/// A finished request: its tag, its buffer back, and the outcome.
+#[derive(Debug)]
+pub struct IoCompletion {
+    pub tag: u64,
+    pub buf: IoBuf,
+    pub result: io::Result<()>,
+}
+
+/// A shared handle on a backend.
+pub type SharedBackend = Arc<dyn Backend>;

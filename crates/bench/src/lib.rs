@@ -1,0 +1,1 @@
+//! farflash-bench (being written)

@@ -1,0 +1,1 @@
+//! farflash-host (being written)

@@ -1,0 +1,1 @@
+//! farflash-target (being written)

@@ -1,0 +1,1 @@
+//! farflash-transport (being written)

@@ -1,0 +1,1 @@
+//! farflash-wire (being written)
