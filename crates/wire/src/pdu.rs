@@ -291,7 +291,7 @@ impl Framing {
                     if pdo < hend || pdo > plen {
                         return Err(Fatal::field(3));
                     }
-                    if neg.rx_pda > 0 && pdo % neg.rx_pda as usize != 0 {
+                    if neg.rx_pda > 0 && !pdo.is_multiple_of(neg.rx_pda as usize) {
                         return Err(Fatal::field(3));
                     }
                     let tail = if ddgst { DIGEST_LEN } else { 0 };
