@@ -210,7 +210,8 @@ impl BufPool {
     /// A pool with the default per-class bounds.
     pub fn new() -> Self {
         let limits = std::array::from_fn(|i| {
-            (DEFAULT_CLASS_BUDGET / class_size(i)).clamp(DEFAULT_MIN_PER_CLASS, DEFAULT_MAX_PER_CLASS)
+            (DEFAULT_CLASS_BUDGET / class_size(i))
+                .clamp(DEFAULT_MIN_PER_CLASS, DEFAULT_MAX_PER_CLASS)
         });
         Self::with_limits(limits)
     }
@@ -260,11 +261,7 @@ impl BufPool {
 
     /// Bytes currently cached.
     pub fn cached_bytes(&self) -> usize {
-        self.classes
-            .iter()
-            .flatten()
-            .map(IoBuf::capacity)
-            .sum()
+        self.classes.iter().flatten().map(IoBuf::capacity).sum()
     }
 
     /// Frees every cached buffer.

@@ -10,14 +10,28 @@
 //!
 //! Offsets and lengths are in bytes; the caller (the NVMe controller) has
 //! already checked them against [`Backend::capacity`] and the block size.
+//! Backends check again and complete a request they refuse (outside the
+//! capacity, not block-aligned, buffer too small) with `EINVAL`
+//! (`ErrorKind::InvalidInput`), and modifying requests on a read-only
+//! backend with `EROFS`; they never panic on a bad request.
+//!
+//! Backends: [`open_ram`] (lazily committed memory), [`open_null`] (zeroes,
+//! discards writes), [`open_file`] (regular file or block device, io_uring,
+//! `O_DIRECT` when available).
 
 mod buf;
+mod check;
 mod file;
 mod null;
 mod ram;
+mod sync_queue;
+
+#[cfg(test)]
+mod test_util;
 
 pub use buf::{BufPool, IoBuf, IO_ALIGN};
-pub use file::{open_file, FileOptions};
+pub use check::dealloc_buf;
+pub use file::{open_file, DirectMode, FileOptions};
 pub use null::open_null;
 pub use ram::open_ram;
 
@@ -65,9 +79,11 @@ pub trait BackendQueue {
 /// What a request does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IoOp {
-    /// Read `len` bytes at `offset` into `buf[..len]`.
+    /// Read `len` bytes at `offset` into `buf[..len]`. `buf.capacity()` must
+    /// be at least `len`; the buffer comes back with `len() == len`.
     Read { offset: u64, len: u32 },
-    /// Write `buf[..len]` at `offset`; with `fua` the data is durable before completion.
+    /// Write `buf[..len]` at `offset` (`buf.len()` must be at least `len`);
+    /// with `fua` the data is durable before completion.
     Write { offset: u64, len: u32, fua: bool },
     /// Make every write completed so far durable (fdatasync).
     Flush,
