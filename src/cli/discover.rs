@@ -1,8 +1,237 @@
-//! `farflash discover` (being written).
+//! `farflash discover`: print a discovery controller's log page, like
+//! `nvme discover` (same option letters, same field names in JSON).
+//! Also home of the transport options shared with `identify` and `perf`.
+
+use anyhow::{bail, Context};
+use farflash_host::{ConnectOptions, Controller};
+use farflash_wire::discovery::DiscEntry;
+use serde_json::json;
+
+/// nvme-cli's default discovery port (NVME_DISC_IP_PORT).
+pub const DISCOVERY_PORT: u16 = 8009;
+/// The NVMe/TCP well-known I/O port.
+pub const IO_PORT: u16 = 4420;
+
+/// Transport options in nvme-cli's words.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct FabricsArgs {
+    /// Transport type (only `tcp`).
+    #[arg(short = 't', long = "transport", default_value = "tcp")]
+    pub transport: String,
+    /// Transport address of the controller (IPv4 or IPv6 literal, or a host name).
+    #[arg(short = 'a', long = "traddr")]
+    pub traddr: Option<String>,
+    /// Transport service id (TCP port).
+    #[arg(short = 's', long = "trsvcid")]
+    pub trsvcid: Option<u16>,
+    /// Host NQN (default: /etc/nvme/hostnqn, else a UUID NQN).
+    #[arg(short = 'q', long = "hostnqn")]
+    pub hostnqn: Option<String>,
+    /// Host identifier (UUID; default /etc/nvme/hostid, else random).
+    #[arg(short = 'I', long = "hostid")]
+    pub hostid: Option<String>,
+    /// Enable the NVMe/TCP header digest.
+    #[arg(short = 'g', long = "hdr-digest")]
+    pub hdr_digest: bool,
+    /// Enable the NVMe/TCP data digest.
+    #[arg(short = 'G', long = "data-digest")]
+    pub data_digest: bool,
+    /// Keep-alive timeout in seconds (0 disables keep-alive).
+    #[arg(short = 'k', long = "keep-alive-tmo")]
+    pub keep_alive_tmo: Option<u32>,
+}
+
+impl FabricsArgs {
+    /// Builds connect options for `subnqn`, `default_port` when -s is absent.
+    pub fn options(&self, subnqn: &str, default_port: u16) -> anyhow::Result<ConnectOptions> {
+        if self.transport != "tcp" {
+            bail!("transport {:?} is not supported (only tcp)", self.transport);
+        }
+        let addr = self
+            .traddr
+            .as_deref()
+            .context("missing --traddr/-a (the controller's address)")?;
+        let port = self.trsvcid.unwrap_or(default_port);
+        let hostport = if addr.contains(':') && !addr.starts_with('[') {
+            format!("[{addr}]:{port}")
+        } else {
+            format!("{addr}:{port}")
+        };
+        let mut o = ConnectOptions::new(hostport, subnqn);
+        if let Some(id) = &self.hostid {
+            o.hostid = farflash_host::options::parse_uuid(id)
+                .with_context(|| format!("--hostid {id:?} is not a UUID"))?;
+            if self.hostnqn.is_none() {
+                o.hostnqn = farflash_host::options::default_hostnqn(&o.hostid);
+            }
+        }
+        if let Some(n) = &self.hostnqn {
+            o.hostnqn = n.clone();
+        }
+        o.hdr_digest = self.hdr_digest;
+        o.data_digest = self.data_digest;
+        if let Some(k) = self.keep_alive_tmo {
+            o.kato_ms = k.saturating_mul(1000);
+        }
+        Ok(o)
+    }
+}
+
+/// `normal` (text) or `json`, like nvme-cli's `-o`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OutputFormat {
+    #[default]
+    Normal,
+    Json,
+}
 
 #[derive(clap::Args, Debug, Default)]
-pub struct DiscoverArgs {}
+pub struct DiscoverArgs {
+    #[command(flatten)]
+    pub fabrics: FabricsArgs,
+    /// Output format.
+    #[arg(
+        short = 'o',
+        long = "output-format",
+        value_enum,
+        default_value = "normal"
+    )]
+    pub output_format: OutputFormat,
+}
 
-pub fn run(_args: DiscoverArgs) -> anyhow::Result<()> {
-    anyhow::bail!("farflash discover is not implemented yet")
+pub fn run(args: DiscoverArgs) -> anyhow::Result<()> {
+    let mut opts = args
+        .fabrics
+        .options(farflash_wire::DISCOVERY_NQN, DISCOVERY_PORT)?;
+    // A one-shot discovery controller needs no keep-alive (nvme-cli does the same).
+    if args.fabrics.keep_alive_tmo.is_none() {
+        opts.kato_ms = 0;
+    }
+    let ctrl = Controller::connect(&opts)
+        .with_context(|| format!("connecting to the discovery controller at {}", opts.addr))?;
+    let (genctr, entries) = ctrl.discovery_log().context("reading the discovery log")?;
+    ctrl.shutdown().context("disconnecting")?;
+    match args.output_format {
+        OutputFormat::Normal => print!("{}", normal(genctr, &entries)),
+        OutputFormat::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&to_json(genctr, &entries))?
+        ),
+    }
+    Ok(())
+}
+
+fn trtype(v: u8) -> &'static str {
+    match v {
+        1 => "rdma",
+        2 => "fc",
+        3 => "tcp",
+        254 => "loop",
+        _ => "unrecognized",
+    }
+}
+fn adrfam(v: u8) -> &'static str {
+    match v {
+        1 => "ipv4",
+        2 => "ipv6",
+        3 => "infiniband",
+        4 => "fibre-channel",
+        254 => "loop",
+        _ => "unrecognized",
+    }
+}
+fn subtype(v: u8) -> &'static str {
+    match v {
+        1 => "discovery subsystem referral",
+        2 => "nvme subsystem",
+        3 => "current discovery subsystem",
+        _ => "unrecognized",
+    }
+}
+/// TREQ bits 1:0 secure channel, bit 2 SQ flow control disable supported.
+fn treq(v: u8) -> String {
+    let mut s = match v & 3 {
+        0 => "not specified",
+        1 => "required",
+        2 => "not required",
+        _ => "reserved",
+    }
+    .to_owned();
+    if v & 4 != 0 {
+        s.push_str(", sq flow control disable supported");
+    }
+    s
+}
+fn eflags(v: u16) -> String {
+    let mut f = vec![];
+    if v & 1 != 0 {
+        f.push("duplicate discovery information");
+    }
+    if v & 2 != 0 {
+        f.push("explicit discovery connections");
+    }
+    if v & 4 != 0 {
+        f.push("no cdc connectivity");
+    }
+    if f.is_empty() {
+        "none".into()
+    } else {
+        f.join(", ")
+    }
+}
+fn sectype(v: u8) -> &'static str {
+    match v {
+        0 => "none",
+        1 => "tls1.2",
+        2 => "tls1.3",
+        _ => "reserved",
+    }
+}
+
+/// The text `nvme discover` prints.
+pub fn normal(genctr: u64, entries: &[DiscEntry]) -> String {
+    let mut s = format!(
+        "\nDiscovery Log Number of Records {}, Generation counter {genctr}\n",
+        entries.len()
+    );
+    for (i, e) in entries.iter().enumerate() {
+        s += &format!("=====Discovery Log Entry {i}======\n");
+        s += &format!("trtype:  {}\n", trtype(e.trtype));
+        s += &format!("adrfam:  {}\n", adrfam(e.adrfam));
+        s += &format!("subtype: {}\n", subtype(e.subtype));
+        s += &format!("treq:    {}\n", treq(e.treq));
+        s += &format!("portid:  {}\n", e.portid);
+        s += &format!("trsvcid: {}\n", e.trsvcid);
+        s += &format!("subnqn:  {}\n", e.subnqn);
+        s += &format!("traddr:  {}\n", e.traddr);
+        s += &format!("eflags:  {}\n", eflags(e.eflags));
+        if e.trtype == 3 {
+            s += &format!("sectype: {}\n", sectype(e.sectype));
+        }
+    }
+    s
+}
+
+/// The JSON `nvme discover -o json` prints.
+pub fn to_json(genctr: u64, entries: &[DiscEntry]) -> serde_json::Value {
+    let records: Vec<_> = entries
+        .iter()
+        .map(|e| {
+            json!({
+                "trtype": trtype(e.trtype),
+                "adrfam": adrfam(e.adrfam),
+                "subtype": subtype(e.subtype),
+                "treq": treq(e.treq),
+                "portid": e.portid,
+                "trsvcid": e.trsvcid,
+                "subnqn": e.subnqn,
+                "traddr": e.traddr,
+                "eflags": eflags(e.eflags),
+                "sectype": sectype(e.sectype),
+                "cntlid": e.cntlid,
+                "asqsz": e.asqsz,
+            })
+        })
+        .collect();
+    json!({ "genctr": genctr, "records": records })
 }

@@ -1,0 +1,125 @@
+//! What a host needs to reach a subsystem.
+
+use std::time::Duration;
+
+/// Connection parameters, with nvme-cli's defaults.
+#[derive(Clone, Debug)]
+pub struct ConnectOptions {
+    /// `host:port` (IPv4 or `[v6]:port`).
+    pub addr: String,
+    /// Subsystem NQN (the discovery NQN for a discovery controller).
+    pub subnqn: String,
+    pub hostnqn: String,
+    /// 128-bit Host Identifier (Connect data HOSTID).
+    pub hostid: [u8; 16],
+    /// Header / data digests (ICReq DGST).
+    pub hdr_digest: bool,
+    pub data_digest: bool,
+    /// Keep Alive Timeout sent in the admin Connect, in ms (0 = none).
+    pub kato_ms: u32,
+    /// TCP connect timeout.
+    pub connect_timeout: Duration,
+    /// Bound on every wait for a command's completion.
+    pub command_timeout: Duration,
+    /// Admin queue entries (Connect SQSIZE + 1); Linux uses 32.
+    pub admin_depth: u16,
+}
+
+/// Linux's default KATO for I/O controllers (`NVME_DEFAULT_KATO`, 5 s).
+pub const DEFAULT_KATO_MS: u32 = 5000;
+
+impl ConnectOptions {
+    pub fn new(addr: impl Into<String>, subnqn: impl Into<String>) -> ConnectOptions {
+        let hostid = host_id();
+        ConnectOptions {
+            addr: addr.into(),
+            subnqn: subnqn.into(),
+            hostnqn: default_hostnqn(&hostid),
+            hostid,
+            hdr_digest: false,
+            data_digest: false,
+            kato_ms: DEFAULT_KATO_MS,
+            connect_timeout: Duration::from_secs(5),
+            command_timeout: Duration::from_secs(30),
+            admin_depth: 32,
+        }
+    }
+
+    /// Whether this targets the well-known discovery subsystem.
+    pub fn is_discovery(&self) -> bool {
+        self.subnqn == farflash_wire::DISCOVERY_NQN
+    }
+}
+
+fn read_trimmed(path: &str) -> Option<String> {
+    let s = std::fs::read_to_string(path).ok()?;
+    let s = s.trim();
+    (!s.is_empty() && s.len() < 224).then(|| s.to_owned())
+}
+
+/// The host NQN nvme-cli would use (/etc/nvme/hostnqn), else a UUID NQN
+/// derived from the host identifier (Base §4.5 "NVMe Qualified Names").
+pub fn default_hostnqn(hostid: &[u8; 16]) -> String {
+    read_trimmed("/etc/nvme/hostnqn")
+        .unwrap_or_else(|| format!("nqn.2014-08.org.nvmexpress:uuid:{}", uuid_string(hostid)))
+}
+
+/// /etc/nvme/hostid when present, else 16 random bytes (a v4 UUID).
+pub fn host_id() -> [u8; 16] {
+    if let Some(b) = read_trimmed("/etc/nvme/hostid").and_then(|s| parse_uuid(&s)) {
+        return b;
+    }
+    let mut b = [0u8; 16];
+    let ok = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .is_ok();
+    if !ok {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        b = (t ^ (std::process::id() as u128) << 64).to_le_bytes();
+    }
+    b[6] = (b[6] & 0x0F) | 0x40;
+    b[8] = (b[8] & 0x3F) | 0x80;
+    b
+}
+
+/// `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+pub fn uuid_string(b: &[u8; 16]) -> String {
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+pub fn parse_uuid(s: &str) -> Option<[u8; 16]> {
+    let hex: String = s.chars().filter(|c| *c != '-').collect();
+    if hex.len() != 32 {
+        return None;
+    }
+    let mut b = [0u8; 16];
+    for (i, x) in b.iter_mut().enumerate() {
+        *x = u8::from_str_radix(hex.get(i * 2..i * 2 + 2)?, 16).ok()?;
+    }
+    Some(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuid_round_trip() {
+        let id = host_id();
+        let s = uuid_string(&id);
+        assert_eq!(s.len(), 36);
+        assert_eq!(parse_uuid(&s), Some(id));
+        assert_eq!(parse_uuid("zz"), None);
+        assert!(default_hostnqn(&id).starts_with("nqn."));
+    }
+}

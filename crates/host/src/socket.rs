@@ -1,0 +1,234 @@
+//! Moving a [`QueuePair`]'s bytes over a non-blocking `TcpStream`: all
+//! queued PDUs go out in one `writev`; received bytes are fed to the state
+//! machine, large C2HData payloads straight into the read's buffer.
+//! Every wait is bounded by a deadline (`poll(2)`).
+
+use crate::error::{HostError, Result, TransportError};
+use crate::queue::{QueueConfig, QueuePair};
+use crate::slot::Completion;
+use std::io::{self, IoSlice, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+/// Bytes staged per `recv` when not receiving directly into a slot buffer.
+const STAGING: usize = 64 * 1024;
+/// Payload left in a C2HData above which we `recv` straight into the slot buffer.
+const DIRECT_MIN: usize = 8 * 1024;
+/// Iovecs per `writev`.
+const IOV_BATCH: usize = 64;
+
+/// One NVMe/TCP connection: a socket and its queue-pair state machine.
+pub struct Conn {
+    stream: TcpStream,
+    pub qp: QueuePair,
+    staging: Vec<u8>,
+}
+
+/// Resolves `addr` (`host:port`), loopback or otherwise, to socket addresses.
+pub fn resolve(addr: &str) -> Result<Vec<SocketAddr>> {
+    let v: Vec<SocketAddr> = addr
+        .to_socket_addrs()
+        .map_err(|e| HostError::Invalid(format!("address {addr:?}: {e}")))?
+        .collect();
+    if v.is_empty() {
+        return Err(HostError::Invalid(format!(
+            "address {addr:?} resolves to nothing"
+        )));
+    }
+    Ok(v)
+}
+
+impl Conn {
+    /// Connects, sends the ICReq and waits for a valid ICResp.
+    pub fn open(
+        addr: &str,
+        cfg: QueueConfig,
+        connect_timeout: Duration,
+        timeout: Duration,
+    ) -> Result<Conn> {
+        let mut last = None;
+        let mut stream = None;
+        for a in resolve(addr)? {
+            match TcpStream::connect_timeout(&a, connect_timeout) {
+                Ok(s) => {
+                    stream = Some(s);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let stream = match stream {
+            Some(s) => s,
+            None => {
+                return Err(last
+                    .unwrap_or_else(|| io::Error::other("no address to connect to"))
+                    .into())
+            }
+        };
+        stream.set_nodelay(true)?;
+        stream.set_nonblocking(true)?;
+        let mut c = Conn {
+            stream,
+            qp: QueuePair::new(cfg),
+            staging: vec![0; STAGING],
+        };
+        let deadline = Instant::now() + timeout;
+        while !c.qp.is_ready() {
+            c.flush()?;
+            c.wait_io(deadline, "ICResp")?;
+            c.recv()?;
+        }
+        Ok(c)
+    }
+
+    pub fn stream(&self) -> &TcpStream {
+        &self.stream
+    }
+
+    /// Writes as much of the queued bytes as the socket takes now, in
+    /// `writev` batches. Returns true when everything was sent.
+    pub fn flush(&mut self) -> Result<bool> {
+        while self.qp.tx_pending() > 0 {
+            let mut iov = [IoSlice::new(&[]); IOV_BATCH];
+            let n = self.qp.tx_iovecs(&mut iov);
+            match (&self.stream).write_vectored(&iov[..n]) {
+                Ok(0) => return Err(HostError::Transport(self.qp.closed())),
+                Ok(w) => self.qp.tx_advance(w),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(true)
+    }
+
+    /// One non-blocking receive; returns the bytes taken (0 when nothing was waiting).
+    pub fn recv(&mut self) -> Result<usize> {
+        if let Some(dst) = self.qp.rx_direct() {
+            if dst.len() >= DIRECT_MIN {
+                return match (&self.stream).read(dst) {
+                    Ok(0) => Err(HostError::Transport(self.qp.closed())),
+                    Ok(n) => {
+                        self.qp.rx_direct_done(n);
+                        Ok(n)
+                    }
+                    Err(e) => self.recv_error(e),
+                };
+            }
+        }
+        match (&self.stream).read(&mut self.staging) {
+            Ok(0) => Err(HostError::Transport(self.qp.closed())),
+            Ok(n) => {
+                self.qp.rx_feed(&self.staging[..n])?;
+                Ok(n)
+            }
+            Err(e) => self.recv_error(e),
+        }
+    }
+
+    fn recv_error(&mut self, e: io::Error) -> Result<usize> {
+        match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+            io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe => {
+                Err(HostError::Transport(self.qp.closed()))
+            }
+            _ => Err(e.into()),
+        }
+    }
+
+    /// Receives everything waiting (bounded number of reads).
+    pub fn recv_all(&mut self) -> Result<usize> {
+        let mut total = 0;
+        for _ in 0..64 {
+            let n = self.recv()?;
+            if n == 0 {
+                break;
+            }
+            total += n;
+        }
+        Ok(total)
+    }
+
+    /// Sleeps until the socket is readable (or writable while bytes are
+    /// queued), at most until `deadline`. `what` names the wait in the
+    /// timeout error.
+    pub fn wait_io(&mut self, deadline: Instant, what: &'static str) -> Result<()> {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(HostError::Timeout(what));
+        }
+        let ms = (deadline - now).as_millis().clamp(1, i32::MAX as u128) as i32;
+        self.poll_fd(ms)?;
+        Ok(())
+    }
+
+    /// `poll(2)` on the socket for up to `ms` milliseconds; true when ready.
+    pub fn poll_fd(&self, ms: i32) -> Result<bool> {
+        let mut events = libc::POLLIN;
+        if self.qp.tx_pending() > 0 {
+            events |= libc::POLLOUT;
+        }
+        let mut p = libc::pollfd {
+            fd: self.stream.as_raw_fd(),
+            events,
+            revents: 0,
+        };
+        // SAFETY: `p` is one valid, initialized pollfd that outlives the call,
+        // and we pass a count of exactly 1.
+        let r = unsafe { libc::poll(&mut p, 1, ms) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                return Ok(false);
+            }
+            return Err(e.into());
+        }
+        Ok(r > 0)
+    }
+
+    /// Submits nothing; drives the connection until `cid` completes or
+    /// `deadline` passes. Other completions are appended to `others`.
+    pub fn wait_for(
+        &mut self,
+        cid: u16,
+        deadline: Instant,
+        what: &'static str,
+        others: &mut Vec<Completion>,
+    ) -> Result<Completion> {
+        loop {
+            self.flush()?;
+            while let Some(c) = self.qp.pop_completion() {
+                if c.cid == cid {
+                    return Ok(c);
+                }
+                others.push(c);
+            }
+            if self.recv_all()? == 0 {
+                self.wait_io(deadline, what)?;
+            }
+        }
+    }
+
+    /// Best effort: sends what is queued (e.g. an H2CTermReq) within
+    /// `timeout`, then shuts the socket down.
+    pub fn close(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.qp.tx_pending() > 0 {
+            match self.flush() {
+                Ok(true) | Err(_) => break,
+                Ok(false) => {
+                    if self.wait_io(deadline, "close").is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+
+    /// The transport error that killed this connection, if any.
+    pub fn dead(&self) -> Option<&TransportError> {
+        self.qp.dead()
+    }
+}
