@@ -1,8 +1,293 @@
-//! `farflash serve` (being written).
+//! `farflash serve`: export namespaces over NVMe/TCP.
+//!
+//! The flags build a [`Config`], the same structure `--config FILE` reads,
+//! so there is one code path from either to a running target.
 
-#[derive(clap::Args, Debug, Default)]
-pub struct ServeArgs {}
+use anyhow::{bail, Context, Result};
+use clap::{ArgMatches, Args, FromArgMatches};
+use farflash_target::config::{BackendKind, Config, NamespaceConfig, Size, SubsystemConfig, DEFAULT_NQN};
+use farflash_target::subsystem::{build_subsystems, human};
+use farflash_target::Target;
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
 
-pub fn run(_args: ServeArgs) -> anyhow::Result<()> {
-    anyhow::bail!("farflash serve is not implemented yet")
+/// How long shutdown waits for in-flight commands.
+const DRAIN: Duration = Duration::from_secs(5);
+
+#[derive(Args, Debug, Default, Clone)]
+pub struct ServeFlags {
+    /// Listen on ADDR:PORT (repeatable; default 127.0.0.1:4420). IPv6: [::1]:4420.
+    #[arg(long = "listen", value_name = "ADDR:PORT")]
+    pub listen: Vec<String>,
+    /// Subsystem NQN for the namespaces given by flags.
+    #[arg(long, value_name = "NQN")]
+    pub nqn: Option<String>,
+    /// Add a RAM namespace of SIZE (e.g. 512M, 1G, 4096); memory is committed as written.
+    #[arg(long = "ram", value_name = "SIZE")]
+    pub ram: Vec<Size>,
+    /// Add a namespace backed by a regular file (its size) or a block device.
+    #[arg(long = "file", value_name = "PATH")]
+    pub file: Vec<PathBuf>,
+    /// Add a null namespace of SIZE: reads return zeroes, writes are discarded.
+    #[arg(long = "null", value_name = "SIZE")]
+    pub null: Vec<Size>,
+    /// Logical block size of the namespaces given by flags.
+    #[arg(long = "block-size", value_name = "512|4096", value_parser = ["512", "4096"])]
+    pub block_size: Option<String>,
+    /// Only these host NQNs may connect (repeatable; default: any host).
+    #[arg(long = "allow-host", value_name = "HOSTNQN")]
+    pub allow_host: Vec<String>,
+    /// TOML configuration file (see docs/farflash.example.toml).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Log level: error, warn, info, debug, trace (or a tracing filter).
+    #[arg(long = "log-level", value_name = "LEVEL", default_value = "info")]
+    pub log_level: String,
+    /// Event-loop threads (default: one per CPU).
+    #[arg(long, value_name = "N")]
+    pub threads: Option<u32>,
+}
+
+/// Serve arguments plus the order in which namespace flags were given
+/// (NSIDs follow it across --ram, --file and --null).
+#[derive(Debug, Default, Clone)]
+pub struct ServeArgs {
+    pub flags: ServeFlags,
+    pub ns_order: Vec<NsFlag>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum NsFlag {
+    Ram(Size),
+    File(PathBuf),
+    Null(Size),
+}
+
+impl FromArgMatches for ServeArgs {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+        let flags = ServeFlags::from_arg_matches(m)?;
+        let mut order: Vec<(usize, NsFlag)> = Vec::new();
+        let idx = |id: &str| m.indices_of(id).map(|i| i.collect::<Vec<_>>()).unwrap_or_default();
+        order.extend(idx("ram").into_iter().zip(flags.ram.iter().map(|s| NsFlag::Ram(*s))));
+        order.extend(idx("file").into_iter().zip(flags.file.iter().map(|p| NsFlag::File(p.clone()))));
+        order.extend(idx("null").into_iter().zip(flags.null.iter().map(|s| NsFlag::Null(*s))));
+        order.sort_by_key(|(i, _)| *i);
+        Ok(ServeArgs { flags, ns_order: order.into_iter().map(|(_, f)| f).collect() })
+    }
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        *self = ServeArgs::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+impl Args for ServeArgs {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        ServeFlags::augment_args(cmd)
+    }
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        ServeFlags::augment_args_for_update(cmd)
+    }
+}
+
+impl ServeArgs {
+    /// Builds the configuration: the file (if any) or the embedded default,
+    /// with the flags applied on top.
+    pub fn to_config(&self) -> Result<Config> {
+        let f = &self.flags;
+        let mut cfg = match &f.config {
+            Some(p) => Config::load(p)?,
+            None => Config::default(),
+        };
+        if !f.listen.is_empty() {
+            cfg.listen = f.listen.clone();
+        }
+        if let Some(t) = f.threads {
+            cfg.transport.threads = t;
+        }
+        let bs = f.block_size.as_deref().map(str::parse::<u32>).transpose()?;
+        let flag_ns: Vec<NamespaceConfig> = self
+            .ns_order
+            .iter()
+            .map(|n| {
+                let (backend, path, size) = match n {
+                    NsFlag::Ram(s) => (BackendKind::Ram, None, Some(*s)),
+                    NsFlag::Null(s) => (BackendKind::Null, None, Some(*s)),
+                    NsFlag::File(p) => (BackendKind::File, Some(p.clone()), None),
+                };
+                NamespaceConfig { nsid: None, backend, path, size, block_size: bs, uuid: None, nguid: None }
+            })
+            .collect();
+        let touches_subsystem = !flag_ns.is_empty() || f.nqn.is_some() || !f.allow_host.is_empty() || bs.is_some();
+        if f.config.is_some() {
+            if touches_subsystem {
+                // Flags describe one more subsystem beside the file's.
+                if flag_ns.is_empty() {
+                    bail!("with --config, --nqn/--allow-host/--block-size need namespaces (--ram/--file/--null)");
+                }
+                cfg.subsystems.push(SubsystemConfig {
+                    nqn: f.nqn.clone().unwrap_or_else(|| DEFAULT_NQN.to_owned()),
+                    serial: None,
+                    model: None,
+                    allowed_hosts: f.allow_host.clone(),
+                    namespaces: flag_ns,
+                });
+            }
+        } else {
+            let sub = &mut cfg.subsystems[0];
+            if let Some(n) = &f.nqn {
+                sub.nqn = n.clone();
+            }
+            sub.allowed_hosts = f.allow_host.clone();
+            if !flag_ns.is_empty() {
+                sub.namespaces = flag_ns;
+            } else if let Some(b) = bs {
+                sub.namespaces[0].block_size = Some(b);
+            }
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+fn init_logging(level: &str) -> Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(level).with_context(|| format!("bad --log-level {level:?}"))?;
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .init();
+    Ok(())
+}
+
+fn bind(addr: &str) -> Result<TcpListener> {
+    let sa: SocketAddr = addr
+        .to_socket_addrs()
+        .with_context(|| format!("bad listen address {addr:?} (want ADDR:PORT)"))?
+        .next()
+        .with_context(|| format!("listen address {addr:?} resolves to nothing"))?;
+    TcpListener::bind(sa).with_context(|| format!("cannot listen on {sa}"))
+}
+
+pub fn run(args: ServeArgs) -> Result<()> {
+    init_logging(&args.flags.log_level)?;
+    let cfg = args.to_config()?;
+    let subsystems = build_subsystems(&cfg)?;
+    let listeners: Vec<TcpListener> = cfg.listen.iter().map(|a| bind(a)).collect::<Result<_>>()?;
+    let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr()).collect::<Result<_, _>>()?;
+    let threads = match cfg.transport.threads {
+        0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        n => n as usize,
+    };
+    let target = Target::new(subsystems, cfg.transport.clone(), addrs.clone());
+
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
+    }
+    print_banner(&target, &addrs, threads);
+    farflash_transport::serve(target.clone(), listeners, threads, stop, DRAIN).context("serving")?;
+
+    // Acknowledged writes must survive: flush every file backend before exit.
+    let mut failed = false;
+    for sub in &target.subsystems {
+        for ns in &sub.namespaces {
+            if let Err(e) = ns.backend.sync_all() {
+                tracing::error!(subnqn = %sub.nqn, nsid = ns.nsid, "flush at shutdown failed: {e}");
+                failed = true;
+            }
+        }
+    }
+    let t = target.subsystems.iter().fold(farflash_target::stats::Totals::default(), |mut a, s| {
+        a += s.stats.totals();
+        a
+    });
+    tracing::info!(reads = t.read_cmds, writes = t.write_cmds, read_bytes = t.read_bytes, written_bytes = t.write_bytes, "stopped");
+    if failed {
+        bail!("some namespaces could not be flushed at shutdown");
+    }
+    Ok(())
+}
+
+fn print_banner(target: &Target, addrs: &[SocketAddr], threads: usize) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "farflash {} NVMe/TCP target ({threads} I/O threads)", env!("CARGO_PKG_VERSION"));
+    for sub in &target.subsystems {
+        let hosts = if sub.allowed_hosts.is_empty() { "any host".to_owned() } else { sub.allowed_hosts.join(", ") };
+        let _ = writeln!(out, "subsystem {} (allowed: {hosts})", sub.nqn);
+        for ns in &sub.namespaces {
+            let _ = writeln!(
+                out,
+                "  nsid {}: {}, {} blocks of {} bytes ({})",
+                ns.nsid,
+                ns.describe,
+                ns.blocks,
+                ns.block_size,
+                human(ns.blocks * ns.block_size as u64)
+            );
+        }
+    }
+    let _ = writeln!(out, "discovery subsystem {} on every listener", farflash_wire::DISCOVERY_NQN);
+    for a in addrs {
+        let _ = writeln!(out, "listening on {a}");
+    }
+    if let (Some(a), Some(sub)) = (addrs.first(), target.subsystems.first()) {
+        let _ = writeln!(out, "connect with: nvme connect -t tcp -a {} -s {} -n {}", a.ip(), a.port(), sub.nqn);
+    }
+    let _ = out.flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        a: ServeArgs,
+    }
+
+    fn parse(args: &[&str]) -> ServeArgs {
+        T::try_parse_from(std::iter::once("serve").chain(args.iter().copied())).unwrap().a
+    }
+
+    #[test]
+    fn no_flags_is_the_embedded_default() {
+        let c = parse(&[]).to_config().unwrap();
+        assert_eq!(c, Config::default());
+    }
+
+    #[test]
+    fn namespace_flags_keep_their_order() {
+        let c = parse(&["--null", "1G", "--file", "/tmp/x", "--ram", "512M", "--block-size", "4096", "--nqn", "nqn.t:a"])
+            .to_config()
+            .unwrap();
+        let s = &c.subsystems[0];
+        assert_eq!(s.nqn, "nqn.t:a");
+        let kinds: Vec<_> = s.namespaces.iter().map(|n| n.backend).collect();
+        assert_eq!(kinds, vec![BackendKind::Null, BackendKind::File, BackendKind::Ram]);
+        assert!(s.namespaces.iter().all(|n| n.block_size == Some(4096)));
+    }
+
+    #[test]
+    fn flags_and_file_build_the_same_config() {
+        let dir = std::env::temp_dir().join(format!("ff-serve-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("c.toml");
+        std::fs::write(
+            &p,
+            "listen=['127.0.0.1:4420']\n[[subsystem]]\nnqn='nqn.t:a'\nallowed_hosts=['nqn.h']\n[[subsystem.namespace]]\nbackend='ram'\nsize='64M'\n",
+        )
+        .unwrap();
+        let from_file = parse(&["--config", p.to_str().unwrap()]).to_config().unwrap();
+        let from_flags = parse(&["--nqn", "nqn.t:a", "--ram", "64M", "--allow-host", "nqn.h"]).to_config().unwrap();
+        assert_eq!(from_file, from_flags);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -1,0 +1,318 @@
+//! Target configuration: what `--config FILE` (TOML) describes and what the
+//! command-line flags build. One struct, so flags and file are one code path.
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// The NQN used when none is given.
+pub const DEFAULT_NQN: &str = "nqn.2026-11.io.farflash:default";
+/// The listener used when none is given (NVMe/TCP's IANA port, TCP §7.4.?).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:4420";
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Addresses to listen on, `ADDR:PORT` (IPv6 as `[::1]:4420`).
+    #[serde(default = "default_listeners")]
+    pub listen: Vec<String>,
+    #[serde(default)]
+    pub transport: TransportConfig,
+    #[serde(default, rename = "subsystem")]
+    pub subsystems: Vec<SubsystemConfig>,
+}
+
+fn default_listeners() -> Vec<String> {
+    vec![DEFAULT_LISTEN.to_owned()]
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TransportConfig {
+    /// In-capsule data the I/O queues accept, in bytes (IOCCSZ*16-64).
+    /// The admin queue always accepts 8 KiB, as the Linux host sends it.
+    pub in_capsule_data_size: u32,
+    /// Largest I/O submission queue (entries), reported in CAP.MQES + 1.
+    pub max_queue_depth: u32,
+    /// Most I/O queues per controller (Set Features Number of Queues).
+    pub max_io_queues: u32,
+    /// Maximum data transfer size in bytes (a power of two ≥ 4 KiB), MDTS.
+    pub max_io_size: u32,
+    /// MAXH2CDATA advertised in ICResp: largest H2CData PDU payload.
+    pub max_h2c_data: u32,
+    /// Largest C2HData PDU payload the target sends.
+    pub max_c2h_data: u32,
+    /// Keep Alive Support granularity in milliseconds (KAS * 100).
+    pub keep_alive_granularity_ms: u32,
+    /// Event-loop threads (0 = one per available CPU).
+    pub threads: u32,
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        TransportConfig {
+            in_capsule_data_size: 8192,
+            max_queue_depth: 128,
+            max_io_queues: 16,
+            max_io_size: 256 * 1024,
+            max_h2c_data: 64 * 1024,
+            max_c2h_data: 128 * 1024,
+            keep_alive_granularity_ms: 1000,
+            threads: 0,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubsystemConfig {
+    pub nqn: String,
+    /// Serial number (SN); generated from the NQN when absent.
+    #[serde(default)]
+    pub serial: Option<String>,
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Host NQNs allowed to connect; empty means any host.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+    #[serde(default, rename = "namespace")]
+    pub namespaces: Vec<NamespaceConfig>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    Ram,
+    File,
+    Null,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamespaceConfig {
+    /// NSID; the next free one when absent.
+    #[serde(default)]
+    pub nsid: Option<u32>,
+    pub backend: BackendKind,
+    /// File or block device, for `backend = "file"`.
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    /// Size for RAM/null namespaces, or to create/extend a file: "1G", "512M", 4096.
+    #[serde(default)]
+    pub size: Option<Size>,
+    /// Logical block size: 512 or 4096.
+    #[serde(default)]
+    pub block_size: Option<u32>,
+    /// Namespace UUID; derived from the subsystem NQN and NSID when absent.
+    #[serde(default)]
+    pub uuid: Option<String>,
+    /// Namespace NGUID as 32 hex digits; derived like the UUID when absent.
+    #[serde(default)]
+    pub nguid: Option<String>,
+}
+
+/// A byte size written as a number or with a K/M/G/T suffix (powers of 1024).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "SizeRepr", into = "u64")]
+pub struct Size(pub u64);
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SizeRepr {
+    Num(u64),
+    Str(String),
+}
+
+impl TryFrom<SizeRepr> for Size {
+    type Error = String;
+    fn try_from(r: SizeRepr) -> Result<Size, String> {
+        match r {
+            SizeRepr::Num(n) => Ok(Size(n)),
+            SizeRepr::Str(s) => s.parse(),
+        }
+    }
+}
+
+impl From<Size> for u64 {
+    fn from(s: Size) -> u64 {
+        s.0
+    }
+}
+
+impl std::str::FromStr for Size {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Size, String> {
+        let t = s.trim();
+        let (num, mult) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+            None => (t, 1u64),
+            Some((i, _)) => {
+                let unit = t[i..].trim().to_ascii_uppercase();
+                let m = match unit.trim_end_matches("IB").trim_end_matches('B') {
+                    "" => 1,
+                    "K" => 1 << 10,
+                    "M" => 1 << 20,
+                    "G" => 1 << 30,
+                    "T" => 1 << 40,
+                    _ => return Err(format!("bad size unit in {s:?} (use K, M, G, T)")),
+                };
+                (&t[..i], m)
+            }
+        };
+        let n: u64 = num.parse().map_err(|_| format!("bad size {s:?}"))?;
+        n.checked_mul(mult).map(Size).ok_or_else(|| format!("size {s:?} is too large"))
+    }
+}
+
+impl Default for Config {
+    /// The embedded default: one subsystem with one 1 GiB RAM namespace on 127.0.0.1:4420.
+    fn default() -> Self {
+        Config {
+            listen: default_listeners(),
+            transport: TransportConfig::default(),
+            subsystems: vec![SubsystemConfig {
+                nqn: DEFAULT_NQN.to_owned(),
+                serial: None,
+                model: None,
+                allowed_hosts: vec![],
+                namespaces: vec![NamespaceConfig {
+                    nsid: None,
+                    backend: BackendKind::Ram,
+                    path: None,
+                    size: Some(Size(1 << 30)),
+                    block_size: None,
+                    uuid: None,
+                    nguid: None,
+                }],
+            }],
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config: {0}")]
+    Invalid(String),
+    #[error("config file {path}: {source}")]
+    Parse { path: String, source: toml::de::Error },
+    #[error("config file {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+}
+
+impl Config {
+    pub fn from_toml(text: &str, path: &str) -> Result<Config, ConfigError> {
+        let c: Config = toml::from_str(text).map_err(|source| ConfigError::Parse { path: path.to_owned(), source })?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    pub fn load(path: &std::path::Path) -> Result<Config, ConfigError> {
+        let p = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: p.clone(), source })?;
+        Config::from_toml(&text, &p)
+    }
+
+    /// Checks what the types cannot: limits, duplicates, required fields.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        let t = &self.transport;
+        if self.listen.is_empty() {
+            return bad("at least one listener is needed".into());
+        }
+        if t.in_capsule_data_size > 1 << 20 || t.in_capsule_data_size % 16 != 0 {
+            return bad("in_capsule_data_size must be a multiple of 16, at most 1 MiB".into());
+        }
+        if !(2..=1024).contains(&t.max_queue_depth) {
+            return bad("max_queue_depth must be within 2..=1024".into());
+        }
+        if !(1..=1024).contains(&t.max_io_queues) {
+            return bad("max_io_queues must be within 1..=1024".into());
+        }
+        if !t.max_io_size.is_power_of_two() || !(4096..=(8 << 20)).contains(&t.max_io_size) {
+            return bad("max_io_size must be a power of two within 4K..=8M".into());
+        }
+        if t.max_h2c_data < 4096 || t.max_h2c_data % 4 != 0 || t.max_c2h_data < 4096 {
+            return bad("max_h2c_data must be a multiple of 4 and ≥ 4096; max_c2h_data ≥ 4096".into());
+        }
+        if t.keep_alive_granularity_ms < 100 || t.keep_alive_granularity_ms > 6_553_500 {
+            return bad("keep_alive_granularity_ms must be within 100..=6553500".into());
+        }
+        if self.subsystems.is_empty() {
+            return bad("at least one subsystem is needed".into());
+        }
+        let mut nqns = std::collections::HashSet::new();
+        for s in &self.subsystems {
+            if s.nqn.is_empty() || s.nqn.len() > 223 || !s.nqn.starts_with("nqn.") {
+                return bad(format!("subsystem NQN {:?} must start with \"nqn.\" and be at most 223 bytes", s.nqn));
+            }
+            if s.nqn == farflash_wire::DISCOVERY_NQN {
+                return bad("the discovery NQN is served automatically".into());
+            }
+            if !nqns.insert(&s.nqn) {
+                return bad(format!("subsystem {} is listed twice", s.nqn));
+            }
+            let mut ids = std::collections::HashSet::new();
+            let mut next = 1u32;
+            for n in &s.namespaces {
+                let id = n.nsid.unwrap_or(next);
+                if id == 0 || id == u32::MAX {
+                    return bad(format!("{}: NSID {id} is not valid", s.nqn));
+                }
+                if !ids.insert(id) {
+                    return bad(format!("{}: NSID {id} is used twice", s.nqn));
+                }
+                next = next.max(id + 1);
+                match n.backend {
+                    BackendKind::File if n.path.is_none() => return bad(format!("{}: file namespace needs a path", s.nqn)),
+                    BackendKind::Ram | BackendKind::Null if n.size.is_none() => {
+                        return bad(format!("{}: ram/null namespace needs a size", s.nqn))
+                    }
+                    _ => {}
+                }
+                if let Some(bs) = n.block_size {
+                    if bs != 512 && bs != 4096 {
+                        return bad(format!("{}: block_size must be 512 or 4096", s.nqn));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!("512M".parse::<Size>(), Ok(Size(512 << 20)));
+        assert_eq!("1G".parse::<Size>(), Ok(Size(1 << 30)));
+        assert_eq!("1GiB".parse::<Size>(), Ok(Size(1 << 30)));
+        assert_eq!("4096".parse::<Size>(), Ok(Size(4096)));
+        assert_eq!("4k".parse::<Size>(), Ok(Size(4096)));
+        assert!("12X".parse::<Size>().is_err());
+        assert!("".parse::<Size>().is_err());
+        assert!("99999999999T".parse::<Size>().is_err());
+    }
+
+    #[test]
+    fn default_is_valid() {
+        Config::default().validate().unwrap();
+    }
+
+    #[test]
+    fn example_file_parses() {
+        let text = include_str!("../../../docs/farflash.example.toml");
+        let c = Config::from_toml(text, "example").unwrap();
+        assert_eq!(c.subsystems.len(), 2);
+        assert_eq!(c.subsystems[0].namespaces[0].size, Some(Size(1 << 30)));
+    }
+
+    #[test]
+    fn rejects_duplicates_and_unknown_fields() {
+        let dup = "[[subsystem]]\nnqn='nqn.a'\n[[subsystem.namespace]]\nnsid=1\nbackend='ram'\nsize='1M'\n[[subsystem.namespace]]\nnsid=1\nbackend='null'\nsize=4096\n";
+        assert!(Config::from_toml(dup, "t").is_err());
+        assert!(Config::from_toml("bogus = 1", "t").is_err());
+        let nofile = "[[subsystem]]\nnqn='nqn.a'\n[[subsystem.namespace]]\nbackend='file'\n";
+        assert!(Config::from_toml(nofile, "t").is_err());
+    }
+}

@@ -1,0 +1,188 @@
+//! NVM command set I/O commands (NVM Command Set §3): Read, Write, Flush,
+//! Write Zeroes, Dataset Management. `classify` checks a command before any
+//! data moves (so no R2T goes out for a command that will fail); `execute`
+//! turns it into backend requests.
+
+use crate::queue::{Outcome, QueuePair, Xfer};
+use crate::stats::QueueStats;
+use farflash_backend::{IoOp, IoRequest};
+use farflash_wire::opcode::io as op;
+use farflash_wire::{Sqe, Status};
+
+/// NSID meaning "every namespace" (Base §3.2.1.2), valid for Flush.
+pub const NSID_ALL: u32 = 0xFFFF_FFFF;
+/// Dataset Management: at most 256 ranges of 16 bytes (NVM Command Set §3.2.3).
+const DSM_RANGE_LEN: u32 = 16;
+/// DSM attribute: Deallocate (CDW11 bit 2).
+const DSM_AD: u32 = 1 << 2;
+
+/// Byte offset and length of an LBA range, checked against the namespace
+/// (NVM Command Set §3.2.? "LBA Out of Range").
+fn range(q: &QueuePair, ns_idx: usize, slba: u64, nlb: u64) -> Result<(u64, u64), Status> {
+    let ns = &q.namespaces[ns_idx];
+    match slba.checked_add(nlb) {
+        Some(end) if end <= ns.blocks => Ok((slba << ns.lba_shift, nlb << ns.lba_shift)),
+        _ => Err(Status::LBA_OUT_OF_RANGE.dnr()),
+    }
+}
+
+fn ns_index(q: &QueuePair, nsid: u32) -> Result<usize, Status> {
+    q.namespace_index(nsid).ok_or(Status::INVALID_NAMESPACE.dnr())
+}
+
+pub(crate) fn classify(q: &QueuePair, sqe: &Sqe) -> Result<(Xfer, usize), Status> {
+    match sqe.opcode {
+        op::READ | op::WRITE => {
+            let ns_idx = ns_index(q, sqe.nsid)?;
+            let (_, len) = range(q, ns_idx, sqe.slba(), sqe.nlb() as u64 + 1)?;
+            if len > q.target.transport.max_io_size as u64 {
+                // Base §? : a transfer beyond MDTS is an invalid field.
+                return Err(Status::INVALID_FIELD.dnr());
+            }
+            let len = len as u32;
+            Ok((if sqe.opcode == op::READ { Xfer::C2H(len) } else { Xfer::H2C(len) }, ns_idx))
+        }
+        op::FLUSH => {
+            if sqe.nsid == NSID_ALL {
+                Ok((Xfer::None, 0))
+            } else {
+                Ok((Xfer::None, ns_index(q, sqe.nsid)?))
+            }
+        }
+        op::WRITE_ZEROES => {
+            let ns_idx = ns_index(q, sqe.nsid)?;
+            range(q, ns_idx, sqe.slba(), sqe.nlb() as u64 + 1)?;
+            Ok((Xfer::None, ns_idx))
+        }
+        op::DATASET_MANAGEMENT => {
+            let ns_idx = ns_index(q, sqe.nsid)?;
+            let nr = (sqe.cdw10 & 0xFF) + 1;
+            Ok((Xfer::H2C(nr * DSM_RANGE_LEN), ns_idx))
+        }
+        _ => Err(Status::INVALID_OPCODE.dnr()),
+    }
+}
+
+pub(crate) fn execute(q: &mut QueuePair, idx: usize) -> Outcome {
+    let sqe = q.slots[idx].sqe;
+    let ns_idx = q.slots[idx].ns_idx;
+    let tag = idx as u64;
+    let result = match sqe.opcode {
+        op::READ => {
+            let (offset, len) = match range(q, ns_idx, sqe.slba(), sqe.nlb() as u64 + 1) {
+                Ok(r) => r,
+                Err(st) => return Outcome::Done(st, 0),
+            };
+            let buf = q.pool.get(len as usize);
+            q.slots[idx].reply = true;
+            q.submit(idx, ns_idx, IoRequest { tag, op: IoOp::Read { offset, len: len as u32 }, buf })
+        }
+        op::WRITE => {
+            let (offset, len) = match range(q, ns_idx, sqe.slba(), sqe.nlb() as u64 + 1) {
+                Ok(r) => r,
+                Err(st) => return Outcome::Done(st, 0),
+            };
+            let Some(buf) = q.slots[idx].buf.take() else { return Outcome::Done(Status::INTERNAL_ERROR, 0) };
+            q.submit(idx, ns_idx, IoRequest { tag, op: IoOp::Write { offset, len: len as u32, fua: sqe.fua() }, buf })
+        }
+        op::FLUSH => {
+            let targets: Vec<usize> = if sqe.nsid == NSID_ALL { (0..q.namespaces.len()).collect() } else { vec![ns_idx] };
+            if targets.is_empty() {
+                return Outcome::Done(Status::SUCCESS, 0);
+            }
+            let mut r = Ok(());
+            for i in targets {
+                let buf = q.pool.get(0);
+                r = r.and(q.submit(idx, i, IoRequest { tag, op: IoOp::Flush, buf }));
+            }
+            r
+        }
+        op::WRITE_ZEROES => {
+            let (offset, len) = match range(q, ns_idx, sqe.slba(), sqe.nlb() as u64 + 1) {
+                Ok(r) => r,
+                Err(st) => return Outcome::Done(st, 0),
+            };
+            let buf = q.pool.get(0);
+            q.submit(idx, ns_idx, IoRequest { tag, op: IoOp::WriteZeroes { offset, len, fua: sqe.fua() }, buf })
+        }
+        op::DATASET_MANAGEMENT => return dsm(q, idx, &sqe, ns_idx),
+        _ => Err(Status::INVALID_OPCODE.dnr()),
+    };
+    match result {
+        Ok(()) if q.slots[idx].pending > 0 => Outcome::Pending,
+        Ok(()) => Outcome::Done(Status::SUCCESS, 0),
+        Err(st) => {
+            if q.slots[idx].pending > 0 {
+                // Some requests went out: let them finish, then fail the command.
+                q.slots[idx].status = st;
+                Outcome::Pending
+            } else {
+                Outcome::Done(st, 0)
+            }
+        }
+    }
+}
+
+/// Dataset Management (NVM Command Set §3.2.3): only Deallocate acts;
+/// the other attributes are hints a RAM or file backend cannot use.
+fn dsm(q: &mut QueuePair, idx: usize, sqe: &Sqe, ns_idx: usize) -> Outcome {
+    if sqe.cdw11 & DSM_AD == 0 {
+        return Outcome::Done(Status::SUCCESS, 0);
+    }
+    let nr = ((sqe.cdw10 & 0xFF) + 1) as usize;
+    let Some(data) = q.slots[idx].buf.take() else { return Outcome::Done(Status::INTERNAL_ERROR, 0) };
+    let mut ranges = q.pool.get(nr * 16);
+    let mut n = 0usize;
+    let mut bad = None;
+    for r in data.as_slice().chunks_exact(16).take(nr) {
+        // Range: context attributes (0..4), length in LBAs (4..8), SLBA (8..16).
+        let nlb = farflash_wire::le::u32_at(r, 4) as u64;
+        let slba = farflash_wire::le::u64_at(r, 8);
+        if nlb == 0 {
+            continue;
+        }
+        match range(q, ns_idx, slba, nlb) {
+            Ok((off, len)) => {
+                let out = &mut ranges.as_mut_slice()[n * 16..n * 16 + 16];
+                out[..8].copy_from_slice(&off.to_ne_bytes());
+                out[8..].copy_from_slice(&len.to_ne_bytes());
+                n += 1;
+            }
+            Err(st) => bad = Some(st),
+        }
+    }
+    q.pool.put(data);
+    if let Some(st) = bad {
+        q.pool.put(ranges);
+        return Outcome::Done(st, 0);
+    }
+    if n == 0 {
+        q.pool.put(ranges);
+        return Outcome::Done(Status::SUCCESS, 0);
+    }
+    ranges.set_len(n * 16);
+    match q.submit(idx, ns_idx, IoRequest { tag: idx as u64, op: IoOp::Deallocate { ranges: n as u32 }, buf: ranges }) {
+        Ok(()) => Outcome::Pending,
+        Err(st) => Outcome::Done(st, 0),
+    }
+}
+
+/// Counts a finished Read or Write in the queue's statistics (SMART log).
+pub(crate) fn account(q: &mut QueuePair, idx: usize) {
+    let s = &q.slots[idx];
+    if !s.status.is_success() {
+        return;
+    }
+    let Some(st) = &q.stats else { return };
+    match s.sqe.opcode {
+        op::READ => {
+            QueueStats::bump(&st.read_cmds, 1);
+            QueueStats::bump(&st.read_bytes, s.len as u64);
+        }
+        op::WRITE => {
+            QueueStats::bump(&st.write_cmds, 1);
+            QueueStats::bump(&st.write_bytes, s.len as u64);
+        }
+        _ => {}
+    }
+}

@@ -1,0 +1,838 @@
+//! One NVMe/TCP connection = one queue pair, as a sans-I/O state machine.
+//!
+//! The transport reads socket bytes into [`QueuePair::rx_space`] and calls
+//! [`QueuePair::on_received`]; the queue cuts them into PDUs (TCP §3.6),
+//! runs the commands, and leaves PDUs to send in [`QueuePair::output`].
+//! Backend completions come in through [`QueuePair::poll_backends`]. Nothing
+//! here touches a socket, so every path can be driven from a unit test.
+
+use crate::controller::Controller;
+use crate::stats::QueueStats;
+use crate::subsystem::Namespace;
+use crate::target::Target;
+use crate::{admin, fabrics, io};
+use farflash_backend::{BackendQueue, BufPool, IoBuf, IoCompletion, IoRequest};
+use farflash_wire::cqe::{Cqe, CQE_SIZE};
+use farflash_wire::log::ErrorEntry;
+use farflash_wire::opcode::admin as aop;
+use farflash_wire::pdu::{
+    flags, write_header, DataHeader, Fatal, Framing, IcReq, IcResp, Negotiated, PduType, TermReq, CH_LEN, DGST_DDGST,
+    DGST_HDGST, DIGEST_LEN, IC_HLEN,
+};
+use farflash_wire::sqe::{sgl, SQE_SIZE};
+use farflash_wire::{digest, Sqe, Status};
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// In-capsule data the admin queue accepts: the Linux host sends up to 8 KiB
+/// there whatever IOCCSZ says (host/tcp.c NVME_TCP_ADMIN_CCSZ).
+pub const ADMIN_ICD: usize = 8192;
+/// Slots before Connect tells the queue size.
+const PRE_CONNECT_SLOTS: usize = 4;
+/// A peer that has not sent ICReq by then is dropped.
+const ICREQ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Slack added to KATO before a controller is declared dead.
+const KEEP_ALIVE_GRACE: Duration = Duration::from_secs(1);
+/// Output beyond this stops reading new PDUs until the peer drains it.
+const OUTPUT_HIGH_WATER: usize = 4 << 20;
+/// Transient Transport Error (Base §4.6.1.2.1, 22h): a data digest mismatch.
+pub const TRANSIENT_TRANSPORT_ERROR: Status = Status::new(0, 0x22);
+
+/// Where a command's data goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Xfer {
+    None,
+    /// Host to controller, this many bytes.
+    H2C(u32),
+    /// Controller to host, at most this many bytes.
+    C2H(u32),
+}
+
+/// What running a command did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Send the completion now (with the slot's reply data, if any).
+    Done(Status, u32),
+    /// Backend requests are in flight; they complete the command.
+    Pending,
+    /// Held until an event (AER).
+    Parked,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Free,
+    /// Waiting for H2CData after an R2T; `got` bytes so far.
+    H2C { got: u32 },
+    Exec,
+}
+
+pub(crate) struct Slot {
+    pub sqe: Sqe,
+    phase: Phase,
+    pub buf: Option<IoBuf>,
+    /// Data bytes: expected (H2C) or to send (C2H reply).
+    pub len: u32,
+    pub ns_idx: usize,
+    /// Backend requests still in flight.
+    pub pending: u16,
+    pub status: Status,
+    /// Send `buf[..len]` to the host before the response.
+    pub reply: bool,
+}
+
+impl Slot {
+    fn empty() -> Slot {
+        Slot { sqe: Sqe::default(), phase: Phase::Free, buf: None, len: 0, ns_idx: 0, pending: 0, status: Status::SUCCESS, reply: false }
+    }
+}
+
+pub struct QueuePair {
+    pub(crate) target: Arc<Target>,
+    /// The listener address the host reached (for the discovery log).
+    pub(crate) local: SocketAddr,
+    pub(crate) peer: SocketAddr,
+    neg: Negotiated,
+    /// Alignment of C2HData PDO required by the host (HPDA), 0 = none.
+    hpda_align: usize,
+    icd_size: usize,
+    maxh2cdata: u32,
+    rx: Vec<u8>,
+    rx_start: usize,
+    rx_end: usize,
+    out: Vec<u8>,
+    out_start: usize,
+    closing: bool,
+    started: Instant,
+    pub(crate) qid: u16,
+    pub(crate) ctrl: Option<Arc<Controller>>,
+    pub(crate) sqsize: u16,
+    sq_flow_control: bool,
+    sqhd: u16,
+    pub(crate) slots: Vec<Slot>,
+    free: Vec<u16>,
+    cid_busy: Vec<u64>,
+    pub(crate) namespaces: Vec<Arc<Namespace>>,
+    bqs: Vec<Option<Box<dyn BackendQueue>>>,
+    pub(crate) pool: BufPool,
+    completions: Vec<IoCompletion>,
+    pub(crate) stats: Option<Arc<QueueStats>>,
+    /// Admin queue: when the last Keep Alive arrived.
+    pub(crate) last_keep_alive: Instant,
+    /// Admin queue: slots holding parked AERs.
+    pub(crate) aers: Vec<u16>,
+    in_flight: usize,
+    /// CQE DW1 of the next response (8-byte Property Get).
+    pub(crate) respond_dw1: u32,
+}
+
+impl QueuePair {
+    pub fn new(target: Arc<Target>, local: SocketAddr, peer: SocketAddr) -> QueuePair {
+        let maxh2cdata = target.transport.max_h2c_data;
+        let now = Instant::now();
+        let mut q = QueuePair {
+            target,
+            local,
+            peer,
+            neg: Negotiated::default(),
+            hpda_align: 0,
+            icd_size: ADMIN_ICD,
+            maxh2cdata,
+            rx: vec![0; 16 * 1024],
+            rx_start: 0,
+            rx_end: 0,
+            out: Vec::with_capacity(16 * 1024),
+            out_start: 0,
+            closing: false,
+            started: now,
+            qid: 0,
+            ctrl: None,
+            sqsize: PRE_CONNECT_SLOTS as u16 - 1,
+            sq_flow_control: true,
+            sqhd: 0,
+            slots: Vec::new(),
+            free: Vec::new(),
+            cid_busy: vec![0; 1024],
+            namespaces: Vec::new(),
+            bqs: Vec::new(),
+            pool: BufPool::new(),
+            completions: Vec::new(),
+            stats: None,
+            last_keep_alive: now,
+            aers: Vec::new(),
+            in_flight: 0,
+            respond_dw1: 0,
+        };
+        q.resize_slots(PRE_CONNECT_SLOTS);
+        q.neg.max_data = (ADMIN_ICD as u32).max(maxh2cdata);
+        q
+    }
+
+    pub(crate) fn resize_slots(&mut self, n: usize) {
+        self.slots = (0..n).map(|_| Slot::empty()).collect();
+        self.free = (0..n as u16).rev().collect();
+    }
+
+    // ----- transport interface -------------------------------------------------
+
+    /// Space to receive into; at least 16 KiB.
+    pub fn rx_space(&mut self) -> &mut [u8] {
+        if self.rx_start == self.rx_end {
+            self.rx_start = 0;
+            self.rx_end = 0;
+        }
+        if self.rx.len() - self.rx_end < 16 * 1024 {
+            self.compact_rx();
+            if self.rx.len() - self.rx_end < 16 * 1024 {
+                let want = self.rx.len() * 2;
+                self.rx.resize(want, 0);
+            }
+        }
+        &mut self.rx[self.rx_end..]
+    }
+
+    fn compact_rx(&mut self) {
+        if self.rx_start > 0 {
+            self.rx.copy_within(self.rx_start..self.rx_end, 0);
+            self.rx_end -= self.rx_start;
+            self.rx_start = 0;
+        }
+    }
+
+    /// `n` bytes were written into [`Self::rx_space`]: process every whole PDU.
+    pub fn on_received(&mut self, n: usize) {
+        self.rx_end = (self.rx_end + n).min(self.rx.len());
+        self.process_rx();
+    }
+
+    /// Whether the transport should read more (false while closing or while
+    /// the peer is not draining our output).
+    pub fn wants_read(&self) -> bool {
+        !self.closing && self.output().len() < OUTPUT_HIGH_WATER
+    }
+
+    /// Bytes waiting to be sent.
+    pub fn output(&self) -> &[u8] {
+        &self.out[self.out_start..]
+    }
+
+    /// `n` bytes of [`Self::output`] were sent.
+    pub fn consume_output(&mut self, n: usize) {
+        self.out_start += n;
+        if self.out_start >= self.out.len() {
+            self.out.clear();
+            self.out_start = 0;
+        } else if self.out_start > 1 << 20 {
+            self.out.drain(..self.out_start);
+            self.out_start = 0;
+        }
+        // Reading may have stopped at the high-water mark.
+        if self.rx_end > self.rx_start && self.wants_read() {
+            self.process_rx();
+        }
+    }
+
+    /// True once the connection should be closed (after its output is sent).
+    pub fn wants_close(&self) -> bool {
+        self.closing
+    }
+
+    /// True when closing and nothing more needs to go out or come back.
+    pub fn finished(&self) -> bool {
+        self.closing && self.output().is_empty() && self.in_flight == 0
+    }
+
+    /// File descriptors to watch for backend completions.
+    pub fn notify_fds(&self) -> impl Iterator<Item = RawFd> + '_ {
+        self.bqs.iter().flatten().filter_map(|b| b.notify_fd())
+    }
+
+    /// Backend requests in flight.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// Hands queued backend requests to the kernel (one call per batch).
+    pub fn commit(&mut self) {
+        for b in self.bqs.iter_mut().flatten() {
+            if let Err(e) = b.commit() {
+                tracing::warn!(peer = %self.peer, "backend submit failed: {e}");
+            }
+        }
+    }
+
+    /// Reaps backend completions and turns them into responses. Returns
+    /// whether anything completed.
+    pub fn poll_backends(&mut self) -> bool {
+        if self.in_flight == 0 {
+            return false;
+        }
+        let mut comps = std::mem::take(&mut self.completions);
+        for b in self.bqs.iter_mut().flatten() {
+            b.reap(&mut comps);
+        }
+        let any = !comps.is_empty();
+        for c in comps.drain(..) {
+            self.in_flight -= 1;
+            self.on_backend_completion(c);
+        }
+        self.completions = comps;
+        any
+    }
+
+    /// Periodic work: keep-alive expiry, AER delivery, teardown, timeouts.
+    pub fn tick(&mut self, now: Instant) {
+        if self.closing {
+            return;
+        }
+        if !self.neg.initialized {
+            if now.duration_since(self.started) > ICREQ_TIMEOUT {
+                tracing::info!(peer = %self.peer, "no ICReq within {ICREQ_TIMEOUT:?}; closing");
+                self.closing = true;
+            }
+            return;
+        }
+        let Some(ctrl) = self.ctrl.clone() else { return };
+        if !ctrl.is_alive() {
+            self.closing = true;
+            return;
+        }
+        if self.qid == 0 {
+            let kato = ctrl.lock().kato_ms;
+            // Base §3.9: no Keep Alive within KATO ends the association. A
+            // little grace absorbs a slow host's timer jitter.
+            let limit = Duration::from_millis(kato as u64) + KEEP_ALIVE_GRACE;
+            if kato > 0 && now.duration_since(self.last_keep_alive) > limit {
+                tracing::warn!(peer = %self.peer, cntlid = ctrl.cntlid, "keep-alive timeout ({kato} ms); tearing the controller down");
+                self.target.remove_controller(&ctrl);
+                self.closing = true;
+                return;
+            }
+            admin::deliver_events(self);
+        }
+        if self.target.is_shutting_down() && self.in_flight == 0 {
+            self.closing = true;
+        }
+    }
+
+    /// Stops reading; what is queued is still sent.
+    pub fn close(&mut self) {
+        self.closing = true;
+    }
+
+    // ----- receive path -------------------------------------------------------
+
+    fn process_rx(&mut self) {
+        let rx = std::mem::take(&mut self.rx);
+        while !self.closing && self.output().len() < OUTPUT_HIGH_WATER {
+            let avail = &rx[self.rx_start..self.rx_end];
+            if avail.len() < CH_LEN {
+                break;
+            }
+            let f = match Framing::parse(&avail[..CH_LEN], &self.neg, true) {
+                Ok(f) => f,
+                Err(e) => {
+                    let n = avail.len().min(avail[2].max(CH_LEN as u8) as usize);
+                    self.fatal(e, &avail[..n]);
+                    break;
+                }
+            };
+            if avail.len() < f.plen {
+                break;
+            }
+            let pdu = &avail[..f.plen];
+            if let Err(e) = self.on_pdu(&f, pdu) {
+                self.fatal(e, &pdu[..f.hlen]);
+                break;
+            }
+            self.rx_start += f.plen;
+        }
+        self.rx = rx;
+        if self.rx_start == self.rx_end {
+            self.rx_start = 0;
+            self.rx_end = 0;
+        } else if self.rx_end - self.rx_start >= CH_LEN {
+            // Make room for a whole PDU whose header arrived.
+            let plen = farflash_wire::le::u32_at(&self.rx, self.rx_start + 4) as usize;
+            if plen > self.rx.len() - self.rx_start {
+                self.compact_rx();
+                if plen > self.rx.len() {
+                    self.rx.resize(plen.next_power_of_two(), 0);
+                }
+            }
+        }
+    }
+
+    fn on_pdu(&mut self, f: &Framing, pdu: &[u8]) -> Result<(), Fatal> {
+        if f.hdgst {
+            let want = farflash_wire::pdu::hdgst(&pdu[..f.hlen]);
+            if pdu[f.hlen..f.hlen + DIGEST_LEN] != want {
+                return Err(Fatal::hdgst());
+            }
+        }
+        let data = &pdu[f.data_off..f.data_off + f.data_len];
+        let ddgst_ok = !f.ddgst || {
+            let at = f.data_off + f.data_len;
+            digest::crc32c(data).to_le_bytes() == pdu[at..at + DIGEST_LEN]
+        };
+        match f.pdu_type {
+            PduType::IcReq => self.on_icreq(pdu),
+            PduType::H2CTermReq => {
+                let t = TermReq::decode(pdu);
+                tracing::warn!(peer = %self.peer, fes = t.fes, fei = t.fei, "host terminated the connection (H2CTermReq)");
+                self.closing = true;
+                Ok(())
+            }
+            PduType::CapsuleCmd => {
+                if f.data_len > self.icd_size {
+                    // TCP §3.6.2.6: more in-capsule data than we advertised.
+                    return Err(Fatal::limit());
+                }
+                let mut raw = [0u8; SQE_SIZE];
+                raw.copy_from_slice(&pdu[CH_LEN..CH_LEN + SQE_SIZE]);
+                self.on_capsule(Sqe::decode(&raw), data, ddgst_ok)
+            }
+            PduType::H2CData => self.on_h2c_data(f, pdu, data, ddgst_ok),
+            // Framing::parse only lets host-to-controller types through.
+            _ => Err(Fatal::field(0)),
+        }
+    }
+
+    /// ICReq → ICResp (TCP §3.6.2.2-3).
+    fn on_icreq(&mut self, pdu: &[u8]) -> Result<(), Fatal> {
+        let r = IcReq::decode(pdu);
+        if r.pfv != 0 {
+            return Err(Fatal::field(8));
+        }
+        if r.hpda > 31 {
+            return Err(Fatal::field(10));
+        }
+        let dgst = r.dgst & (DGST_HDGST | DGST_DDGST);
+        self.neg.initialized = true;
+        self.neg.hdgst = dgst & DGST_HDGST != 0;
+        self.neg.ddgst = dgst & DGST_DDGST != 0;
+        self.hpda_align = if r.hpda > 0 { (r.hpda as usize + 1) * 4 } else { 0 };
+        let resp = IcResp { pfv: 0, cpda: 0, dgst, maxh2cdata: self.maxh2cdata };
+        let mut b = [0u8; IC_HLEN];
+        resp.encode(&mut b);
+        self.out.extend_from_slice(&b);
+        Ok(())
+    }
+
+    fn cid_test_and_set(&mut self, cid: u16) -> bool {
+        let (w, b) = (cid as usize / 64, cid as usize % 64);
+        let was = self.cid_busy[w] & (1 << b) != 0;
+        self.cid_busy[w] |= 1 << b;
+        was
+    }
+
+    fn cid_clear(&mut self, cid: u16) {
+        self.cid_busy[cid as usize / 64] &= !(1u64 << (cid % 64));
+    }
+
+    /// A command capsule (TCP §3.6.2.6): check it, collect its data, run it.
+    fn on_capsule(&mut self, sqe: Sqe, icd: &[u8], ddgst_ok: bool) -> Result<(), Fatal> {
+        self.sqhd = (self.sqhd + 1) % (self.sqsize as u32 + 1) as u16;
+        if self.cid_test_and_set(sqe.cid) {
+            // Base §4.6.1.2.1: a CID already in flight on this queue.
+            self.respond(sqe.cid, Status::CID_CONFLICT.dnr(), 0);
+            return Ok(());
+        }
+        let Some(idx) = self.free.pop() else {
+            // More commands than the queue has entries: the host broke flow control.
+            self.cid_clear(sqe.cid);
+            return Err(Fatal::sequence());
+        };
+        let idx = idx as usize;
+        let s = &mut self.slots[idx];
+        s.sqe = sqe;
+        s.phase = Phase::Exec;
+        s.len = 0;
+        s.ns_idx = 0;
+        s.pending = 0;
+        s.status = Status::SUCCESS;
+        s.reply = false;
+
+        if self.target.is_shutting_down() && sqe.opcode != aop::FABRICS {
+            self.finish(idx, Status::ABORT_REQUESTED, 0);
+            return Ok(());
+        }
+        let xfer = match self.classify(idx) {
+            Ok(x) => x,
+            Err(st) => {
+                self.finish(idx, st, 0);
+                return Ok(());
+            }
+        };
+        let dptr = sqe.dptr;
+        match xfer {
+            Xfer::H2C(len) => {
+                if dptr.length != len {
+                    self.finish(idx, Status::SGL_INVALID_DATA_LENGTH.dnr(), 0);
+                    return Ok(());
+                }
+                if dptr.sgl_type == sgl::IN_CAPSULE {
+                    if dptr.addr != 0 {
+                        self.finish(idx, Status::SGL_INVALID_OFFSET.dnr(), 0);
+                    } else if icd.len() != len as usize {
+                        self.finish(idx, Status::SGL_INVALID_DATA_LENGTH.dnr(), 0);
+                    } else if !ddgst_ok {
+                        self.finish(idx, TRANSIENT_TRANSPORT_ERROR, 0);
+                    } else {
+                        let mut buf = self.pool.get(len as usize);
+                        buf.as_mut_slice().copy_from_slice(icd);
+                        let s = &mut self.slots[idx];
+                        s.buf = Some(buf);
+                        s.len = len;
+                        self.run(idx);
+                    }
+                } else if dptr.sgl_type == sgl::TRANSPORT && icd.is_empty() {
+                    // TCP §3.6.2.10: ask for the data with one R2T for the whole transfer.
+                    let buf = self.pool.get(len as usize);
+                    let s = &mut self.slots[idx];
+                    s.buf = Some(buf);
+                    s.len = len;
+                    s.phase = Phase::H2C { got: 0 };
+                    self.send_r2t(sqe.cid, idx as u16, 0, len);
+                } else {
+                    self.finish(idx, Status::SGL_INVALID_TYPE.dnr(), 0);
+                }
+            }
+            Xfer::C2H(len) => {
+                if !icd.is_empty() || dptr.sgl_type != sgl::TRANSPORT {
+                    self.finish(idx, Status::SGL_INVALID_TYPE.dnr(), 0);
+                } else if dptr.length < len {
+                    self.finish(idx, Status::SGL_INVALID_DATA_LENGTH.dnr(), 0);
+                } else {
+                    self.slots[idx].len = len;
+                    self.run(idx);
+                }
+            }
+            Xfer::None => {
+                if !icd.is_empty() {
+                    self.finish(idx, Status::INVALID_FIELD.dnr(), 0);
+                } else {
+                    self.run(idx);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What data the command in `idx` moves, after checking it can run here.
+    fn classify(&mut self, idx: usize) -> Result<Xfer, Status> {
+        let sqe = self.slots[idx].sqe;
+        if sqe.flags & 0xC0 == 0 && sqe.opcode != aop::FABRICS {
+            // Fabrics §2.? : commands must use SGLs (PSDT 01b or 10b).
+            return Err(Status::INVALID_FIELD.dnr());
+        }
+        if sqe.opcode == aop::FABRICS {
+            return fabrics::classify(self, &sqe);
+        }
+        if self.ctrl.is_none() {
+            // Nothing but Connect before the queue is connected (Fabrics §3.?).
+            return Err(Status::COMMAND_SEQUENCE_ERROR.dnr());
+        }
+        if self.qid == 0 {
+            admin::classify(self, &sqe)
+        } else {
+            let (x, ns_idx) = io::classify(self, &sqe)?;
+            self.slots[idx].ns_idx = ns_idx;
+            Ok(x)
+        }
+    }
+
+    fn run(&mut self, idx: usize) {
+        let sqe = self.slots[idx].sqe;
+        let outcome = if sqe.opcode == aop::FABRICS {
+            fabrics::execute(self, idx)
+        } else if self.qid == 0 {
+            admin::execute(self, idx)
+        } else {
+            io::execute(self, idx)
+        };
+        match outcome {
+            Outcome::Done(st, dw0) => self.finish(idx, st, dw0),
+            Outcome::Pending | Outcome::Parked => {}
+        }
+    }
+
+    /// H2CData (TCP §3.6.2.8): data for an R2T we sent.
+    fn on_h2c_data(&mut self, f: &Framing, pdu: &[u8], data: &[u8], ddgst_ok: bool) -> Result<(), Fatal> {
+        let h = DataHeader::decode(pdu);
+        // The TTAG is ours: it indexes the slot (never trust the CID for this, spdk#1546).
+        let idx = h.ttag as usize;
+        let Some(s) = self.slots.get(idx) else { return Err(Fatal::field(10)) };
+        let Phase::H2C { got } = s.phase else { return Err(Fatal::field(10)) };
+        if s.sqe.cid != h.cccid {
+            return Err(Fatal::field(8));
+        }
+        if h.length as usize != f.data_len {
+            return Err(Fatal::field(16));
+        }
+        if h.length > self.maxh2cdata {
+            return Err(Fatal::limit());
+        }
+        if h.offset != got || h.offset as u64 + h.length as u64 > s.len as u64 {
+            return Err(Fatal::out_of_range());
+        }
+        let end = got + h.length;
+        let last = f.flags & flags::DATA_LAST != 0;
+        if last != (end == s.len) {
+            // DATA_LAST must mark exactly the PDU that ends the R2T's data.
+            return Err(Fatal::sequence());
+        }
+        let s = &mut self.slots[idx];
+        if let Some(buf) = s.buf.as_mut() {
+            buf.as_mut_slice()[got as usize..end as usize].copy_from_slice(data);
+        }
+        if !ddgst_ok {
+            s.status = TRANSIENT_TRANSPORT_ERROR;
+        }
+        s.phase = Phase::H2C { got: end };
+        if end == s.len {
+            s.phase = Phase::Exec;
+            if s.status.is_success() {
+                self.run(idx);
+            } else {
+                let st = s.status;
+                self.finish(idx, st, 0);
+            }
+        }
+        Ok(())
+    }
+
+    // ----- backend ------------------------------------------------------------
+
+    /// Submits a backend request for the command in `idx` on namespace `ns_idx`.
+    pub(crate) fn submit(&mut self, idx: usize, ns_idx: usize, req: IoRequest) -> Result<(), Status> {
+        if self.bqs.len() < self.namespaces.len() {
+            self.bqs.resize_with(self.namespaces.len(), || None);
+        }
+        if self.bqs[ns_idx].is_none() {
+            let depth = self.slots.len() as u32;
+            match self.namespaces[ns_idx].backend.open_queue(depth) {
+                Ok(q) => self.bqs[ns_idx] = Some(q),
+                Err(e) => {
+                    tracing::error!(nsid = self.namespaces[ns_idx].nsid, "cannot open backend queue: {e}");
+                    self.pool.put(req.buf);
+                    return Err(Status::INTERNAL_ERROR);
+                }
+            }
+        }
+        if let Some(q) = self.bqs[ns_idx].as_mut() {
+            self.slots[idx].pending += 1;
+            self.in_flight += 1;
+            q.submit(req);
+        }
+        Ok(())
+    }
+
+    fn on_backend_completion(&mut self, c: IoCompletion) {
+        let idx = c.tag as usize;
+        let Some(s) = self.slots.get_mut(idx) else {
+            self.pool.put(c.buf);
+            return;
+        };
+        if let Err(e) = &c.result {
+            let write = matches!(s.sqe.opcode, farflash_wire::opcode::io::WRITE | farflash_wire::opcode::io::WRITE_ZEROES);
+            tracing::warn!(cid = s.sqe.cid, opcode = s.sqe.opcode, "backend I/O failed: {e}");
+            s.status = match e.raw_os_error() {
+                Some(libc::ENOSPC) => Status::CAPACITY_EXCEEDED,
+                Some(libc::EIO) if write => Status::WRITE_FAULT,
+                Some(libc::EIO) => Status::UNRECOVERED_READ_ERROR,
+                _ => Status::INTERNAL_ERROR,
+            };
+            if let Some(st) = &self.stats {
+                QueueStats::bump(&st.media_errors, 1);
+            }
+        }
+        // Keep the buffer that carries a read's data; recycle the others.
+        if s.reply && s.buf.is_none() {
+            s.buf = Some(c.buf);
+        } else {
+            self.pool.put(c.buf);
+        }
+        let s = &mut self.slots[idx];
+        s.pending = s.pending.saturating_sub(1);
+        if s.pending == 0 {
+            let st = s.status;
+            io::account(self, idx);
+            self.finish(idx, st, 0);
+        }
+    }
+
+    // ----- transmit path ------------------------------------------------------
+
+    /// Completes the command in `idx`: reply data (if any and successful) as
+    /// C2HData PDUs, then the CapsuleResp; frees the slot.
+    pub(crate) fn finish(&mut self, idx: usize, status: Status, dw0: u32) {
+        let (cid, reply, len, sqe) = {
+            let s = &self.slots[idx];
+            (s.sqe.cid, s.reply, s.len, s.sqe)
+        };
+        if status.is_success() && reply && len > 0 {
+            if let Some(buf) = self.slots[idx].buf.take() {
+                self.send_c2h(cid, &buf.as_slice()[..len as usize]);
+                self.pool.put(buf);
+            }
+        }
+        if !status.is_success() {
+            if let Some(c) = &self.ctrl {
+                c.record_error(ErrorEntry {
+                    sqid: self.qid,
+                    cid,
+                    status: status.to_cqe_field(false),
+                    nsid: sqe.nsid,
+                    trtype: farflash_wire::discovery::TRTYPE_TCP,
+                    ..ErrorEntry::default()
+                });
+            }
+        }
+        self.respond(cid, status, dw0);
+        let s = &mut self.slots[idx];
+        if let Some(b) = s.buf.take() {
+            self.pool.put(b);
+        }
+        s.phase = Phase::Free;
+        self.cid_clear(cid);
+        self.free.push(idx as u16);
+    }
+
+    /// Sends a CapsuleResp (TCP §3.6.2.7).
+    pub(crate) fn respond(&mut self, cid: u16, status: Status, dw0: u32) {
+        let cqe = Cqe {
+            dw0,
+            dw1: std::mem::take(&mut self.respond_dw1),
+            // Fabrics §? : SQHD is FFFFh when SQ flow control is disabled.
+            sqhd: if self.sq_flow_control { self.sqhd } else { 0xFFFF },
+            sqid: self.qid,
+            cid,
+            status,
+        };
+        let start = self.out.len();
+        let hd = self.neg.hdgst;
+        self.out.resize(start + CH_LEN + CQE_SIZE + if hd { DIGEST_LEN } else { 0 }, 0);
+        let b = &mut self.out[start..];
+        write_header(b, PduType::CapsuleResp, 0, hd, false, 0);
+        let mut raw = [0u8; CQE_SIZE];
+        cqe.encode(&mut raw);
+        b[CH_LEN..CH_LEN + CQE_SIZE].copy_from_slice(&raw);
+        farflash_wire::pdu::seal_header(b, PduType::CapsuleResp, hd);
+    }
+
+    fn send_r2t(&mut self, cid: u16, ttag: u16, offset: u32, len: u32) {
+        let start = self.out.len();
+        let hd = self.neg.hdgst;
+        self.out.resize(start + 24 + if hd { DIGEST_LEN } else { 0 }, 0);
+        DataHeader { cccid: cid, ttag, offset, length: len }.encode(&mut self.out[start..], PduType::R2T, 0, hd, false, 0);
+    }
+
+    /// Sends `data` as C2HData PDUs of at most max_c2h_data bytes (TCP §3.6.2.9).
+    fn send_c2h(&mut self, cid: u16, data: &[u8]) {
+        let chunk = self.target.transport.max_c2h_data as usize;
+        let (hd, dd) = (self.neg.hdgst, self.neg.ddgst);
+        let mut off = 0;
+        while off < data.len() {
+            let n = chunk.min(data.len() - off);
+            let last = off + n == data.len();
+            let start = self.out.len();
+            let hend = 24 + if hd { DIGEST_LEN } else { 0 };
+            let pdo = if self.hpda_align > 0 { hend.div_ceil(self.hpda_align) * self.hpda_align } else { hend };
+            let total = pdo + n + if dd { DIGEST_LEN } else { 0 };
+            self.out.resize(start + total, 0);
+            let b = &mut self.out[start..];
+            let fl = if last { flags::DATA_LAST } else { 0 };
+            DataHeader { cccid: cid, ttag: 0, offset: off as u32, length: n as u32 }.encode(b, PduType::C2HData, fl, hd, dd, n);
+            if pdo != hend {
+                b[3] = pdo as u8;
+                farflash_wire::le::put_u32(b, 4, total as u32);
+                farflash_wire::pdu::seal_header(b, PduType::C2HData, hd);
+            }
+            b[pdo..pdo + n].copy_from_slice(&data[off..off + n]);
+            if dd {
+                let d = digest::crc32c(&data[off..off + n]).to_le_bytes();
+                b[pdo + n..pdo + n + DIGEST_LEN].copy_from_slice(&d);
+            }
+            off += n;
+        }
+    }
+
+    /// Sends a C2HTermReq and closes (TCP §3.6.2.5).
+    fn fatal(&mut self, e: Fatal, bad_header: &[u8]) {
+        tracing::warn!(peer = %self.peer, fes = e.fes, fei = e.fei, "fatal transport error; sending C2HTermReq");
+        let mut b = [0u8; 24 + 128];
+        let n = TermReq { fes: e.fes, fei: e.fei }.encode(&mut b, PduType::C2HTermReq, bad_header);
+        self.out.extend_from_slice(&b[..n]);
+        self.closing = true;
+    }
+
+    // ----- helpers for the executors -------------------------------------------
+
+    /// A zeroed reply buffer of `len` bytes for the command in `idx`; the
+    /// executor fills it, and `finish` sends `min(len, transfer length)`.
+    pub(crate) fn reply_buf(&mut self, idx: usize, len: usize) -> &mut [u8] {
+        let want = self.slots[idx].len as usize;
+        let mut buf = self.pool.get(len.max(want));
+        buf.as_mut_slice().fill(0);
+        let s = &mut self.slots[idx];
+        s.len = want.min(len) as u32;
+        s.reply = true;
+        s.buf = Some(buf);
+        match s.buf.as_mut() {
+            Some(b) => &mut b.as_mut_slice()[..len],
+            None => &mut [],
+        }
+    }
+
+    pub(crate) fn set_connected(&mut self, ctrl: Arc<Controller>, qid: u16, sqsize: u16, disable_sq_flow: bool, icd: usize) {
+        self.qid = qid;
+        self.sqsize = sqsize;
+        self.sq_flow_control = !disable_sq_flow;
+        self.icd_size = icd;
+        self.neg.max_data = (icd as u32).max(self.maxh2cdata);
+        self.sqhd = 1 % (sqsize as u32 + 1) as u16;
+        if let Some(sub) = ctrl.subsystem() {
+            self.namespaces = sub.namespaces.clone();
+            self.stats = Some(sub.stats.register());
+        }
+        self.ctrl = Some(ctrl);
+        self.last_keep_alive = Instant::now();
+    }
+
+    /// Grows the slot table to the connected queue's size; the Connect
+    /// command's slot (index `keep`) stays where it is.
+    pub(crate) fn grow_slots(&mut self, n: usize) {
+        let old = self.slots.len();
+        if n > old {
+            self.slots.extend((old..n).map(|_| Slot::empty()));
+            self.free.extend((old as u16..n as u16).rev());
+        }
+    }
+
+    pub(crate) fn namespace_index(&self, nsid: u32) -> Option<usize> {
+        self.namespaces.binary_search_by_key(&nsid, |n| n.nsid).ok()
+    }
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        if let Some(st) = &self.stats {
+            if let Some(sub) = self.ctrl.as_ref().and_then(|c| c.subsystem()) {
+                sub.stats.retire(st);
+            }
+        }
+        if let Some(c) = &self.ctrl {
+            if self.qid == 0 {
+                // The admin queue carries the association (Fabrics §3.?).
+                tracing::info!(cntlid = c.cntlid, peer = %self.peer, local = %self.local, "controller association ended");
+                self.target.remove_controller(c);
+            } else {
+                let mut st = c.lock();
+                st.io_qids.retain(|&q| q != self.qid);
+            }
+        }
+    }
+}

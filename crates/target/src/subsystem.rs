@@ -1,0 +1,179 @@
+//! Subsystems and namespaces as the controller sees them at run time, built
+//! from [`crate::config::Config`] with their backends opened.
+
+use crate::config::{BackendKind, Config, NamespaceConfig, SubsystemConfig};
+use crate::stats::StatsRegistry;
+use farflash_backend::{open_file, open_null, open_ram, FileOptions, SharedBackend};
+use std::sync::Arc;
+
+/// One namespace: an NSID, its identifiers and its storage.
+pub struct Namespace {
+    pub nsid: u32,
+    pub backend: SharedBackend,
+    pub block_size: u32,
+    /// log2(block_size), for LBA → byte shifts.
+    pub lba_shift: u32,
+    /// Size in logical blocks (NSZE).
+    pub blocks: u64,
+    pub uuid: [u8; 16],
+    pub nguid: [u8; 16],
+    /// Where it came from, for the start-up banner.
+    pub describe: String,
+}
+
+/// One NVM subsystem.
+pub struct Subsystem {
+    pub nqn: String,
+    pub serial: String,
+    pub model: String,
+    /// Empty: any host may connect.
+    pub allowed_hosts: Vec<String>,
+    /// Sorted by NSID.
+    pub namespaces: Vec<Arc<Namespace>>,
+    pub stats: StatsRegistry,
+}
+
+impl Subsystem {
+    /// Whether `hostnqn` may connect (Fabrics §? host access control).
+    pub fn host_allowed(&self, hostnqn: &str) -> bool {
+        self.allowed_hosts.is_empty() || self.allowed_hosts.iter().any(|h| h == hostnqn)
+    }
+    pub fn namespace(&self, nsid: u32) -> Option<&Arc<Namespace>> {
+        self.namespaces.binary_search_by_key(&nsid, |n| n.nsid).ok().map(|i| &self.namespaces[i])
+    }
+    /// Largest NSID (Identify Controller NN).
+    pub fn max_nsid(&self) -> u32 {
+        self.namespaces.last().map(|n| n.nsid).unwrap_or(0)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("subsystem {nqn}, namespace {nsid}: {what}: {source}")]
+    Backend { nqn: String, nsid: u32, what: String, source: std::io::Error },
+    #[error("subsystem {nqn}, namespace {nsid}: {msg}")]
+    Invalid { nqn: String, nsid: u32, msg: String },
+}
+
+/// Derives a stable 16-byte identifier from the subsystem NQN, the NSID and a
+/// salt (FNV-1a based), formatted as an RFC 4122 version-8 UUID.
+fn derive_id(nqn: &str, nsid: u32, salt: u8) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    for (half, chunk) in out.chunks_mut(8).enumerate() {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ (salt as u64) << 8 ^ half as u64;
+        for b in nqn.bytes().chain(nsid.to_le_bytes()) {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01B3);
+        }
+        chunk.copy_from_slice(&h.to_be_bytes());
+    }
+    out[6] = (out[6] & 0x0F) | 0x80;
+    out[8] = (out[8] & 0x3F) | 0x80;
+    out
+}
+
+fn parse_hex16(s: &str) -> Option<[u8; 16]> {
+    let h: String = s.chars().filter(|c| *c != '-').collect();
+    if h.len() != 32 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(h.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+fn build_namespace(sub: &SubsystemConfig, nc: &NamespaceConfig, nsid: u32) -> Result<Namespace, BuildError> {
+    let bs = nc.block_size.unwrap_or(512);
+    let size = nc.size.map(|s| s.0);
+    let err = |what: &str, source| BuildError::Backend { nqn: sub.nqn.clone(), nsid, what: what.to_owned(), source };
+    let (backend, describe) = match nc.backend {
+        BackendKind::Ram => {
+            let sz = size.unwrap_or(0);
+            (open_ram(sz, bs).map_err(|e| err("RAM backend", e))?, format!("ram {}", human(sz)))
+        }
+        BackendKind::Null => {
+            let sz = size.unwrap_or(0);
+            (open_null(sz, bs).map_err(|e| err("null backend", e))?, format!("null {}", human(sz)))
+        }
+        BackendKind::File => {
+            let path = nc.path.clone().unwrap_or_default();
+            let opts = FileOptions { block_size: bs, create_size: size, ..FileOptions::default() };
+            let b = open_file(&path, &opts).map_err(|e| err(&format!("file {}", path.display()), e))?;
+            let d = format!("{} {} ({})", b.kind(), path.display(), human(b.capacity()));
+            (b, d)
+        }
+    };
+    let blocks = backend.capacity() / bs as u64;
+    if blocks == 0 {
+        return Err(BuildError::Invalid { nqn: sub.nqn.clone(), nsid, msg: "namespace is smaller than one block".into() });
+    }
+    let invalid = |msg: &str| BuildError::Invalid { nqn: sub.nqn.clone(), nsid, msg: msg.to_owned() };
+    let uuid = match &nc.uuid {
+        Some(u) => parse_hex16(u).ok_or_else(|| invalid("uuid must be 32 hex digits (dashes allowed)"))?,
+        None => derive_id(&sub.nqn, nsid, 1),
+    };
+    let nguid = match &nc.nguid {
+        Some(u) => parse_hex16(u).ok_or_else(|| invalid("nguid must be 32 hex digits"))?,
+        None => derive_id(&sub.nqn, nsid, 2),
+    };
+    Ok(Namespace { nsid, backend, block_size: bs, lba_shift: bs.trailing_zeros(), blocks, uuid, nguid, describe })
+}
+
+pub fn human(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)];
+    for (u, m) in UNITS {
+        if bytes >= m && bytes % m == 0 {
+            return format!("{}{u}", bytes / m);
+        }
+    }
+    format!("{bytes}B")
+}
+
+/// Opens every backend of `cfg`'s subsystems.
+pub fn build_subsystems(cfg: &Config) -> Result<Vec<Arc<Subsystem>>, BuildError> {
+    let mut out = Vec::new();
+    for (i, sc) in cfg.subsystems.iter().enumerate() {
+        let mut namespaces = Vec::new();
+        let mut next = 1;
+        for nc in &sc.namespaces {
+            let nsid = nc.nsid.unwrap_or(next);
+            next = next.max(nsid + 1);
+            namespaces.push(Arc::new(build_namespace(sc, nc, nsid)?));
+        }
+        namespaces.sort_by_key(|n| n.nsid);
+        let serial = sc.serial.clone().unwrap_or_else(|| {
+            let id = derive_id(&sc.nqn, 0, 3);
+            format!("FF{:02X}{:02X}{:02X}{:02X}{:02X}{:02X}{:02X}", id[0], id[1], id[2], id[3], id[4], id[5], i as u8)
+        });
+        out.push(Arc::new(Subsystem {
+            nqn: sc.nqn.clone(),
+            serial,
+            model: sc.model.clone().unwrap_or_else(|| "farflash".to_owned()),
+            allowed_hosts: sc.allowed_hosts.clone(),
+            namespaces,
+            stats: StatsRegistry::default(),
+        }));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_stable_and_unique() {
+        let a = derive_id("nqn.a", 1, 1);
+        assert_eq!(a, derive_id("nqn.a", 1, 1));
+        assert_ne!(a, derive_id("nqn.a", 2, 1));
+        assert_ne!(a, derive_id("nqn.b", 1, 1));
+        assert_ne!(a, derive_id("nqn.a", 1, 2));
+        assert_eq!(a[6] >> 4, 8);
+        assert_eq!(parse_hex16("6d1d2c3a-4b5c-4d6e-8f90-a1b2c3d4e5f6").map(|x| x[0]), Some(0x6d));
+        assert_eq!(parse_hex16("zz"), None);
+        assert_eq!(human(1 << 30), "1G");
+        assert_eq!(human(1000), "1000B");
+    }
+}
