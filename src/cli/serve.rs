@@ -5,7 +5,9 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{ArgMatches, Args, FromArgMatches};
-use farflash_target::config::{BackendKind, Config, NamespaceConfig, Size, SubsystemConfig, DEFAULT_NQN};
+use farflash_target::config::{
+    BackendKind, Config, NamespaceConfig, Size, SubsystemConfig, DEFAULT_NQN,
+};
 use farflash_target::subsystem::{build_subsystems, human};
 use farflash_target::Target;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
@@ -70,12 +72,31 @@ impl FromArgMatches for ServeArgs {
     fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
         let flags = ServeFlags::from_arg_matches(m)?;
         let mut order: Vec<(usize, NsFlag)> = Vec::new();
-        let idx = |id: &str| m.indices_of(id).map(|i| i.collect::<Vec<_>>()).unwrap_or_default();
-        order.extend(idx("ram").into_iter().zip(flags.ram.iter().map(|s| NsFlag::Ram(*s))));
-        order.extend(idx("file").into_iter().zip(flags.file.iter().map(|p| NsFlag::File(p.clone()))));
-        order.extend(idx("null").into_iter().zip(flags.null.iter().map(|s| NsFlag::Null(*s))));
+        let idx = |id: &str| {
+            m.indices_of(id)
+                .map(|i| i.collect::<Vec<_>>())
+                .unwrap_or_default()
+        };
+        order.extend(
+            idx("ram")
+                .into_iter()
+                .zip(flags.ram.iter().map(|s| NsFlag::Ram(*s))),
+        );
+        order.extend(
+            idx("file")
+                .into_iter()
+                .zip(flags.file.iter().map(|p| NsFlag::File(p.clone()))),
+        );
+        order.extend(
+            idx("null")
+                .into_iter()
+                .zip(flags.null.iter().map(|s| NsFlag::Null(*s))),
+        );
         order.sort_by_key(|(i, _)| *i);
-        Ok(ServeArgs { flags, ns_order: order.into_iter().map(|(_, f)| f).collect() })
+        Ok(ServeArgs {
+            flags,
+            ns_order: order.into_iter().map(|(_, f)| f).collect(),
+        })
     }
     fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
         *self = ServeArgs::from_arg_matches(m)?;
@@ -117,10 +138,19 @@ impl ServeArgs {
                     NsFlag::Null(s) => (BackendKind::Null, None, Some(*s)),
                     NsFlag::File(p) => (BackendKind::File, Some(p.clone()), None),
                 };
-                NamespaceConfig { nsid: None, backend, path, size, block_size: bs, uuid: None, nguid: None }
+                NamespaceConfig {
+                    nsid: None,
+                    backend,
+                    path,
+                    size,
+                    block_size: bs,
+                    uuid: None,
+                    nguid: None,
+                }
             })
             .collect();
-        let touches_subsystem = !flag_ns.is_empty() || f.nqn.is_some() || !f.allow_host.is_empty() || bs.is_some();
+        let touches_subsystem =
+            !flag_ns.is_empty() || f.nqn.is_some() || !f.allow_host.is_empty() || bs.is_some();
         if f.config.is_some() {
             if touches_subsystem {
                 // Flags describe one more subsystem beside the file's.
@@ -153,7 +183,8 @@ impl ServeArgs {
 }
 
 fn init_logging(level: &str) -> Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_new(level).with_context(|| format!("bad --log-level {level:?}"))?;
+    let filter = tracing_subscriber::EnvFilter::try_new(level)
+        .with_context(|| format!("bad --log-level {level:?}"))?;
     use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -178,9 +209,14 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let cfg = args.to_config()?;
     let subsystems = build_subsystems(&cfg)?;
     let listeners: Vec<TcpListener> = cfg.listen.iter().map(|a| bind(a)).collect::<Result<_>>()?;
-    let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr()).collect::<Result<_, _>>()?;
+    let addrs: Vec<SocketAddr> = listeners
+        .iter()
+        .map(|l| l.local_addr())
+        .collect::<Result<_, _>>()?;
     let threads = match cfg.transport.threads {
-        0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        0 => std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
         n => n as usize,
     };
     let target = Target::new(subsystems, cfg.transport.clone(), addrs.clone());
@@ -190,7 +226,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
     }
     print_banner(&target, &addrs, threads);
-    farflash_transport::serve(target.clone(), listeners, threads, stop, DRAIN).context("serving")?;
+    farflash_transport::serve(target.clone(), listeners, threads, stop, DRAIN)
+        .context("serving")?;
 
     // Acknowledged writes must survive: flush every file backend before exit.
     let mut failed = false;
@@ -202,11 +239,20 @@ pub fn run(args: ServeArgs) -> Result<()> {
             }
         }
     }
-    let t = target.subsystems.iter().fold(farflash_target::stats::Totals::default(), |mut a, s| {
-        a += s.stats.totals();
-        a
-    });
-    tracing::info!(reads = t.read_cmds, writes = t.write_cmds, read_bytes = t.read_bytes, written_bytes = t.write_bytes, "stopped");
+    let t = target
+        .subsystems
+        .iter()
+        .fold(farflash_target::stats::Totals::default(), |mut a, s| {
+            a += s.stats.totals();
+            a
+        });
+    tracing::info!(
+        reads = t.read_cmds,
+        writes = t.write_cmds,
+        read_bytes = t.read_bytes,
+        written_bytes = t.write_bytes,
+        "stopped"
+    );
     if failed {
         bail!("some namespaces could not be flushed at shutdown");
     }
@@ -216,9 +262,17 @@ pub fn run(args: ServeArgs) -> Result<()> {
 fn print_banner(target: &Target, addrs: &[SocketAddr], threads: usize) {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "farflash {} NVMe/TCP target ({threads} I/O threads)", env!("CARGO_PKG_VERSION"));
+    let _ = writeln!(
+        out,
+        "farflash {} NVMe/TCP target ({threads} I/O threads)",
+        env!("CARGO_PKG_VERSION")
+    );
     for sub in &target.subsystems {
-        let hosts = if sub.allowed_hosts.is_empty() { "any host".to_owned() } else { sub.allowed_hosts.join(", ") };
+        let hosts = if sub.allowed_hosts.is_empty() {
+            "any host".to_owned()
+        } else {
+            sub.allowed_hosts.join(", ")
+        };
         let _ = writeln!(out, "subsystem {} (allowed: {hosts})", sub.nqn);
         for ns in &sub.namespaces {
             let _ = writeln!(
@@ -232,12 +286,22 @@ fn print_banner(target: &Target, addrs: &[SocketAddr], threads: usize) {
             );
         }
     }
-    let _ = writeln!(out, "discovery subsystem {} on every listener", farflash_wire::DISCOVERY_NQN);
+    let _ = writeln!(
+        out,
+        "discovery subsystem {} on every listener",
+        farflash_wire::DISCOVERY_NQN
+    );
     for a in addrs {
         let _ = writeln!(out, "listening on {a}");
     }
     if let (Some(a), Some(sub)) = (addrs.first(), target.subsystems.first()) {
-        let _ = writeln!(out, "connect with: nvme connect -t tcp -a {} -s {} -n {}", a.ip(), a.port(), sub.nqn);
+        let _ = writeln!(
+            out,
+            "connect with: nvme connect -t tcp -a {} -s {} -n {}",
+            a.ip(),
+            a.port(),
+            sub.nqn
+        );
     }
     let _ = out.flush();
 }
@@ -254,7 +318,9 @@ mod tests {
     }
 
     fn parse(args: &[&str]) -> ServeArgs {
-        T::try_parse_from(std::iter::once("serve").chain(args.iter().copied())).unwrap().a
+        T::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
+            .unwrap()
+            .a
     }
 
     #[test]
@@ -265,13 +331,27 @@ mod tests {
 
     #[test]
     fn namespace_flags_keep_their_order() {
-        let c = parse(&["--null", "1G", "--file", "/tmp/x", "--ram", "512M", "--block-size", "4096", "--nqn", "nqn.t:a"])
-            .to_config()
-            .unwrap();
+        let c = parse(&[
+            "--null",
+            "1G",
+            "--file",
+            "/tmp/x",
+            "--ram",
+            "512M",
+            "--block-size",
+            "4096",
+            "--nqn",
+            "nqn.t:a",
+        ])
+        .to_config()
+        .unwrap();
         let s = &c.subsystems[0];
         assert_eq!(s.nqn, "nqn.t:a");
         let kinds: Vec<_> = s.namespaces.iter().map(|n| n.backend).collect();
-        assert_eq!(kinds, vec![BackendKind::Null, BackendKind::File, BackendKind::Ram]);
+        assert_eq!(
+            kinds,
+            vec![BackendKind::Null, BackendKind::File, BackendKind::Ram]
+        );
         assert!(s.namespaces.iter().all(|n| n.block_size == Some(4096)));
     }
 
@@ -285,8 +365,12 @@ mod tests {
             "listen=['127.0.0.1:4420']\n[[subsystem]]\nnqn='nqn.t:a'\nallowed_hosts=['nqn.h']\n[[subsystem.namespace]]\nbackend='ram'\nsize='64M'\n",
         )
         .unwrap();
-        let from_file = parse(&["--config", p.to_str().unwrap()]).to_config().unwrap();
-        let from_flags = parse(&["--nqn", "nqn.t:a", "--ram", "64M", "--allow-host", "nqn.h"]).to_config().unwrap();
+        let from_file = parse(&["--config", p.to_str().unwrap()])
+            .to_config()
+            .unwrap();
+        let from_flags = parse(&["--nqn", "nqn.t:a", "--ram", "64M", "--allow-host", "nqn.h"])
+            .to_config()
+            .unwrap();
         assert_eq!(from_file, from_flags);
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -27,7 +27,9 @@ pub(crate) fn classify(q: &QueuePair, sqe: &Sqe) -> Result<Xfer, Status> {
             }
             Ok(Xfer::C2H(g.len as u32))
         }
-        op::GET_FEATURES | op::SET_FEATURES | op::KEEP_ALIVE | op::ASYNC_EVENT_REQUEST => Ok(Xfer::None),
+        op::GET_FEATURES | op::SET_FEATURES | op::KEEP_ALIVE | op::ASYNC_EVENT_REQUEST => {
+            Ok(Xfer::None)
+        }
         op::ABORT if !disc => Ok(Xfer::None),
         _ => Err(Status::INVALID_OPCODE.dnr()),
     }
@@ -35,7 +37,9 @@ pub(crate) fn classify(q: &QueuePair, sqe: &Sqe) -> Result<Xfer, Status> {
 
 pub(crate) fn execute(q: &mut QueuePair, idx: usize) -> Outcome {
     let sqe = q.slots[idx].sqe;
-    let Some(ctrl) = q.ctrl.clone() else { return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR.dnr(), 0) };
+    let Some(ctrl) = q.ctrl.clone() else {
+        return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR.dnr(), 0);
+    };
     match sqe.opcode {
         op::IDENTIFY => identify_cmd(q, idx, &ctrl, &sqe),
         op::GET_LOG_PAGE => get_log_page(q, idx, &ctrl, &sqe),
@@ -105,13 +109,21 @@ fn identify_cmd(q: &mut QueuePair, idx: usize, ctrl: &Controller, sqe: &Sqe) -> 
                 Status::INVALID_FIELD.dnr()
             } else {
                 let ids: Vec<u32> = q.namespaces.iter().map(|n| n.nsid).collect();
-                farflash_wire::identify::encode_active_ns_list(q.reply_buf(idx, IDENTIFY_LEN), ids.into_iter(), nsid);
+                farflash_wire::identify::encode_active_ns_list(
+                    q.reply_buf(idx, IDENTIFY_LEN),
+                    ids.into_iter(),
+                    nsid,
+                );
                 Status::SUCCESS
             }
         }
         cns::NS_ID_DESCRIPTORS => match ns {
             Some(ns) => {
-                farflash_wire::identify::encode_ns_descriptors(q.reply_buf(idx, IDENTIFY_LEN), &ns.nguid, &ns.uuid);
+                farflash_wire::identify::encode_ns_descriptors(
+                    q.reply_buf(idx, IDENTIFY_LEN),
+                    &ns.nguid,
+                    &ns.uuid,
+                );
                 Status::SUCCESS
             }
             None => Status::INVALID_NAMESPACE.dnr(),
@@ -152,7 +164,10 @@ fn get_log_page(q: &mut QueuePair, idx: usize, ctrl: &Controller, sqe: &Sqe) -> 
                 // LPA bit 0 is clear: no per-namespace SMART data.
                 return Outcome::Done(Status::INVALID_FIELD.dnr(), 0);
             }
-            let t = ctrl.subsystem().map(|s| s.stats.totals()).unwrap_or_default();
+            let t = ctrl
+                .subsystem()
+                .map(|s| s.stats.totals())
+                .unwrap_or_default();
             let errors = ctrl.lock().error_count;
             let smart = Smart {
                 temperature: 273 + 35,
@@ -193,7 +208,7 @@ fn get_log_page(q: &mut QueuePair, idx: usize, ctrl: &Controller, sqe: &Sqe) -> 
         }
         _ => return Outcome::Done(Status::INVALID_LOG_PAGE.dnr(), 0),
     };
-    if g.offset % 4 != 0 || g.offset > page.len() as u64 {
+    if !g.offset.is_multiple_of(4) || g.offset > page.len() as u64 {
         // Base §5.16: an offset beyond the log page is an invalid field.
         return Outcome::Done(Status::INVALID_FIELD.dnr(), 0);
     }
@@ -231,7 +246,11 @@ fn set_features(q: &mut QueuePair, ctrl: &Controller, sqe: &Sqe) -> Outcome {
             Outcome::Done(Status::SUCCESS, 0)
         }
         fid::ASYNC_EVENT_CONFIG => {
-            let supported = if disc { OAES_DISCOVERY_CHANGE } else { OAES_NS_ATTR };
+            let supported = if disc {
+                OAES_DISCOVERY_CHANGE
+            } else {
+                OAES_NS_ATTR
+            };
             st.aec = sqe.cdw11 & (supported | 0xFF);
             Outcome::Done(Status::SUCCESS, 0)
         }
@@ -239,8 +258,12 @@ fn set_features(q: &mut QueuePair, ctrl: &Controller, sqe: &Sqe) -> Outcome {
             st.vwc_enabled = sqe.cdw11 & 1 != 0;
             Outcome::Done(Status::SUCCESS, 0)
         }
-        fid::ARBITRATION | fid::POWER_MANAGEMENT | fid::TEMPERATURE_THRESHOLD | fid::ERROR_RECOVERY
-        | fid::INTERRUPT_COALESCING | fid::WRITE_ATOMICITY
+        fid::ARBITRATION
+        | fid::POWER_MANAGEMENT
+        | fid::TEMPERATURE_THRESHOLD
+        | fid::ERROR_RECOVERY
+        | fid::INTERRUPT_COALESCING
+        | fid::WRITE_ATOMICITY
             if !disc =>
         {
             Outcome::Done(Status::FEATURE_NOT_CHANGEABLE.dnr(), 0)
@@ -255,19 +278,33 @@ fn get_features(q: &mut QueuePair, ctrl: &Controller, sqe: &Sqe) -> Outcome {
     let disc = ctrl.is_discovery();
     if sel == 3 {
         // Supported capabilities: changeable where Set Features accepts it.
-        let changeable = matches!(f, fid::KEEP_ALIVE_TIMER | fid::ASYNC_EVENT_CONFIG | fid::NUMBER_OF_QUEUES | fid::VOLATILE_WRITE_CACHE);
+        let changeable = matches!(
+            f,
+            fid::KEEP_ALIVE_TIMER
+                | fid::ASYNC_EVENT_CONFIG
+                | fid::NUMBER_OF_QUEUES
+                | fid::VOLATILE_WRITE_CACHE
+        );
         return Outcome::Done(Status::SUCCESS, (changeable as u32) << 2);
     }
     let st = ctrl.lock();
     let v = match f {
         fid::NUMBER_OF_QUEUES if !disc => {
-            let n = if st.io_queues_set { st.io_queues_granted as u32 } else { q.target.transport.max_io_queues } - 1;
+            let n = if st.io_queues_set {
+                st.io_queues_granted as u32
+            } else {
+                q.target.transport.max_io_queues
+            } - 1;
             n | n << 16
         }
         fid::KEEP_ALIVE_TIMER => st.kato_ms,
         fid::ASYNC_EVENT_CONFIG => st.aec,
         fid::VOLATILE_WRITE_CACHE if !disc => st.vwc_enabled as u32,
-        fid::ARBITRATION | fid::POWER_MANAGEMENT | fid::ERROR_RECOVERY | fid::INTERRUPT_COALESCING | fid::WRITE_ATOMICITY
+        fid::ARBITRATION
+        | fid::POWER_MANAGEMENT
+        | fid::ERROR_RECOVERY
+        | fid::INTERRUPT_COALESCING
+        | fid::WRITE_ATOMICITY
             if !disc =>
         {
             0

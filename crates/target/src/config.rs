@@ -158,7 +158,9 @@ impl std::str::FromStr for Size {
             }
         };
         let n: u64 = num.parse().map_err(|_| format!("bad size {s:?}"))?;
-        n.checked_mul(mult).map(Size).ok_or_else(|| format!("size {s:?} is too large"))
+        n.checked_mul(mult)
+            .map(Size)
+            .ok_or_else(|| format!("size {s:?} is too large"))
     }
 }
 
@@ -192,21 +194,33 @@ pub enum ConfigError {
     #[error("config: {0}")]
     Invalid(String),
     #[error("config file {path}: {source}")]
-    Parse { path: String, source: toml::de::Error },
+    Parse {
+        path: String,
+        source: toml::de::Error,
+    },
     #[error("config file {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 impl Config {
     pub fn from_toml(text: &str, path: &str) -> Result<Config, ConfigError> {
-        let c: Config = toml::from_str(text).map_err(|source| ConfigError::Parse { path: path.to_owned(), source })?;
+        let c: Config = toml::from_str(text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source,
+        })?;
         c.validate()?;
         Ok(c)
     }
 
     pub fn load(path: &std::path::Path) -> Result<Config, ConfigError> {
         let p = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: p.clone(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: p.clone(),
+            source,
+        })?;
         Config::from_toml(&text, &p)
     }
 
@@ -217,7 +231,7 @@ impl Config {
         if self.listen.is_empty() {
             return bad("at least one listener is needed".into());
         }
-        if t.in_capsule_data_size > 1 << 20 || t.in_capsule_data_size % 16 != 0 {
+        if t.in_capsule_data_size > 1 << 20 || !t.in_capsule_data_size.is_multiple_of(16) {
             return bad("in_capsule_data_size must be a multiple of 16, at most 1 MiB".into());
         }
         if !(2..=1024).contains(&t.max_queue_depth) {
@@ -229,8 +243,10 @@ impl Config {
         if !t.max_io_size.is_power_of_two() || !(4096..=(8 << 20)).contains(&t.max_io_size) {
             return bad("max_io_size must be a power of two within 4K..=8M".into());
         }
-        if t.max_h2c_data < 4096 || t.max_h2c_data % 4 != 0 || t.max_c2h_data < 4096 {
-            return bad("max_h2c_data must be a multiple of 4 and ≥ 4096; max_c2h_data ≥ 4096".into());
+        if t.max_h2c_data < 4096 || !t.max_h2c_data.is_multiple_of(4) || t.max_c2h_data < 4096 {
+            return bad(
+                "max_h2c_data must be a multiple of 4 and ≥ 4096; max_c2h_data ≥ 4096".into(),
+            );
         }
         if t.keep_alive_granularity_ms < 100 || t.keep_alive_granularity_ms > 6_553_500 {
             return bad("keep_alive_granularity_ms must be within 100..=6553500".into());
@@ -241,7 +257,10 @@ impl Config {
         let mut nqns = std::collections::HashSet::new();
         for s in &self.subsystems {
             if s.nqn.is_empty() || s.nqn.len() > 223 || !s.nqn.starts_with("nqn.") {
-                return bad(format!("subsystem NQN {:?} must start with \"nqn.\" and be at most 223 bytes", s.nqn));
+                return bad(format!(
+                    "subsystem NQN {:?} must start with \"nqn.\" and be at most 223 bytes",
+                    s.nqn
+                ));
             }
             if s.nqn == farflash_wire::DISCOVERY_NQN {
                 return bad("the discovery NQN is served automatically".into());
@@ -261,7 +280,9 @@ impl Config {
                 }
                 next = next.max(id + 1);
                 match n.backend {
-                    BackendKind::File if n.path.is_none() => return bad(format!("{}: file namespace needs a path", s.nqn)),
+                    BackendKind::File if n.path.is_none() => {
+                        return bad(format!("{}: file namespace needs a path", s.nqn))
+                    }
                     BackendKind::Ram | BackendKind::Null if n.size.is_none() => {
                         return bad(format!("{}: ram/null namespace needs a size", s.nqn))
                     }

@@ -58,14 +58,24 @@ pub struct CtrlState {
 }
 
 impl Controller {
-    pub fn new(cntlid: u16, kind: Kind, hostnqn: String, hostid: [u8; 16], kato_ms: u32) -> Controller {
+    pub fn new(
+        cntlid: u16,
+        kind: Kind,
+        hostnqn: String,
+        hostid: [u8; 16],
+        kato_ms: u32,
+    ) -> Controller {
         Controller {
             cntlid,
             kind,
             hostnqn,
             hostid,
             alive: AtomicBool::new(true),
-            state: Mutex::new(CtrlState { kato_ms, vwc_enabled: true, ..CtrlState::default() }),
+            state: Mutex::new(CtrlState {
+                kato_ms,
+                vwc_enabled: true,
+                ..CtrlState::default()
+            }),
         }
     }
 
@@ -112,7 +122,10 @@ mod tests {
     fn error_log_is_bounded_and_newest_first() {
         let c = Controller::new(1, Kind::Discovery, "h".into(), [0; 16], 0);
         for i in 0..100u16 {
-            c.record_error(ErrorEntry { cid: i, ..ErrorEntry::default() });
+            c.record_error(ErrorEntry {
+                cid: i,
+                ..ErrorEntry::default()
+            });
         }
         let st = c.lock();
         assert_eq!(st.errors.len(), ERROR_LOG_ENTRIES);

@@ -11,7 +11,11 @@ use std::sync::atomic::Ordering;
 fn entry(addr: &SocketAddr, portid: u16, subtype: u8, nqn: &str, asqsz: u16) -> DiscEntry {
     DiscEntry {
         trtype: d::TRTYPE_TCP,
-        adrfam: if addr.is_ipv4() { d::ADRFAM_IPV4 } else { d::ADRFAM_IPV6 },
+        adrfam: if addr.is_ipv4() {
+            d::ADRFAM_IPV4
+        } else {
+            d::ADRFAM_IPV6
+        },
         subtype,
         treq: d::TREQ_NOT_SPECIFIED,
         portid,
@@ -36,7 +40,13 @@ pub(crate) fn log_page(q: &QueuePair, ctrl: &Controller) -> Vec<u8> {
                 entries.push(entry(addr, portid, d::SUBTYPE_NVM, &sub.nqn, asqsz));
             }
         }
-        entries.push(entry(addr, portid, d::SUBTYPE_CURRENT_DISCOVERY, farflash_wire::DISCOVERY_NQN, asqsz));
+        entries.push(entry(
+            addr,
+            portid,
+            d::SUBTYPE_CURRENT_DISCOVERY,
+            farflash_wire::DISCOVERY_NQN,
+            asqsz,
+        ));
     }
     d::encode_log(t.genctr.load(Ordering::Acquire), &entries)
 }

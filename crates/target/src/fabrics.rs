@@ -3,8 +3,8 @@
 use crate::controller::Kind;
 use crate::queue::{Outcome, QueuePair, Xfer};
 use farflash_wire::fabrics::{
-    connect_data_off as doff, connect_invalid_param_dw0, connect_sqe_off as soff, ConnectCmd, ConnectData, PropertyCmd,
-    CATTR_DISABLE_SQ_FLOW_CONTROL, CNTLID_DYNAMIC, CONNECT_DATA_LEN,
+    connect_data_off as doff, connect_invalid_param_dw0, connect_sqe_off as soff, ConnectCmd,
+    ConnectData, PropertyCmd, CATTR_DISABLE_SQ_FLOW_CONTROL, CNTLID_DYNAMIC, CONNECT_DATA_LEN,
 };
 use farflash_wire::opcode::fctype;
 use farflash_wire::props::{self, cc, csts};
@@ -18,9 +18,13 @@ const CAP_TIMEOUT: u8 = 20;
 pub(crate) fn classify(q: &QueuePair, sqe: &Sqe) -> Result<Xfer, Status> {
     match sqe.fctype() {
         fctype::CONNECT => Ok(Xfer::H2C(CONNECT_DATA_LEN as u32)),
-        fctype::PROPERTY_GET | fctype::PROPERTY_SET if q.ctrl.is_none() => Err(Status::COMMAND_SEQUENCE_ERROR.dnr()),
+        fctype::PROPERTY_GET | fctype::PROPERTY_SET if q.ctrl.is_none() => {
+            Err(Status::COMMAND_SEQUENCE_ERROR.dnr())
+        }
         // Property Get/Set only on the admin queue (Fabrics §6.4).
-        fctype::PROPERTY_GET | fctype::PROPERTY_SET if q.qid != 0 => Err(Status::INVALID_OPCODE.dnr()),
+        fctype::PROPERTY_GET | fctype::PROPERTY_SET if q.qid != 0 => {
+            Err(Status::INVALID_OPCODE.dnr())
+        }
         fctype::PROPERTY_GET | fctype::PROPERTY_SET => Ok(Xfer::None),
         fctype::DISCONNECT if q.ctrl.is_none() => Err(Status::COMMAND_SEQUENCE_ERROR.dnr()),
         fctype::DISCONNECT => Ok(Xfer::None),
@@ -44,7 +48,10 @@ pub(crate) fn execute(q: &mut QueuePair, idx: usize) -> Outcome {
 }
 
 fn invalid(in_data: bool, offset: u16) -> Outcome {
-    Outcome::Done(Status::CONNECT_INVALID_PARAMETERS.dnr(), connect_invalid_param_dw0(in_data, offset))
+    Outcome::Done(
+        Status::CONNECT_INVALID_PARAMETERS.dnr(),
+        connect_invalid_param_dw0(in_data, offset),
+    )
 }
 
 /// Connect (Fabrics §6.3): creates a controller (admin queue, CNTLID FFFFh)
@@ -58,12 +65,20 @@ fn connect(q: &mut QueuePair, idx: usize, sqe: &Sqe) -> Outcome {
     if c.recfmt != 0 {
         return Outcome::Done(Status::CONNECT_INCOMPATIBLE_FORMAT.dnr(), 0);
     }
-    let Some(data) = q.slots[idx].buf.as_ref().and_then(|b| ConnectData::decode(b.as_slice())) else {
+    let Some(data) = q.slots[idx]
+        .buf
+        .as_ref()
+        .and_then(|b| ConnectData::decode(b.as_slice()))
+    else {
         return invalid(true, doff::SUBNQN);
     };
     let t = q.target.clone();
     let discovery = data.subnqn == DISCOVERY_NQN;
-    let sub = if discovery { None } else { t.subsystem(&data.subnqn).cloned() };
+    let sub = if discovery {
+        None
+    } else {
+        t.subsystem(&data.subnqn).cloned()
+    };
     if !discovery && sub.is_none() {
         tracing::info!(peer = %q.peer, subnqn = %data.subnqn, "connect to an unknown subsystem");
         return invalid(true, doff::SUBNQN);
@@ -91,7 +106,8 @@ fn connect(q: &mut QueuePair, idx: usize, sqe: &Sqe) -> Outcome {
             Some(s) => Kind::Io(s),
             None => Kind::Discovery,
         };
-        let Some(ctrl) = t.create_controller(kind, data.hostnqn.clone(), data.hostid, c.kato) else {
+        let Some(ctrl) = t.create_controller(kind, data.hostnqn.clone(), data.hostid, c.kato)
+        else {
             return Outcome::Done(Status::CONNECT_CONTROLLER_BUSY, 0);
         };
         tracing::info!(peer = %q.peer, cntlid = ctrl.cntlid, subnqn = %data.subnqn, hostnqn = %data.hostnqn, kato_ms = c.kato, "controller created");
@@ -101,8 +117,13 @@ fn connect(q: &mut QueuePair, idx: usize, sqe: &Sqe) -> Outcome {
         return Outcome::Done(Status::SUCCESS, cntlid);
     }
     // I/O queue: must join a live controller of the same subsystem and host.
-    let Some(ctrl) = t.controller(data.cntlid) else { return invalid(true, doff::CNTLID) };
-    if ctrl.is_discovery() || discovery || ctrl.subsystem().map(|s| s.nqn.as_str()) != Some(data.subnqn.as_str()) {
+    let Some(ctrl) = t.controller(data.cntlid) else {
+        return invalid(true, doff::CNTLID);
+    };
+    if ctrl.is_discovery()
+        || discovery
+        || ctrl.subsystem().map(|s| s.nqn.as_str()) != Some(data.subnqn.as_str())
+    {
         return invalid(true, doff::CNTLID);
     }
     if ctrl.hostnqn != data.hostnqn {
@@ -116,7 +137,11 @@ fn connect(q: &mut QueuePair, idx: usize, sqe: &Sqe) -> Outcome {
         if st.cc & cc::EN == 0 || st.csts & csts::RDY == 0 {
             return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR.dnr(), 0);
         }
-        let granted = if st.io_queues_set { st.io_queues_granted } else { t.transport.max_io_queues as u16 };
+        let granted = if st.io_queues_set {
+            st.io_queues_granted
+        } else {
+            t.transport.max_io_queues as u16
+        };
         if c.qid > granted || st.io_qids.contains(&c.qid) {
             return invalid(false, soff::QID);
         }
@@ -142,7 +167,9 @@ pub(crate) fn cap(q: &QueuePair) -> u64 {
 /// Property Get (Fabrics §6.4): CAP (8 bytes), VS, CC, CSTS (4 bytes).
 fn property_get(q: &mut QueuePair, sqe: &Sqe) -> Outcome {
     let p = PropertyCmd::from_sqe(sqe);
-    let Some(ctrl) = q.ctrl.clone() else { return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR.dnr(), 0) };
+    let Some(ctrl) = q.ctrl.clone() else {
+        return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR.dnr(), 0);
+    };
     let st = ctrl.lock();
     let v: u64 = match (p.offset, p.size8) {
         (props::CAP, true) => cap(q),
@@ -168,7 +195,9 @@ fn property_set(q: &mut QueuePair, sqe: &Sqe) -> Outcome {
     if p.offset != props::CC || p.size8 {
         return Outcome::Done(Status::INVALID_FIELD.dnr(), 0);
     }
-    let Some(ctrl) = q.ctrl.clone() else { return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR.dnr(), 0) };
+    let Some(ctrl) = q.ctrl.clone() else {
+        return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR.dnr(), 0);
+    };
     let new = p.value as u32;
     let mut flush = false;
     {

@@ -51,7 +51,10 @@ pub(crate) fn controller(q: &QueuePair, ctrl: &Controller) -> IdCtrl {
             c.nn = sub.max_nsid();
             c.oncs = wid::ONCS_DSM | wid::ONCS_WRITE_ZEROES;
             c.oaes = wid::OAES_NS_ATTR;
-            c.vwc = sub.namespaces.iter().any(|n| n.backend.volatile_write_cache()) as u8;
+            c.vwc = sub
+                .namespaces
+                .iter()
+                .any(|n| n.backend.volatile_write_cache()) as u8;
         }
         None => {
             c.sn = "farflash-discovery".to_owned();

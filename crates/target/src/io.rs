@@ -27,7 +27,8 @@ fn range(q: &QueuePair, ns_idx: usize, slba: u64, nlb: u64) -> Result<(u64, u64)
 }
 
 fn ns_index(q: &QueuePair, nsid: u32) -> Result<usize, Status> {
-    q.namespace_index(nsid).ok_or(Status::INVALID_NAMESPACE.dnr())
+    q.namespace_index(nsid)
+        .ok_or(Status::INVALID_NAMESPACE.dnr())
 }
 
 pub(crate) fn classify(q: &QueuePair, sqe: &Sqe) -> Result<(Xfer, usize), Status> {
@@ -40,7 +41,14 @@ pub(crate) fn classify(q: &QueuePair, sqe: &Sqe) -> Result<(Xfer, usize), Status
                 return Err(Status::INVALID_FIELD.dnr());
             }
             let len = len as u32;
-            Ok((if sqe.opcode == op::READ { Xfer::C2H(len) } else { Xfer::H2C(len) }, ns_idx))
+            Ok((
+                if sqe.opcode == op::READ {
+                    Xfer::C2H(len)
+                } else {
+                    Xfer::H2C(len)
+                },
+                ns_idx,
+            ))
         }
         op::FLUSH => {
             if sqe.nsid == NSID_ALL {
@@ -75,25 +83,62 @@ pub(crate) fn execute(q: &mut QueuePair, idx: usize) -> Outcome {
             };
             let buf = q.pool.get(len as usize);
             q.slots[idx].reply = true;
-            q.submit(idx, ns_idx, IoRequest { tag, op: IoOp::Read { offset, len: len as u32 }, buf })
+            q.submit(
+                idx,
+                ns_idx,
+                IoRequest {
+                    tag,
+                    op: IoOp::Read {
+                        offset,
+                        len: len as u32,
+                    },
+                    buf,
+                },
+            )
         }
         op::WRITE => {
             let (offset, len) = match range(q, ns_idx, sqe.slba(), sqe.nlb() as u64 + 1) {
                 Ok(r) => r,
                 Err(st) => return Outcome::Done(st, 0),
             };
-            let Some(buf) = q.slots[idx].buf.take() else { return Outcome::Done(Status::INTERNAL_ERROR, 0) };
-            q.submit(idx, ns_idx, IoRequest { tag, op: IoOp::Write { offset, len: len as u32, fua: sqe.fua() }, buf })
+            let Some(buf) = q.slots[idx].buf.take() else {
+                return Outcome::Done(Status::INTERNAL_ERROR, 0);
+            };
+            q.submit(
+                idx,
+                ns_idx,
+                IoRequest {
+                    tag,
+                    op: IoOp::Write {
+                        offset,
+                        len: len as u32,
+                        fua: sqe.fua(),
+                    },
+                    buf,
+                },
+            )
         }
         op::FLUSH => {
-            let targets: Vec<usize> = if sqe.nsid == NSID_ALL { (0..q.namespaces.len()).collect() } else { vec![ns_idx] };
+            let targets: Vec<usize> = if sqe.nsid == NSID_ALL {
+                (0..q.namespaces.len()).collect()
+            } else {
+                vec![ns_idx]
+            };
             if targets.is_empty() {
                 return Outcome::Done(Status::SUCCESS, 0);
             }
             let mut r = Ok(());
             for i in targets {
                 let buf = q.pool.get(0);
-                r = r.and(q.submit(idx, i, IoRequest { tag, op: IoOp::Flush, buf }));
+                r = r.and(q.submit(
+                    idx,
+                    i,
+                    IoRequest {
+                        tag,
+                        op: IoOp::Flush,
+                        buf,
+                    },
+                ));
             }
             r
         }
@@ -103,7 +148,19 @@ pub(crate) fn execute(q: &mut QueuePair, idx: usize) -> Outcome {
                 Err(st) => return Outcome::Done(st, 0),
             };
             let buf = q.pool.get(0);
-            q.submit(idx, ns_idx, IoRequest { tag, op: IoOp::WriteZeroes { offset, len, fua: sqe.fua() }, buf })
+            q.submit(
+                idx,
+                ns_idx,
+                IoRequest {
+                    tag,
+                    op: IoOp::WriteZeroes {
+                        offset,
+                        len,
+                        fua: sqe.fua(),
+                    },
+                    buf,
+                },
+            )
         }
         op::DATASET_MANAGEMENT => return dsm(q, idx, &sqe, ns_idx),
         _ => Err(Status::INVALID_OPCODE.dnr()),
@@ -130,7 +187,9 @@ fn dsm(q: &mut QueuePair, idx: usize, sqe: &Sqe, ns_idx: usize) -> Outcome {
         return Outcome::Done(Status::SUCCESS, 0);
     }
     let nr = ((sqe.cdw10 & 0xFF) + 1) as usize;
-    let Some(data) = q.slots[idx].buf.take() else { return Outcome::Done(Status::INTERNAL_ERROR, 0) };
+    let Some(data) = q.slots[idx].buf.take() else {
+        return Outcome::Done(Status::INTERNAL_ERROR, 0);
+    };
     let mut ranges = q.pool.get(nr * 16);
     let mut n = 0usize;
     let mut bad = None;
@@ -161,7 +220,15 @@ fn dsm(q: &mut QueuePair, idx: usize, sqe: &Sqe, ns_idx: usize) -> Outcome {
         return Outcome::Done(Status::SUCCESS, 0);
     }
     ranges.set_len(n * 16);
-    match q.submit(idx, ns_idx, IoRequest { tag: idx as u64, op: IoOp::Deallocate { ranges: n as u32 }, buf: ranges }) {
+    match q.submit(
+        idx,
+        ns_idx,
+        IoRequest {
+            tag: idx as u64,
+            op: IoOp::Deallocate { ranges: n as u32 },
+            buf: ranges,
+        },
+    ) {
         Ok(()) => Outcome::Pending,
         Err(st) => Outcome::Done(st, 0),
     }

@@ -24,3 +24,6 @@ mod io;
 
 pub use queue::QueuePair;
 pub use target::Target;
+
+#[cfg(test)]
+mod tests;

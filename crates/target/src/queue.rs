@@ -16,8 +16,8 @@ use farflash_wire::cqe::{Cqe, CQE_SIZE};
 use farflash_wire::log::ErrorEntry;
 use farflash_wire::opcode::admin as aop;
 use farflash_wire::pdu::{
-    flags, write_header, DataHeader, Fatal, Framing, IcReq, IcResp, Negotiated, PduType, TermReq, CH_LEN, DGST_DDGST,
-    DGST_HDGST, DIGEST_LEN, IC_HLEN,
+    flags, write_header, DataHeader, Fatal, Framing, IcReq, IcResp, Negotiated, PduType, TermReq,
+    CH_LEN, DGST_DDGST, DGST_HDGST, DIGEST_LEN, IC_HLEN,
 };
 use farflash_wire::sqe::{sgl, SQE_SIZE};
 use farflash_wire::{digest, Sqe, Status};
@@ -65,7 +65,9 @@ pub enum Outcome {
 enum Phase {
     Free,
     /// Waiting for H2CData after an R2T; `got` bytes so far.
-    H2C { got: u32 },
+    H2C {
+        got: u32,
+    },
     Exec,
 }
 
@@ -85,7 +87,16 @@ pub(crate) struct Slot {
 
 impl Slot {
     fn empty() -> Slot {
-        Slot { sqe: Sqe::default(), phase: Phase::Free, buf: None, len: 0, ns_idx: 0, pending: 0, status: Status::SUCCESS, reply: false }
+        Slot {
+            sqe: Sqe::default(),
+            phase: Phase::Free,
+            buf: None,
+            len: 0,
+            ns_idx: 0,
+            pending: 0,
+            status: Status::SUCCESS,
+            reply: false,
+        }
     }
 }
 
@@ -294,7 +305,9 @@ impl QueuePair {
             }
             return;
         }
-        let Some(ctrl) = self.ctrl.clone() else { return };
+        let Some(ctrl) = self.ctrl.clone() else {
+            return;
+        };
         if !ctrl.is_alive() {
             self.closing = true;
             return;
@@ -413,8 +426,17 @@ impl QueuePair {
         self.neg.initialized = true;
         self.neg.hdgst = dgst & DGST_HDGST != 0;
         self.neg.ddgst = dgst & DGST_DDGST != 0;
-        self.hpda_align = if r.hpda > 0 { (r.hpda as usize + 1) * 4 } else { 0 };
-        let resp = IcResp { pfv: 0, cpda: 0, dgst, maxh2cdata: self.maxh2cdata };
+        self.hpda_align = if r.hpda > 0 {
+            (r.hpda as usize + 1) * 4
+        } else {
+            0
+        };
+        let resp = IcResp {
+            pfv: 0,
+            cpda: 0,
+            dgst,
+            maxh2cdata: self.maxh2cdata,
+        };
         let mut b = [0u8; IC_HLEN];
         resp.encode(&mut b);
         self.out.extend_from_slice(&b);
@@ -560,12 +582,22 @@ impl QueuePair {
     }
 
     /// H2CData (TCP §3.6.2.8): data for an R2T we sent.
-    fn on_h2c_data(&mut self, f: &Framing, pdu: &[u8], data: &[u8], ddgst_ok: bool) -> Result<(), Fatal> {
+    fn on_h2c_data(
+        &mut self,
+        f: &Framing,
+        pdu: &[u8],
+        data: &[u8],
+        ddgst_ok: bool,
+    ) -> Result<(), Fatal> {
         let h = DataHeader::decode(pdu);
         // The TTAG is ours: it indexes the slot (never trust the CID for this, spdk#1546).
         let idx = h.ttag as usize;
-        let Some(s) = self.slots.get(idx) else { return Err(Fatal::field(10)) };
-        let Phase::H2C { got } = s.phase else { return Err(Fatal::field(10)) };
+        let Some(s) = self.slots.get(idx) else {
+            return Err(Fatal::field(10));
+        };
+        let Phase::H2C { got } = s.phase else {
+            return Err(Fatal::field(10));
+        };
         if s.sqe.cid != h.cccid {
             return Err(Fatal::field(8));
         }
@@ -607,7 +639,12 @@ impl QueuePair {
     // ----- backend ------------------------------------------------------------
 
     /// Submits a backend request for the command in `idx` on namespace `ns_idx`.
-    pub(crate) fn submit(&mut self, idx: usize, ns_idx: usize, req: IoRequest) -> Result<(), Status> {
+    pub(crate) fn submit(
+        &mut self,
+        idx: usize,
+        ns_idx: usize,
+        req: IoRequest,
+    ) -> Result<(), Status> {
         if self.bqs.len() < self.namespaces.len() {
             self.bqs.resize_with(self.namespaces.len(), || None);
         }
@@ -616,7 +653,10 @@ impl QueuePair {
             match self.namespaces[ns_idx].backend.open_queue(depth) {
                 Ok(q) => self.bqs[ns_idx] = Some(q),
                 Err(e) => {
-                    tracing::error!(nsid = self.namespaces[ns_idx].nsid, "cannot open backend queue: {e}");
+                    tracing::error!(
+                        nsid = self.namespaces[ns_idx].nsid,
+                        "cannot open backend queue: {e}"
+                    );
                     self.pool.put(req.buf);
                     return Err(Status::INTERNAL_ERROR);
                 }
@@ -637,8 +677,15 @@ impl QueuePair {
             return;
         };
         if let Err(e) = &c.result {
-            let write = matches!(s.sqe.opcode, farflash_wire::opcode::io::WRITE | farflash_wire::opcode::io::WRITE_ZEROES);
-            tracing::warn!(cid = s.sqe.cid, opcode = s.sqe.opcode, "backend I/O failed: {e}");
+            let write = matches!(
+                s.sqe.opcode,
+                farflash_wire::opcode::io::WRITE | farflash_wire::opcode::io::WRITE_ZEROES
+            );
+            tracing::warn!(
+                cid = s.sqe.cid,
+                opcode = s.sqe.opcode,
+                "backend I/O failed: {e}"
+            );
             s.status = match e.raw_os_error() {
                 Some(libc::ENOSPC) => Status::CAPACITY_EXCEEDED,
                 Some(libc::EIO) if write => Status::WRITE_FAULT,
@@ -707,14 +754,21 @@ impl QueuePair {
             dw0,
             dw1: std::mem::take(&mut self.respond_dw1),
             // Fabrics §? : SQHD is FFFFh when SQ flow control is disabled.
-            sqhd: if self.sq_flow_control { self.sqhd } else { 0xFFFF },
+            sqhd: if self.sq_flow_control {
+                self.sqhd
+            } else {
+                0xFFFF
+            },
             sqid: self.qid,
             cid,
             status,
         };
         let start = self.out.len();
         let hd = self.neg.hdgst;
-        self.out.resize(start + CH_LEN + CQE_SIZE + if hd { DIGEST_LEN } else { 0 }, 0);
+        self.out.resize(
+            start + CH_LEN + CQE_SIZE + if hd { DIGEST_LEN } else { 0 },
+            0,
+        );
         let b = &mut self.out[start..];
         write_header(b, PduType::CapsuleResp, 0, hd, false, 0);
         let mut raw = [0u8; CQE_SIZE];
@@ -726,8 +780,15 @@ impl QueuePair {
     fn send_r2t(&mut self, cid: u16, ttag: u16, offset: u32, len: u32) {
         let start = self.out.len();
         let hd = self.neg.hdgst;
-        self.out.resize(start + 24 + if hd { DIGEST_LEN } else { 0 }, 0);
-        DataHeader { cccid: cid, ttag, offset, length: len }.encode(&mut self.out[start..], PduType::R2T, 0, hd, false, 0);
+        self.out
+            .resize(start + 24 + if hd { DIGEST_LEN } else { 0 }, 0);
+        DataHeader {
+            cccid: cid,
+            ttag,
+            offset,
+            length: len,
+        }
+        .encode(&mut self.out[start..], PduType::R2T, 0, hd, false, 0);
     }
 
     /// Sends `data` as C2HData PDUs of at most max_c2h_data bytes (TCP §3.6.2.9).
@@ -740,12 +801,22 @@ impl QueuePair {
             let last = off + n == data.len();
             let start = self.out.len();
             let hend = 24 + if hd { DIGEST_LEN } else { 0 };
-            let pdo = if self.hpda_align > 0 { hend.div_ceil(self.hpda_align) * self.hpda_align } else { hend };
+            let pdo = if self.hpda_align > 0 {
+                hend.div_ceil(self.hpda_align) * self.hpda_align
+            } else {
+                hend
+            };
             let total = pdo + n + if dd { DIGEST_LEN } else { 0 };
             self.out.resize(start + total, 0);
             let b = &mut self.out[start..];
             let fl = if last { flags::DATA_LAST } else { 0 };
-            DataHeader { cccid: cid, ttag: 0, offset: off as u32, length: n as u32 }.encode(b, PduType::C2HData, fl, hd, dd, n);
+            DataHeader {
+                cccid: cid,
+                ttag: 0,
+                offset: off as u32,
+                length: n as u32,
+            }
+            .encode(b, PduType::C2HData, fl, hd, dd, n);
             if pdo != hend {
                 b[3] = pdo as u8;
                 farflash_wire::le::put_u32(b, 4, total as u32);
@@ -764,7 +835,11 @@ impl QueuePair {
     fn fatal(&mut self, e: Fatal, bad_header: &[u8]) {
         tracing::warn!(peer = %self.peer, fes = e.fes, fei = e.fei, "fatal transport error; sending C2HTermReq");
         let mut b = [0u8; 24 + 128];
-        let n = TermReq { fes: e.fes, fei: e.fei }.encode(&mut b, PduType::C2HTermReq, bad_header);
+        let n = TermReq {
+            fes: e.fes,
+            fei: e.fei,
+        }
+        .encode(&mut b, PduType::C2HTermReq, bad_header);
         self.out.extend_from_slice(&b[..n]);
         self.closing = true;
     }
@@ -787,7 +862,14 @@ impl QueuePair {
         }
     }
 
-    pub(crate) fn set_connected(&mut self, ctrl: Arc<Controller>, qid: u16, sqsize: u16, disable_sq_flow: bool, icd: usize) {
+    pub(crate) fn set_connected(
+        &mut self,
+        ctrl: Arc<Controller>,
+        qid: u16,
+        sqsize: u16,
+        disable_sq_flow: bool,
+        icd: usize,
+    ) {
         self.qid = qid;
         self.sqsize = sqsize;
         self.sq_flow_control = !disable_sq_flow;

@@ -39,7 +39,10 @@ impl Subsystem {
         self.allowed_hosts.is_empty() || self.allowed_hosts.iter().any(|h| h == hostnqn)
     }
     pub fn namespace(&self, nsid: u32) -> Option<&Arc<Namespace>> {
-        self.namespaces.binary_search_by_key(&nsid, |n| n.nsid).ok().map(|i| &self.namespaces[i])
+        self.namespaces
+            .binary_search_by_key(&nsid, |n| n.nsid)
+            .ok()
+            .map(|i| &self.namespaces[i])
     }
     /// Largest NSID (Identify Controller NN).
     pub fn max_nsid(&self) -> u32 {
@@ -50,7 +53,12 @@ impl Subsystem {
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     #[error("subsystem {nqn}, namespace {nsid}: {what}: {source}")]
-    Backend { nqn: String, nsid: u32, what: String, source: std::io::Error },
+    Backend {
+        nqn: String,
+        nsid: u32,
+        what: String,
+        source: std::io::Error,
+    },
     #[error("subsystem {nqn}, namespace {nsid}: {msg}")]
     Invalid { nqn: String, nsid: u32, msg: String },
 }
@@ -84,47 +92,91 @@ fn parse_hex16(s: &str) -> Option<[u8; 16]> {
     Some(out)
 }
 
-fn build_namespace(sub: &SubsystemConfig, nc: &NamespaceConfig, nsid: u32) -> Result<Namespace, BuildError> {
+fn build_namespace(
+    sub: &SubsystemConfig,
+    nc: &NamespaceConfig,
+    nsid: u32,
+) -> Result<Namespace, BuildError> {
     let bs = nc.block_size.unwrap_or(512);
     let size = nc.size.map(|s| s.0);
-    let err = |what: &str, source| BuildError::Backend { nqn: sub.nqn.clone(), nsid, what: what.to_owned(), source };
+    let err = |what: &str, source| BuildError::Backend {
+        nqn: sub.nqn.clone(),
+        nsid,
+        what: what.to_owned(),
+        source,
+    };
     let (backend, describe) = match nc.backend {
         BackendKind::Ram => {
             let sz = size.unwrap_or(0);
-            (open_ram(sz, bs).map_err(|e| err("RAM backend", e))?, format!("ram {}", human(sz)))
+            (
+                open_ram(sz, bs).map_err(|e| err("RAM backend", e))?,
+                format!("ram {}", human(sz)),
+            )
         }
         BackendKind::Null => {
             let sz = size.unwrap_or(0);
-            (open_null(sz, bs).map_err(|e| err("null backend", e))?, format!("null {}", human(sz)))
+            (
+                open_null(sz, bs).map_err(|e| err("null backend", e))?,
+                format!("null {}", human(sz)),
+            )
         }
         BackendKind::File => {
             let path = nc.path.clone().unwrap_or_default();
-            let opts = FileOptions { block_size: bs, create_size: size, ..FileOptions::default() };
-            let b = open_file(&path, &opts).map_err(|e| err(&format!("file {}", path.display()), e))?;
+            let opts = FileOptions {
+                block_size: bs,
+                create_size: size,
+                ..FileOptions::default()
+            };
+            let b =
+                open_file(&path, &opts).map_err(|e| err(&format!("file {}", path.display()), e))?;
             let d = format!("{} {} ({})", b.kind(), path.display(), human(b.capacity()));
             (b, d)
         }
     };
     let blocks = backend.capacity() / bs as u64;
     if blocks == 0 {
-        return Err(BuildError::Invalid { nqn: sub.nqn.clone(), nsid, msg: "namespace is smaller than one block".into() });
+        return Err(BuildError::Invalid {
+            nqn: sub.nqn.clone(),
+            nsid,
+            msg: "namespace is smaller than one block".into(),
+        });
     }
-    let invalid = |msg: &str| BuildError::Invalid { nqn: sub.nqn.clone(), nsid, msg: msg.to_owned() };
+    let invalid = |msg: &str| BuildError::Invalid {
+        nqn: sub.nqn.clone(),
+        nsid,
+        msg: msg.to_owned(),
+    };
     let uuid = match &nc.uuid {
-        Some(u) => parse_hex16(u).ok_or_else(|| invalid("uuid must be 32 hex digits (dashes allowed)"))?,
+        Some(u) => {
+            parse_hex16(u).ok_or_else(|| invalid("uuid must be 32 hex digits (dashes allowed)"))?
+        }
         None => derive_id(&sub.nqn, nsid, 1),
     };
     let nguid = match &nc.nguid {
         Some(u) => parse_hex16(u).ok_or_else(|| invalid("nguid must be 32 hex digits"))?,
         None => derive_id(&sub.nqn, nsid, 2),
     };
-    Ok(Namespace { nsid, backend, block_size: bs, lba_shift: bs.trailing_zeros(), blocks, uuid, nguid, describe })
+    Ok(Namespace {
+        nsid,
+        backend,
+        block_size: bs,
+        lba_shift: bs.trailing_zeros(),
+        blocks,
+        uuid,
+        nguid,
+        describe,
+    })
 }
 
 pub fn human(bytes: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)];
+    const UNITS: [(&str, u64); 4] = [
+        ("T", 1 << 40),
+        ("G", 1 << 30),
+        ("M", 1 << 20),
+        ("K", 1 << 10),
+    ];
     for (u, m) in UNITS {
-        if bytes >= m && bytes % m == 0 {
+        if bytes >= m && bytes.is_multiple_of(m) {
             return format!("{}{u}", bytes / m);
         }
     }
@@ -145,7 +197,10 @@ pub fn build_subsystems(cfg: &Config) -> Result<Vec<Arc<Subsystem>>, BuildError>
         namespaces.sort_by_key(|n| n.nsid);
         let serial = sc.serial.clone().unwrap_or_else(|| {
             let id = derive_id(&sc.nqn, 0, 3);
-            format!("FF{:02X}{:02X}{:02X}{:02X}{:02X}{:02X}{:02X}", id[0], id[1], id[2], id[3], id[4], id[5], i as u8)
+            format!(
+                "FF{:02X}{:02X}{:02X}{:02X}{:02X}{:02X}{:02X}",
+                id[0], id[1], id[2], id[3], id[4], id[5], i as u8
+            )
         });
         out.push(Arc::new(Subsystem {
             nqn: sc.nqn.clone(),
@@ -171,7 +226,10 @@ mod tests {
         assert_ne!(a, derive_id("nqn.b", 1, 1));
         assert_ne!(a, derive_id("nqn.a", 1, 2));
         assert_eq!(a[6] >> 4, 8);
-        assert_eq!(parse_hex16("6d1d2c3a-4b5c-4d6e-8f90-a1b2c3d4e5f6").map(|x| x[0]), Some(0x6d));
+        assert_eq!(
+            parse_hex16("6d1d2c3a-4b5c-4d6e-8f90-a1b2c3d4e5f6").map(|x| x[0]),
+            Some(0x6d)
+        );
         assert_eq!(parse_hex16("zz"), None);
         assert_eq!(human(1 << 30), "1G");
         assert_eq!(human(1000), "1000B");

@@ -32,7 +32,11 @@ struct CtrlTable {
 }
 
 impl Target {
-    pub fn new(subsystems: Vec<Arc<Subsystem>>, transport: TransportConfig, listeners: Vec<SocketAddr>) -> Arc<Target> {
+    pub fn new(
+        subsystems: Vec<Arc<Subsystem>>,
+        transport: TransportConfig,
+        listeners: Vec<SocketAddr>,
+    ) -> Arc<Target> {
         Arc::new(Target {
             subsystems,
             transport,
@@ -40,7 +44,10 @@ impl Target {
             genctr: AtomicU64::new(1),
             started: std::time::Instant::now(),
             shutting_down: AtomicBool::new(false),
-            ctrls: Mutex::new(CtrlTable { next: 1, live: HashMap::new() }),
+            ctrls: Mutex::new(CtrlTable {
+                next: 1,
+                live: HashMap::new(),
+            }),
         })
     }
 
@@ -50,15 +57,21 @@ impl Target {
 
     /// Creates a controller with a CNTLID no live controller has; `None`
     /// when all 65519 are in use.
-    pub fn create_controller(&self, kind: Kind, hostnqn: String, hostid: [u8; 16], kato_ms: u32) -> Option<Arc<Controller>> {
+    pub fn create_controller(
+        &self,
+        kind: Kind,
+        hostnqn: String,
+        hostid: [u8; 16],
+        kato_ms: u32,
+    ) -> Option<Arc<Controller>> {
         let mut t = self.ctrls.lock().unwrap_or_else(|p| p.into_inner());
         t.live.retain(|_, w| w.strong_count() > 0);
         for _ in 0..MAX_CNTLID {
             let id = t.next;
             t.next = if id >= MAX_CNTLID { 1 } else { id + 1 };
-            if !t.live.contains_key(&id) {
+            if let std::collections::hash_map::Entry::Vacant(e) = t.live.entry(id) {
                 let c = Arc::new(Controller::new(id, kind, hostnqn, hostid, kato_ms));
-                t.live.insert(id, Arc::downgrade(&c));
+                e.insert(Arc::downgrade(&c));
                 return Some(c);
             }
         }
@@ -68,7 +81,10 @@ impl Target {
     /// A live controller by CNTLID.
     pub fn controller(&self, cntlid: u16) -> Option<Arc<Controller>> {
         let t = self.ctrls.lock().unwrap_or_else(|p| p.into_inner());
-        t.live.get(&cntlid).and_then(Weak::upgrade).filter(|c| c.is_alive())
+        t.live
+            .get(&cntlid)
+            .and_then(Weak::upgrade)
+            .filter(|c| c.is_alive())
     }
 
     /// Forgets a controller whose association ended.
@@ -99,8 +115,12 @@ mod tests {
     #[test]
     fn cntlids_are_unique_among_live_controllers() {
         let t = Target::new(vec![], TransportConfig::default(), vec![]);
-        let a = t.create_controller(Kind::Discovery, "h".into(), [0; 16], 0).unwrap();
-        let b = t.create_controller(Kind::Discovery, "h".into(), [0; 16], 0).unwrap();
+        let a = t
+            .create_controller(Kind::Discovery, "h".into(), [0; 16], 0)
+            .unwrap();
+        let b = t
+            .create_controller(Kind::Discovery, "h".into(), [0; 16], 0)
+            .unwrap();
         assert_ne!(a.cntlid, b.cntlid);
         assert_eq!(t.controller(a.cntlid).map(|c| c.cntlid), Some(a.cntlid));
         t.remove_controller(&a);

@@ -36,7 +36,8 @@ pub fn serve(
     for (i, l) in listeners.into_iter().enumerate() {
         l.set_nonblocking(true)?;
         let mut ml = TcpListener::from_std(l);
-        poll.registry().register(&mut ml, Token(i), Interest::READABLE)?;
+        poll.registry()
+            .register(&mut ml, Token(i), Interest::READABLE)?;
         ls.push(ml);
     }
     let mut workers = Vec::new();
@@ -60,7 +61,9 @@ pub fn serve(
             Err(e) => return Err(e),
         }
         for ev in events.iter() {
-            let Some(l) = ls.get(ev.token().0) else { continue };
+            let Some(l) = ls.get(ev.token().0) else {
+                continue;
+            };
             loop {
                 match l.accept() {
                     Ok((sock, peer)) => {

@@ -44,8 +44,23 @@ pub(crate) struct Worker {
 }
 
 impl Worker {
-    pub fn new(target: Arc<Target>, poll: Poll, rx: Receiver<NewConn>, stop: Arc<AtomicBool>, drain: Duration) -> Worker {
-        Worker { target, poll, rx, stop, drain, conns: Vec::new(), free: Vec::new(), ready: Vec::new() }
+    pub fn new(
+        target: Arc<Target>,
+        poll: Poll,
+        rx: Receiver<NewConn>,
+        stop: Arc<AtomicBool>,
+        drain: Duration,
+    ) -> Worker {
+        Worker {
+            target,
+            poll,
+            rx,
+            stop,
+            drain,
+            conns: Vec::new(),
+            free: Vec::new(),
+            ready: Vec::new(),
+        }
     }
 
     pub fn run(mut self) {
@@ -108,21 +123,32 @@ impl Worker {
                 self.conns.len() - 1
             });
             let mut sock = nc.sock;
-            if let Err(e) = self.poll.registry().register(&mut sock, Token(i), Interest::READABLE | Interest::WRITABLE) {
+            if let Err(e) = self.poll.registry().register(
+                &mut sock,
+                Token(i),
+                Interest::READABLE | Interest::WRITABLE,
+            ) {
                 tracing::warn!(peer = %nc.peer, "cannot register connection: {e}");
                 self.free.push(i);
                 continue;
             }
             tracing::debug!(peer = %nc.peer, local = %nc.local, "connection accepted");
             let qp = QueuePair::new(self.target.clone(), nc.local, nc.peer);
-            self.conns[i] = Some(Conn { sock, qp, fds: Vec::new(), dead: false });
+            self.conns[i] = Some(Conn {
+                sock,
+                qp,
+                fds: Vec::new(),
+                dead: false,
+            });
             self.ready.push(i);
         }
     }
 
     /// Moves a connection forward as far as it goes without blocking.
     fn drive(&mut self, i: usize) {
-        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else { return };
+        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+            return;
+        };
         loop {
             let mut progress = false;
             // Receive: everything the socket has, PDUs processed as they complete.
@@ -162,7 +188,11 @@ impl Worker {
         // Watch new backend eventfds (opened lazily at a namespace's first I/O).
         let new: Vec<RawFd> = c.qp.notify_fds().filter(|fd| !c.fds.contains(fd)).collect();
         for fd in new {
-            match self.poll.registry().register(&mut SourceFd(&fd), Token(FD_BIT | i), Interest::READABLE) {
+            match self.poll.registry().register(
+                &mut SourceFd(&fd),
+                Token(FD_BIT | i),
+                Interest::READABLE,
+            ) {
                 Ok(()) => c.fds.push(fd),
                 Err(e) => tracing::warn!("cannot watch backend eventfd: {e}"),
             }
@@ -173,14 +203,19 @@ impl Worker {
     }
 
     fn close(&mut self, i: usize) {
-        let Some(mut c) = self.conns.get_mut(i).and_then(Option::take) else { return };
+        let Some(mut c) = self.conns.get_mut(i).and_then(Option::take) else {
+            return;
+        };
         for fd in &c.fds {
             let _ = self.poll.registry().deregister(&mut SourceFd(fd));
         }
         let _ = self.poll.registry().deregister(&mut c.sock);
         if c.qp.in_flight() > 0 {
             // The backend queue waits for its in-flight requests when dropped.
-            tracing::debug!(in_flight = c.qp.in_flight(), "closing a connection with backend I/O in flight");
+            tracing::debug!(
+                in_flight = c.qp.in_flight(),
+                "closing a connection with backend I/O in flight"
+            );
         }
         drop(c);
         self.free.push(i);
