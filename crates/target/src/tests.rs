@@ -289,7 +289,7 @@ fn icresp_fields_the_linux_host_checks() {
     assert_eq!(r.pfv, 0);
     assert_eq!(r.cpda, 0);
     assert_eq!(r.dgst, 3);
-    assert!(r.maxh2cdata >= 4096 && r.maxh2cdata % 4 == 0);
+    assert!(r.maxh2cdata >= 4096 && r.maxh2cdata.is_multiple_of(4));
     let r = Host::new(&t).icreq(false, true);
     assert_eq!(r.dgst, 2);
 }
