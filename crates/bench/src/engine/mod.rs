@@ -1,0 +1,58 @@
+//! The I/O engines a job drives: a remote NVMe/TCP I/O queue or a local
+//! file through the backend crate's io_uring queue. Both expose slots with
+//! preallocated buffers, submit-by-slot and non-blocking completion polling.
+
+pub mod local;
+pub mod remote;
+
+/// One finished I/O.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Done {
+    pub slot: u16,
+    /// `None` on success, else a short description of the failure.
+    pub error: Option<ErrorKind>,
+}
+
+/// Why an I/O failed (kept `Copy` so completions need no allocation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// NVMe status (the raw 15-bit value).
+    Status(u16),
+    DataDigest,
+    ShortTransfer,
+    /// A local I/O error (errno).
+    Os(i32),
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ErrorKind::Status(s) => write!(f, "NVMe status {}", farflash_wire::Status(*s)),
+            ErrorKind::DataDigest => write!(f, "data digest error"),
+            ErrorKind::ShortTransfer => write!(f, "short data transfer"),
+            ErrorKind::Os(e) => write!(f, "{}", std::io::Error::from_raw_os_error(*e)),
+        }
+    }
+}
+
+pub trait Engine {
+    /// Logical block size in bytes.
+    fn block_size(&self) -> u32;
+    /// Usable bytes.
+    fn capacity(&self) -> u64;
+    /// A free slot, if any (at most `iodepth` are in flight).
+    fn alloc_slot(&mut self) -> Option<u16>;
+    /// The slot's buffer, for filling write data (slot allocated, not in flight).
+    fn buf_mut(&mut self, slot: u16) -> &mut [u8];
+    /// The slot's buffer (read data after its completion, until the slot is reused).
+    fn buf(&self, slot: u16) -> &[u8];
+    /// Queues a read or write of `len` bytes at byte `offset` on `slot`.
+    fn submit(&mut self, slot: u16, write: bool, offset: u64, len: u32) -> anyhow::Result<()>;
+    /// Sends queued work and appends what completed to `out`; never blocks.
+    fn poll(&mut self, out: &mut Vec<Done>) -> anyhow::Result<usize>;
+    /// Sleeps until something may have completed (bounded), for blocking mode.
+    fn wait(&mut self) -> anyhow::Result<()>;
+    /// Returns a slot taken with `alloc_slot` after it completed (slots are
+    /// recycled automatically by `poll` for the remote engine).
+    fn release(&mut self, slot: u16);
+}

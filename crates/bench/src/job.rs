@@ -1,0 +1,287 @@
+//! One job: a thread driving one engine (its own I/O queue) at `iodepth`,
+//! timing every command from submission to completion.
+
+use crate::cpu::{cpu_use, thread_rusage};
+use crate::engine::{Done, Engine};
+use crate::spec::{JobSpec, PollMode};
+use crate::stats::JobStats;
+use crate::verify;
+use crate::workload::{verify_plan, Region, Workload};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Counters a job publishes for the progress line (plain stores by the
+/// owning thread, one cache line per job; only when progress is on).
+#[derive(Debug, Default)]
+#[repr(align(64))]
+pub struct Progress {
+    pub read_ios: AtomicU64,
+    pub write_ios: AtomicU64,
+    pub read_bytes: AtomicU64,
+    pub write_bytes: AtomicU64,
+}
+
+/// Most verify mismatches printed per job (all are counted).
+const MAX_PRINTED_MISMATCHES: u64 = 1000;
+
+#[derive(Clone, Copy, Debug, Default)]
+struct SlotMeta {
+    start: Option<Instant>,
+    offset: u64,
+    len: u32,
+    write: bool,
+}
+
+/// Where the next I/Os come from.
+enum Source<'a> {
+    Workload {
+        w: Workload,
+        end: Option<Instant>,
+        bytes_left: u64,
+    },
+    Plan {
+        extents: &'a [(u64, u32)],
+        next: usize,
+        write: bool,
+    },
+}
+
+impl Source<'_> {
+    fn has_more(&self, now: Instant) -> bool {
+        match self {
+            Source::Workload {
+                end, bytes_left, ..
+            } => match end {
+                Some(e) => now < *e,
+                None => *bytes_left > 0,
+            },
+            Source::Plan { extents, next, .. } => *next < extents.len(),
+        }
+    }
+    fn next(&mut self) -> (bool, u64, u32) {
+        match self {
+            Source::Workload { w, bytes_left, .. } => {
+                let (wr, off, len) = w.next();
+                *bytes_left = bytes_left.saturating_sub(len as u64);
+                (wr, off, len)
+            }
+            Source::Plan {
+                extents,
+                next,
+                write,
+            } => {
+                let (o, l) = extents[*next];
+                *next += 1;
+                (*write, o, l)
+            }
+        }
+    }
+}
+
+pub struct JobRun<'a> {
+    pub index: usize,
+    pub spec: &'a JobSpec,
+    pub region: Region,
+    pub seed: u64,
+    pub progress: Option<&'a Progress>,
+}
+
+struct State {
+    stats: JobStats,
+    meta: Vec<SlotMeta>,
+    done: Vec<Done>,
+    scratch: Vec<u8>,
+    ramp_end: Instant,
+    measuring: bool,
+    measure_start: Instant,
+    last: Instant,
+    cpu0: crate::cpu::Rusage,
+    printed: u64,
+}
+
+impl JobRun<'_> {
+    /// Runs the job to its end on `e`; `start` is the common start time.
+    pub fn run(&self, e: &mut dyn Engine, start: Instant) -> anyhow::Result<JobStats> {
+        let spec = self.spec;
+        let depth = spec.iodepth as usize;
+        let mut st = State {
+            stats: JobStats::default(),
+            meta: vec![SlotMeta::default(); depth.max(1)],
+            done: Vec::with_capacity(depth),
+            scratch: if spec.verify {
+                vec![0; spec.bs.max() as usize]
+            } else {
+                Vec::new()
+            },
+            ramp_end: start + spec.ramp_time,
+            measuring: spec.ramp_time.is_zero(),
+            measure_start: start,
+            last: start,
+            cpu0: thread_rusage(),
+            printed: 0,
+        };
+        if spec.verify {
+            let plan = verify_plan(
+                self.region,
+                &spec.bs,
+                e.block_size(),
+                spec.rw.random(),
+                self.seed,
+            );
+            for write in [true, false] {
+                let mut src = Source::Plan {
+                    extents: &plan,
+                    next: 0,
+                    write,
+                };
+                self.drive(e, &mut src, &mut st)?;
+            }
+        } else {
+            // Write data: random bytes, filled once per slot (no per-I/O cost).
+            let mut rng = crate::rng::Rng::new(self.seed);
+            let mut slots = vec![];
+            while let Some(s) = e.alloc_slot() {
+                rng.fill(e.buf_mut(s));
+                slots.push(s);
+            }
+            for s in slots {
+                e.release(s);
+            }
+            let w = Workload::new(
+                spec.rw,
+                spec.rwmixread,
+                spec.bs.clone(),
+                self.region,
+                self.seed,
+            );
+            let mut src = Source::Workload {
+                w,
+                end: spec.runtime.map(|r| start + spec.ramp_time + r),
+                bytes_left: self.region.len,
+            };
+            self.drive(e, &mut src, &mut st)?;
+        }
+        let secs = st.last.saturating_duration_since(st.measure_start);
+        st.stats.runtime_ns = secs.as_nanos() as u64;
+        let cpu1 = thread_rusage();
+        st.stats.cpu = cpu_use(st.cpu0, cpu1, secs.as_secs_f64());
+        Ok(st.stats)
+    }
+
+    fn drive(&self, e: &mut dyn Engine, src: &mut Source, st: &mut State) -> anyhow::Result<()> {
+        let spec = self.spec;
+        let depth = spec.iodepth as usize;
+        let lba = e.block_size() as usize;
+        let mut inflight = 0usize;
+        let mut now = Instant::now();
+        loop {
+            while inflight < depth && src.has_more(now) {
+                let Some(slot) = e.alloc_slot() else { break };
+                let (write, offset, len) = src.next();
+                if write && spec.verify {
+                    verify::fill(&mut e.buf_mut(slot)[..len as usize], offset, self.seed);
+                }
+                let m = &mut st.meta[slot as usize];
+                *m = SlotMeta {
+                    start: Some(Instant::now()),
+                    offset,
+                    len,
+                    write,
+                };
+                if let Err(err) = e.submit(slot, write, offset, len) {
+                    e.release(slot);
+                    return Err(err);
+                }
+                inflight += 1;
+            }
+            if inflight == 0 && !src.has_more(now) {
+                return Ok(());
+            }
+            let n = e.poll(&mut st.done)?;
+            now = Instant::now();
+            if !st.measuring && now >= st.ramp_end {
+                st.measuring = true;
+                st.measure_start = now;
+                st.cpu0 = thread_rusage();
+            }
+            if n == 0 {
+                if spec.poll == PollMode::Block {
+                    e.wait()?;
+                }
+                continue;
+            }
+            for i in 0..st.done.len() {
+                let d = st.done[i];
+                inflight -= 1;
+                let m = st.meta[d.slot as usize];
+                if let Some(err) = d.error {
+                    e.release(d.slot);
+                    anyhow::bail!(
+                        "job {}: {} of {} bytes at offset {} failed: {err}",
+                        self.index,
+                        if m.write { "write" } else { "read" },
+                        m.len,
+                        m.offset
+                    );
+                }
+                if spec.verify && !m.write {
+                    self.check(e.buf(d.slot), m, lba, st);
+                }
+                e.release(d.slot);
+                let lat = m
+                    .start
+                    .map_or(0, |s| now.saturating_duration_since(s).as_nanos() as u64);
+                if st.measuring {
+                    let dir = if m.write {
+                        &mut st.stats.write
+                    } else {
+                        &mut st.stats.read
+                    };
+                    dir.record(m.len, lat);
+                } else {
+                    st.stats.ramp_ios += 1;
+                    st.stats.ramp_bytes += m.len as u64;
+                }
+            }
+            st.done.clear();
+            st.last = now;
+            if let Some(p) = self.progress {
+                p.read_ios.store(st.stats.read.ios, Ordering::Relaxed);
+                p.write_ios.store(st.stats.write.ios, Ordering::Relaxed);
+                p.read_bytes.store(st.stats.read.bytes, Ordering::Relaxed);
+                p.write_bytes.store(st.stats.write.bytes, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn check(&self, got: &[u8], m: SlotMeta, lba: usize, st: &mut State) {
+        let len = m.len as usize;
+        if got.len() < len {
+            st.stats.verify_errors += 1;
+            eprintln!(
+                "verify: job {}: short buffer at offset {}",
+                self.index, m.offset
+            );
+            return;
+        }
+        if let Err(bad) = verify::check(&got[..len], m.offset, self.seed, lba, &mut st.scratch) {
+            for rel in bad {
+                st.stats.verify_errors += 1;
+                if st.printed < MAX_PRINTED_MISMATCHES {
+                    st.printed += 1;
+                    let byte = m.offset + rel as u64;
+                    eprintln!(
+                        "verify: job {}: mismatch at LBA {} (byte offset {byte}) in the {}-byte extent at offset {}",
+                        self.index,
+                        byte / lba as u64,
+                        m.len,
+                        m.offset
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// How long to sleep between progress lines.
+pub const PROGRESS_PERIOD: Duration = Duration::from_secs(1);

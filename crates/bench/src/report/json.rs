@@ -1,0 +1,95 @@
+//! The JSON report (schema: docs/perf-json.md), close to fio's
+//! `--output-format=json`: `jobs[].read|write.{io_bytes, bw_bytes, iops,
+//! total_ios, clat_ns{min,max,mean,stddev,N,percentile{"50.000000":..}}}`.
+
+use super::rates;
+use crate::run::RunResult;
+use crate::spec::JobSpec;
+use crate::stats::{DirStats, JobStats, PERCENTILES};
+use serde_json::{json, Map, Value};
+
+/// Version of this document's layout (bumped on incompatible changes).
+pub const SCHEMA_VERSION: u32 = 1;
+
+fn dir(d: &DirStats, runtime_ns: u64) -> Value {
+    let (bw, iops) = rates(d, runtime_ns);
+    let mut pct = Map::new();
+    for p in PERCENTILES {
+        pct.insert(format!("{p:.6}"), json!(d.percentile(p)));
+    }
+    json!({
+        "io_bytes": d.bytes,
+        "io_kbytes": d.bytes / 1024,
+        "bw_bytes": bw.round() as u64,
+        "bw": (bw / 1024.0).round() as u64,
+        "iops": iops,
+        "runtime": runtime_ns / 1_000_000,
+        "total_ios": d.ios,
+        "clat_ns": {
+            "min": d.min(),
+            "max": d.max_ns,
+            "mean": d.mean_ns(),
+            "stddev": d.stddev_ns(),
+            "N": d.ios,
+            "percentile": pct,
+        },
+    })
+}
+
+fn job(name: &str, j: &JobStats) -> Value {
+    json!({
+        "jobname": name,
+        "job_runtime": j.runtime_ns / 1_000_000,
+        "read": dir(&j.read, j.runtime_ns),
+        "write": dir(&j.write, j.runtime_ns),
+        "usr_cpu": j.cpu.usr_pct,
+        "sys_cpu": j.cpu.sys_pct,
+        "ctx": j.cpu.ctx,
+        "ramp_ios": j.ramp_ios,
+        "verify_errors": j.verify_errors,
+    })
+}
+
+pub fn report(spec: &JobSpec, r: &RunResult) -> Value {
+    let jobs: Vec<Value> = r
+        .jobs
+        .iter()
+        .enumerate()
+        .map(|(i, j)| job(&format!("job{i}"), j))
+        .collect();
+    let mut total = job("all", &r.total);
+    // Aggregate CPU: thread times summed, over the longest job runtime.
+    if let Some(o) = total.as_object_mut() {
+        let secs = (r.total.runtime_ns as f64 / 1e9).max(1e-9);
+        o.insert("usr_cpu".into(), json!(100.0 * r.total.cpu.user_s / secs));
+        o.insert("sys_cpu".into(), json!(100.0 * r.total.cpu.system_s / secs));
+    }
+    json!({
+        "farflash_version": env!("CARGO_PKG_VERSION"),
+        "schema_version": SCHEMA_VERSION,
+        "timestamp": std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        "target": r.target,
+        "block_size": r.block_size,
+        "capacity": r.capacity,
+        "options": {
+            "rw": spec.rw.name(),
+            "rwmixread": spec.rwmixread,
+            "bs_min": spec.bs.min(),
+            "bs_max": spec.bs.max(),
+            "iodepth": spec.iodepth,
+            "numjobs": spec.numjobs,
+            "runtime": spec.runtime.map(|d| d.as_secs_f64()),
+            "ramp_time": spec.ramp_time.as_secs_f64(),
+            "size": spec.size,
+            "offset": spec.offset,
+            "verify": if spec.verify { "crc32c" } else { "none" },
+            "cpus_allowed": spec.cpus_allowed,
+        },
+        "jobs": jobs,
+        "aggregate": total,
+        "cpu": r.cpu,
+        "sys_cpu": r.sys_cpu,
+    })
+}

@@ -1,0 +1,345 @@
+//! Sets up the target (a remote controller with one I/O queue per job, or
+//! a local backend), runs the job threads, and collects their statistics
+//! and the CPU accounting of the measured interval.
+
+use crate::cpu::{cpu_use, proc_stat, process_rusage, sys_cpu, CpuUse, SysCpu};
+use crate::engine::local::Local;
+use crate::engine::remote::Remote;
+use crate::engine::Engine;
+use crate::job::{JobRun, Progress, PROGRESS_PERIOD};
+use crate::spec::{JobSpec, Target};
+use crate::stats::JobStats;
+use crate::workload::Region;
+use anyhow::{bail, Context};
+use farflash_backend::{open_file, FileOptions, SharedBackend};
+use farflash_host::{Controller, ControllerInfo, IoQueueOptions};
+use std::io::Write;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+/// Everything a report needs.
+#[derive(Debug)]
+pub struct RunResult {
+    pub jobs: Vec<JobStats>,
+    pub total: JobStats,
+    /// Process CPU over the measured interval.
+    pub cpu: CpuUse,
+    /// System-wide CPU (mpstat split) over the measured interval.
+    pub sys_cpu: SysCpu,
+    pub block_size: u32,
+    pub capacity: u64,
+    /// Human description of the target.
+    pub target: String,
+}
+
+enum Setup {
+    Remote {
+        ctrl: Controller,
+        info: ControllerInfo,
+        nsid: u32,
+        lba: u32,
+        capacity: u64,
+    },
+    Local(SharedBackend),
+}
+
+fn setup(spec: &JobSpec) -> anyhow::Result<Setup> {
+    match &spec.target {
+        Target::Remote { opts, nsid } => {
+            let n = u16::try_from(spec.numjobs).context("--numjobs too large")?;
+            let mut ctrl = Controller::connect_with_queues(opts, n)
+                .with_context(|| format!("connecting to {} at {}", opts.subnqn, opts.addr))?;
+            ctrl.start_keep_alive()?;
+            let info = ctrl.info().clone();
+            if info.io_queues < n {
+                bail!(
+                    "the controller granted {} I/O queues, --numjobs={} needs one each",
+                    info.io_queues,
+                    n
+                );
+            }
+            let ns = ctrl
+                .identify_ns(*nsid)
+                .with_context(|| format!("Identify Namespace {nsid}"))?;
+            if ns.nsze == 0 {
+                bail!("namespace {nsid} is not active (NSZE 0)");
+            }
+            if !(9..=16).contains(&ns.lbads) {
+                bail!("namespace {nsid}: unsupported LBA data size 2^{}", ns.lbads);
+            }
+            let lba = 1u32 << ns.lbads;
+            Ok(Setup::Remote {
+                ctrl,
+                info,
+                nsid: *nsid,
+                lba,
+                capacity: ns.nsze.saturating_mul(lba as u64),
+            })
+        }
+        Target::Local { path } => {
+            let need = spec.size.map(|s| spec.offset + s);
+            let exists = path.exists();
+            let regular = std::fs::metadata(path).map(|m| m.is_file()).unwrap_or(true);
+            let opts = FileOptions {
+                create_size: if regular { need } else { None },
+                ..FileOptions::default()
+            };
+            if !exists && need.is_none() {
+                bail!(
+                    "{} does not exist: give --size to create it",
+                    path.display()
+                );
+            }
+            let b =
+                open_file(path, &opts).with_context(|| format!("opening {}", path.display()))?;
+            Ok(Setup::Local(b))
+        }
+    }
+}
+
+/// Runs `spec`.
+pub fn run(spec: &JobSpec) -> anyhow::Result<RunResult> {
+    let setup = setup(spec)?;
+    let (lba, capacity, target) = match &setup {
+        Setup::Remote {
+            lba,
+            capacity,
+            nsid,
+            ..
+        } => {
+            let Target::Remote { opts, .. } = &spec.target else {
+                unreachable!("remote setup for a remote target")
+            };
+            (
+                *lba,
+                *capacity,
+                format!("{} nsid {nsid} at {}", opts.subnqn, opts.addr),
+            )
+        }
+        Setup::Local(b) => (
+            b.block_size(),
+            b.capacity(),
+            match &spec.target {
+                Target::Local { path } => format!("{} ({})", path.display(), b.kind()),
+                Target::Remote { .. } => String::new(),
+            },
+        ),
+    };
+    spec.bs.check(lba)?;
+    if spec.offset % lba as u64 != 0 {
+        bail!(
+            "--offset {} is not a multiple of the {lba}-byte block",
+            spec.offset
+        );
+    }
+    if spec.offset >= capacity {
+        bail!(
+            "--offset {} is beyond the device's {capacity} bytes",
+            spec.offset
+        );
+    }
+    let len = spec.size.unwrap_or(capacity - spec.offset);
+    if spec.offset + len > capacity {
+        bail!(
+            "--offset + --size ({}) exceed the device's {capacity} bytes",
+            spec.offset + len
+        );
+    }
+    let regions = regions(spec, len, lba)?;
+    let max_io = spec.bs.max();
+    if let Setup::Remote { info, .. } = &setup {
+        if max_io > info.max_transfer() {
+            bail!(
+                "block size {max_io} exceeds the controller's maximum transfer (MDTS) {}",
+                info.max_transfer()
+            );
+        }
+    }
+
+    let n = spec.numjobs as usize;
+    let barrier = Arc::new(Barrier::new(n + 1));
+    let progress: Vec<Progress> = (0..n).map(|_| Progress::default()).collect();
+    let result = std::thread::scope(|s| -> anyhow::Result<RunResult> {
+        let mut handles = vec![];
+        for (j, region) in regions.iter().enumerate() {
+            let barrier = barrier.clone();
+            let setup = &setup;
+            let prog = spec.progress.then_some(&progress[j]);
+            let region = *region;
+            let h = std::thread::Builder::new()
+                .name(format!("perf-job{j}"))
+                .spawn_scoped(s, move || -> anyhow::Result<JobStats> {
+                    let engine = (|| -> anyhow::Result<Box<dyn Engine>> {
+                        if let Some(c) = &spec.cpus_allowed {
+                            crate::cpus::pin_current_thread(c).context("--cpus-allowed")?;
+                        }
+                        make_engine(setup, spec, j, max_io)
+                    })();
+                    barrier.wait();
+                    let mut engine = engine?;
+                    let start = Instant::now();
+                    let run = JobRun {
+                        index: j,
+                        spec,
+                        region,
+                        seed: spec.seed.wrapping_add(j as u64 * 0x9E37_79B9),
+                        progress: prog,
+                    };
+                    run.run(engine.as_mut(), start)
+                })?;
+            handles.push(h);
+        }
+        barrier.wait();
+        let start = Instant::now();
+        let ramp_end = start + spec.ramp_time;
+        let mut cpu_a = (process_rusage(), proc_stat(), start);
+        let mut sampled = spec.ramp_time.is_zero();
+        let mut last_print = start;
+        let mut printed = false;
+        while !handles.iter().all(|h| h.is_finished()) {
+            std::thread::sleep(Duration::from_millis(20));
+            let now = Instant::now();
+            if !sampled && now >= ramp_end {
+                cpu_a = (process_rusage(), proc_stat(), now);
+                sampled = true;
+            }
+            if spec.progress && now - last_print >= PROGRESS_PERIOD {
+                print_progress(&progress, now - start, spec);
+                last_print = now;
+                printed = true;
+            }
+        }
+        if printed {
+            print!("\r\x1b[K");
+            let _ = std::io::stdout().flush();
+        }
+        let cpu_b = (process_rusage(), proc_stat(), Instant::now());
+        let mut jobs = vec![];
+        let mut first_err = None;
+        for h in handles {
+            match h.join() {
+                Ok(Ok(j)) => jobs.push(j),
+                Ok(Err(e)) => {
+                    first_err.get_or_insert(e);
+                }
+                Err(_) => {
+                    first_err.get_or_insert(anyhow::anyhow!("a job thread panicked"));
+                }
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        let mut total = JobStats::default();
+        for j in &jobs {
+            total.merge(j);
+        }
+        let secs = cpu_b.2.saturating_duration_since(cpu_a.2).as_secs_f64();
+        Ok(RunResult {
+            jobs,
+            total,
+            cpu: cpu_use(cpu_a.0, cpu_b.0, secs),
+            sys_cpu: sys_cpu(&cpu_a.1, &cpu_b.1),
+            block_size: lba,
+            capacity,
+            target: target.clone(),
+        })
+    });
+    // Queues are closed by now (each job dropped its engine); shut the controller down.
+    if let Setup::Remote { ctrl, .. } = setup {
+        let ka = ctrl.keep_alive_failure();
+        let shut = ctrl.shutdown();
+        if let Some(f) = ka {
+            eprintln!("perf: keep-alive failed during the run: {f}");
+        }
+        if let (Ok(_), Err(e)) = (&result, shut) {
+            eprintln!("perf: controller shutdown: {e}");
+        }
+    }
+    result
+}
+
+fn make_engine(
+    setup: &Setup,
+    spec: &JobSpec,
+    j: usize,
+    max_io: u32,
+) -> anyhow::Result<Box<dyn Engine>> {
+    match setup {
+        Setup::Remote {
+            ctrl,
+            nsid,
+            lba,
+            capacity,
+            ..
+        } => {
+            let q = ctrl
+                .io_queue(
+                    j as u16 + 1,
+                    IoQueueOptions {
+                        depth: spec.iodepth,
+                        max_io,
+                    },
+                )
+                .with_context(|| format!("job {j}: connecting I/O queue {}", j + 1))?;
+            Ok(Box::new(Remote::new(q, *nsid, *lba, *capacity)))
+        }
+        Setup::Local(b) => Ok(Box::new(Local::new(b.clone(), spec.iodepth, max_io)?)),
+    }
+}
+
+/// Each job's region: the whole `[offset, offset+len)` for every job (as
+/// fio), except with verify where jobs get disjoint slices so that their
+/// patterns do not overwrite each other.
+fn regions(spec: &JobSpec, len: u64, lba: u32) -> anyhow::Result<Vec<Region>> {
+    let n = spec.numjobs.max(1) as u64;
+    let max_bs = spec.bs.max() as u64;
+    let v: Vec<Region> = if spec.verify {
+        let per = len / n / lba as u64 * lba as u64;
+        (0..n)
+            .map(|i| Region {
+                start: spec.offset + i * per,
+                len: per,
+            })
+            .collect()
+    } else {
+        (0..n)
+            .map(|_| Region {
+                start: spec.offset,
+                len,
+            })
+            .collect()
+    };
+    if v.iter().any(|r| r.len < max_bs) {
+        bail!("the region per job is smaller than the largest block size {max_bs}");
+    }
+    Ok(v)
+}
+
+fn print_progress(p: &[Progress], elapsed: Duration, spec: &JobSpec) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (mut ri, mut wi, mut rb, mut wb) = (0u64, 0u64, 0u64, 0u64);
+    for x in p {
+        ri += x.read_ios.load(Relaxed);
+        wi += x.write_ios.load(Relaxed);
+        rb += x.read_bytes.load(Relaxed);
+        wb += x.write_bytes.load(Relaxed);
+    }
+    let measured = elapsed
+        .saturating_sub(spec.ramp_time)
+        .as_secs_f64()
+        .max(1e-3);
+    let eta = spec
+        .runtime
+        .map(|r| (spec.ramp_time + r).saturating_sub(elapsed).as_secs())
+        .map_or(String::new(), |s| format!(" [eta {s}s]"));
+    print!(
+        "\r\x1b[Kperf: {:.0}s [r={:.1}MiB/s,w={:.1}MiB/s][r={:.0},w={:.0} IOPS]{eta}",
+        elapsed.as_secs_f64(),
+        rb as f64 / measured / 1048576.0,
+        wb as f64 / measured / 1048576.0,
+        ri as f64 / measured,
+        wi as f64 / measured,
+    );
+    let _ = std::io::stdout().flush();
+}
