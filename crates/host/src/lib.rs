@@ -29,6 +29,9 @@ pub mod slot;
 pub mod socket;
 mod tx;
 
+#[cfg(test)]
+mod queue_tests;
+
 pub use admin::AdminQueue;
 pub use controller::{Controller, ControllerInfo};
 pub use error::{HostError, Result, TransportError};
