@@ -61,7 +61,7 @@ impl Source<'_> {
     fn next(&mut self) -> (bool, u64, u32) {
         match self {
             Source::Workload { w, bytes_left, .. } => {
-                let (wr, off, len) = w.next();
+                let (wr, off, len) = w.next_io();
                 *bytes_left = bytes_left.saturating_sub(len as u64);
                 (wr, off, len)
             }

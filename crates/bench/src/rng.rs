@@ -13,7 +13,7 @@ impl Rng {
         Rng((z ^ (z >> 31)) | 1)
     }
     #[inline]
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;
@@ -24,16 +24,16 @@ impl Rng {
     /// Uniform in `0..n` (n > 0).
     #[inline]
     pub fn below(&mut self, n: u64) -> u64 {
-        ((self.next() as u128 * n as u128) >> 64) as u64
+        ((self.next_u64() as u128 * n as u128) >> 64) as u64
     }
     /// Fills `b` with pseudo-random bytes.
     pub fn fill(&mut self, b: &mut [u8]) {
         let mut chunks = b.chunks_exact_mut(8);
         for c in &mut chunks {
-            c.copy_from_slice(&self.next().to_le_bytes());
+            c.copy_from_slice(&self.next_u64().to_le_bytes());
         }
         let rest = chunks.into_remainder();
-        let v = self.next().to_le_bytes();
+        let v = self.next_u64().to_le_bytes();
         let n = rest.len();
         rest.copy_from_slice(&v[..n]);
     }
@@ -54,7 +54,7 @@ mod tests {
     #[test]
     fn deterministic_and_bounded() {
         let (mut a, mut b) = (Rng::new(7), Rng::new(7));
-        assert_eq!(a.next(), b.next());
+        assert_eq!(a.next_u64(), b.next_u64());
         assert!((0..1000).all(|_| a.below(10) < 10));
         let mut x = [0u8; 13];
         a.fill(&mut x);

@@ -34,7 +34,7 @@ pub struct RunResult {
 
 enum Setup {
     Remote {
-        ctrl: Controller,
+        ctrl: Box<Controller>,
         info: ControllerInfo,
         nsid: u32,
         lba: u32,
@@ -69,7 +69,7 @@ fn setup(spec: &JobSpec) -> anyhow::Result<Setup> {
             }
             let lba = 1u32 << ns.lbads;
             Ok(Setup::Remote {
-                ctrl,
+                ctrl: Box::new(ctrl),
                 info,
                 nsid: *nsid,
                 lba,
@@ -126,7 +126,7 @@ pub fn run(spec: &JobSpec) -> anyhow::Result<RunResult> {
         ),
     };
     spec.bs.check(lba)?;
-    if spec.offset % lba as u64 != 0 {
+    if !spec.offset.is_multiple_of(lba as u64) {
         bail!(
             "--offset {} is not a multiple of the {lba}-byte block",
             spec.offset

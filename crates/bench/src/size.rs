@@ -120,8 +120,7 @@ pub fn block_sizes(
         // fio: entries without a weight share what is left of 100%.
         let given: u32 = v.iter().map(|x| x.1).sum();
         let blanks = v.iter().filter(|x| x.1 == 0).count() as u32;
-        if blanks > 0 {
-            let each = 100u32.saturating_sub(given) / blanks;
+        if let Some(each) = 100u32.saturating_sub(given).checked_div(blanks) {
             for x in v.iter_mut().filter(|x| x.1 == 0) {
                 x.1 = each.max(1);
             }

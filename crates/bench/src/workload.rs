@@ -39,13 +39,13 @@ impl Workload {
 
     /// (write, byte offset, length). The region must hold the largest block.
     #[inline]
-    pub fn next(&mut self) -> (bool, u64, u32) {
+    pub fn next_io(&mut self) -> (bool, u64, u32) {
         let write = match self.read_pct {
             100 => false,
             0 => true,
             p => self.rng.below(100) >= p as u64,
         };
-        let len = (self.bs.pick(self.rng.next()) as u64).min(self.region.len);
+        let len = (self.bs.pick(self.rng.next_u64()) as u64).min(self.region.len);
         let pos = if self.random {
             let slots = (self.region.len - len) / self.align + 1;
             self.rng.below(slots) * self.align
@@ -76,7 +76,7 @@ pub fn verify_plan(
     let mut pos = 0u64;
     let end = region.len / lba * lba;
     while pos < end {
-        let len = (bs.pick(rng.next()) as u64).min(end - pos);
+        let len = (bs.pick(rng.next_u64()) as u64).min(end - pos);
         v.push((region.start + pos, len as u32));
         pos += len;
     }
@@ -111,7 +111,7 @@ mod tests {
         );
         let mut reads = 0;
         for _ in 0..10_000 {
-            let (wr, off, len) = w.next();
+            let (wr, off, len) = w.next_io();
             assert!(off >= r.start && off + len as u64 <= r.start + r.len);
             assert_eq!(off % 4096, 0);
             reads += (!wr) as u32;
@@ -126,7 +126,7 @@ mod tests {
             len: 16384,
         };
         let mut w = Workload::new(Rw::Read, 50, BlockSizes::Fixed(8192), r, 1);
-        let offs: Vec<u64> = (0..4).map(|_| w.next().1).collect();
+        let offs: Vec<u64> = (0..4).map(|_| w.next_io().1).collect();
         assert_eq!(offs, vec![0, 8192, 0, 8192]);
     }
 

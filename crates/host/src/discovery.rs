@@ -55,7 +55,7 @@ mod tests {
             ..DiscEntry::default()
         };
         let logs = [
-            encode_log(1, &[e.clone()]),
+            encode_log(1, std::slice::from_ref(&e)),
             encode_log(2, &[e.clone(), e.clone()]),
         ];
         let mut calls = 0;

@@ -492,7 +492,7 @@ impl QueuePair {
             // is not implemented (the Linux host rejects CPDA != 0 too).
             return Err(TransportError::BadIcResp("CPDA != 0 is not supported"));
         }
-        if r.maxh2cdata < MIN_MAXH2CDATA || r.maxh2cdata % 4 != 0 {
+        if r.maxh2cdata < MIN_MAXH2CDATA || !r.maxh2cdata.is_multiple_of(4) {
             return Err(TransportError::BadIcResp(
                 "MAXH2CDATA below 4096 or not dword-aligned",
             ));

@@ -71,8 +71,6 @@ fn parse_sent(mut b: &[u8], hd: bool, dd: bool) -> Vec<Sent> {
     while !b.is_empty() {
         let f = if b[0] == PduType::IcReq as u8 {
             Framing::parse(b, &Negotiated::default(), true).unwrap()
-        } else if b[0] == PduType::H2CTermReq as u8 {
-            Framing::parse(b, &neg, true).unwrap()
         } else {
             Framing::parse(b, &neg, true).unwrap()
         };
@@ -126,6 +124,7 @@ fn capsule_resp(cid: u16, status: Status, dw0: u32, hd: bool) -> Vec<u8> {
     b
 }
 
+#[allow(clippy::too_many_arguments)]
 fn data_pdu(
     t: PduType,
     cid: u16,

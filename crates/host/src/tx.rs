@@ -175,7 +175,7 @@ mod tests {
 
     #[test]
     fn fill_advance_and_release() {
-        let data = vec![vec![1u8; 10], vec![2u8; 10]];
+        let data = [vec![1u8; 10], vec![2u8; 10]];
         let mut q = TxQueue::default();
         q.push_arena(3).copy_from_slice(b"abc");
         q.push_arena(2).copy_from_slice(b"de");
