@@ -226,13 +226,16 @@ pub fn run(args: ServeArgs) -> Result<()> {
         signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
     }
     print_banner(&target, &addrs, threads);
-    farflash_transport::serve(target.clone(), listeners, threads, stop, DRAIN)
-        .context("serving")?;
+    let reloader = spawn_reloader(target.clone(), args.clone())?;
+    let served = farflash_transport::serve(target.clone(), listeners, threads, stop, DRAIN)
+        .context("serving");
+    reloader.close();
+    served?;
 
     // Acknowledged writes must survive: flush every file backend before exit.
     let mut failed = false;
     for sub in &target.subsystems {
-        for ns in &sub.namespaces {
+        for ns in sub.namespaces().iter() {
             if let Err(e) = ns.backend.sync_all() {
                 tracing::error!(subnqn = %sub.nqn, nsid = ns.nsid, "flush at shutdown failed: {e}");
                 failed = true;
@@ -259,6 +262,36 @@ pub fn run(args: ServeArgs) -> Result<()> {
     Ok(())
 }
 
+/// On SIGHUP, re-reads the configuration (the file and the flags) and applies
+/// namespace changes to the running target; hosts get an asynchronous event.
+fn spawn_reloader(target: Arc<Target>, args: ServeArgs) -> Result<signal_hook::iterator::Handle> {
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP])
+        .context("installing SIGHUP handler")?;
+    let handle = signals.handle();
+    std::thread::Builder::new().name("farflash-reload".into()).spawn(move || {
+        for _ in signals.forever() {
+            let result = args
+                .to_config()
+                .and_then(|cfg| Ok(farflash_target::reload::apply(&target, &cfg)?));
+            match result {
+                Ok(r) => {
+                    for (nqn, ids) in &r.changed {
+                        tracing::info!(subnqn = %nqn, nsids = ?ids, "reload: namespaces changed");
+                    }
+                    for what in &r.ignored {
+                        tracing::warn!("reload: not applied: {what}");
+                    }
+                    if r.changed.is_empty() && r.ignored.is_empty() {
+                        tracing::info!("reload: nothing changed");
+                    }
+                }
+                Err(e) => tracing::error!("reload failed, nothing changed: {e:#}"),
+            }
+        }
+    })?;
+    Ok(handle)
+}
+
 fn print_banner(target: &Target, addrs: &[SocketAddr], threads: usize) {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
@@ -274,7 +307,7 @@ fn print_banner(target: &Target, addrs: &[SocketAddr], threads: usize) {
             sub.allowed_hosts.join(", ")
         };
         let _ = writeln!(out, "subsystem {} (allowed: {hosts})", sub.nqn);
-        for ns in &sub.namespaces {
+        for ns in sub.namespaces().iter() {
             let _ = writeln!(
                 out,
                 "  nsid {}: {}, {} blocks of {} bytes ({})",

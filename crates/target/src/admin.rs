@@ -85,7 +85,7 @@ fn identify_cmd(q: &mut QueuePair, idx: usize, ctrl: &Controller, sqe: &Sqe) -> 
         return Outcome::Done(Status::INVALID_FIELD.dnr(), 0);
     }
     let nsid = sqe.nsid;
-    let ns = q.namespace_index(nsid).map(|i| q.namespaces[i].clone());
+    let ns = q.namespace_index(nsid).and_then(|i| q.ns.get(i)).cloned();
     let st = match cns_v {
         cns::CONTROLLER => {
             let c = identify::controller(q, ctrl);
@@ -108,7 +108,7 @@ fn identify_cmd(q: &mut QueuePair, idx: usize, ctrl: &Controller, sqe: &Sqe) -> 
             if nsid >= 0xFFFF_FFFE || (cns_v == cns::CSI_ACTIVE_NS_LIST && csi != 0) {
                 Status::INVALID_FIELD.dnr()
             } else {
-                let ids: Vec<u32> = q.namespaces.iter().map(|n| n.nsid).collect();
+                let ids: Vec<u32> = q.ns.nsids().collect();
                 farflash_wire::identify::encode_active_ns_list(
                     q.reply_buf(idx, IDENTIFY_LEN),
                     ids.into_iter(),

@@ -226,7 +226,7 @@ fn property_set(q: &mut QueuePair, sqe: &Sqe) -> Outcome {
     if flush {
         // Normal shutdown: make completed writes durable before reporting it.
         if let Some(sub) = ctrl.subsystem() {
-            for ns in &sub.namespaces {
+            for ns in sub.namespaces().iter() {
                 if let Err(e) = ns.backend.sync_all() {
                     tracing::error!(nsid = ns.nsid, "flush at controller shutdown failed: {e}");
                 }

@@ -52,7 +52,7 @@ pub(crate) fn controller(q: &QueuePair, ctrl: &Controller) -> IdCtrl {
             c.oncs = wid::ONCS_DSM | wid::ONCS_WRITE_ZEROES;
             c.oaes = wid::OAES_NS_ATTR;
             c.vwc = sub
-                .namespaces
+                .namespaces()
                 .iter()
                 .any(|n| n.backend.volatile_write_cache()) as u8;
         }

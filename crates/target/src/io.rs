@@ -19,7 +19,9 @@ const DSM_AD: u32 = 1 << 2;
 /// Byte offset and length of an LBA range, checked against the namespace
 /// (NVM Command Set §3.2.? "LBA Out of Range").
 fn range(q: &QueuePair, ns_idx: usize, slba: u64, nlb: u64) -> Result<(u64, u64), Status> {
-    let ns = &q.namespaces[ns_idx];
+    let Some(ns) = q.ns.get(ns_idx) else {
+        return Err(Status::INVALID_NAMESPACE.dnr());
+    };
     match slba.checked_add(nlb) {
         Some(end) if end <= ns.blocks => Ok((slba << ns.lba_shift, nlb << ns.lba_shift)),
         _ => Err(Status::LBA_OUT_OF_RANGE.dnr()),
@@ -120,7 +122,7 @@ pub(crate) fn execute(q: &mut QueuePair, idx: usize) -> Outcome {
         }
         op::FLUSH => {
             let targets: Vec<usize> = if sqe.nsid == NSID_ALL {
-                (0..q.namespaces.len()).collect()
+                q.ns.live_keys().collect()
             } else {
                 vec![ns_idx]
             };

@@ -12,6 +12,7 @@
 pub mod config;
 pub mod controller;
 pub mod queue;
+pub mod reload;
 pub mod stats;
 pub mod subsystem;
 pub mod target;
@@ -21,6 +22,7 @@ mod discovery;
 mod fabrics;
 mod identify;
 mod io;
+mod nstable;
 
 pub use queue::QueuePair;
 pub use target::Target;

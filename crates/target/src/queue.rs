@@ -7,11 +7,11 @@
 //! here touches a socket, so every path can be driven from a unit test.
 
 use crate::controller::Controller;
+use crate::nstable::NsTable;
 use crate::stats::QueueStats;
-use crate::subsystem::Namespace;
 use crate::target::Target;
 use crate::{admin, fabrics, io};
-use farflash_backend::{BackendQueue, BufPool, IoBuf, IoCompletion, IoRequest};
+use farflash_backend::{BufPool, IoBuf, IoCompletion, IoRequest};
 use farflash_wire::cqe::{Cqe, CQE_SIZE};
 use farflash_wire::log::ErrorEntry;
 use farflash_wire::opcode::admin as aop;
@@ -125,8 +125,8 @@ pub struct QueuePair {
     pub(crate) slots: Vec<Slot>,
     free: Vec<u16>,
     cid_busy: Vec<u64>,
-    pub(crate) namespaces: Vec<Arc<Namespace>>,
-    bqs: Vec<Option<Box<dyn BackendQueue>>>,
+    /// The subsystem's namespaces as this queue sees them, with backend queues.
+    pub(crate) ns: NsTable,
     pub(crate) pool: BufPool,
     completions: Vec<IoCompletion>,
     pub(crate) stats: Option<Arc<QueueStats>>,
@@ -166,8 +166,7 @@ impl QueuePair {
             slots: Vec::new(),
             free: Vec::new(),
             cid_busy: vec![0; 1024],
-            namespaces: Vec::new(),
-            bqs: Vec::new(),
+            ns: NsTable::default(),
             pool: BufPool::new(),
             completions: Vec::new(),
             stats: None,
@@ -257,7 +256,7 @@ impl QueuePair {
 
     /// File descriptors to watch for backend completions.
     pub fn notify_fds(&self) -> impl Iterator<Item = RawFd> + '_ {
-        self.bqs.iter().flatten().filter_map(|b| b.notify_fd())
+        self.ns.notify_fds()
     }
 
     /// Backend requests in flight.
@@ -267,10 +266,8 @@ impl QueuePair {
 
     /// Hands queued backend requests to the kernel (one call per batch).
     pub fn commit(&mut self) {
-        for b in self.bqs.iter_mut().flatten() {
-            if let Err(e) = b.commit() {
-                tracing::warn!(peer = %self.peer, "backend submit failed: {e}");
-            }
+        for e in self.ns.commit() {
+            tracing::warn!(peer = %self.peer, "backend submit failed: {e}");
         }
     }
 
@@ -281,9 +278,7 @@ impl QueuePair {
             return false;
         }
         let mut comps = std::mem::take(&mut self.completions);
-        for b in self.bqs.iter_mut().flatten() {
-            b.reap(&mut comps);
-        }
+        self.ns.reap(&mut comps);
         let any = !comps.is_empty();
         for c in comps.drain(..) {
             self.in_flight -= 1;
@@ -481,6 +476,7 @@ impl QueuePair {
             self.finish(idx, Status::ABORT_REQUESTED, 0);
             return Ok(());
         }
+        self.refresh_namespaces();
         let xfer = match self.classify(idx) {
             Ok(x) => x,
             Err(st) => {
@@ -645,29 +641,26 @@ impl QueuePair {
         ns_idx: usize,
         req: IoRequest,
     ) -> Result<(), Status> {
-        if self.bqs.len() < self.namespaces.len() {
-            self.bqs.resize_with(self.namespaces.len(), || None);
-        }
-        if self.bqs[ns_idx].is_none() {
-            let depth = self.slots.len() as u32;
-            match self.namespaces[ns_idx].backend.open_queue(depth) {
-                Ok(q) => self.bqs[ns_idx] = Some(q),
-                Err(e) => {
-                    tracing::error!(
-                        nsid = self.namespaces[ns_idx].nsid,
-                        "cannot open backend queue: {e}"
-                    );
-                    self.pool.put(req.buf);
-                    return Err(Status::INTERNAL_ERROR);
-                }
+        let depth = self.slots.len() as u32;
+        match self.ns.queue(ns_idx, depth) {
+            Ok(q) => {
+                q.submit(req);
+                self.slots[idx].pending += 1;
+                self.in_flight += 1;
+                Ok(())
+            }
+            Err(e) => {
+                // ENODEV: the namespace went away after the command was classified.
+                let st = if e.raw_os_error() == Some(libc::ENODEV) {
+                    Status::INVALID_NAMESPACE.dnr()
+                } else {
+                    tracing::error!("cannot open backend queue: {e}");
+                    Status::INTERNAL_ERROR
+                };
+                self.pool.put(req.buf);
+                Err(st)
             }
         }
-        if let Some(q) = self.bqs[ns_idx].as_mut() {
-            self.slots[idx].pending += 1;
-            self.in_flight += 1;
-            q.submit(req);
-        }
-        Ok(())
     }
 
     fn on_backend_completion(&mut self, c: IoCompletion) {
@@ -877,7 +870,7 @@ impl QueuePair {
         self.neg.max_data = (icd as u32).max(self.maxh2cdata);
         self.sqhd = 1 % (sqsize as u32 + 1) as u16;
         if let Some(sub) = ctrl.subsystem() {
-            self.namespaces = sub.namespaces.clone();
+            self.ns.load(&sub.namespaces(), sub.generation());
             self.stats = Some(sub.stats.register());
         }
         self.ctrl = Some(ctrl);
@@ -895,7 +888,18 @@ impl QueuePair {
     }
 
     pub(crate) fn namespace_index(&self, nsid: u32) -> Option<usize> {
-        self.namespaces.binary_search_by_key(&nsid, |n| n.nsid).ok()
+        self.ns.key(nsid)
+    }
+
+    /// Picks up namespace changes of the subsystem (a reload) between commands.
+    fn refresh_namespaces(&mut self) {
+        if let Some(sub) = self.ctrl.as_ref().and_then(|c| c.subsystem()) {
+            let g = sub.generation();
+            if g != self.ns.generation() {
+                let list = sub.namespaces();
+                self.ns.load(&list, g);
+            }
+        }
     }
 }
 

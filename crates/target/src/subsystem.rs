@@ -4,7 +4,8 @@
 use crate::config::{BackendKind, Config, NamespaceConfig, SubsystemConfig};
 use crate::stats::StatsRegistry;
 use farflash_backend::{open_file, open_null, open_ram, FileOptions, SharedBackend};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 /// One namespace: an NSID, its identifiers and its storage.
 pub struct Namespace {
@@ -19,6 +20,8 @@ pub struct Namespace {
     pub nguid: [u8; 16],
     /// Where it came from, for the start-up banner.
     pub describe: String,
+    /// What built it (a reload keeps a namespace whose configuration is unchanged).
+    pub config: NamespaceConfig,
 }
 
 /// One NVM subsystem.
@@ -28,8 +31,10 @@ pub struct Subsystem {
     pub model: String,
     /// Empty: any host may connect.
     pub allowed_hosts: Vec<String>,
-    /// Sorted by NSID.
-    pub namespaces: Vec<Arc<Namespace>>,
+    /// Sorted by NSID; replaced whole when the configuration is reloaded.
+    namespaces: RwLock<Arc<Vec<Arc<Namespace>>>>,
+    /// Bumped at every namespace change; queues compare it with their copy.
+    generation: AtomicU64,
     pub stats: StatsRegistry,
 }
 
@@ -38,15 +43,49 @@ impl Subsystem {
     pub fn host_allowed(&self, hostnqn: &str) -> bool {
         self.allowed_hosts.is_empty() || self.allowed_hosts.iter().any(|h| h == hostnqn)
     }
-    pub fn namespace(&self, nsid: u32) -> Option<&Arc<Namespace>> {
+    /// The current namespaces, sorted by NSID.
+    pub fn namespaces(&self) -> Arc<Vec<Arc<Namespace>>> {
         self.namespaces
-            .binary_search_by_key(&nsid, |n| n.nsid)
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+    pub fn namespace(&self, nsid: u32) -> Option<Arc<Namespace>> {
+        let list = self.namespaces();
+        list.binary_search_by_key(&nsid, |n| n.nsid)
             .ok()
-            .map(|i| &self.namespaces[i])
+            .map(|i| list[i].clone())
     }
     /// Largest NSID (Identify Controller NN).
     pub fn max_nsid(&self) -> u32 {
-        self.namespaces.last().map(|n| n.nsid).unwrap_or(0)
+        self.namespaces().last().map(|n| n.nsid).unwrap_or(0)
+    }
+    /// Installs a new namespace list; returns the NSIDs that were added,
+    /// removed or replaced (for the Changed Namespace List, Base §5.16.1.5).
+    pub fn replace_namespaces(&self, mut list: Vec<Arc<Namespace>>) -> Vec<u32> {
+        list.sort_by_key(|n| n.nsid);
+        let mut g = self.namespaces.write().unwrap_or_else(|p| p.into_inner());
+        let mut changed: Vec<u32> = Vec::new();
+        for n in &list {
+            match g.iter().find(|o| o.nsid == n.nsid) {
+                Some(o) if Arc::ptr_eq(o, n) => {}
+                _ => changed.push(n.nsid),
+            }
+        }
+        for o in g.iter() {
+            if !list.iter().any(|n| n.nsid == o.nsid) {
+                changed.push(o.nsid);
+            }
+        }
+        changed.sort_unstable();
+        if !changed.is_empty() {
+            *g = Arc::new(list);
+            self.generation.fetch_add(1, Ordering::AcqRel);
+        }
+        changed
     }
 }
 
@@ -92,15 +131,16 @@ fn parse_hex16(s: &str) -> Option<[u8; 16]> {
     Some(out)
 }
 
-fn build_namespace(
-    sub: &SubsystemConfig,
+/// Opens the backend of one namespace of subsystem `nqn`.
+pub fn build_namespace(
+    nqn: &str,
     nc: &NamespaceConfig,
     nsid: u32,
 ) -> Result<Namespace, BuildError> {
     let bs = nc.block_size.unwrap_or(512);
     let size = nc.size.map(|s| s.0);
     let err = |what: &str, source| BuildError::Backend {
-        nqn: sub.nqn.clone(),
+        nqn: nqn.to_owned(),
         nsid,
         what: what.to_owned(),
         source,
@@ -136,13 +176,13 @@ fn build_namespace(
     let blocks = backend.capacity() / bs as u64;
     if blocks == 0 {
         return Err(BuildError::Invalid {
-            nqn: sub.nqn.clone(),
+            nqn: nqn.to_owned(),
             nsid,
             msg: "namespace is smaller than one block".into(),
         });
     }
     let invalid = |msg: &str| BuildError::Invalid {
-        nqn: sub.nqn.clone(),
+        nqn: nqn.to_owned(),
         nsid,
         msg: msg.to_owned(),
     };
@@ -150,11 +190,11 @@ fn build_namespace(
         Some(u) => {
             parse_hex16(u).ok_or_else(|| invalid("uuid must be 32 hex digits (dashes allowed)"))?
         }
-        None => derive_id(&sub.nqn, nsid, 1),
+        None => derive_id(nqn, nsid, 1),
     };
     let nguid = match &nc.nguid {
         Some(u) => parse_hex16(u).ok_or_else(|| invalid("nguid must be 32 hex digits"))?,
-        None => derive_id(&sub.nqn, nsid, 2),
+        None => derive_id(nqn, nsid, 2),
     };
     Ok(Namespace {
         nsid,
@@ -165,6 +205,10 @@ fn build_namespace(
         uuid,
         nguid,
         describe,
+        config: NamespaceConfig {
+            nsid: Some(nsid),
+            ..nc.clone()
+        },
     })
 }
 
@@ -187,14 +231,7 @@ pub fn human(bytes: u64) -> String {
 pub fn build_subsystems(cfg: &Config) -> Result<Vec<Arc<Subsystem>>, BuildError> {
     let mut out = Vec::new();
     for (i, sc) in cfg.subsystems.iter().enumerate() {
-        let mut namespaces = Vec::new();
-        let mut next = 1;
-        for nc in &sc.namespaces {
-            let nsid = nc.nsid.unwrap_or(next);
-            next = next.max(nsid + 1);
-            namespaces.push(Arc::new(build_namespace(sc, nc, nsid)?));
-        }
-        namespaces.sort_by_key(|n| n.nsid);
+        let namespaces = build_namespaces(sc, &[])?;
         let serial = sc.serial.clone().unwrap_or_else(|| {
             let id = derive_id(&sc.nqn, 0, 3);
             format!(
@@ -207,10 +244,39 @@ pub fn build_subsystems(cfg: &Config) -> Result<Vec<Arc<Subsystem>>, BuildError>
             serial,
             model: sc.model.clone().unwrap_or_else(|| "farflash".to_owned()),
             allowed_hosts: sc.allowed_hosts.clone(),
-            namespaces,
+            namespaces: RwLock::new(Arc::new(namespaces)),
+            generation: AtomicU64::new(1),
             stats: StatsRegistry::default(),
         }));
     }
+    Ok(out)
+}
+
+/// Builds a subsystem's namespaces, reusing those of `current` whose
+/// configuration and NSID are unchanged (their backends stay open).
+pub fn build_namespaces(
+    sc: &SubsystemConfig,
+    current: &[Arc<Namespace>],
+) -> Result<Vec<Arc<Namespace>>, BuildError> {
+    let mut out = Vec::new();
+    let mut next = 1;
+    for nc in &sc.namespaces {
+        let nsid = nc.nsid.unwrap_or(next);
+        next = next.max(nsid + 1);
+        let effective = NamespaceConfig {
+            nsid: Some(nsid),
+            ..nc.clone()
+        };
+        let ns = match current
+            .iter()
+            .find(|n| n.nsid == nsid && n.config == effective)
+        {
+            Some(n) => n.clone(),
+            None => Arc::new(build_namespace(&sc.nqn, nc, nsid)?),
+        };
+        out.push(ns);
+    }
+    out.sort_by_key(|n| n.nsid);
     Ok(out)
 }
 

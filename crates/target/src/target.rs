@@ -5,10 +5,15 @@
 use crate::config::TransportConfig;
 use crate::controller::{Controller, Kind};
 use crate::subsystem::Subsystem;
+use farflash_wire::identify::OAES_NS_ATTR;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+
+/// AER completion DW0 for "Namespace Attribute Changed": type Notice (2),
+/// information 00h, log page 04h (Base §5.2 Figure "Asynchronous Event Information - Notice").
+pub const AEN_NS_ATTR_CHANGED: u32 = 0x0004_0002;
 
 /// Highest CNTLID of the dynamic model (Base: FFF0h..FFFFh are reserved).
 pub const MAX_CNTLID: u16 = 0xFFEF;
@@ -92,6 +97,31 @@ impl Target {
         c.kill();
         let mut t = self.ctrls.lock().unwrap_or_else(|p| p.into_inner());
         t.live.remove(&c.cntlid);
+    }
+
+    /// Tells every controller of `sub` that namespaces `nsids` changed: they
+    /// go to its Changed Namespace List (log 04h) and, if the host enabled
+    /// Namespace Attribute Notices, an asynchronous event is queued for the
+    /// admin queue to deliver (Base §5.2, §5.16.1.5).
+    pub fn namespaces_changed(&self, sub: &Arc<Subsystem>, nsids: &[u32]) {
+        let ctrls: Vec<Arc<Controller>> = {
+            let t = self.ctrls.lock().unwrap_or_else(|p| p.into_inner());
+            t.live.values().filter_map(Weak::upgrade).collect()
+        };
+        for c in ctrls
+            .iter()
+            .filter(|c| c.subsystem().is_some_and(|s| Arc::ptr_eq(s, sub)))
+        {
+            let mut st = c.lock();
+            for id in nsids {
+                if !st.changed_ns.contains(id) {
+                    st.changed_ns.push(*id);
+                }
+            }
+            if st.aec & OAES_NS_ATTR != 0 && !st.events.contains(&AEN_NS_ATTR_CHANGED) {
+                st.events.push_back(AEN_NS_ATTR_CHANGED);
+            }
+        }
     }
 
     pub fn live_controllers(&self) -> usize {
