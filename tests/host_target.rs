@@ -1,0 +1,363 @@
+//! The farflash host (library and CLI) against `farflash serve`: discover,
+//! identify, connect with digests on/off, R2T writes, several queues,
+//! Flush / Write Zeroes / DSM, keep-alive, perf --verify with mixed sizes,
+//! and perf's honesty checked against the target's SMART counters.
+
+mod host_support;
+
+use farflash_host::{ConnectOptions, Controller, IoQueueOptions};
+use host_support::{cli, cli_ok, json, Serve};
+use std::time::Duration;
+
+fn opts(s: &Serve, hd: bool, dd: bool) -> ConnectOptions {
+    let mut o = ConnectOptions::new(s.addr(), &s.nqn);
+    o.hdr_digest = hd;
+    o.data_digest = dd;
+    o.command_timeout = Duration::from_secs(20);
+    o
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed ^ (i >> 9) as u8)
+        .collect()
+}
+
+#[test]
+fn discover_lists_the_subsystem() {
+    let s = Serve::start("16M", &[]);
+    let port = s.port.to_string();
+    let out = cli_ok(&["discover", "-t", "tcp", "-a", "127.0.0.1", "-s", &port]);
+    assert!(out.contains("Discovery Log Number of Records"), "{out}");
+    assert!(out.contains(&format!("subnqn:  {}", s.nqn)), "{out}");
+    assert!(out.contains("trtype:  tcp"), "{out}");
+    let v = json(&cli_ok(&[
+        "discover",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &port,
+        "--output-format=json",
+    ]));
+    assert!(v["genctr"].is_u64());
+    let recs = v["records"].as_array().expect("records");
+    let r = recs
+        .iter()
+        .find(|r| r["subnqn"] == s.nqn.as_str())
+        .expect("our subsystem");
+    assert_eq!(r["trtype"], "tcp");
+    assert_eq!(r["adrfam"], "ipv4");
+    assert_eq!(r["subtype"], "nvme subsystem");
+    assert_eq!(r["trsvcid"], port.as_str());
+    assert_eq!(r["traddr"], "127.0.0.1");
+    assert!(r["portid"].is_u64() && r["treq"].is_string());
+}
+
+#[test]
+fn identify_controller_and_namespace() {
+    let s = Serve::start("16M", &[]);
+    let port = s.port.to_string();
+    let out = cli_ok(&["identify", "-a", "127.0.0.1", "-s", &port, "-n", &s.nqn]);
+    assert!(out.contains("NVME Identify Controller:"), "{out}");
+    assert!(out.contains(&format!("subnqn    : {}", s.nqn)), "{out}");
+    let v = json(&cli_ok(&[
+        "identify",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &port,
+        "-n",
+        &s.nqn,
+        "--nsid",
+        "1",
+        "-o",
+        "json",
+    ]));
+    let c = &v["controller"];
+    assert_eq!(c["subnqn"], s.nqn.as_str());
+    for f in [
+        "vid", "cntlid", "ver", "mdts", "nn", "sgls", "kas", "maxcmd", "ioccsz", "iorcsz",
+    ] {
+        assert!(c[f].is_u64(), "controller field {f}: {c}");
+    }
+    assert!(c["kas"].as_u64().unwrap() > 0 && c["ioccsz"].as_u64().unwrap() >= 4);
+    let n = &v["namespace"];
+    assert_eq!(n["nsze"].as_u64(), Some(16 << 20 >> 9));
+    assert_eq!(n["lbafs"][0]["ds"].as_u64(), Some(9));
+    assert_eq!(n["nguid"].as_str().map(str::len), Some(32));
+    // A bad NQN is refused with a Connect error, not a hang or a panic.
+    let o = cli(&[
+        "identify",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &port,
+        "-n",
+        "nqn.nope:x",
+    ]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("error"));
+}
+
+/// Writes (in-capsule and R2T sized), reads back and compares on queue 1
+/// with every digest combination.
+#[test]
+fn connect_with_digests_on_and_off_and_r2t_writes() {
+    let s = Serve::start("16M", &[]);
+    for (hd, dd) in [(false, false), (true, false), (false, true), (true, true)] {
+        let ctrl = Controller::connect_with_queues(&opts(&s, hd, dd), 1).expect("connect");
+        let info = ctrl.info().clone();
+        assert!(info.io_queues >= 1);
+        let icd = info.icd_max() as usize;
+        let big = (info.max_transfer() as usize).min(256 << 10);
+        assert!(big > icd, "need a write larger than in-capsule ({icd})");
+        let mut q = ctrl
+            .io_queue(
+                1,
+                IoQueueOptions {
+                    depth: 8,
+                    max_io: big as u32,
+                },
+            )
+            .expect("I/O queue");
+        for (i, len) in [512usize, 4096, icd, icd + 512, big]
+            .into_iter()
+            .enumerate()
+        {
+            let data = pattern(len, i as u8 + hd as u8 * 2 + dd as u8 * 4);
+            let slba = (i as u64) * 1024;
+            q.write_at(1, slba, (len / 512) as u32, &data)
+                .expect("write");
+            let mut back = vec![0u8; len];
+            q.read_at(1, slba, (len / 512) as u32, &mut back)
+                .expect("read");
+            assert!(back == data, "len {len} hd {hd} dd {dd}: data differs");
+        }
+        drop(q);
+        ctrl.shutdown().expect("shutdown");
+    }
+}
+
+#[test]
+fn several_queues_flush_write_zeroes_deallocate() {
+    let s = Serve::start("16M", &[]);
+    let ctrl = Controller::connect_with_queues(&opts(&s, false, false), 4).expect("connect");
+    assert!(ctrl.info().io_queues >= 4);
+    let mut qs: Vec<_> = (1..=4)
+        .map(|qid| {
+            ctrl.io_queue(
+                qid,
+                IoQueueOptions {
+                    depth: 16,
+                    max_io: 8192,
+                },
+            )
+            .expect("queue")
+        })
+        .collect();
+    // Each queue writes its own block concurrently (submit on all, then poll all).
+    for (i, q) in qs.iter_mut().enumerate() {
+        let cid = q.alloc_cid().unwrap();
+        q.buf_mut(cid).unwrap()[..4096].copy_from_slice(&pattern(4096, i as u8));
+        q.submit_write(cid, 1, i as u64 * 8, 8, 4096).unwrap();
+    }
+    for q in qs.iter_mut() {
+        let mut out = vec![];
+        while out.is_empty() {
+            q.wait(&mut out, Duration::from_secs(5)).unwrap();
+        }
+        out[0].check().unwrap();
+    }
+    for (i, q) in qs.iter_mut().enumerate() {
+        let mut b = vec![0u8; 4096];
+        // Read through another queue than the writer's.
+        let _ = i;
+        q.read_at(1, ((i + 1) % 4) as u64 * 8, 8, &mut b).unwrap();
+        assert_eq!(b, pattern(4096, ((i + 1) % 4) as u8));
+    }
+    let q = &mut qs[0];
+    q.flush(1).expect("flush");
+    q.write_zeroes(1, 0, 8).expect("write zeroes");
+    let mut b = vec![1u8; 4096];
+    q.read_at(1, 0, 8, &mut b).unwrap();
+    assert!(b.iter().all(|&x| x == 0), "write zeroes");
+    q.deallocate(1, &[(8, 8), (16, 8)]).expect("deallocate");
+    q.read_at(1, 8, 8, &mut b).unwrap();
+    assert!(
+        b.iter().all(|&x| x == 0),
+        "deallocated blocks read as zeroes (DLFEAT)"
+    );
+    // Beyond the namespace: a typed NVMe status error.
+    let e = q.read_at(1, 1 << 40, 8, &mut b).unwrap_err();
+    assert!(e.status().is_some(), "{e}");
+    drop(qs);
+    ctrl.shutdown().unwrap();
+}
+
+/// KATO 1 s with the keep-alive thread: the association survives 3 idle seconds.
+#[test]
+fn keep_alive_keeps_the_controller() {
+    let s = Serve::start("16M", &[]);
+    let mut o = opts(&s, false, false);
+    o.kato_ms = 1000;
+    let mut ctrl = Controller::connect_with_queues(&o, 1).expect("connect");
+    ctrl.start_keep_alive().unwrap();
+    let mut q = ctrl
+        .io_queue(
+            1,
+            IoQueueOptions {
+                depth: 2,
+                max_io: 4096,
+            },
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let mut b = vec![0u8; 4096];
+    q.read_at(1, 0, 8, &mut b).expect("I/O after 3 s idle");
+    assert!(ctrl.keep_alive_failure().is_none());
+    let _ = ctrl.smart_log().expect("admin still alive");
+}
+
+#[test]
+fn perf_verify_crc32c_with_mixed_block_sizes() {
+    let s = Serve::start("64M", &[]);
+    let port = s.port.to_string();
+    for (rw, sizes, extra) in [
+        (
+            "randwrite",
+            "--bssplit=4k/40:64k/30:256k/30",
+            vec!["--numjobs", "2"],
+        ),
+        ("write", "--bsrange=4k-128k", vec!["-g", "-G"]),
+    ] {
+        let mut args = vec![
+            "perf",
+            "-t",
+            "tcp",
+            "-a",
+            "127.0.0.1",
+            "-s",
+            &port,
+            "-n",
+            &s.nqn,
+            "--rw",
+            rw,
+            sizes,
+            "--iodepth",
+            "16",
+            "--size",
+            "16M",
+            "--verify=crc32c",
+            "--output-format=json",
+        ];
+        args.extend(extra.iter());
+        let v = json(&cli_ok(&args));
+        let a = &v["aggregate"];
+        assert_eq!(a["verify_errors"], 0);
+        let w = a["write"]["io_bytes"].as_u64().unwrap();
+        let r = a["read"]["io_bytes"].as_u64().unwrap();
+        assert_eq!(w, 16 << 20, "every byte of the region written once");
+        assert_eq!(r, w, "and read back once");
+    }
+}
+
+fn smart(s: &Serve) -> farflash_host::logs::SmartLog {
+    let ctrl = Controller::connect_with_queues(&opts(s, false, false), 0).expect("connect");
+    let l = ctrl.smart_log().expect("SMART log");
+    ctrl.shutdown().unwrap();
+    l
+}
+
+/// What perf reports it did is what the target counted (SMART log 02h).
+#[test]
+fn perf_counts_match_the_targets_smart_log() {
+    let s = Serve::start("64M", &[]);
+    let port = s.port.to_string();
+    let before = smart(&s);
+    let v = json(&cli_ok(&[
+        "perf",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &port,
+        "-n",
+        &s.nqn,
+        "--rw",
+        "randrw",
+        "--rwmixread",
+        "60",
+        "--bsrange",
+        "4k-64k",
+        "--iodepth",
+        "8",
+        "--numjobs",
+        "2",
+        "--runtime",
+        "2",
+        "-o",
+        "json",
+    ]));
+    let after = smart(&s);
+    let a = &v["aggregate"];
+    let (rio, wio) = (
+        a["read"]["total_ios"].as_u64().unwrap(),
+        a["write"]["total_ios"].as_u64().unwrap(),
+    );
+    let (rb, wb) = (
+        a["read"]["io_bytes"].as_u64().unwrap(),
+        a["write"]["io_bytes"].as_u64().unwrap(),
+    );
+    assert!(rio > 0 && wio > 0);
+    assert_eq!(
+        after.host_read_commands - before.host_read_commands,
+        rio,
+        "read commands"
+    );
+    assert_eq!(
+        after.host_write_commands - before.host_write_commands,
+        wio,
+        "write commands"
+    );
+    // Data units: thousands of 512-byte units, rounded up: the delta can be
+    // one off the exact quotient either way.
+    for (du, bytes) in [
+        (after.data_units_read - before.data_units_read, rb),
+        (after.data_units_written - before.data_units_written, wb),
+    ] {
+        let exact = bytes as f64 / 512_000.0;
+        assert!(
+            (du as f64 - exact).abs() <= 1.0,
+            "data units {du} vs {exact:.2} ({bytes} bytes)"
+        );
+    }
+}
+
+#[test]
+fn perf_rejects_bad_arguments_without_panicking() {
+    let s = Serve::start("16M", &[]);
+    let port = s.port.to_string();
+    for bad in [
+        vec!["--bs", "1000"],
+        vec!["--bs", "1M"], // beyond MDTS
+        vec!["--iodepth", "60000"],
+        vec!["--rw", "sideways"],
+        vec!["--nsid", "9"],
+    ] {
+        let mut args = vec![
+            "perf",
+            "-a",
+            "127.0.0.1",
+            "-s",
+            &port,
+            "-n",
+            &s.nqn,
+            "--size",
+            "1M",
+        ];
+        args.extend(bad.iter());
+        let o = cli(&args);
+        assert!(!o.status.success(), "{bad:?} should fail");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("panicked"), "{bad:?}: {err}");
+    }
+}
