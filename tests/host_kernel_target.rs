@@ -1,0 +1,185 @@
+//! The farflash host against a target nobody here wrote: the Linux kernel's
+//! nvmet-tcp, in a QEMU VM started by tests/linux-host/run-linux-host with
+//! `--hostfwd` (guest port 4420 on host 127.0.0.1:PORT). Runs `farflash
+//! discover`, `farflash identify` and `farflash perf --verify=crc32c` with
+//! mixed block sizes (in-capsule and R2T writes, with and without digests),
+//! and a run longer than the Keep Alive Timeout.
+
+mod host_support;
+
+use host_support::{cli_ok, free_port, json};
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// The VM's whole process group, killed on drop (even when a test panics).
+struct Vm {
+    child: Child,
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        let pgid = self.child.id() as i32;
+        // SAFETY: plain syscalls on the process group we created (process_group(0)).
+        unsafe { libc::kill(-pgid, libc::SIGTERM) };
+        for _ in 0..50 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // SAFETY: as above; SIGKILL for whatever is left.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+}
+
+fn start_kernel_target(port: u16, nqn: &str) -> Vm {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut child = Command::new(root.join("tests/linux-host/run-linux-host"))
+        .args(["-t", "900", "--hostfwd", &format!("{port}:4420")])
+        .args([
+            "-e",
+            &format!("NQN={nqn}"),
+            "-e",
+            "SERVE_NAMESPACES=ram:64M",
+        ])
+        .arg(root.join("tests/linux-host/guest/kernel-target-serve.sh"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .process_group(0)
+        .spawn()
+        .expect("start tests/linux-host/run-linux-host");
+    let out = child.stdout.take().expect("stdout");
+    let vm = Vm { child };
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            eprintln!("[vm] {line}");
+            let _ = tx.send(line);
+        }
+    });
+    loop {
+        match rx.recv_timeout(Duration::from_secs(600)) {
+            Ok(l) if l.contains("TARGET-READY") => break,
+            Ok(_) => {}
+            Err(_) => panic!("the kernel target VM never printed TARGET-READY"),
+        }
+    }
+    std::thread::spawn(move || while rx.recv().is_ok() {});
+    vm
+}
+
+#[test]
+#[ignore = "boots a QEMU VM; run by tests/run.sh"]
+fn farflash_host_against_linux_kernel_target() {
+    let port = free_port();
+    let nqn = "nqn.2014-08.io.farflash:kernel-target-host-test";
+    let _vm = start_kernel_target(port, nqn);
+    let p = port.to_string();
+
+    // discover: the kernel's discovery controller lists the subsystem.
+    let v = json(&cli_ok(&[
+        "discover",
+        "-t",
+        "tcp",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &p,
+        "-o",
+        "json",
+    ]));
+    let recs = v["records"].as_array().expect("records");
+    let r = recs
+        .iter()
+        .find(|r| r["subnqn"] == nqn)
+        .expect("subsystem in the discovery log");
+    assert_eq!(r["trtype"], "tcp");
+    assert_eq!(r["subtype"], "nvme subsystem");
+    assert_eq!(r["trsvcid"], "4420");
+    assert!(cli_ok(&["discover", "-a", "127.0.0.1", "-s", &p]).contains(nqn));
+
+    // identify: controller and namespace 1 (64 MiB, 512-byte blocks).
+    let v = json(&cli_ok(&[
+        "identify",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &p,
+        "-n",
+        nqn,
+        "--nsid",
+        "1",
+        "-o",
+        "json",
+    ]));
+    assert_eq!(v["controller"]["subnqn"], nqn);
+    assert_eq!(v["controller"]["mn"], "Linux");
+    assert!(v["controller"]["kas"].as_u64().unwrap() > 0);
+    assert_eq!(v["namespace"]["nsze"].as_u64(), Some((64 << 20) >> 9));
+    assert!(v["namespace"]["uuid"].is_string(), "CNS 03h descriptors");
+
+    // perf --verify: mixed sizes cover in-capsule (<= IOCCSZ*16-64) and R2T
+    // writes and multi-PDU C2HData reads; with digests too; two queues.
+    for extra in [
+        vec!["--bssplit=4k/40:32k/30:256k/30", "--numjobs", "2"],
+        vec!["--bsrange=4k-128k", "-g", "-G"],
+    ] {
+        let mut args = vec![
+            "perf",
+            "-t",
+            "tcp",
+            "-a",
+            "127.0.0.1",
+            "-s",
+            &p,
+            "-n",
+            nqn,
+            "--rw",
+            "randwrite",
+            "--iodepth",
+            "8",
+            "--size",
+            "8M",
+            "--verify=crc32c",
+            "-o",
+            "json",
+        ];
+        args.extend(extra.iter());
+        let v = json(&cli_ok(&args));
+        assert_eq!(v["aggregate"]["verify_errors"], 0);
+        assert_eq!(v["aggregate"]["write"]["io_bytes"].as_u64(), Some(8 << 20));
+        assert_eq!(v["aggregate"]["read"]["io_bytes"].as_u64(), Some(8 << 20));
+    }
+
+    // Longer than the KATO of our Connect (5 s): the association must hold
+    // for the whole run (keep-alive thread on the admin queue; nvmet also
+    // counts I/O as keep-alive traffic, TBKAS), ending without an error.
+    let v = json(&cli_ok(&[
+        "perf",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &p,
+        "-n",
+        nqn,
+        "--rw",
+        "randread",
+        "--bs",
+        "4k",
+        "--iodepth",
+        "4",
+        "--runtime",
+        "7",
+        "--poll",
+        "block",
+        "-o",
+        "json",
+    ]));
+    assert!(v["aggregate"]["read"]["total_ios"].as_u64().unwrap() > 0);
+}
