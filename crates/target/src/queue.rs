@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 pub const ADMIN_ICD: usize = 8192;
 /// Slots before Connect tells the queue size.
 const PRE_CONNECT_SLOTS: usize = 4;
-/// A peer that has not sent ICReq by then is dropped.
-const ICREQ_TIMEOUT: Duration = Duration::from_secs(10);
+/// A peer that has not completed ICReq and Connect by then is dropped.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Slack added to KATO before a controller is declared dead.
 const KEEP_ALIVE_GRACE: Duration = Duration::from_secs(1);
 /// Output beyond this stops reading new PDUs until the peer drains it.
@@ -293,14 +293,11 @@ impl QueuePair {
         if self.closing {
             return;
         }
-        if !self.neg.initialized {
-            if now.duration_since(self.started) > ICREQ_TIMEOUT {
-                tracing::info!(peer = %self.peer, "no ICReq within {ICREQ_TIMEOUT:?}; closing");
+        let Some(ctrl) = self.ctrl.clone() else {
+            if now.duration_since(self.started) > CONNECT_TIMEOUT {
+                tracing::info!(peer = %self.peer, "no ICReq and Connect within {CONNECT_TIMEOUT:?}; closing");
                 self.closing = true;
             }
-            return;
-        }
-        let Some(ctrl) = self.ctrl.clone() else {
             return;
         };
         if !ctrl.is_alive() {
@@ -334,6 +331,8 @@ impl QueuePair {
 
     fn process_rx(&mut self) {
         let rx = std::mem::take(&mut self.rx);
+        // PLEN of a validated PDU header whose body has not fully arrived.
+        let mut need = 0;
         while !self.closing && self.output().len() < OUTPUT_HIGH_WATER {
             let avail = &rx[self.rx_start..self.rx_end];
             if avail.len() < CH_LEN {
@@ -348,6 +347,7 @@ impl QueuePair {
                 }
             };
             if avail.len() < f.plen {
+                need = f.plen;
                 break;
             }
             let pdu = &avail[..f.plen];
@@ -361,14 +361,12 @@ impl QueuePair {
         if self.rx_start == self.rx_end {
             self.rx_start = 0;
             self.rx_end = 0;
-        } else if self.rx_end - self.rx_start >= CH_LEN {
-            // Make room for a whole PDU whose header arrived.
-            let plen = farflash_wire::le::u32_at(&self.rx, self.rx_start + 4) as usize;
-            if plen > self.rx.len() - self.rx_start {
-                self.compact_rx();
-                if plen > self.rx.len() {
-                    self.rx.resize(plen.next_power_of_two(), 0);
-                }
+        } else if need > self.rx.len() - self.rx_start {
+            // Room for the whole PDU. PLEN was bounded by Framing::parse
+            // (negotiated data limits), so this cannot be made to grow without bound.
+            self.compact_rx();
+            if need > self.rx.len() {
+                self.rx.resize(need.next_power_of_two(), 0);
             }
         }
     }

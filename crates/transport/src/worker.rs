@@ -29,6 +29,9 @@ struct Conn {
     qp: QueuePair,
     /// Backend eventfds already registered with the poller.
     fds: Vec<RawFd>,
+    /// The peer closed its side: nothing more to read, but what we owe it
+    /// (a response, a TermReq) is still sent if the socket takes it.
+    eof: bool,
     dead: bool,
 }
 
@@ -138,6 +141,7 @@ impl Worker {
                 sock,
                 qp,
                 fds: Vec::new(),
+                eof: false,
                 dead: false,
             });
             self.ready.push(i);
@@ -152,9 +156,9 @@ impl Worker {
         loop {
             let mut progress = false;
             // Receive: everything the socket has, PDUs processed as they complete.
-            while c.qp.wants_read() && !c.dead {
+            while c.qp.wants_read() && !c.dead && !c.eof {
                 match c.sock.read(c.qp.rx_space()) {
-                    Ok(0) => c.dead = true,
+                    Ok(0) => c.eof = true,
                     Ok(n) => {
                         c.qp.on_received(n);
                         progress = true;
@@ -197,7 +201,8 @@ impl Worker {
                 Err(e) => tracing::warn!("cannot watch backend eventfd: {e}"),
             }
         }
-        if c.dead || c.qp.finished() {
+        let drained = c.qp.output().is_empty() && c.qp.in_flight() == 0;
+        if c.dead || c.qp.finished() || (c.eof && drained) {
             self.close(i);
         }
     }
