@@ -115,7 +115,8 @@ fn connect_with_digests_on_and_off_and_r2t_writes() {
             .io_queue(
                 1,
                 IoQueueOptions {
-                    depth: 8,
+                    // QD 1 (Connect SQSIZE 1) on some rounds.
+                    depth: if hd { 1 } else { 8 },
                     max_io: big as u32,
                 },
             )

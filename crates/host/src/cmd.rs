@@ -81,12 +81,13 @@ pub fn property_set(offset: u32, value: u32) -> Sqe {
     .to_sqe(0, fctype::PROPERTY_SET)
 }
 
-/// Connect (Fabrics §6.3); SQSIZE is 0's based.
+/// Connect (Fabrics §6.3); SQSIZE is 0's based and at least 1 (a queue
+/// has two entries or more: SQSIZE 0 is an Invalid Parameter).
 pub fn connect(qid: u16, depth: u16, kato_ms: u32) -> Sqe {
     ConnectCmd {
         recfmt: 0,
         qid,
-        sqsize: depth.saturating_sub(1),
+        sqsize: depth.saturating_sub(1).max(1),
         cattr: 0,
         kato: kato_ms,
     }
@@ -153,6 +154,7 @@ mod tests {
     fn fields() {
         let s = rw(true, 1, 0x1_0000_0002, 8);
         assert_eq!((s.opcode, s.cdw10, s.cdw11, s.cdw12), (1, 2, 1, 7));
+        assert_eq!(connect(1, 1, 0).cdw11 & 0xFFFF, 1);
         let s = connect(3, 128, 0);
         assert_eq!(s.cdw10 >> 16, 3);
         assert_eq!(s.cdw11 & 0xFFFF, 127);
