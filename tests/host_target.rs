@@ -362,3 +362,95 @@ fn perf_rejects_bad_arguments_without_panicking() {
         assert!(!err.contains("panicked"), "{bad:?}: {err}");
     }
 }
+
+/// Verify must catch a target that loses data: writes to a null namespace
+/// are discarded, so every block reads back wrong; perf exits non-zero and
+/// names the LBAs.
+#[test]
+fn perf_verify_reports_mismatches_with_their_lba() {
+    let s = Serve::start("16M", &["--null", "16M"]);
+    let port = s.port.to_string();
+    let o = cli(&[
+        "perf",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &port,
+        "-n",
+        &s.nqn,
+        "--nsid",
+        "2",
+        "--rw",
+        "write",
+        "--bs",
+        "4k",
+        "--iodepth",
+        "4",
+        "--size",
+        "64k",
+        "--verify=crc32c",
+    ]);
+    assert!(
+        !o.status.success(),
+        "verify against a null namespace must fail"
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    // 64 KiB of 512-byte blocks: 128 mismatches, from LBA 0 to LBA 127.
+    assert!(err.contains("mismatch at LBA 0 "), "{err}");
+    assert!(err.contains("mismatch at LBA 127 "), "{err}");
+    assert!(
+        err.contains("verify failed: 128 mismatching blocks"),
+        "{err}"
+    );
+}
+
+/// The local baseline: a file through the backend's io_uring engine.
+#[test]
+fn perf_local_file_verify_and_json() {
+    let dir = std::env::temp_dir().join(format!("farflash-host-perf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("disk.img");
+    let path = f.to_str().unwrap();
+    let v = json(&cli_ok(&[
+        "perf",
+        "--filename",
+        path,
+        "--size",
+        "8M",
+        "--rw",
+        "randwrite",
+        "--bssplit=4k/50:64k/50",
+        "--iodepth",
+        "8",
+        "--verify=crc32c",
+        "-o",
+        "json",
+    ]));
+    assert_eq!(v["aggregate"]["verify_errors"], 0);
+    assert_eq!(v["aggregate"]["read"]["io_bytes"].as_u64(), Some(8 << 20));
+    let v = json(&cli_ok(&[
+        "perf",
+        "--filename",
+        path,
+        "--rw",
+        "randread",
+        "--bs",
+        "4k",
+        "--iodepth",
+        "4",
+        "--runtime",
+        "1",
+        "--cpus-allowed",
+        "0",
+        "-o",
+        "json",
+    ]));
+    let r = &v["jobs"][0]["read"];
+    assert!(r["total_ios"].as_u64().unwrap() > 0);
+    assert!(
+        r["clat_ns"]["percentile"]["99.990000"].as_u64().unwrap()
+            >= r["clat_ns"]["min"].as_u64().unwrap()
+    );
+    assert!(v["sys_cpu"]["idle"].is_number() && v["cpu"]["usr_pct"].is_number());
+    let _ = std::fs::remove_dir_all(&dir);
+}

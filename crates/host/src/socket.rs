@@ -105,15 +105,22 @@ impl Conn {
 
     /// One non-blocking receive; returns the bytes taken (0 when nothing was waiting).
     pub fn recv(&mut self) -> Result<usize> {
+        self.recv_once().map(|(n, _)| n)
+    }
+
+    /// One non-blocking receive: (bytes taken, whether the read came back
+    /// short, i.e. the socket is probably drained).
+    fn recv_once(&mut self) -> Result<(usize, bool)> {
         if let Some(dst) = self.qp.rx_direct() {
             if dst.len() >= DIRECT_MIN {
+                let want = dst.len();
                 return match (&self.stream).read(dst) {
                     Ok(0) => Err(HostError::Transport(self.qp.closed())),
                     Ok(n) => {
                         self.qp.rx_direct_done(n);
-                        Ok(n)
+                        Ok((n, n < want))
                     }
-                    Err(e) => self.recv_error(e),
+                    Err(e) => self.recv_error(e).map(|n| (n, true)),
                 };
             }
         }
@@ -121,9 +128,9 @@ impl Conn {
             Ok(0) => Err(HostError::Transport(self.qp.closed())),
             Ok(n) => {
                 self.qp.rx_feed(&self.staging[..n])?;
-                Ok(n)
+                Ok((n, n < self.staging.len()))
             }
-            Err(e) => self.recv_error(e),
+            Err(e) => self.recv_error(e).map(|n| (n, true)),
         }
     }
 
@@ -137,15 +144,16 @@ impl Conn {
         }
     }
 
-    /// Receives everything waiting (bounded number of reads).
+    /// Receives what is waiting (bounded number of reads). Stops after a
+    /// short read rather than paying one more `recv` just to see EAGAIN.
     pub fn recv_all(&mut self) -> Result<usize> {
         let mut total = 0;
         for _ in 0..64 {
-            let n = self.recv()?;
-            if n == 0 {
+            let (n, drained) = self.recv_once()?;
+            total += n;
+            if drained {
                 break;
             }
-            total += n;
         }
         Ok(total)
     }
