@@ -6,7 +6,8 @@
 use anyhow::{bail, Context, Result};
 use clap::{ArgMatches, Args, FromArgMatches};
 use farflash_target::config::{
-    BackendKind, Config, NamespaceConfig, Size, SubsystemConfig, DEFAULT_NQN,
+    parse_cpu_list, BackendKind, Config, NamespaceConfig, PollMode, Size, SubsystemConfig,
+    DEFAULT_NQN,
 };
 use farflash_target::subsystem::{build_subsystems, human};
 use farflash_target::Target;
@@ -48,9 +49,18 @@ pub struct ServeFlags {
     /// Log level: error, warn, info, debug, trace (or a tracing filter).
     #[arg(long = "log-level", value_name = "LEVEL", default_value = "info")]
     pub log_level: String,
-    /// Event-loop threads (default: one per CPU).
-    #[arg(long, value_name = "N")]
+    /// Event-loop threads (default: one per allowed CPU).
+    #[arg(long, alias = "cores", value_name = "N")]
     pub threads: Option<u32>,
+    /// Pin event loops to these CPUs, e.g. 0-3,6.
+    #[arg(long = "cpus-allowed", value_name = "LIST")]
+    pub cpus_allowed: Option<String>,
+    /// How event loops wait: adaptive (spin while busy, then sleep), always (busy-poll), never.
+    #[arg(long, value_name = "MODE")]
+    pub poll: Option<PollMode>,
+    /// Adaptive polling: microseconds of quiet before an event loop sleeps.
+    #[arg(long = "poll-idle-us", value_name = "US")]
+    pub poll_idle_us: Option<u32>,
 }
 
 /// Serve arguments plus the order in which namespace flags were given
@@ -127,6 +137,15 @@ impl ServeArgs {
         }
         if let Some(t) = f.threads {
             cfg.transport.threads = t;
+        }
+        if let Some(c) = &f.cpus_allowed {
+            cfg.transport.cpus_allowed = c.clone();
+        }
+        if let Some(p) = f.poll {
+            cfg.transport.poll = p;
+        }
+        if let Some(us) = f.poll_idle_us {
+            cfg.transport.poll_idle_us = us;
         }
         let bs = f.block_size.as_deref().map(str::parse::<u32>).transpose()?;
         let flag_ns: Vec<NamespaceConfig> = self
@@ -213,11 +232,20 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .iter()
         .map(|l| l.local_addr())
         .collect::<Result<_, _>>()?;
+    let cpus = parse_cpu_list(&cfg.transport.cpus_allowed).map_err(anyhow::Error::msg)?;
     let threads = match cfg.transport.threads {
+        0 if !cpus.is_empty() => cpus.len(),
         0 => std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1),
         n => n as usize,
+    };
+    let loop_opts = farflash_transport::LoopOptions {
+        threads,
+        cpus,
+        poll: cfg.transport.poll,
+        poll_idle: Duration::from_micros(cfg.transport.poll_idle_us as u64),
+        drain: DRAIN,
     };
     let target = Target::new(subsystems, cfg.transport.clone(), addrs.clone());
 
@@ -225,10 +253,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
     }
-    print_banner(&target, &addrs, threads);
+    print_banner(&target, &addrs, &loop_opts);
     let reloader = spawn_reloader(target.clone(), args.clone())?;
-    let served = farflash_transport::serve(target.clone(), listeners, threads, stop, DRAIN)
-        .context("serving");
+    let served =
+        farflash_transport::serve(target.clone(), listeners, &loop_opts, stop).context("serving");
     reloader.close();
     served?;
 
@@ -292,13 +320,20 @@ fn spawn_reloader(target: Arc<Target>, args: ServeArgs) -> Result<signal_hook::i
     Ok(handle)
 }
 
-fn print_banner(target: &Target, addrs: &[SocketAddr], threads: usize) {
+fn print_banner(target: &Target, addrs: &[SocketAddr], lo: &farflash_transport::LoopOptions) {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "farflash {} NVMe/TCP target ({threads} I/O threads)",
-        env!("CARGO_PKG_VERSION")
+        "farflash {} NVMe/TCP target ({} I/O threads, poll {}{})",
+        env!("CARGO_PKG_VERSION"),
+        lo.threads,
+        format!("{:?}", lo.poll).to_lowercase(),
+        if lo.cpus.is_empty() {
+            String::new()
+        } else {
+            format!(", CPUs {:?}", lo.cpus)
+        }
     );
     for sub in &target.subsystems {
         let hosts = if sub.allowed_hosts.is_empty() {

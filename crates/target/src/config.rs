@@ -43,8 +43,65 @@ pub struct TransportConfig {
     pub max_c2h_data: u32,
     /// Keep Alive Support granularity in milliseconds (KAS * 100).
     pub keep_alive_granularity_ms: u32,
-    /// Event-loop threads (0 = one per available CPU).
+    /// Event-loop threads (0 = one per allowed CPU).
     pub threads: u32,
+    /// CPUs the event loops are pinned to, e.g. "0-3,6" (empty = not pinned).
+    pub cpus_allowed: String,
+    /// How event loops wait for work.
+    pub poll: PollMode,
+    /// Adaptive mode: keep spinning this long after the last work, then sleep.
+    pub poll_idle_us: u32,
+}
+
+/// How an event loop waits for sockets and backend completions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PollMode {
+    /// Spin while work arrives, sleep in epoll after `poll_idle_us` of quiet.
+    #[default]
+    Adaptive,
+    /// Never sleep: lowest latency, one busy core per event loop.
+    Always,
+    /// Always sleep in epoll: least CPU.
+    Never,
+}
+
+impl std::str::FromStr for PollMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<PollMode, String> {
+        match s {
+            "adaptive" => Ok(PollMode::Adaptive),
+            "always" => Ok(PollMode::Always),
+            "never" => Ok(PollMode::Never),
+            _ => Err(format!("poll mode {s:?} is not always, adaptive or never")),
+        }
+    }
+}
+
+/// Parses a CPU list like "0-3,6" (as taskset and fio's --cpus_allowed take).
+pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (a, b),
+            None => (part, part),
+        };
+        let a: usize = a
+            .trim()
+            .parse()
+            .map_err(|_| format!("bad CPU list {s:?}"))?;
+        let b: usize = b
+            .trim()
+            .parse()
+            .map_err(|_| format!("bad CPU list {s:?}"))?;
+        if a > b || b >= 1024 {
+            return Err(format!("bad CPU range {part:?}"));
+        }
+        out.extend(a..=b);
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
 }
 
 impl Default for TransportConfig {
@@ -58,6 +115,9 @@ impl Default for TransportConfig {
             max_c2h_data: 128 * 1024,
             keep_alive_granularity_ms: 1000,
             threads: 0,
+            cpus_allowed: String::new(),
+            poll: PollMode::Adaptive,
+            poll_idle_us: 100,
         }
     }
 }
@@ -248,6 +308,10 @@ impl Config {
                 "max_h2c_data must be a multiple of 4 and ≥ 4096; max_c2h_data ≥ 4096".into(),
             );
         }
+        parse_cpu_list(&t.cpus_allowed).map_err(ConfigError::Invalid)?;
+        if t.poll_idle_us > 1_000_000 {
+            return bad("poll_idle_us must be at most 1000000".into());
+        }
         if t.keep_alive_granularity_ms < 100 || t.keep_alive_granularity_ms > 6_553_500 {
             return bad("keep_alive_granularity_ms must be within 100..=6553500".into());
         }
@@ -313,6 +377,16 @@ mod tests {
         assert!("12X".parse::<Size>().is_err());
         assert!("".parse::<Size>().is_err());
         assert!("99999999999T".parse::<Size>().is_err());
+    }
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("0-3,6"), Ok(vec![0, 1, 2, 3, 6]));
+        assert_eq!(parse_cpu_list("1"), Ok(vec![1]));
+        assert_eq!(parse_cpu_list(""), Ok(vec![]));
+        assert!(parse_cpu_list("3-1").is_err());
+        assert!(parse_cpu_list("x").is_err());
+        assert_eq!("always".parse::<PollMode>(), Ok(PollMode::Always));
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 mod worker;
 
+pub use farflash_target::config::PollMode;
 use farflash_target::Target;
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -21,16 +22,29 @@ use std::time::Duration;
 /// How often the acceptor looks at the stop flag.
 const ACCEPT_POLL: Duration = Duration::from_millis(50);
 
+/// How the event loops run.
+#[derive(Clone, Debug)]
+pub struct LoopOptions {
+    /// Event-loop threads.
+    pub threads: usize,
+    /// CPUs to pin them to, round robin (empty: no pinning).
+    pub cpus: Vec<usize>,
+    pub poll: PollMode,
+    /// Adaptive polling: spin this long after the last work, then sleep.
+    pub poll_idle: Duration,
+    /// How long shutdown waits for in-flight commands.
+    pub drain: Duration,
+}
+
 /// Runs the target until `stop` is set, then drains connections (bounded by
-/// `drain`) and returns.
+/// `opts.drain`) and returns.
 pub fn serve(
     target: Arc<Target>,
     listeners: Vec<std::net::TcpListener>,
-    threads: usize,
+    opts: &LoopOptions,
     stop: Arc<AtomicBool>,
-    drain: Duration,
 ) -> io::Result<()> {
-    let threads = threads.max(1);
+    let threads = opts.threads.max(1);
     let mut poll = Poll::new()?;
     let mut ls = Vec::new();
     for (i, l) in listeners.into_iter().enumerate() {
@@ -47,9 +61,18 @@ pub fn serve(
         let waker = Arc::new(Waker::new(wpoll.registry(), worker::WAKE_TOKEN)?);
         let t = target.clone();
         let st = stop.clone();
+        let cpu = (!opts.cpus.is_empty()).then(|| opts.cpus[n % opts.cpus.len()]);
+        let o = opts.clone();
         let h = std::thread::Builder::new()
             .name(format!("farflash-io-{n}"))
-            .spawn(move || worker::Worker::new(t, wpoll, rx, st, drain).run())?;
+            .spawn(move || {
+                if let Some(c) = cpu {
+                    if let Err(e) = worker::pin_to_cpu(c) {
+                        tracing::warn!("cannot pin I/O thread {n} to CPU {c}: {e}");
+                    }
+                }
+                worker::Worker::new(t, wpoll, rx, st, &o).run()
+            })?;
         workers.push((tx, waker, h));
     }
     let mut events = Events::with_capacity(64);

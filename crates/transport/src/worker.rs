@@ -1,5 +1,11 @@
 //! One event-loop thread and the connections it owns.
+//!
+//! Waiting: with [`PollMode::Adaptive`] the loop polls epoll without sleeping
+//! while work keeps arriving and for `poll_idle` after the last of it, then
+//! sleeps in `epoll_wait` until the next event or tick; `Always` never sleeps
+//! and `Never` always does.
 
+use crate::{LoopOptions, PollMode};
 use farflash_target::{QueuePair, Target};
 use mio::net::TcpStream;
 use mio::unix::SourceFd;
@@ -40,10 +46,29 @@ pub(crate) struct Worker {
     poll: Poll,
     rx: Receiver<NewConn>,
     stop: Arc<AtomicBool>,
+    mode: PollMode,
+    poll_idle: Duration,
     drain: Duration,
     conns: Vec<Option<Conn>>,
     free: Vec<usize>,
     ready: Vec<usize>,
+}
+
+/// Pins the calling thread to one CPU.
+pub(crate) fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set, and CPU_SET
+    // bounds-checks `cpu` against the set's size (it is below 1024, checked
+    // when the CPU list was parsed).
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 impl Worker {
@@ -52,14 +77,16 @@ impl Worker {
         poll: Poll,
         rx: Receiver<NewConn>,
         stop: Arc<AtomicBool>,
-        drain: Duration,
+        opts: &LoopOptions,
     ) -> Worker {
         Worker {
             target,
             poll,
             rx,
             stop,
-            drain,
+            mode: opts.poll,
+            poll_idle: opts.poll_idle,
+            drain: opts.drain,
             conns: Vec::new(),
             free: Vec::new(),
             ready: Vec::new(),
@@ -69,9 +96,21 @@ impl Worker {
     pub fn run(mut self) {
         let mut events = Events::with_capacity(256);
         let mut last_tick = Instant::now();
+        let mut last_work = last_tick;
         let mut drain_deadline: Option<Instant> = None;
         loop {
-            if let Err(e) = self.poll.poll(&mut events, Some(TICK)) {
+            let now = Instant::now();
+            let spin = match self.mode {
+                PollMode::Always => true,
+                PollMode::Never => false,
+                PollMode::Adaptive => now.duration_since(last_work) < self.poll_idle,
+            };
+            let timeout = if spin {
+                Duration::ZERO
+            } else {
+                TICK.saturating_sub(now.duration_since(last_tick))
+            };
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     tracing::error!("poll failed: {e}");
                     return;
@@ -95,14 +134,20 @@ impl Worker {
                     }
                 }
             }
-            let mut ready = std::mem::take(&mut self.ready);
-            ready.sort_unstable();
-            ready.dedup();
-            for &i in &ready {
-                self.drive(i);
+            if !self.ready.is_empty() {
+                let mut ready = std::mem::take(&mut self.ready);
+                ready.sort_unstable();
+                ready.dedup();
+                let mut worked = false;
+                for &i in &ready {
+                    worked |= self.drive(i);
+                }
+                ready.clear();
+                self.ready = ready;
+                if worked {
+                    last_work = now;
+                }
             }
-            ready.clear();
-            self.ready = ready;
             if self.stop.load(Ordering::Acquire) {
                 let deadline = *drain_deadline.get_or_insert(now + self.drain);
                 if self.conns.iter().all(Option::is_none) {
@@ -126,11 +171,8 @@ impl Worker {
                 self.conns.len() - 1
             });
             let mut sock = nc.sock;
-            if let Err(e) = self.poll.registry().register(
-                &mut sock,
-                Token(i),
-                Interest::READABLE | Interest::WRITABLE,
-            ) {
+            let interest = Interest::READABLE | Interest::WRITABLE;
+            if let Err(e) = self.poll.registry().register(&mut sock, Token(i), interest) {
                 tracing::warn!(peer = %nc.peer, "cannot register connection: {e}");
                 self.free.push(i);
                 continue;
@@ -148,20 +190,29 @@ impl Worker {
         }
     }
 
-    /// Moves a connection forward as far as it goes without blocking.
-    fn drive(&mut self, i: usize) {
+    /// Moves a connection forward as far as it goes without blocking; returns
+    /// whether anything moved.
+    fn drive(&mut self, i: usize) -> bool {
         let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
-            return;
+            return false;
         };
+        let mut worked = false;
         loop {
             let mut progress = false;
             // Receive: everything the socket has, PDUs processed as they complete.
             while c.qp.wants_read() && !c.dead && !c.eof {
-                match c.sock.read(c.qp.rx_space()) {
+                let space = c.qp.rx_space();
+                let room = space.len();
+                match c.sock.read(space) {
                     Ok(0) => c.eof = true,
                     Ok(n) => {
                         c.qp.on_received(n);
                         progress = true;
+                        // A short read drained the socket: skip the read that
+                        // would only say EAGAIN (epoll reports the next arrival).
+                        if n < room {
+                            break;
+                        }
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -174,37 +225,46 @@ impl Worker {
             }
             // Send: all PDUs this pass produced, in as few writes as the socket takes.
             while !c.qp.output().is_empty() && !c.dead {
+                let want = c.qp.output().len();
                 match c.sock.write(c.qp.output()) {
                     Ok(0) => c.dead = true,
                     Ok(n) => {
                         c.qp.consume_output(n);
                         progress = true;
+                        if n < want {
+                            break; // the socket buffer is full; epoll says when it drains
+                        }
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(_) => c.dead = true,
                 }
             }
+            worked |= progress;
             if !progress || c.dead {
                 break;
             }
         }
         // Watch new backend eventfds (opened lazily at a namespace's first I/O).
-        let new: Vec<RawFd> = c.qp.notify_fds().filter(|fd| !c.fds.contains(fd)).collect();
-        for fd in new {
-            match self.poll.registry().register(
-                &mut SourceFd(&fd),
-                Token(FD_BIT | i),
-                Interest::READABLE,
-            ) {
-                Ok(()) => c.fds.push(fd),
-                Err(e) => tracing::warn!("cannot watch backend eventfd: {e}"),
+        if c.qp.notify_fds().count() != c.fds.len() {
+            let new: Vec<RawFd> = c.qp.notify_fds().filter(|fd| !c.fds.contains(fd)).collect();
+            for fd in new {
+                let token = Token(FD_BIT | i);
+                match self
+                    .poll
+                    .registry()
+                    .register(&mut SourceFd(&fd), token, Interest::READABLE)
+                {
+                    Ok(()) => c.fds.push(fd),
+                    Err(e) => tracing::warn!("cannot watch backend eventfd: {e}"),
+                }
             }
         }
         let drained = c.qp.output().is_empty() && c.qp.in_flight() == 0;
         if c.dead || c.qp.finished() || (c.eof && drained) {
             self.close(i);
         }
+        worked
     }
 
     fn close(&mut self, i: usize) {
