@@ -1,0 +1,543 @@
+//! Interop with the Linux kernel NVMe/TCP host: the kernel initiator
+//! (nvme-tcp), nvme-cli and fio run in a QEMU VM started by
+//! `tests/linux-host/run-linux-host`, against `farflash serve` on 127.0.0.1.
+//!
+//! Every test here boots at least one VM (TCG, tens of seconds), so they are
+//! `#[ignore]`d and a plain `cargo test` stays fast. `bash tests/run.sh` runs
+//! them with `cargo test --test interop_linux -- --ignored --test-threads=1
+//! --nocapture`.
+//!
+//! * `harness_selftest_kernel_target_in_vm` and
+//!   `harness_selftest_forward_to_kernel_target_vm` prove the harness and the
+//!   guest scenario script against the guest kernel's own nvmet target
+//!   (first inside the same VM, then through the same 127.0.0.1 forwarding
+//!   path that farflash is tested through, plus a host-side ICReq/ICResp
+//!   exchange with the VM's target over `--hostfwd`).
+//! * `linux_host_vs_farflash_serve` runs every scenario against
+//!   `farflash serve`.
+//!
+//! Knobs (environment): `FARFLASH_INTEROP_SCENARIOS` (subset of the
+//! scenarios, space separated), `FARFLASH_INTEROP_BLOCK_SIZE` (512 or 4096,
+//! default 512).
+
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+/// The scenarios of `tests/linux-host/guest/interop.sh`, in order.
+const SCENARIOS: &[&str] = &[
+    "discover",
+    "connect",
+    "identify",
+    "fio-ram",
+    "fio-file",
+    "flush-zeroes-dsm",
+    "reconnect",
+    "digests",
+    "io-queues",
+    "refused-host",
+    "disconnect",
+];
+
+/// Upper bound for one VM run (run-linux-host -t); the run itself takes
+/// about a minute on 2 cores.
+const VM_TIMEOUT_SECS: u64 = 900;
+
+const SIGKILL: i32 = 9;
+const SIGTERM: i32 = 15;
+
+extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}
+
+fn send_signal(pid: i32, sig: i32) {
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    unsafe {
+        kill(pid, sig);
+    }
+}
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn harness() -> PathBuf {
+    repo_root().join("tests/linux-host/run-linux-host")
+}
+
+fn guest_script(name: &str) -> PathBuf {
+    repo_root().join("tests/linux-host/guest").join(name)
+}
+
+fn random_uuid() -> String {
+    fs::read_to_string("/proc/sys/kernel/random/uuid")
+        .expect("read /proc/sys/kernel/random/uuid")
+        .trim()
+        .to_string()
+}
+
+fn random_hostnqn() -> String {
+    format!("nqn.2014-08.org.nvmexpress:uuid:{}", random_uuid())
+}
+
+/// `n` distinct free TCP ports on 127.0.0.1 (the listeners are held until
+/// all are picked, so they differ).
+fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0"))
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().expect("local_addr").port())
+        .collect()
+}
+
+fn scenarios() -> Vec<String> {
+    match std::env::var("FARFLASH_INTEROP_SCENARIOS") {
+        Ok(s) if !s.trim().is_empty() => s.split_whitespace().map(str::to_string).collect(),
+        _ => SCENARIOS.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+/// A temporary directory, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let dir =
+            std::env::temp_dir().join(format!("farflash-{tag}-{}-{nanos}", std::process::id()));
+        fs::create_dir_all(&dir).expect("create temp dir");
+        TempDir(dir)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A child process whose stdout and stderr are streamed (line by line, with a
+/// prefix) to our stdout and kept for assertions. Dropping it stops the
+/// process (SIGTERM, then SIGKILL) -- its whole process group if it has one
+/// of its own, which is how a VM run (timeout + bash + QEMU) is stopped.
+struct Proc {
+    name: String,
+    child: Child,
+    own_group: bool,
+    lines: Arc<Mutex<Vec<String>>>,
+    readers: Vec<JoinHandle<()>>,
+    status: Option<ExitStatus>,
+}
+
+impl Proc {
+    fn spawn(name: &str, prefix: &str, cmd: &mut Command, own_group: bool) -> Proc {
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if own_group {
+            cmd.process_group(0);
+        }
+        println!("[interop] starting {name}: {cmd:?}");
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let mut readers = Vec::new();
+        let out: Box<dyn Read + Send> = Box::new(child.stdout.take().expect("stdout"));
+        let err: Box<dyn Read + Send> = Box::new(child.stderr.take().expect("stderr"));
+        for pipe in [out, err] {
+            let lines = Arc::clone(&lines);
+            let prefix = prefix.to_string();
+            readers.push(thread::spawn(move || {
+                let mut reader = BufReader::new(pipe);
+                let mut buf = Vec::new();
+                loop {
+                    buf.clear();
+                    match reader.read_until(b'\n', &mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {
+                            let line = String::from_utf8_lossy(&buf).trim_end().to_string();
+                            println!("{prefix}{line}");
+                            lines.lock().unwrap().push(line);
+                        }
+                    }
+                }
+            }));
+        }
+        Proc {
+            name: name.to_string(),
+            child,
+            own_group,
+            lines,
+            readers,
+            status: None,
+        }
+    }
+
+    fn output(&self) -> String {
+        self.lines.lock().unwrap().join("\n")
+    }
+
+    fn has_line(&self, needle: &str) -> bool {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains(needle))
+    }
+
+    fn running(&mut self) -> bool {
+        if self.status.is_none() {
+            self.status = self.child.try_wait().expect("try_wait");
+        }
+        self.status.is_none()
+    }
+
+    /// Waits for an output line containing `needle`; fails if the process
+    /// exits first or `timeout` passes.
+    fn wait_for_line(&mut self, needle: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.has_line(needle) {
+                return;
+            }
+            if !self.running() {
+                thread::sleep(Duration::from_millis(300)); // let the readers drain
+                assert!(
+                    self.has_line(needle),
+                    "{} exited ({:?}) before printing '{needle}'",
+                    self.name,
+                    self.status
+                );
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not print '{needle}' within {timeout:?}",
+                self.name
+            );
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn wait_timeout(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while self.running() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(200));
+        }
+        self.status
+    }
+
+    /// Waits for the exit and for the output to be read.
+    fn wait(&mut self, timeout: Duration) -> ExitStatus {
+        let status = self.wait_timeout(timeout).unwrap_or_else(|| {
+            self.stop();
+            panic!("{} did not finish within {timeout:?}", self.name)
+        });
+        self.join_readers();
+        status
+    }
+
+    /// Joins the output readers, giving up after a few seconds (a leftover
+    /// grandchild could keep a pipe open).
+    fn join_readers(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.readers.iter().any(|r| !r.is_finished()) && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(50));
+        }
+        for r in self.readers.drain(..) {
+            if r.is_finished() {
+                let _ = r.join();
+            }
+        }
+    }
+
+    fn signal(&self, sig: i32) {
+        let pid = self.child.id() as i32;
+        send_signal(if self.own_group { -pid } else { pid }, sig);
+    }
+
+    /// SIGTERM; returns the exit status if it exits within `grace`.
+    fn terminate(&mut self, grace: Duration) -> Option<ExitStatus> {
+        if !self.running() {
+            return self.status;
+        }
+        self.signal(SIGTERM);
+        self.wait_timeout(grace)
+    }
+
+    fn stop(&mut self) {
+        if self.terminate(Duration::from_secs(15)).is_none() {
+            self.signal(SIGKILL);
+            let _ = self.child.wait();
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.stop();
+        self.join_readers();
+    }
+}
+
+/// Runs `run-linux-host` with `args` to completion and checks that it exited
+/// 0 and printed `PASS: <scenario>` for each scenario. If `target` (the
+/// process serving the VM) exits meanwhile, the VM is stopped at once rather
+/// than left waiting for the kernel's reconnect attempts to time out.
+fn run_vm_scenarios(name: &str, args: &[String], scenarios: &[String], target: Option<&mut Proc>) {
+    let mut cmd = Command::new(harness());
+    cmd.args(args);
+    let mut vm = Proc::spawn(name, "", &mut cmd, true);
+    let deadline = Instant::now() + Duration::from_secs(VM_TIMEOUT_SECS + 60);
+    if let Some(target) = target {
+        while vm.running() {
+            if !target.running() {
+                vm.stop();
+                panic!(
+                    "{} exited ({:?}) while {name} was running",
+                    target.name, target.status
+                );
+            }
+            assert!(Instant::now() < deadline, "{name} did not finish in time");
+            thread::sleep(Duration::from_millis(200));
+        }
+    }
+    let status = vm.wait(deadline.saturating_duration_since(Instant::now()));
+    let out = vm.output();
+    let missing: Vec<&String> = scenarios
+        .iter()
+        .filter(|s| !out.lines().any(|l| l.starts_with(&format!("PASS: {s} "))))
+        .collect();
+    let failures: Vec<&str> = out.lines().filter(|l| l.starts_with("FAIL: ")).collect();
+    assert!(
+        status.success() && missing.is_empty() && failures.is_empty(),
+        "{name}: run-linux-host exited with {status}; scenarios without PASS: {missing:?}; \
+         failures:\n  {}",
+        failures.join("\n  ")
+    );
+}
+
+/// The guest-side arguments shared by the runs of interop.sh.
+fn interop_env(
+    nqn: &str,
+    namespaces: &str,
+    denied: &str,
+    scenarios: &[String],
+    extra: &[&str],
+) -> Vec<String> {
+    let mut args = vec![
+        "-e".to_string(),
+        format!("NQN={nqn}"),
+        "-e".to_string(),
+        format!("NAMESPACES={namespaces}"),
+        "-e".to_string(),
+        "FIO_RAM_NSID=1".to_string(),
+        "-e".to_string(),
+        "FIO_FILE_NSID=2".to_string(),
+        "-e".to_string(),
+        format!("DENIED_HOSTNQN={denied}"),
+        "-e".to_string(),
+        format!("SCENARIOS={}", scenarios.join(" ")),
+    ];
+    for e in extra {
+        args.push("-e".to_string());
+        args.push(e.to_string());
+    }
+    args
+}
+
+/// Sends an NVMe/TCP ICReq to `addr` and checks the ICResp.
+fn check_icreq(addr: SocketAddr) {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut icreq = [0u8; 128];
+    icreq[0] = 0x00; // PDU type: ICReq
+    icreq[2] = 128; // HLEN
+    icreq[4..8].copy_from_slice(&128u32.to_le_bytes()); // PLEN
+    s.write_all(&icreq).expect("send ICReq");
+    let mut icresp = [0u8; 128];
+    s.read_exact(&mut icresp).expect("read ICResp");
+    let plen = u32::from_le_bytes(icresp[4..8].try_into().unwrap());
+    let pfv = u16::from_le_bytes(icresp[8..10].try_into().unwrap());
+    let maxh2cdata = u32::from_le_bytes(icresp[12..16].try_into().unwrap());
+    println!(
+        "[interop] ICResp from {addr}: type {:#x}, hlen {}, plen {plen}, pfv {pfv}, \
+         cpda {}, dgst {:#x}, maxh2cdata {maxh2cdata}",
+        icresp[0], icresp[2], icresp[10], icresp[11]
+    );
+    assert_eq!(icresp[0], 0x01, "PDU type is not ICResp");
+    assert_eq!(icresp[2], 128, "ICResp HLEN");
+    assert_eq!(plen, 128, "ICResp PLEN");
+    assert_eq!(pfv, 0, "ICResp PFV");
+    assert!(maxh2cdata >= 4096, "ICResp MAXH2CDATA {maxh2cdata} < 4096");
+}
+
+/// The harness and interop.sh against the guest kernel's nvmet target in
+/// the same VM (127.0.0.1 inside the guest; no host-side target).
+#[test]
+#[ignore = "boots a QEMU VM; run by tests/run.sh"]
+fn harness_selftest_kernel_target_in_vm() {
+    let scenarios = scenarios();
+    let mut args = vec![
+        "-t".to_string(),
+        VM_TIMEOUT_SECS.to_string(),
+        "-f".to_string(),
+        guest_script("kernel-target-serve.sh").display().to_string(),
+        "-e".to_string(),
+        "INTEROP_TARGET=kernel".to_string(),
+        "-e".to_string(),
+        format!("SCENARIOS={}", scenarios.join(" ")),
+    ];
+    args.push(guest_script("interop.sh").display().to_string());
+    run_vm_scenarios("kernel-target-in-vm", &args, &scenarios, None);
+}
+
+/// The path farflash is tested through, with the kernel's nvmet as the
+/// target: VM 1 serves nvmet-tcp on host 127.0.0.1:P1/P2 (--hostfwd);
+/// the host talks NVMe/TCP to it (ICReq/ICResp); VM 2 runs interop.sh
+/// against host 127.0.0.1:P1/P2 through guestfwd.
+#[test]
+#[ignore = "boots two QEMU VMs; run by tests/run.sh"]
+fn harness_selftest_forward_to_kernel_target_vm() {
+    let scenarios = scenarios();
+    let ports = free_ports(2);
+    let nqn = "nqn.2026-11.io.farflash:kernel-reference";
+    let hostnqn = random_hostnqn();
+    let denied = random_hostnqn();
+    let mut cmd = Command::new(harness());
+    cmd.args(["-q", "-t", &VM_TIMEOUT_SECS.to_string(), "--smp", "1"]);
+    for p in &ports {
+        cmd.args(["--hostfwd", &format!("{p}:{p}")]);
+    }
+    cmd.args([
+        "-e",
+        &format!("NQN={nqn}"),
+        "-e",
+        &format!("SERVE_PORTS={} {}", ports[0], ports[1]),
+        "-e",
+        "SERVE_NAMESPACES=ram:64M file:32M null:1G",
+        "-e",
+        &format!("SERVE_ALLOW_HOSTS={hostnqn}"),
+    ]);
+    cmd.arg(guest_script("kernel-target-serve.sh"));
+    let mut target_vm = Proc::spawn("kernel target VM", "[target-vm] ", &mut cmd, true);
+    target_vm.wait_for_line("TARGET-READY", Duration::from_secs(600));
+
+    check_icreq(SocketAddr::from((Ipv4Addr::LOCALHOST, ports[0])));
+
+    let mut args = vec!["-t".to_string(), VM_TIMEOUT_SECS.to_string()];
+    for p in &ports {
+        args.push("-p".to_string());
+        args.push(format!("{p}:{p}"));
+    }
+    args.extend(["--hostnqn".to_string(), hostnqn.clone()]);
+    args.extend(interop_env(
+        nqn,
+        "1:64M:512 2:32M:512 3:1G:512",
+        &denied,
+        &scenarios,
+        &["ID_CTRL_MDTS=any"],
+    ));
+    args.push(guest_script("interop.sh").display().to_string());
+    run_vm_scenarios(
+        "initiator VM -> kernel target VM",
+        &args,
+        &scenarios,
+        Some(&mut target_vm),
+    );
+    assert!(target_vm.running(), "the target VM stopped early");
+}
+
+/// Every interop scenario against `farflash serve` on 127.0.0.1.
+#[test]
+#[ignore = "boots a QEMU VM; run by tests/run.sh"]
+fn linux_host_vs_farflash_serve() {
+    let scenarios = scenarios();
+    let block_size =
+        std::env::var("FARFLASH_INTEROP_BLOCK_SIZE").unwrap_or_else(|_| "512".to_string());
+    assert!(
+        block_size == "512" || block_size == "4096",
+        "FARFLASH_INTEROP_BLOCK_SIZE must be 512 or 4096"
+    );
+    let tmp = TempDir::new("interop");
+    let file_ns = tmp.path().join("ns2.img");
+    fs::File::create(&file_ns)
+        .and_then(|f| f.set_len(32 << 20))
+        .expect("create the file namespace");
+    let ports = free_ports(2);
+    let nqn = "nqn.2026-11.io.farflash:interop";
+    let hostnqn = random_hostnqn();
+    let denied = random_hostnqn();
+
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_farflash"));
+    cmd.arg("serve");
+    for p in &ports {
+        cmd.args(["--listen", &format!("127.0.0.1:{p}")]);
+    }
+    cmd.args(["--nqn", nqn, "--ram", "64M", "--file"])
+        .arg(&file_ns)
+        .args([
+            "--null",
+            "1G",
+            "--block-size",
+            &block_size,
+            "--allow-host",
+            &hostnqn,
+            "--log-level",
+            "info",
+        ]);
+    let mut target = Proc::spawn("farflash serve", "[farflash] ", &mut cmd, false);
+    target.wait_for_line("listening on", Duration::from_secs(60));
+    for p in &ports {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, *p));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "farflash serve does not accept on {addr}"
+            );
+            assert!(target.running(), "farflash serve exited");
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    let mut args = vec!["-t".to_string(), VM_TIMEOUT_SECS.to_string()];
+    for p in &ports {
+        args.push("-p".to_string());
+        args.push(format!("{p}:{p}"));
+    }
+    args.extend(["--hostnqn".to_string(), hostnqn.clone()]);
+    let namespaces = format!("1:64M:{block_size} 2:32M:{block_size} 3:1G:{block_size}");
+    args.extend(interop_env(nqn, &namespaces, &denied, &scenarios, &[]));
+    args.push(guest_script("interop.sh").display().to_string());
+    run_vm_scenarios(
+        "Linux host VM -> farflash serve",
+        &args,
+        &scenarios,
+        Some(&mut target),
+    );
+
+    assert!(target.running(), "farflash serve exited during the run");
+    let status = target.terminate(Duration::from_secs(20));
+    assert!(
+        matches!(status, Some(s) if s.success()),
+        "farflash serve did not exit 0 within 20 s of SIGTERM ({status:?})"
+    );
+}

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# tests/run.sh -- the test command of farflash:   bash tests/run.sh
+#
+# On a fresh Debian 12 machine (Rust toolchain from rustup already present)
+# it installs what is missing, then runs, in order:
+#   1. cargo fmt --all --check
+#   2. cargo clippy --workspace --all-targets -- -D warnings
+#   3. cargo test --workspace
+#   4. cargo test --test interop_linux -- --ignored --test-threads=1 --nocapture
+#      (the Linux kernel host in QEMU VMs against the kernel's nvmet target
+#      and against farflash serve; see tests/linux-host/README.md)
+# Every step runs even if an earlier one failed; the exit status is non-zero
+# if any step failed.  A summary with timings is printed at the end.
+#
+# Environment: FARFLASH_TEST_FAIL_FAST=1 stops at the first failed step;
+# FARFLASH_SKIP_INTEROP=1 skips step 4 (the VMs).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
+cd "$ROOT"
+export PATH="$HOME/.cargo/bin:$PATH:/usr/local/sbin:/usr/sbin:/sbin"
+export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+
+T_ALL=$(date +%s)
+RESULTS=()
+FAILED=0
+STEP_PID=""
+
+# shellcheck disable=SC2317  # (trap handler)
+interrupted() {
+	echo "tests/run.sh: interrupted" >&2
+	if [[ -n $STEP_PID ]]; then
+		kill -TERM -- "-$STEP_PID" 2>/dev/null || kill -TERM "$STEP_PID" 2>/dev/null || true
+		wait "$STEP_PID" 2>/dev/null || true
+	fi
+	exit 130
+}
+trap interrupted INT TERM
+
+section() {
+	printf '\n======================================================================\n'
+	printf '== %s\n' "$*"
+	printf '======================================================================\n'
+}
+
+as_root() {
+	if [[ $(id -u) = 0 ]]; then
+		"$@"
+	elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+		sudo "$@"
+	else
+		echo "tests/run.sh: need root (or passwordless sudo) to run: $*" >&2
+		return 1
+	fi
+}
+
+# step NAME TIMEOUT_SECS COMMAND...
+step() {
+	local name=$1 limit=$2 t rc=0
+	shift 2
+	section "$name"
+	echo "\$ $*"
+	t=$(date +%s)
+	# timeout(1) puts the step in its own process group; run it in the
+	# background so that an interrupt of this script can stop that group.
+	timeout -k 30 "$limit" "$@" &
+	STEP_PID=$!
+	wait "$STEP_PID" || rc=$?
+	STEP_PID=""
+	t=$(($(date +%s) - t))
+	if [[ $rc = 0 ]]; then
+		RESULTS+=("PASS  ${t}s  $name")
+		echo "-- $name: PASS (${t}s)"
+	else
+		[[ $rc = 124 ]] && echo "-- $name: timed out after ${limit}s"
+		RESULTS+=("FAIL  ${t}s  $name (exit $rc)")
+		echo "-- $name: FAIL (exit $rc, ${t}s)"
+		FAILED=1
+		if [[ ${FARFLASH_TEST_FAIL_FAST:-0} = 1 ]]; then
+			summary
+			exit 1
+		fi
+	fi
+}
+
+summary() {
+	section "summary ($(($(date +%s) - T_ALL))s)"
+	printf '%s\n' "${RESULTS[@]}"
+}
+
+# ------------------------------------------------------------ prerequisites
+section "prerequisites"
+missing=()
+for pair in qemu-system-x86_64=qemu-system-x86 busybox=busybox-static cpio=cpio \
+	nvme=nvme-cli fio=fio socat=socat xz=xz-utils; do
+	command -v "${pair%%=*}" >/dev/null || missing+=("${pair#*=}")
+done
+command -v cc >/dev/null || missing+=(gcc libc6-dev) # the linker cargo uses
+if [[ ${#missing[@]} -gt 0 ]]; then
+	echo "installing: ${missing[*]}"
+	log=$(mktemp)
+	if ! {
+		as_root apt-get -qq -o DPkg::Lock::Timeout=600 update &&
+			as_root env DEBIAN_FRONTEND=noninteractive apt-get -y -qq --no-install-recommends \
+				-o DPkg::Lock::Timeout=600 -o Dpkg::Use-Pty=0 install "${missing[@]}"
+	} >"$log" 2>&1; then
+		cat "$log"
+		rm -f "$log"
+		echo "tests/run.sh: could not install ${missing[*]}" >&2
+		exit 1
+	fi
+	rm -f "$log"
+fi
+command -v cargo >/dev/null || {
+	echo "tests/run.sh: cargo not found (install Rust with rustup)" >&2
+	exit 1
+}
+# rust-toolchain.toml asks for rustfmt and clippy; older rustups may not add them
+if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+	rustup component add rustfmt clippy
+fi
+echo "rustc: $(rustc --version)"
+echo "cargo: $(cargo --version)"
+echo "qemu:  $(qemu-system-x86_64 --version | head -n 1)"
+echo "nvme:  $(nvme version | head -n 1), fio: $(fio --version)"
+echo "cpus:  $(nproc)"
+
+# -------------------------------------------------------------------- steps
+step "cargo fmt --all --check" 600 cargo fmt --all --check
+step "cargo clippy --workspace --all-targets -- -D warnings" 2400 \
+	cargo clippy --workspace --all-targets -- -D warnings
+step "cargo test --workspace" 2400 cargo test --workspace
+if [[ ${FARFLASH_SKIP_INTEROP:-0} = 1 ]]; then
+	section "interop (skipped: FARFLASH_SKIP_INTEROP=1)"
+	RESULTS+=("SKIP  0s  interop")
+else
+	# build (or verify the cache of) the VM image first, in its own section
+	step "Linux host VM image (tests/linux-host/run-linux-host --build-only)" 900 \
+		tests/linux-host/run-linux-host --build-only
+	step "cargo test --test interop_linux -- --ignored --test-threads=1 --nocapture" 2400 \
+		cargo test --test interop_linux -- --ignored --test-threads=1 --nocapture
+fi
+
+summary
+if [[ $FAILED != 0 ]]; then
+	echo "RESULT: FAIL"
+	exit 1
+fi
+echo "RESULT: PASS"
