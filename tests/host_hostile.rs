@@ -91,7 +91,7 @@ fn silent_target_times_out() {
 
 #[test]
 fn target_closing_is_a_transport_error() {
-    let addr = fake(|s| drop(s));
+    let addr = fake(drop);
     let (e, _) = connect_err(&addr);
     assert!(
         matches!(
