@@ -47,9 +47,10 @@ pub enum HostError {
         transferred: u32,
         expected: u32,
     },
+    /// (Displayed with its cause inline, so `{:#}` chains do not repeat it.)
     #[error("transport error: {0}")]
-    Transport(#[from] TransportError),
-    #[error("I/O error: {0}")]
+    Transport(TransportError),
+    #[error(transparent)]
     Io(#[from] io::Error),
     #[error("timed out waiting for {0}")]
     Timeout(&'static str),
@@ -60,6 +61,12 @@ pub enum HostError {
     /// The caller asked for something impossible (queue full, bad length...).
     #[error("invalid request: {0}")]
     Invalid(String),
+}
+
+impl From<TransportError> for HostError {
+    fn from(e: TransportError) -> Self {
+        HostError::Transport(e)
+    }
 }
 
 impl HostError {
