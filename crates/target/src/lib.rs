@@ -23,6 +23,7 @@ mod fabrics;
 mod identify;
 mod io;
 mod nstable;
+mod outq;
 
 pub use queue::QueuePair;
 pub use target::Target;

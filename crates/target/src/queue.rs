@@ -8,6 +8,7 @@
 
 use crate::controller::Controller;
 use crate::nstable::NsTable;
+use crate::outq::OutQueue;
 use crate::stats::QueueStats;
 use crate::target::Target;
 use crate::{admin, fabrics, io};
@@ -113,8 +114,7 @@ pub struct QueuePair {
     rx: Vec<u8>,
     rx_start: usize,
     rx_end: usize,
-    out: Vec<u8>,
-    out_start: usize,
+    out: OutQueue,
     closing: bool,
     started: Instant,
     pub(crate) qid: u16,
@@ -154,8 +154,7 @@ impl QueuePair {
             rx: vec![0; 16 * 1024],
             rx_start: 0,
             rx_end: 0,
-            out: Vec::with_capacity(16 * 1024),
-            out_start: 0,
+            out: OutQueue::default(),
             closing: false,
             started: now,
             qid: 0,
@@ -220,28 +219,36 @@ impl QueuePair {
     /// Whether the transport should read more (false while closing or while
     /// the peer is not draining our output).
     pub fn wants_read(&self) -> bool {
-        !self.closing && self.output().len() < OUTPUT_HIGH_WATER
+        !self.closing && self.out.len() < OUTPUT_HIGH_WATER
     }
 
     /// Bytes waiting to be sent.
-    pub fn output(&self) -> &[u8] {
-        &self.out[self.out_start..]
+    pub fn output_len(&self) -> usize {
+        self.out.len()
     }
 
-    /// `n` bytes of [`Self::output`] were sent.
+    /// Fills `iov` with what is waiting to be sent (for one `writev`);
+    /// returns how many slices were filled.
+    pub fn output_slices<'a>(&'a self, iov: &mut [std::io::IoSlice<'a>]) -> usize {
+        self.out.slices(iov)
+    }
+
+    /// `n` bytes of the output were sent.
     pub fn consume_output(&mut self, n: usize) {
-        self.out_start += n;
-        if self.out_start >= self.out.len() {
-            self.out.clear();
-            self.out_start = 0;
-        } else if self.out_start > 1 << 20 {
-            self.out.drain(..self.out_start);
-            self.out_start = 0;
-        }
+        self.out.consume(n, &mut self.pool);
         // Reading may have stopped at the high-water mark.
         if self.rx_end > self.rx_start && self.wants_read() {
             self.process_rx();
         }
+    }
+
+    /// Everything waiting to be sent, as one buffer, consumed (tests, fuzzers).
+    pub fn take_output(&mut self) -> Vec<u8> {
+        let v = self.out.take_all(&mut self.pool);
+        if self.rx_end > self.rx_start && self.wants_read() {
+            self.process_rx();
+        }
+        v
     }
 
     /// True once the connection should be closed (after its output is sent).
@@ -251,7 +258,7 @@ impl QueuePair {
 
     /// True when closing and nothing more needs to go out or come back.
     pub fn finished(&self) -> bool {
-        self.closing && self.output().is_empty() && self.in_flight == 0
+        self.closing && self.out.is_empty() && self.in_flight == 0
     }
 
     /// File descriptors to watch for backend completions.
@@ -333,7 +340,7 @@ impl QueuePair {
         let rx = std::mem::take(&mut self.rx);
         // PLEN of a validated PDU header whose body has not fully arrived.
         let mut need = 0;
-        while !self.closing && self.output().len() < OUTPUT_HIGH_WATER {
+        while !self.closing && self.out.len() < OUTPUT_HIGH_WATER {
             let avail = &rx[self.rx_start..self.rx_end];
             if avail.len() < CH_LEN {
                 break;
@@ -432,7 +439,7 @@ impl QueuePair {
         };
         let mut b = [0u8; IC_HLEN];
         resp.encode(&mut b);
-        self.out.extend_from_slice(&b);
+        self.out.extend(&b);
         Ok(())
     }
 
@@ -713,8 +720,7 @@ impl QueuePair {
         };
         if status.is_success() && reply && len > 0 {
             if let Some(buf) = self.slots[idx].buf.take() {
-                self.send_c2h(cid, &buf.as_slice()[..len as usize]);
-                self.pool.put(buf);
+                self.send_c2h(cid, buf, len as usize);
             }
         }
         if !status.is_success() {
@@ -754,13 +760,10 @@ impl QueuePair {
             cid,
             status,
         };
-        let start = self.out.len();
         let hd = self.neg.hdgst;
-        self.out.resize(
-            start + CH_LEN + CQE_SIZE + if hd { DIGEST_LEN } else { 0 },
-            0,
-        );
-        let b = &mut self.out[start..];
+        let b = self
+            .out
+            .append(CH_LEN + CQE_SIZE + if hd { DIGEST_LEN } else { 0 });
         write_header(b, PduType::CapsuleResp, 0, hd, false, 0);
         let mut raw = [0u8; CQE_SIZE];
         cqe.encode(&mut raw);
@@ -769,37 +772,38 @@ impl QueuePair {
     }
 
     fn send_r2t(&mut self, cid: u16, ttag: u16, offset: u32, len: u32) {
-        let start = self.out.len();
         let hd = self.neg.hdgst;
-        self.out
-            .resize(start + 24 + if hd { DIGEST_LEN } else { 0 }, 0);
+        let b = self.out.append(24 + if hd { DIGEST_LEN } else { 0 });
         DataHeader {
             cccid: cid,
             ttag,
             offset,
             length: len,
         }
-        .encode(&mut self.out[start..], PduType::R2T, 0, hd, false, 0);
+        .encode(b, PduType::R2T, 0, hd, false, 0);
     }
 
-    /// Sends `data` as C2HData PDUs of at most max_c2h_data bytes (TCP §3.6.2.9).
-    fn send_c2h(&mut self, cid: u16, data: &[u8]) {
+    /// Sends `buf[..len]` as C2HData PDUs of at most max_c2h_data bytes
+    /// (TCP §3.6.2.9). The data is not copied: the output queue holds the
+    /// buffer until the socket has taken it.
+    fn send_c2h(&mut self, cid: u16, buf: IoBuf, len: usize) {
         let chunk = self.target.transport.max_c2h_data as usize;
         let (hd, dd) = (self.neg.hdgst, self.neg.ddgst);
+        let hend = 24 + if hd { DIGEST_LEN } else { 0 };
+        // PDO honours the host's HPDA (TCP §3.6.2.9); padding bytes are zero.
+        let pdo = if self.hpda_align > 0 {
+            hend.div_ceil(self.hpda_align) * self.hpda_align
+        } else {
+            hend
+        };
+        let pieces = len.div_ceil(chunk) as u32;
+        let held = self.out.hold(buf, pieces);
         let mut off = 0;
-        while off < data.len() {
-            let n = chunk.min(data.len() - off);
-            let last = off + n == data.len();
-            let start = self.out.len();
-            let hend = 24 + if hd { DIGEST_LEN } else { 0 };
-            let pdo = if self.hpda_align > 0 {
-                hend.div_ceil(self.hpda_align) * self.hpda_align
-            } else {
-                hend
-            };
+        while off < len {
+            let n = chunk.min(len - off);
+            let last = off + n == len;
             let total = pdo + n + if dd { DIGEST_LEN } else { 0 };
-            self.out.resize(start + total, 0);
-            let b = &mut self.out[start..];
+            let b = self.out.append(pdo);
             let fl = if last { flags::DATA_LAST } else { 0 };
             DataHeader {
                 cccid: cid,
@@ -813,10 +817,10 @@ impl QueuePair {
                 farflash_wire::le::put_u32(b, 4, total as u32);
                 farflash_wire::pdu::seal_header(b, PduType::C2HData, hd);
             }
-            b[pdo..pdo + n].copy_from_slice(&data[off..off + n]);
+            self.out.push_data(held, off, off + n);
             if dd {
-                let d = digest::crc32c(&data[off..off + n]).to_le_bytes();
-                b[pdo + n..pdo + n + DIGEST_LEN].copy_from_slice(&d);
+                let d = digest::crc32c(self.out.held(held, off, off + n));
+                self.out.extend(&d.to_le_bytes());
             }
             off += n;
         }
@@ -831,7 +835,7 @@ impl QueuePair {
             fei: e.fei,
         }
         .encode(&mut b, PduType::C2HTermReq, bad_header);
-        self.out.extend_from_slice(&b[..n]);
+        self.out.extend(&b[..n]);
         self.closing = true;
     }
 

@@ -88,8 +88,7 @@ impl Host {
     }
 
     fn recv_all(&mut self) -> Vec<Rx> {
-        let out = self.q.output().to_vec();
-        self.q.consume_output(out.len());
+        let out = self.q.take_output();
         let neg = Negotiated {
             initialized: true,
             hdgst: self.hd,
@@ -664,7 +663,7 @@ fn hostile_pdus_get_a_term_req() {
     // PDUs before ICReq.
     let mut h = Host::new(&t);
     h.feed(&caps);
-    let out = h.q.output().to_vec();
+    let out = h.q.take_output();
     assert_eq!(out[0], PduType::C2HTermReq as u8);
     assert_eq!(TermReq::decode(&out).fes, fes::PDU_SEQUENCE_ERROR);
     // Bad PFV and HPDA in ICReq.
@@ -688,7 +687,7 @@ fn hostile_pdus_get_a_term_req() {
         let mut b = [0u8; 128];
         r.encode(&mut b);
         h.feed(&b);
-        let out = h.q.output().to_vec();
+        let out = h.q.take_output();
         assert_eq!(
             TermReq::decode(&out),
             TermReq {

@@ -10,7 +10,7 @@ use farflash_target::{QueuePair, Target};
 use mio::net::TcpStream;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -224,14 +224,17 @@ impl Worker {
                 progress = true;
             }
             // Send: all PDUs this pass produced, in as few writes as the socket takes.
-            while !c.qp.output().is_empty() && !c.dead {
-                let want = c.qp.output().len();
-                match c.sock.write(c.qp.output()) {
+            while c.qp.output_len() > 0 && !c.dead {
+                let want = c.qp.output_len();
+                let mut iov = [IoSlice::new(&[]); 64];
+                let n = c.qp.output_slices(&mut iov);
+                let queued: usize = iov[..n].iter().map(|s| s.len()).sum();
+                match c.sock.write_vectored(&iov[..n]) {
                     Ok(0) => c.dead = true,
                     Ok(n) => {
                         c.qp.consume_output(n);
                         progress = true;
-                        if n < want {
+                        if n < queued.min(want) {
                             break; // the socket buffer is full; epoll says when it drains
                         }
                     }
@@ -260,7 +263,7 @@ impl Worker {
                 }
             }
         }
-        let drained = c.qp.output().is_empty() && c.qp.in_flight() == 0;
+        let drained = c.qp.output_len() == 0 && c.qp.in_flight() == 0;
         if c.dead || c.qp.finished() || (c.eof && drained) {
             self.close(i);
         }
