@@ -171,3 +171,47 @@ fn sigterm_exits_cleanly() {
     assert!(st.success(), "exit status {st:?}");
     drop(ctrl);
 }
+
+#[test]
+fn connections_beyond_the_cap_are_refused_and_slots_come_back() {
+    let dir = std::env::temp_dir().join(format!("ff-cap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("cap.toml");
+    std::fs::write(
+        &cfg,
+        "[transport]\nmax_connections = 2\n[[subsystem]]\nnqn = 'nqn.2026-11.io.farflash:default'\n[[subsystem.namespace]]\nbackend = 'ram'\nsize = '8M'\n",
+    )
+    .unwrap();
+    let serve = Serve::start(&["--config", cfg.to_str().unwrap()]);
+    let icreq = |s: &mut TcpStream| -> bool {
+        let mut b = [0u8; 128];
+        IcReq::default().encode(&mut b);
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        if s.write_all(&b).is_err() {
+            return false;
+        }
+        let mut resp = [0u8; 128];
+        s.read_exact(&mut resp).is_ok() && resp[0] == PduType::IcResp as u8
+    };
+    let mut a = TcpStream::connect(&serve.addr).unwrap();
+    let mut b = TcpStream::connect(&serve.addr).unwrap();
+    assert!(icreq(&mut a) && icreq(&mut b));
+    let mut c = TcpStream::connect(&serve.addr).unwrap();
+    assert!(!icreq(&mut c), "a third connection must be refused");
+    drop(a);
+    // The slot comes back once the target has seen the close.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut d = TcpStream::connect(&serve.addr).unwrap();
+        if icreq(&mut d) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the closed connection's slot never came back"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(b);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

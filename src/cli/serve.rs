@@ -246,6 +246,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         poll: cfg.transport.poll,
         poll_idle: Duration::from_micros(cfg.transport.poll_idle_us as u64),
         drain: DRAIN,
+        max_connections: cfg.transport.max_connections as usize,
     };
     let target = Target::new(subsystems, cfg.transport.clone(), addrs.clone());
 

@@ -45,6 +45,8 @@ pub struct TransportConfig {
     pub keep_alive_granularity_ms: u32,
     /// Event-loop threads (0 = one per allowed CPU).
     pub threads: u32,
+    /// Connections (queue pairs) served at once; more are closed at accept.
+    pub max_connections: u32,
     /// CPUs the event loops are pinned to, e.g. "0-3,6" (empty = not pinned).
     pub cpus_allowed: String,
     /// How event loops wait for work.
@@ -115,6 +117,7 @@ impl Default for TransportConfig {
             max_c2h_data: 128 * 1024,
             keep_alive_granularity_ms: 1000,
             threads: 0,
+            max_connections: 4096,
             cpus_allowed: String::new(),
             poll: PollMode::Adaptive,
             poll_idle_us: 100,
@@ -309,6 +312,9 @@ impl Config {
             );
         }
         parse_cpu_list(&t.cpus_allowed).map_err(ConfigError::Invalid)?;
+        if t.max_connections == 0 {
+            return bad("max_connections must be at least 1".into());
+        }
         if t.poll_idle_us > 1_000_000 {
             return bad("poll_idle_us must be at most 1000000".into());
         }

@@ -14,7 +14,7 @@ use farflash_target::Target;
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token, Waker};
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +34,8 @@ pub struct LoopOptions {
     pub poll_idle: Duration,
     /// How long shutdown waits for in-flight commands.
     pub drain: Duration,
+    /// Connections served at once; more are closed as soon as accepted.
+    pub max_connections: usize,
 }
 
 /// Runs the target until `stop` is set, then drains connections (bounded by
@@ -54,6 +56,7 @@ pub fn serve(
             .register(&mut ml, Token(i), Interest::READABLE)?;
         ls.push(ml);
     }
+    let live = Arc::new(AtomicUsize::new(0));
     let mut workers = Vec::new();
     for n in 0..threads {
         let (tx, rx) = mpsc::channel();
@@ -63,6 +66,7 @@ pub fn serve(
         let st = stop.clone();
         let cpu = (!opts.cpus.is_empty()).then(|| opts.cpus[n % opts.cpus.len()]);
         let o = opts.clone();
+        let lv = live.clone();
         let h = std::thread::Builder::new()
             .name(format!("farflash-io-{n}"))
             .spawn(move || {
@@ -71,7 +75,7 @@ pub fn serve(
                         tracing::warn!("cannot pin I/O thread {n} to CPU {c}: {e}");
                     }
                 }
-                worker::Worker::new(t, wpoll, rx, st, &o).run()
+                worker::Worker::new(t, wpoll, rx, st, lv, &o).run()
             })?;
         workers.push((tx, waker, h));
     }
@@ -90,6 +94,13 @@ pub fn serve(
             loop {
                 match l.accept() {
                     Ok((sock, peer)) => {
+                        // Connection cap: counted at accept, released by the worker at close.
+                        if live.fetch_add(1, Ordering::AcqRel) >= opts.max_connections {
+                            live.fetch_sub(1, Ordering::AcqRel);
+                            tracing::warn!(%peer, max = opts.max_connections, "connection refused: too many connections");
+                            drop(sock);
+                            continue;
+                        }
                         let local = sock.local_addr().unwrap_or(peer);
                         let _ = sock.set_nodelay(true);
                         let (tx, waker, _) = &workers[next % workers.len()];

@@ -13,7 +13,7 @@ use mio::{Events, Interest, Poll, Token};
 use std::io::{self, IoSlice, Read, Write};
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -46,6 +46,8 @@ pub(crate) struct Worker {
     poll: Poll,
     rx: Receiver<NewConn>,
     stop: Arc<AtomicBool>,
+    /// Connections alive on all workers (the acceptor enforces the cap).
+    live: Arc<AtomicUsize>,
     mode: PollMode,
     poll_idle: Duration,
     drain: Duration,
@@ -77,6 +79,7 @@ impl Worker {
         poll: Poll,
         rx: Receiver<NewConn>,
         stop: Arc<AtomicBool>,
+        live: Arc<AtomicUsize>,
         opts: &LoopOptions,
     ) -> Worker {
         Worker {
@@ -84,6 +87,7 @@ impl Worker {
             poll,
             rx,
             stop,
+            live,
             mode: opts.poll,
             poll_idle: opts.poll_idle,
             drain: opts.drain,
@@ -174,6 +178,7 @@ impl Worker {
             let interest = Interest::READABLE | Interest::WRITABLE;
             if let Err(e) = self.poll.registry().register(&mut sock, Token(i), interest) {
                 tracing::warn!(peer = %nc.peer, "cannot register connection: {e}");
+                self.live.fetch_sub(1, Ordering::AcqRel);
                 self.free.push(i);
                 continue;
             }
@@ -286,6 +291,7 @@ impl Worker {
             );
         }
         drop(c);
+        self.live.fetch_sub(1, Ordering::AcqRel);
         self.free.push(i);
     }
 }
