@@ -541,3 +541,81 @@ fn linux_host_vs_farflash_serve() {
         "farflash serve did not exit 0 within 20 s of SIGTERM ({status:?})"
     );
 }
+
+/// Namespaces added and removed while the Linux host is connected (config
+/// file + SIGHUP) reach it through an asynchronous event: the Changed
+/// Namespace List is read and the block device appears, then disappears.
+#[test]
+#[ignore = "boots a QEMU VM; run by tests/run.sh"]
+fn linux_host_sees_namespaces_change_at_run_time() {
+    let tmp = TempDir::new("aen");
+    let share = tmp.path().join("share");
+    fs::create_dir_all(&share).expect("share dir");
+    let port = free_ports(1)[0];
+    let nqn = "nqn.2026-11.io.farflash:aen";
+    let config = tmp.path().join("aen.toml");
+    let config_path = config.clone();
+    let write_config = move |namespaces: usize| {
+        let mut t = format!("listen = [\"127.0.0.1:{port}\"]\n[[subsystem]]\nnqn = \"{nqn}\"\n");
+        for nsid in 1..=namespaces {
+            t += &format!(
+                "[[subsystem.namespace]]\nnsid = {nsid}\nbackend = \"ram\"\nsize = \"16M\"\n"
+            );
+        }
+        fs::write(&config, t).expect("write the config");
+    };
+    write_config(1);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_farflash"));
+    cmd.args(["serve", "--log-level", "info", "--config"])
+        .arg(&config_path);
+    let mut target = Proc::spawn("farflash serve", "[farflash] ", &mut cmd, false);
+    target.wait_for_line("listening on", Duration::from_secs(60));
+
+    // The host side of the exchange: act on the guest's requests.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let target_pid = target.child.id() as i32;
+    let watcher = {
+        let (share, stop) = (share.clone(), stop.clone());
+        thread::spawn(move || {
+            let mut done = String::new();
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                let req = fs::read_to_string(share.join("request")).unwrap_or_default();
+                let req = req.trim().to_string();
+                if !req.is_empty() && req != done {
+                    write_config(if req == "add" { 2 } else { 1 });
+                    send_signal(target_pid, 1); // SIGHUP: reload
+                    done = req;
+                }
+                thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    let args: Vec<String> = vec![
+        "-t".into(),
+        VM_TIMEOUT_SECS.to_string(),
+        "-p".into(),
+        format!("{port}:{port}"),
+        "-s".into(),
+        share.display().to_string(),
+        "-e".into(),
+        format!("NQN={nqn}"),
+        guest_script("aen.sh").display().to_string(),
+    ];
+    run_vm_scenarios(
+        "Linux host VM -> farflash serve (namespace changes)",
+        &args,
+        &["aen".to_string()],
+        Some(&mut target),
+    );
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    watcher.join().expect("watcher thread");
+    assert!(
+        target.has_line("reload: namespaces changed"),
+        "the target did not log the reload"
+    );
+    let status = target.terminate(Duration::from_secs(20));
+    assert!(
+        matches!(status, Some(s) if s.success()),
+        "farflash serve did not exit 0 ({status:?})"
+    );
+}
