@@ -103,21 +103,25 @@ CASES=(
 )
 
 ROWS=()
+RUNLOG=()
 printf '\n%-20s %12s %12s %9s %9s %12s %7s %12s\n' case "IOPS" "MiB/s" "p50 us" "p99 us" "floor IOPS" ratio "perf cpu %"
 for c in "${CASES[@]}"; do
 	read -r name rw bs qd data req resp <<<"$c"
-	iops=() bw=() p50=() p99=() floor=() cpu=()
+	iops=() bw=() p50=() p99=() floor=() cpu=() ratio=()
 	for r in $(seq "$RUNS"); do
 		read -r i b m n u s < <(run_perf "$rw" "$bs" "$qd")
 		iops+=("$i") bw+=("$b") p50+=("$m") p99+=("$n") cpu+=("$(python3 -c "print($u+$s)")")
 		floor+=("$(run_floor "$req" "$resp" "$qd")")
+		# Paired: each run's figure over the floor measured right after it.
+		ratio+=("$(python3 -c "f=float('${floor[-1]}' or 0); print($i/f if f else 0)")")
 		echo "  $name run $r: farflash ${i%.*} IOPS, floor ${floor[-1]%.*} ops/s" >&2
+		RUNLOG+=("- $name run $r: ${i%.*} / ${floor[-1]%.*}")
 	done
 	mi=$(median "${iops[@]}") mb=$(median "${bw[@]}") m50=$(median "${p50[@]}") m99=$(median "${p99[@]}")
-	mf=$(median "${floor[@]}") mc=$(median "${cpu[@]}")
+	mf=$(median "${floor[@]}") mc=$(median "${cpu[@]}") mr=$(median "${ratio[@]}")
 	read -r fmt_iops fmt_mib fmt_p50 fmt_p99 fmt_floor fmt_ratio fmt_cpu < <(python3 -c "
-i,b,p5,p9,f,c=$mi,$mb,$m50,$m99,$mf,$mc
-print('%.0f %.1f %.1f %.1f %.0f %.2f %.0f' % (i, b/1048576, p5/1000, p9/1000, f, i/f if f else 0, c))")
+i,b,p5,p9,f,c,r=$mi,$mb,$m50,$m99,$mf,$mc,$mr
+print('%.0f %.1f %.1f %.1f %.0f %.2f %.0f' % (i, b/1048576, p5/1000, p9/1000, f, r, c))")
 	printf '%-20s %12s %12s %9s %9s %12s %7s %12s\n' "$name" "$fmt_iops" "$fmt_mib" "$fmt_p50" "$fmt_p99" "$fmt_floor" "$fmt_ratio" "$fmt_cpu"
 	ROWS+=("| $name | $fmt_iops | $fmt_mib | $fmt_p50 | $fmt_p99 | $fmt_floor | $(python3 -c "print('%.1f' % ($mf*$data/1048576))") | $fmt_ratio | $fmt_cpu |")
 done
@@ -143,9 +147,16 @@ if [[ -n $OUT ]]; then
 		echo "|---|---|---|---|---|---|---|---|---|"
 		printf '%s\n' "${ROWS[@]}"
 		echo
-		echo "The ratio is farflash IOPS / floor ops/s: 1.00 would mean the NVMe/TCP"
-		echo "protocol, the target and the host cost nothing beyond kernel TCP itself."
-		echo "This is a shared 2-core development machine: quote ratios, not absolutes."
+		echo "The ratio is the median over runs of (farflash IOPS / floor ops/s measured right"
+		echo "after it): 1.00 would mean the NVMe/TCP protocol, the target and the host cost"
+		echo "nothing beyond kernel TCP itself. IOPS, latency and floor columns are medians of"
+		echo "their own. This is a shared 2-core development machine whose other jobs make"
+		echo "single runs vary by 2x or more: quote ratios, not absolutes, and re-run on a"
+		echo "quiet machine for figures worth comparing."
+		echo
+		echo "Per-run figures (farflash IOPS / floor ops/s):"
+		echo
+		printf '%s\n' "${RUNLOG[@]}"
 	} >"$OUT"
 	echo
 	echo "wrote $OUT"
