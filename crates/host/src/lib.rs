@@ -14,6 +14,33 @@
 //! - [`IoQueue`]: a poll-driven I/O queue owned by one thread (submit
 //!   CID-tagged reads/writes on preallocated slot buffers, poll completions),
 //!   plus blocking helpers for one-off commands.
+//!
+//! ```no_run
+//! use farflash_host::{ConnectOptions, Controller, IoQueueOptions};
+//!
+//! let opts = ConnectOptions::new("127.0.0.1:4420", "nqn.2026-11.io.farflash:default");
+//! let mut ctrl = Controller::connect_with_queues(&opts, 1)?;
+//! ctrl.start_keep_alive()?; // Keep Alive every KATO/2 on the admin queue
+//! let mut q = ctrl.io_queue(1, IoQueueOptions { depth: 32, max_io: 128 << 10 })?;
+//!
+//! // Blocking, for tools:
+//! let mut block = vec![0u8; 4096];
+//! q.read_at(1, 0, 8, &mut block)?;
+//!
+//! // Poll-driven, for benchmarks: submit on CID slots, poll completions.
+//! let cid = q.alloc_cid().expect("a free slot");
+//! q.submit_read(cid, 1, 8, 8, 4096)?;
+//! let mut done = Vec::new();
+//! while done.is_empty() {
+//!     q.poll(&mut done)?;
+//! }
+//! done[0].check()?;
+//! let _data = &q.buf(cid)[..4096];
+//!
+//! drop(q);
+//! ctrl.shutdown()?; // CC.SHN, wait for CSTS.SHST, close
+//! # Ok::<(), farflash_host::HostError>(())
+//! ```
 
 pub mod admin;
 pub mod cmd;
@@ -28,9 +55,6 @@ pub mod queue;
 pub mod slot;
 pub mod socket;
 mod tx;
-
-#[cfg(test)]
-mod queue_tests;
 
 pub use admin::AdminQueue;
 pub use controller::{Controller, ControllerInfo};
