@@ -39,6 +39,8 @@ struct Conn {
     /// (a response, a TermReq) is still sent if the socket takes it.
     eof: bool,
     dead: bool,
+    /// Registered for writability (only while output is blocked).
+    want_write: bool,
 }
 
 pub(crate) struct Worker {
@@ -134,7 +136,11 @@ impl Worker {
                 for i in 0..self.conns.len() {
                     if let Some(c) = self.conns[i].as_mut() {
                         c.qp.tick(now);
-                        self.ready.push(i);
+                        // Only connections the tick gave work (an AEN to send,
+                        // a close) need a pass; the rest wait for epoll.
+                        if c.qp.output_len() > 0 || c.qp.wants_close() {
+                            self.ready.push(i);
+                        }
                     }
                 }
             }
@@ -175,7 +181,7 @@ impl Worker {
                 self.conns.len() - 1
             });
             let mut sock = nc.sock;
-            let interest = Interest::READABLE | Interest::WRITABLE;
+            let interest = Interest::READABLE;
             if let Err(e) = self.poll.registry().register(&mut sock, Token(i), interest) {
                 tracing::warn!(peer = %nc.peer, "cannot register connection: {e}");
                 self.live.fetch_sub(1, Ordering::AcqRel);
@@ -190,6 +196,7 @@ impl Worker {
                 fds: Vec::new(),
                 eof: false,
                 dead: false,
+                want_write: false,
             });
             self.ready.push(i);
         }
@@ -203,16 +210,22 @@ impl Worker {
         };
         let mut worked = false;
         loop {
-            let mut progress = false;
             // Receive: everything the socket has, PDUs processed as they complete.
-            while c.qp.wants_read() && !c.dead && !c.eof {
+            // `more` is set when a read filled the buffer (the socket may hold more)
+            // or when reading stopped because our output backed up.
+            let mut more = false;
+            while !c.dead && !c.eof {
+                if !c.qp.wants_read() {
+                    more = !c.qp.wants_close();
+                    break;
+                }
                 let space = c.qp.rx_space();
                 let room = space.len();
                 match c.sock.read(space) {
                     Ok(0) => c.eof = true,
                     Ok(n) => {
                         c.qp.on_received(n);
-                        progress = true;
+                        worked = true;
                         // A short read drained the socket: skip the read that
                         // would only say EAGAIN (epoll reports the next arrival).
                         if n < room {
@@ -225,12 +238,10 @@ impl Worker {
                 }
             }
             c.qp.commit();
-            if c.qp.poll_backends() {
-                progress = true;
-            }
+            worked |= c.qp.poll_backends();
             // Send: all PDUs this pass produced, in as few writes as the socket takes.
+            let mut blocked = false;
             while c.qp.output_len() > 0 && !c.dead {
-                let want = c.qp.output_len();
                 let mut iov = [IoSlice::new(&[]); 64];
                 let n = c.qp.output_slices(&mut iov);
                 let queued: usize = iov[..n].iter().map(|s| s.len()).sum();
@@ -238,18 +249,38 @@ impl Worker {
                     Ok(0) => c.dead = true,
                     Ok(n) => {
                         c.qp.consume_output(n);
-                        progress = true;
-                        if n < queued.min(want) {
-                            break; // the socket buffer is full; epoll says when it drains
+                        worked = true;
+                        if n < queued {
+                            blocked = true; // the socket buffer is full
+                            break;
                         }
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        blocked = true;
+                        break;
+                    }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(_) => c.dead = true,
                 }
             }
-            worked |= progress;
-            if !progress || c.dead {
+            // Ask epoll for writability only while output is blocked: edge-
+            // triggered EPOLLOUT on every ACK would wake the loop for nothing.
+            if blocked != c.want_write && !c.dead {
+                let interest = if blocked {
+                    Interest::READABLE | Interest::WRITABLE
+                } else {
+                    Interest::READABLE
+                };
+                match self
+                    .poll
+                    .registry()
+                    .reregister(&mut c.sock, Token(i), interest)
+                {
+                    Ok(()) => c.want_write = blocked,
+                    Err(_) => c.dead = true,
+                }
+            }
+            if !more || blocked || c.dead {
                 break;
             }
         }
