@@ -49,6 +49,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "== building (release)"
 cargo build --release --bin farflash >&2
 FF=$ROOT/target/release/farflash
@@ -136,7 +137,8 @@ if [[ -n $OUT ]]; then
 		echo "Written by \`benches/pair.sh\`; do not edit by hand. Re-run it to refresh."
 		echo
 		echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-		echo "- machine: $(nproc) CPUs, ${CPU:-unknown CPU}, $(uname -r)"
+		echo "- machine: $(nproc) CPUs, ${CPU:-unknown CPU}, $(uname -r);" \
+			"load average $LOAD_START at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end"
 		echo "- commit: $COMMIT$DIRTY"
 		echo "- target: \`farflash serve --$BACKEND $SIZE --threads 1\` on core 0; perf on core 1 (\`--cpus-allowed 1\`, busy-poll)"
 		echo "- each figure: median of $RUNS runs of ${RUNTIME} s after ${RAMP} s ramp; latency = completion latency"
