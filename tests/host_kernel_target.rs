@@ -7,6 +7,7 @@
 
 mod host_support;
 
+use farflash_host::{ConnectOptions, Controller, IoQueueOptions};
 use host_support::{cli_ok, free_port, json};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
@@ -182,4 +183,27 @@ fn farflash_host_against_linux_kernel_target() {
         "json",
     ]));
     assert!(v["aggregate"]["read"]["total_ios"].as_u64().unwrap() > 0);
+
+    // Idle for 3 s with KATO 1 s: only the keep-alive thread keeps nvmet from
+    // tearing the controller down (no I/O traffic to count as keep-alive).
+    let mut o = ConnectOptions::new(format!("127.0.0.1:{port}"), nqn);
+    o.kato_ms = 1000;
+    let mut ctrl = Controller::connect_with_queues(&o, 1).expect("connect");
+    ctrl.start_keep_alive().expect("keep-alive thread");
+    let mut q = ctrl
+        .io_queue(
+            1,
+            IoQueueOptions {
+                depth: 4,
+                max_io: 4096,
+            },
+        )
+        .expect("I/O queue");
+    std::thread::sleep(Duration::from_secs(3));
+    let mut b = vec![0u8; 4096];
+    q.read_at(1, 0, 8, &mut b)
+        .expect("I/O after 3 idle seconds");
+    assert!(ctrl.keep_alive_failure().is_none());
+    drop(q);
+    ctrl.shutdown().expect("CC.SHN shutdown");
 }
