@@ -100,30 +100,16 @@ fn setup(spec: &JobSpec) -> anyhow::Result<Setup> {
 /// Runs `spec`.
 pub fn run(spec: &JobSpec) -> anyhow::Result<RunResult> {
     let setup = setup(spec)?;
-    let (lba, capacity, target) = match &setup {
-        Setup::Remote {
-            lba,
-            capacity,
-            nsid,
-            ..
-        } => {
-            let Target::Remote { opts, .. } = &spec.target else {
-                unreachable!("remote setup for a remote target")
-            };
-            (
-                *lba,
-                *capacity,
-                format!("{} nsid {nsid} at {}", opts.subnqn, opts.addr),
-            )
+    let (lba, capacity) = match &setup {
+        Setup::Remote { lba, capacity, .. } => (*lba, *capacity),
+        Setup::Local(b) => (b.block_size(), b.capacity()),
+    };
+    let target = match (&spec.target, &setup) {
+        (Target::Remote { opts, nsid }, _) => {
+            format!("{} nsid {nsid} at {}", opts.subnqn, opts.addr)
         }
-        Setup::Local(b) => (
-            b.block_size(),
-            b.capacity(),
-            match &spec.target {
-                Target::Local { path } => format!("{} ({})", path.display(), b.kind()),
-                Target::Remote { .. } => String::new(),
-            },
-        ),
+        (Target::Local { path }, Setup::Local(b)) => format!("{} ({})", path.display(), b.kind()),
+        (Target::Local { path }, _) => path.display().to_string(),
     };
     spec.bs.check(lba)?;
     if !spec.offset.is_multiple_of(lba as u64) {
