@@ -182,6 +182,7 @@ pub fn run(spec: &JobSpec) -> anyhow::Result<RunResult> {
         let mut sampled = spec.ramp_time.is_zero();
         let mut last_print = start;
         let mut printed = false;
+        let mut last_totals = [0u64; 4];
         while !handles.iter().all(|h| h.is_finished()) {
             std::thread::sleep(Duration::from_millis(20));
             let now = Instant::now();
@@ -190,7 +191,9 @@ pub fn run(spec: &JobSpec) -> anyhow::Result<RunResult> {
                 sampled = true;
             }
             if spec.progress && now - last_print >= PROGRESS_PERIOD {
-                print_progress(&progress, now - start, spec);
+                let totals = progress_totals(&progress);
+                print_progress(totals, last_totals, now - last_print, now - start, spec);
+                last_totals = totals;
                 last_print = now;
                 printed = true;
             }
@@ -302,30 +305,39 @@ fn regions(spec: &JobSpec, len: u64, lba: u32) -> anyhow::Result<Vec<Region>> {
     Ok(v)
 }
 
-fn print_progress(p: &[Progress], elapsed: Duration, spec: &JobSpec) {
+/// Totals published by the jobs: (read ios, write ios, read bytes, write bytes).
+fn progress_totals(p: &[Progress]) -> [u64; 4] {
     use std::sync::atomic::Ordering::Relaxed;
-    let (mut ri, mut wi, mut rb, mut wb) = (0u64, 0u64, 0u64, 0u64);
-    for x in p {
-        ri += x.read_ios.load(Relaxed);
-        wi += x.write_ios.load(Relaxed);
-        rb += x.read_bytes.load(Relaxed);
-        wb += x.write_bytes.load(Relaxed);
-    }
-    let measured = elapsed
-        .saturating_sub(spec.ramp_time)
-        .as_secs_f64()
-        .max(1e-3);
+    p.iter().fold([0; 4], |a, x| {
+        [
+            a[0] + x.read_ios.load(Relaxed),
+            a[1] + x.write_ios.load(Relaxed),
+            a[2] + x.read_bytes.load(Relaxed),
+            a[3] + x.write_bytes.load(Relaxed),
+        ]
+    })
+}
+
+/// One fio-like status line: rates over the last period, time left.
+fn print_progress(now: [u64; 4], prev: [u64; 4], dt: Duration, elapsed: Duration, spec: &JobSpec) {
+    let s = dt.as_secs_f64().max(1e-3);
+    let d = |i: usize| now[i].saturating_sub(prev[i]) as f64 / s;
     let eta = spec
         .runtime
-        .map(|r| (spec.ramp_time + r).saturating_sub(elapsed).as_secs())
-        .map_or(String::new(), |s| format!(" [eta {s}s]"));
+        .map(|r| {
+            (spec.ramp_time + r)
+                .saturating_sub(elapsed)
+                .as_secs_f64()
+                .ceil()
+        })
+        .map_or(String::new(), |t| format!(" [eta {t:.0}s]"));
     print!(
         "\r\x1b[Kperf: {:.0}s [r={:.1}MiB/s,w={:.1}MiB/s][r={:.0},w={:.0} IOPS]{eta}",
         elapsed.as_secs_f64(),
-        rb as f64 / measured / 1048576.0,
-        wb as f64 / measured / 1048576.0,
-        ri as f64 / measured,
-        wi as f64 / measured,
+        d(2) / 1048576.0,
+        d(3) / 1048576.0,
+        d(0),
+        d(1),
     );
     let _ = std::io::stdout().flush();
 }
