@@ -315,3 +315,18 @@ impl Drop for IoQueue {
         self.conn.close(Duration::from_millis(100));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An I/O queue moves to its job thread (Send); sharing one between
+    /// threads is not possible (not Sync, by a `Cell` marker).
+    #[test]
+    fn io_queue_is_send() {
+        fn send<T: Send>() {}
+        send::<IoQueue>();
+        send::<crate::Controller>();
+        assert_eq!(IoQueueOptions::default().depth, 32);
+    }
+}
