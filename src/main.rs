@@ -21,6 +21,8 @@ enum Command {
     Identify(cli::identify::IdentifyArgs),
     /// Measure a local file or a remote namespace (fio-style options).
     Perf(cli::perf::PerfArgs),
+    /// Run a local-vs-remote study (plan of perf runs) and write results, plots and a report.
+    Sweep(cli::sweep::SweepArgs),
 }
 
 fn main() {
@@ -32,6 +34,7 @@ fn main() {
         Some(Command::Discover(a)) => cli::discover::run(a),
         Some(Command::Identify(a)) => cli::identify::run(a),
         Some(Command::Perf(a)) => cli::perf::run(a),
+        Some(Command::Sweep(a)) => cli::sweep::run(a),
     };
     if let Err(e) = result {
         eprintln!("farflash: error: {e:#}");

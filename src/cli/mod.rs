@@ -4,3 +4,4 @@ pub mod discover;
 pub mod identify;
 pub mod perf;
 pub mod serve;
+pub mod sweep;

@@ -1,0 +1,29 @@
+//! Writing a results folder: data, plots and the report.
+
+use crate::results::Results;
+use anyhow::{Context, Result};
+use std::path::Path;
+
+/// The plots of a folder (file stems; each is written as `.svg` and `.png`).
+pub const PLOTS: [&str; 4] = ["latency", "throughput", "cpu", "efficiency"];
+
+/// Writes `results.json`, `results.schema.json`, `results.csv`, the plots
+/// (when `plots`) and `report.md` into `dir` (created if missing).
+pub fn write_folder(r: &Results, dir: &Path, plots: bool) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    r.write(dir)?;
+    if plots {
+        crate::plot::write_all(r, dir)?;
+    }
+    std::fs::write(dir.join("report.md"), crate::report::markdown(r, plots))?;
+    Ok(())
+}
+
+/// Reads `dir/results.json` back and rewrites its plots and report.
+pub fn replot(dir: &Path) -> Result<()> {
+    let p = dir.join("results.json");
+    let text = std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+    crate::schema::validate_results(&text).with_context(|| format!("{}", p.display()))?;
+    let r: Results = serde_json::from_str(&text).with_context(|| format!("{}", p.display()))?;
+    write_folder(&r, dir, true)
+}

@@ -1,0 +1,317 @@
+//! Panel drawers shared by the figures: grouped bars, lines and stacked
+//! bars over a categorical x axis (one category per plan point), plus the
+//! figure frame (title, legend strip, footer).
+
+use super::{perr, FAMILY};
+use crate::results::Mode;
+use anyhow::Result;
+use plotters::coord::types::RangedCoordf64;
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+/// Local: near-black fills and solid lines.
+pub const LOCAL: RGBColor = RGBColor(25, 25, 25);
+/// Remote: light fills with black outlines, dashed dark-gray lines.
+pub const REMOTE_FILL: RGBColor = RGBColor(195, 195, 195);
+pub const REMOTE_LINE: RGBColor = RGBColor(95, 95, 95);
+
+/// One curve or bar group member.
+pub struct Series {
+    pub mode: Mode,
+    pub values: Vec<Option<f64>>,
+}
+
+/// One layer of a stacked bar, with its gray level.
+pub struct Layer {
+    pub gray: u8,
+    pub values: Vec<f64>,
+}
+
+/// Axis texts and categories of a panel.
+pub struct Axes<'a> {
+    pub title: &'a str,
+    pub x: &'a str,
+    pub y: &'a str,
+    pub labels: &'a [String],
+}
+
+/// A round-ish upper bound with head room above `max`.
+pub fn nice_max(max: f64) -> f64 {
+    if !(max.is_finite() && max > 0.0) {
+        return 1.0;
+    }
+    let m = max * 1.12;
+    let p = 10f64.powf(m.log10().floor());
+    for s in [1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0] {
+        if s * p >= m {
+            return s * p;
+        }
+    }
+    10.0 * p
+}
+
+/// Tick text for a value on an axis reaching `top`.
+fn tick(v: f64, top: f64) -> String {
+    if top >= 20.0 {
+        format!("{v:.0}")
+    } else if top >= 2.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+fn chart<'a, DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    a: &Axes,
+    ymax: f64,
+) -> Result<Chart<'a, DB>> {
+    let n = a.labels.len().max(1) as f64;
+    let mut c = ChartBuilder::on(area)
+        .caption(a.title, (FAMILY, 21))
+        .margin(10)
+        .margin_right(18)
+        .x_label_area_size(54)
+        .y_label_area_size(78)
+        .build_cartesian_2d(-0.5f64..n - 0.5, 0f64..ymax)
+        .map_err(perr)?;
+    let labels = a.labels.to_vec();
+    let xfmt = move |x: &f64| {
+        let i = x.round();
+        if (x - i).abs() < 1e-6 && i >= 0.0 {
+            labels.get(i as usize).cloned().unwrap_or_default()
+        } else {
+            String::new()
+        }
+    };
+    let yfmt = move |y: &f64| tick(*y, ymax);
+    c.configure_mesh()
+        .disable_x_mesh()
+        // Steps of 0.5 or 1: every category's integer position gets a tick.
+        .x_labels(a.labels.len() * 2 + 2)
+        .x_label_formatter(&xfmt)
+        .y_label_formatter(&yfmt)
+        .y_labels(8)
+        .x_desc(a.x)
+        .y_desc(a.y)
+        .label_style((FAMILY, 15))
+        .axis_desc_style((FAMILY, 16))
+        .bold_line_style(RGBColor(215, 215, 215))
+        .light_line_style(RGBColor(245, 245, 245))
+        .draw()
+        .map_err(perr)?;
+    Ok(c)
+}
+
+/// Grouped bars: at each point one bar per series (local black, remote light with outline).
+pub fn bars<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    a: &Axes,
+    series: &[Series],
+    ymax: f64,
+) -> Result<()> {
+    let mut c = chart(area, a, ymax)?;
+    let m = series.len().max(1) as f64;
+    let w = 0.72 / m;
+    for (k, s) in series.iter().enumerate() {
+        for (i, v) in s.values.iter().enumerate() {
+            let Some(v) = *v else { continue };
+            let x0 = i as f64 - 0.36 + k as f64 * w + 0.01;
+            let x1 = x0 + w - 0.02;
+            let r = [(x0, 0.0), (x1, v.min(ymax))];
+            let fill = match s.mode {
+                Mode::Local => LOCAL,
+                Mode::Remote => REMOTE_FILL,
+            };
+            c.draw_series([
+                Rectangle::new(r, fill.filled()),
+                Rectangle::new(r, BLACK.stroke_width(1)),
+            ])
+            .map_err(perr)?;
+        }
+    }
+    Ok(())
+}
+
+/// Lines: local solid with filled circles, remote dashed with hollow triangles.
+pub fn lines<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    a: &Axes,
+    series: &[Series],
+    ymax: f64,
+) -> Result<()> {
+    let mut c = chart(area, a, ymax)?;
+    for s in series {
+        let pts: Vec<(f64, f64)> = s
+            .values
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| v.map(|v| (i as f64, v)))
+            .collect();
+        match s.mode {
+            Mode::Local => {
+                c.draw_series(LineSeries::new(pts.clone(), LOCAL.stroke_width(3)))
+                    .map_err(perr)?;
+                c.draw_series(pts.iter().map(|&p| Circle::new(p, 6, LOCAL.filled())))
+                    .map_err(perr)?;
+            }
+            Mode::Remote => {
+                c.draw_series(DashedLineSeries::new(
+                    pts.clone(),
+                    12,
+                    7,
+                    REMOTE_LINE.stroke_width(3),
+                ))
+                .map_err(perr)?;
+                c.draw_series(pts.iter().flat_map(|&p| {
+                    [
+                        TriangleMarker::new(p, 9, WHITE.filled()),
+                        TriangleMarker::new(p, 9, BLACK.stroke_width(2)),
+                    ]
+                }))
+                .map_err(perr)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Stacked bars, one per point, layers bottom-up in the given order.
+pub fn stacked<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    a: &Axes,
+    layers: &[Layer],
+    ymax: f64,
+    missing: Option<&str>,
+) -> Result<()> {
+    let c = chart(area, a, ymax)?;
+    if let Some(why) = missing {
+        let (w, h) = area.dim_in_pixel();
+        area.draw(&Text::new(
+            why.to_owned(),
+            ((w as i32) / 2 - 110, (h as i32) / 2),
+            (FAMILY, 16).into_font().color(&BLACK),
+        ))
+        .map_err(perr)?;
+        return Ok(());
+    }
+    let mut c = c;
+    let n = a.labels.len();
+    let mut base = vec![0.0; n];
+    for l in layers {
+        for (i, v) in l.values.iter().enumerate().take(n) {
+            let top = base[i] + v.max(0.0);
+            let r = [(i as f64 - 0.33, base[i]), (i as f64 + 0.33, top.min(ymax))];
+            c.draw_series([
+                Rectangle::new(r, RGBColor(l.gray, l.gray, l.gray).filled()),
+                Rectangle::new(r, BLACK.stroke_width(1)),
+            ])
+            .map_err(perr)?;
+            base[i] = top;
+        }
+    }
+    Ok(())
+}
+
+/// A legend entry of a figure-level legend strip.
+pub enum Key {
+    /// A bar swatch: local (dark) or remote (light, outlined).
+    Bar(Mode, String),
+    /// A line sample with its marker.
+    Line(Mode, String),
+    /// A stacked-bar layer swatch.
+    Gray(u8, String),
+}
+
+/// Draws the entries left to right, centered in `area`.
+pub fn legend<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, keys: &[Key]) -> Result<()> {
+    let font = (FAMILY, 17).into_font().color(&BLACK);
+    let text_w = |s: &str| area.estimate_text_size(s, &font).map(|(w, _)| w as i32);
+    let mut widths = Vec::new();
+    for k in keys {
+        let (Key::Bar(_, t) | Key::Line(_, t) | Key::Gray(_, t)) = k;
+        widths.push(46 + text_w(t).map_err(perr)? + 30);
+    }
+    let (w, h) = area.dim_in_pixel();
+    let mut x = (w as i32 - widths.iter().sum::<i32>()).max(0) / 2;
+    let y = h as i32 / 2;
+    for (k, kw) in keys.iter().zip(widths) {
+        let sw = [(x, y - 9), (x + 36, y + 9)];
+        match k {
+            Key::Bar(Mode::Local, _) => area.draw(&Rectangle::new(sw, LOCAL.filled())),
+            Key::Bar(Mode::Remote, _) => area
+                .draw(&Rectangle::new(sw, REMOTE_FILL.filled()))
+                .and_then(|_| area.draw(&Rectangle::new(sw, BLACK.stroke_width(1)))),
+            Key::Gray(g, _) => area
+                .draw(&Rectangle::new(sw, RGBColor(*g, *g, *g).filled()))
+                .and_then(|_| area.draw(&Rectangle::new(sw, BLACK.stroke_width(1)))),
+            Key::Line(Mode::Local, _) => area
+                .draw(&PathElement::new(
+                    vec![(x, y), (x + 36, y)],
+                    LOCAL.stroke_width(3),
+                ))
+                .and_then(|_| area.draw(&Circle::new((x + 18, y), 6, LOCAL.filled()))),
+            Key::Line(Mode::Remote, _) => area
+                .draw(&PathElement::new(
+                    vec![(x, y), (x + 10, y)],
+                    REMOTE_LINE.stroke_width(3),
+                ))
+                .and_then(|_| {
+                    area.draw(&PathElement::new(
+                        vec![(x + 26, y), (x + 36, y)],
+                        REMOTE_LINE.stroke_width(3),
+                    ))
+                })
+                .and_then(|_| area.draw(&TriangleMarker::new((x + 18, y), 9, WHITE.filled())))
+                .and_then(|_| {
+                    area.draw(&TriangleMarker::new((x + 18, y), 9, BLACK.stroke_width(2)))
+                }),
+        }
+        .map_err(perr)?;
+        let (Key::Bar(_, t) | Key::Line(_, t) | Key::Gray(_, t)) = k;
+        area.draw(&Text::new(t.clone(), (x + 46, y - 10), font.clone()))
+            .map_err(perr)?;
+        x += kw;
+    }
+    Ok(())
+}
+
+/// Splits a figure into (legend strip, body, footer) under a title, and
+/// writes the title and footer text.
+pub fn frame<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    footer: &str,
+) -> Result<(DrawingArea<DB, Shift>, DrawingArea<DB, Shift>)> {
+    root.fill(&WHITE).map_err(perr)?;
+    let inner = root
+        .titled(title, (FAMILY, 25).into_font().color(&BLACK))
+        .map_err(perr)?;
+    let (_, h) = inner.dim_in_pixel();
+    let (top, rest) = inner.split_vertically(40);
+    let (body, foot) = rest.split_vertically(h.saturating_sub(40 + 28));
+    foot.draw(&Text::new(
+        footer.to_owned(),
+        (10, 4),
+        (FAMILY, 14).into_font().color(&RGBColor(70, 70, 70)),
+    ))
+    .map_err(perr)?;
+    Ok((top, body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_maxima() {
+        assert_eq!(nice_max(0.0), 1.0);
+        assert_eq!(nice_max(90.0), 120.0);
+        assert_eq!(nice_max(1000.0), 1200.0);
+        assert_eq!(nice_max(3.0), 4.0);
+        assert_eq!(tick(12.0, 100.0), "12");
+        assert_eq!(tick(1.5, 3.0), "1.5");
+    }
+}

@@ -1,0 +1,230 @@
+//! The results folder's data: `results.json` (schema:
+//! `results.schema.json`, written beside it) and `results.csv`.
+
+use crate::perfjson::Figures;
+use crate::plan::{Plan, PointParams};
+use crate::procfs::SysSplit;
+use crate::target::SmartCounters;
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// `schema` of `results.json`; bumped on incompatible changes.
+pub const SCHEMA: &str = "farflash-sweep/1";
+
+/// The JSON Schema (draft 2020-12) of `results.json`.
+pub const SCHEMA_JSON: &str = include_str!("../results.schema.json");
+
+/// Local (io_uring on the backing file) or remote (NVMe/TCP to the target).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Local,
+    Remote,
+}
+
+impl Mode {
+    /// `local` or `remote`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Local => "local",
+            Mode::Remote => "remote",
+        }
+    }
+}
+
+/// The machine and the code a sweep ran on.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Environment {
+    /// UTC, ISO 8601.
+    pub date: String,
+    pub hostname: String,
+    pub nproc: usize,
+    pub cpu_model: String,
+    pub kernel: String,
+    pub mem_total_kib: u64,
+    pub farflash_version: String,
+    /// `git rev-parse HEAD` of the working directory (`+dirty` with local changes), or `unknown`.
+    pub commit: String,
+}
+
+/// How the sweep ran.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    /// Measured seconds per point (`--runtime`).
+    pub runtime_s: f64,
+    /// Unmeasured warm-up seconds per point (`--ramp`).
+    pub ramp_s: f64,
+    /// `perf --poll` (block or spin).
+    pub perf_poll: String,
+    /// The backing file or device, and its size in bytes.
+    pub backing: Option<String>,
+    pub backing_size: u64,
+    /// Whether the sweep created the backing file (and removed it afterwards).
+    pub backing_created: bool,
+    /// `spawned` (a `farflash serve` the sweep started) or `external`.
+    pub target_kind: String,
+    pub target_addr: String,
+    pub target_nqn: String,
+    pub target_nsid: u32,
+    /// The target's command line when spawned.
+    pub target_command: Option<String>,
+    /// Whether the target's CPU time could be read (its PID is known).
+    pub target_cpu_known: bool,
+}
+
+/// A side's CPU split in percent of all the machine's CPUs (100 = every
+/// CPU busy). `iowait` and `soft` are machine-wide counters, reported once,
+/// on the host side (null on the target side).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Side {
+    pub usr: f64,
+    pub sys: f64,
+    pub iowait: Option<f64>,
+    pub soft: Option<f64>,
+    /// usr + sys + soft: the CPU the side spent (iowait is idle time).
+    pub busy: f64,
+}
+
+/// CPU over a point's measured interval.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Cpu {
+    /// The perf process (its getrusage) plus the machine's iowait and softirq.
+    pub host: Side,
+    /// The target process (/proc/<pid>/stat deltas); null for local runs or an unknown PID.
+    pub target: Option<Side>,
+    /// The machine's split from the sweep's own /proc/stat samples over the same interval.
+    pub system: SysSplit,
+}
+
+/// The measured interval in Unix seconds (wall clock).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Window {
+    pub start: f64,
+    pub end: f64,
+}
+
+/// One perf run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Point {
+    /// Position on the plan's axis (0-based).
+    pub index: usize,
+    pub mode: Mode,
+    /// The axis value (bytes for request size) and its label (`4K`).
+    pub value: u64,
+    pub label: String,
+    pub rw: String,
+    pub params: PointParams,
+    /// The perf command line.
+    pub command: String,
+    pub window: Window,
+    pub figures: Figures,
+    pub cpu: Cpu,
+    /// IOPS / (host busy + target busy), CPU in % of the machine.
+    pub iops_per_cpu_pct: Option<f64>,
+    /// SMART counter deltas over the run, ramp included (remote only).
+    pub target_counters: Option<SmartCounters>,
+    /// The whole `farflash perf --output-format=json` document.
+    pub perf: Value,
+}
+
+/// A side that did not run, and why.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Skipped {
+    pub mode: Mode,
+    pub reason: String,
+}
+
+/// Everything a sweep of one plan produced.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Results {
+    pub schema: String,
+    pub plan: Plan,
+    pub environment: Environment,
+    pub settings: Settings,
+    pub skipped: Vec<Skipped>,
+    pub points: Vec<Point>,
+}
+
+impl Results {
+    /// The point of `mode` at axis position `index`.
+    pub fn point(&self, mode: Mode, index: usize) -> Option<&Point> {
+        self.points
+            .iter()
+            .find(|p| p.mode == mode && p.index == index)
+    }
+
+    /// Whether any point of `mode` exists.
+    pub fn has(&self, mode: Mode) -> bool {
+        self.points.iter().any(|p| p.mode == mode)
+    }
+
+    /// Writes `results.json`, `results.schema.json` and `results.csv` into `dir`.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        std::fs::write(
+            dir.join("results.json"),
+            serde_json::to_string_pretty(self)? + "\n",
+        )?;
+        std::fs::write(dir.join("results.schema.json"), SCHEMA_JSON)?;
+        std::fs::write(dir.join("results.csv"), self.csv())?;
+        Ok(())
+    }
+
+    /// One header line and one row per point.
+    pub fn csv(&self) -> String {
+        let mut s = String::from(CSV_HEADER);
+        s.push('\n');
+        let o = |v: Option<f64>| v.map(|x| format!("{x:.3}")).unwrap_or_default();
+        for p in &self.points {
+            let f = &p.figures;
+            let l = &f.lat_us;
+            let h = &p.cpu.host;
+            let t = p.cpu.target;
+            let c = p.target_counters;
+            let sy = &p.cpu.system;
+            let _ = writeln!(
+                s,
+                "{},{},{},{},{},{},{},{},{},{:.1},{:.3},{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},{:.3},{:.3},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{},{},{}",
+                self.plan.name,
+                p.mode.name(),
+                p.label,
+                p.rw,
+                p.params.bs,
+                p.params.iodepth,
+                p.params.numjobs,
+                f.runtime_ms,
+                f.total_ios,
+                f.iops,
+                f.bw_mib_s,
+                l.mean,
+                l.p20,
+                l.p50,
+                l.p95,
+                l.p99,
+                l.max,
+                h.usr,
+                h.sys,
+                o(h.iowait),
+                o(h.soft),
+                o(t.map(|t| t.usr)),
+                o(t.map(|t| t.sys)),
+                sy.usr,
+                sy.sys,
+                sy.iowait,
+                sy.soft,
+                sy.idle,
+                o(p.iops_per_cpu_pct),
+                c.map(|c| c.host_read_commands.to_string()).unwrap_or_default(),
+                c.map(|c| c.host_write_commands.to_string()).unwrap_or_default(),
+                c.map(|c| c.data_units_read.to_string()).unwrap_or_default(),
+                c.map(|c| c.data_units_written.to_string()).unwrap_or_default(),
+            );
+        }
+        s
+    }
+}
+
+/// The CSV columns (CPU in % of all CPUs, latency in µs).
+pub const CSV_HEADER: &str = "plan,mode,point,rw,bs,iodepth,numjobs,runtime_ms,total_ios,iops,bw_mib_s,lat_mean_us,lat_p20_us,lat_p50_us,lat_p95_us,lat_p99_us,lat_max_us,host_usr_pct,host_sys_pct,host_iowait_pct,host_soft_pct,target_usr_pct,target_sys_pct,sys_usr_pct,sys_sys_pct,sys_iowait_pct,sys_soft_pct,sys_idle_pct,iops_per_cpu_pct,target_read_cmds,target_write_cmds,target_data_units_read,target_data_units_written";

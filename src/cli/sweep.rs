@@ -1,0 +1,174 @@
+//! `farflash sweep`: run a study (a plan of `perf` points, each local and
+//! remote) and write a results folder with JSON, CSV, plots and a report.
+//! The engine is the `farflash-sweep` crate; see docs/sweep.md.
+
+use anyhow::{bail, Context};
+use farflash_bench::size::parse_size;
+use farflash_sweep::target::RemoteAddr;
+use farflash_sweep::{Mode, Plan, SweepOptions, BUILTIN};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug)]
+pub struct SweepArgs {
+    /// Plan: request-size, parallelism, cpu-cost, queue-depth, all, or a TOML plan file (repeatable).
+    #[arg(
+        long = "plan",
+        value_name = "NAME|FILE",
+        default_value = "request-size"
+    )]
+    pub plan: Vec<String>,
+    /// Results root: each plan writes OUT/<plan>/.
+    #[arg(long = "out", value_name = "DIR", default_value = "sweep-results")]
+    pub out: PathBuf,
+    /// Measured time per point (e.g. 3, 500ms).
+    #[arg(long = "runtime", value_name = "TIME", default_value = "3")]
+    pub runtime: String,
+    /// Unmeasured warm-up per point.
+    #[arg(
+        long = "ramp",
+        alias = "ramp_time",
+        value_name = "TIME",
+        default_value = "0.5"
+    )]
+    pub ramp: String,
+    /// Where the sweep creates its backing file (default: the temp directory).
+    #[arg(long = "dir", value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Size of the backing file the sweep creates.
+    #[arg(long = "size", value_name = "SIZE", default_value = "1G")]
+    pub size: String,
+    /// Use this file or block device instead (local runs and the started target's namespace).
+    #[arg(long = "filename", value_name = "PATH")]
+    pub filename: Option<PathBuf>,
+    /// Let write plans (cpu-cost) overwrite --filename.
+    #[arg(long = "allow-writes")]
+    pub allow_writes: bool,
+    /// Measure an existing target at ADDR:PORT instead of starting one.
+    #[arg(long = "target", value_name = "ADDR:PORT", requires = "nqn")]
+    pub target: Option<String>,
+    /// Subsystem NQN of --target.
+    #[arg(long = "nqn", value_name = "NQN")]
+    pub nqn: Option<String>,
+    /// Namespace of --target.
+    #[arg(long = "nsid", default_value_t = 1)]
+    pub nsid: u32,
+    /// PID of --target when it runs on this machine (for its CPU time).
+    #[arg(long = "target-pid", value_name = "PID")]
+    pub target_pid: Option<u32>,
+    /// Run only one side: local or remote.
+    #[arg(long = "only", value_name = "local|remote")]
+    pub only: Option<String>,
+    /// How perf's job threads wait: block (default; fair on few CPUs) or spin.
+    #[arg(long = "perf-poll", value_name = "MODE", default_value = "block")]
+    pub perf_poll: String,
+    /// `serve --poll` of the started target: adaptive, always, never.
+    #[arg(long = "serve-poll", value_name = "MODE")]
+    pub serve_poll: Option<String>,
+    /// Skip the PNG/SVG plots.
+    #[arg(long = "no-plots")]
+    pub no_plots: bool,
+    /// Redo only the plots and report of existing results folders (OUT/<plan>/results.json).
+    #[arg(long = "replot")]
+    pub replot: bool,
+}
+
+/// `3` (seconds), `500ms`, `1.5s`, `2m`.
+fn seconds(s: &str) -> anyhow::Result<f64> {
+    let t = s.trim();
+    let (num, mul) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (t, 1.0)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .with_context(|| format!("bad duration {s:?}"))?;
+    if !(0.0..1e6).contains(&v) {
+        bail!("duration {s:?} out of range");
+    }
+    Ok(v * mul)
+}
+
+fn plans(names: &[String]) -> anyhow::Result<Vec<Plan>> {
+    let mut v = Vec::new();
+    for n in names {
+        if n == "all" {
+            v.extend(BUILTIN.iter().filter_map(|b| Plan::builtin(b)));
+        } else {
+            v.push(Plan::resolve(n)?);
+        }
+    }
+    Ok(v)
+}
+
+pub fn run(a: SweepArgs) -> anyhow::Result<()> {
+    let plans = plans(&a.plan)?;
+    if a.replot {
+        for p in &plans {
+            let dir = a.out.join(&p.name);
+            farflash_sweep::output::replot(&dir)?;
+            println!("{}", dir.display());
+        }
+        return Ok(());
+    }
+    let only = match a.only.as_deref() {
+        None => None,
+        Some("local") => Some(Mode::Local),
+        Some("remote") => Some(Mode::Remote),
+        Some(o) => bail!("--only {o}: expected local or remote"),
+    };
+    if !["block", "spin"].contains(&a.perf_poll.as_str()) {
+        bail!("--perf-poll {}: expected block or spin", a.perf_poll);
+    }
+    let target = match (&a.target, &a.nqn) {
+        (Some(t), Some(n)) => Some(RemoteAddr {
+            addr: t.clone(),
+            nqn: n.clone(),
+            nsid: a.nsid,
+        }),
+        _ => None,
+    };
+    let o = SweepOptions {
+        farflash: std::env::current_exe().context("locating the farflash binary")?,
+        plans,
+        out: a.out,
+        runtime_s: seconds(&a.runtime)?,
+        ramp_s: seconds(&a.ramp)?,
+        dir: a.dir.unwrap_or_else(std::env::temp_dir),
+        size: parse_size(&a.size)?,
+        filename: a.filename,
+        allow_writes: a.allow_writes,
+        target,
+        target_pid: a.target_pid,
+        only,
+        perf_poll: a.perf_poll,
+        serve_poll: a.serve_poll,
+        progress_bar: std::io::stderr().is_terminal(),
+        plots: !a.no_plots,
+    };
+    for d in farflash_sweep::run(&o)? {
+        println!("{}", d.join("report.md").display());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_plans() {
+        assert_eq!(seconds("3").unwrap(), 3.0);
+        assert_eq!(seconds("250ms").unwrap(), 0.25);
+        assert_eq!(seconds("0.5s").unwrap(), 0.5);
+        assert!(seconds("x").is_err());
+        assert_eq!(plans(&["all".into()]).unwrap().len(), 4);
+        assert!(plans(&["nope".into()]).is_err());
+    }
+}

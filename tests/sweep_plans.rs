@@ -1,0 +1,337 @@
+//! `farflash sweep`: every built-in plan with a tiny runtime against a
+//! RAM-backed file (/dev/shm when present), checking the results folder:
+//! schema-valid JSON, one CSV row per point, non-empty PNG and SVG per
+//! plot, and figures that agree with the underlying perf JSON and with the
+//! target's SMART counters. Also: a plan file, and an external target
+//! without a local file (local runs skipped with a stated reason).
+
+mod common;
+
+use farflash_sweep::results::{Mode, Results, CSV_HEADER};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A scratch directory, RAM-backed when /dev/shm exists, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let base = if Path::new("/dev/shm").is_dir() {
+            PathBuf::from("/dev/shm")
+        } else {
+            std::env::temp_dir()
+        };
+        let d = base.join(format!("ff-sweep-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Scratch(d)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn sweep(args: &[&str]) -> std::process::Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_farflash"))
+        .arg("sweep")
+        .args(args)
+        .output()
+        .expect("run farflash sweep");
+    assert!(
+        out.status.success(),
+        "farflash sweep {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Runs a plan with 0.3 s per point (after a 0.1 s ramp: the first I/Os
+/// of a fresh job can take longer than a tiny runtime) on a 16 MiB backing
+/// file in `s`.
+fn run_tiny(s: &Scratch, plan: &str) -> PathBuf {
+    let out = s.0.join("out");
+    let dir = s.0.join("data");
+    sweep(&[
+        "--plan",
+        plan,
+        "--runtime",
+        "0.3",
+        "--ramp",
+        "0.1",
+        "--size",
+        "16M",
+        "--dir",
+        dir.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    out
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-6 * a.abs().max(b.abs()).max(1.0)
+}
+
+/// Checks a results folder thoroughly; returns its results.
+fn check_folder(dir: &Path, both_sides: bool) -> Results {
+    let text = std::fs::read_to_string(dir.join("results.json")).unwrap();
+    farflash_sweep::schema::validate_results(&text).unwrap();
+    let r: Results = serde_json::from_str(&text).unwrap();
+    let n = r.plan.values.len();
+    let sides = if both_sides { 2 } else { 1 };
+    assert_eq!(r.points.len(), n * sides, "one point per value and side");
+    for i in 0..n {
+        assert!(r.point(Mode::Remote, i).is_some());
+        if both_sides {
+            assert!(r.point(Mode::Local, i).is_some());
+        }
+    }
+    // CSV: the header, then one row per point in the JSON's order.
+    let csv = std::fs::read_to_string(dir.join("results.csv")).unwrap();
+    let rows: Vec<&str> = csv.lines().collect();
+    assert_eq!(rows[0], CSV_HEADER);
+    assert_eq!(rows.len(), r.points.len() + 1);
+    let cols = CSV_HEADER.split(',').count();
+    for (row, p) in rows[1..].iter().zip(&r.points) {
+        let f: Vec<&str> = row.split(',').collect();
+        assert_eq!(f.len(), cols, "{row}");
+        assert_eq!(f[1], p.mode.name());
+        assert_eq!(f[2], p.label);
+        let iops: f64 = f[9].parse().unwrap();
+        assert!(
+            (iops - p.figures.iops).abs() <= 0.06,
+            "{iops} vs {}",
+            p.figures.iops
+        );
+    }
+    for p in &r.points {
+        check_point(&r, p);
+    }
+    // Plots: a non-empty PNG and SVG each.
+    for stem in farflash_sweep::output::PLOTS {
+        let png = std::fs::read(dir.join(format!("{stem}.png"))).unwrap();
+        assert!(png.len() > 10_000, "{stem}.png is {} bytes", png.len());
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+        let svg = std::fs::read_to_string(dir.join(format!("{stem}.svg"))).unwrap();
+        assert!(svg.contains("<svg") && svg.contains("<text"), "{stem}.svg");
+        assert!(svg.contains("local") || !both_sides);
+    }
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(report.contains("## Summary"));
+    for stem in farflash_sweep::output::PLOTS {
+        assert!(
+            report.contains(&format!("]({stem}.png)")),
+            "{stem} in report"
+        );
+    }
+    assert!(report.contains(&r.environment.commit));
+    r
+}
+
+/// A point's figures against its own perf JSON and the target's counters.
+fn check_point(r: &Results, p: &farflash_sweep::results::Point) {
+    let perf = &p.perf;
+    let agg = &perf["aggregate"];
+    let dir = if r.plan.writes() { "write" } else { "read" };
+    let f = &p.figures;
+    let sum = |k: &str| agg["read"][k].as_f64().unwrap() + agg["write"][k].as_f64().unwrap();
+    assert!(close(f.iops, sum("iops")));
+    assert!(close(f.bw_bytes, sum("bw_bytes")));
+    assert_eq!(f.total_ios as f64, sum("total_ios"));
+    assert!(
+        f.total_ios + f.ramp_ios > 0,
+        "{} {} did no I/O",
+        p.mode.name(),
+        p.label
+    );
+    let pct = |k: &str| agg[dir]["clat_ns"]["percentile"][k].as_f64().unwrap() / 1e3;
+    assert!(close(f.lat_us.p20, pct("20.000000")));
+    assert!(close(f.lat_us.p50, pct("50.000000")));
+    assert!(close(f.lat_us.p95, pct("95.000000")));
+    assert!(close(f.lat_us.p99, pct("99.000000")));
+    assert!(f.lat_us.p20 <= f.lat_us.p50 && f.lat_us.p50 <= f.lat_us.p95);
+    assert!(f.lat_us.p95 <= f.lat_us.p99);
+    // The point's parameters are what perf was asked.
+    let o = &perf["options"];
+    assert_eq!(o["rw"], Value::from(r.plan.rw.clone()));
+    assert_eq!(o["bs_min"].as_u64(), Some(p.params.bs));
+    assert_eq!(o["iodepth"].as_u64(), Some(p.params.iodepth));
+    assert_eq!(o["numjobs"].as_u64(), Some(p.params.numjobs));
+    assert_eq!(
+        perf["jobs"].as_array().unwrap().len() as u64,
+        p.params.numjobs
+    );
+    // CPU: host figures are perf's own, in % of all CPUs.
+    let ncpu = r.environment.nproc as f64;
+    assert!(close(
+        p.cpu.host.usr,
+        perf["cpu"]["usr_pct"].as_f64().unwrap() / ncpu
+    ));
+    assert!(close(
+        p.cpu.host.soft.unwrap(),
+        perf["sys_cpu"]["soft"].as_f64().unwrap()
+    ));
+    if let Some(e) = p.iops_per_cpu_pct {
+        let busy = p.cpu.host.busy + p.cpu.target.map(|t| t.busy).unwrap_or(0.0);
+        assert!(close(e, f.iops / busy));
+    }
+    match p.mode {
+        Mode::Local => {
+            assert!(p.cpu.target.is_none() && p.target_counters.is_none());
+            assert!(p.command.contains("--filename"));
+        }
+        Mode::Remote => {
+            assert!(p.cpu.target.is_some(), "target CPU of a spawned target");
+            let c = p.target_counters.expect("SMART counters");
+            let cmds = if r.plan.writes() {
+                c.host_write_commands
+            } else {
+                c.host_read_commands
+            };
+            assert_eq!(
+                cmds,
+                f.total_ios + f.ramp_ios,
+                "target commands vs perf I/Os at {}",
+                p.label
+            );
+            let bytes = (f.total_ios + f.ramp_ios) * p.params.bs;
+            let units = if r.plan.writes() {
+                c.data_units_written
+            } else {
+                c.data_units_read
+            };
+            // Thousands of 512-byte units, rounded up (per counter, so allow one).
+            let want = bytes.div_ceil(512_000);
+            assert!(units + 1 >= want && units <= want + 1, "{units} vs {want}");
+        }
+    }
+}
+
+fn builtin(plan: &str) {
+    let s = Scratch::new(plan);
+    let out = run_tiny(&s, plan);
+    let r = check_folder(&out.join(plan), true);
+    let want = farflash_sweep::Plan::builtin(plan).unwrap();
+    assert_eq!(r.plan, want);
+    assert_eq!(r.settings.runtime_s, 0.3);
+    assert!(r.skipped.is_empty());
+    // The backing file the sweep created is gone.
+    let data = s.0.join("data");
+    assert_eq!(std::fs::read_dir(&data).map(|d| d.count()).unwrap_or(0), 0);
+}
+
+#[test]
+fn sweep_request_size_plan() {
+    builtin("request-size");
+}
+
+#[test]
+fn sweep_parallelism_plan() {
+    builtin("parallelism");
+}
+
+#[test]
+fn sweep_cpu_cost_plan() {
+    builtin("cpu-cost");
+}
+
+#[test]
+fn sweep_queue_depth_plan_pins_the_target() {
+    builtin("queue-depth");
+    // (the folder is checked in builtin; the target command is recorded there)
+}
+
+#[test]
+fn sweep_plan_file_and_replot() {
+    let s = Scratch::new("file");
+    let plan = s.0.join("mini.toml");
+    std::fs::write(
+        &plan,
+        "name = 'mini'\ndescription = 'random read, QD 1 and 4'\nrw = 'randread'\nvary = 'iodepth'\nvalues = [1, 4]\nbs = 8192\nnumjobs = 2\ntarget_threads = 1\n",
+    )
+    .unwrap();
+    let out = run_tiny(&s, plan.to_str().unwrap());
+    let dir = out.join("mini");
+    let r = check_folder(&dir, true);
+    assert!(r
+        .settings
+        .target_command
+        .as_deref()
+        .unwrap()
+        .contains("--threads 1"));
+    // --replot rebuilds plots and report from results.json alone.
+    std::fs::remove_file(dir.join("latency.png")).unwrap();
+    std::fs::remove_file(dir.join("report.md")).unwrap();
+    sweep(&[
+        "--plan",
+        plan.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--replot",
+    ]);
+    check_folder(&dir, true);
+}
+
+#[test]
+fn sweep_external_target_without_file_skips_local_with_a_reason() {
+    let s = Scratch::new("ext");
+    let serve = common::Serve::start(&["--ram", "16M"]);
+    let plan = s.0.join("one.toml");
+    std::fs::write(
+        &plan,
+        "name = 'one'\nrw = 'read'\nvary = 'bs'\nvalues = [4096, 65536]\niodepth = 2\n",
+    )
+    .unwrap();
+    let out = s.0.join("out");
+    let pid = serve.child.id().to_string();
+    sweep(&[
+        "--plan",
+        plan.to_str().unwrap(),
+        "--runtime",
+        "0.2",
+        "--ramp",
+        "0",
+        "--target",
+        &serve.addr,
+        "--nqn",
+        common::NQN,
+        "--target-pid",
+        &pid,
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let dir = out.join("one");
+    let r = check_folder(&dir, false);
+    assert_eq!(r.settings.target_kind, "external");
+    assert_eq!(r.skipped.len(), 1);
+    assert_eq!(r.skipped[0].mode, Mode::Local);
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(report.contains("local runs skipped"), "{report}");
+}
+
+#[test]
+fn sweep_refuses_to_overwrite_a_given_file_with_a_write_plan() {
+    let s = Scratch::new("refuse");
+    let f = s.0.join("precious.img");
+    std::fs::write(&f, vec![7u8; 1 << 20]).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_farflash"))
+        .args(["sweep", "--plan", "cpu-cost", "--filename"])
+        .arg(&f)
+        .args(["--out"])
+        .arg(s.0.join("out"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--allow-writes"));
+    assert!(std::fs::read(&f).unwrap().iter().all(|&b| b == 7));
+    let bad = Command::new(env!("CARGO_BIN_EXE_farflash"))
+        .args(["sweep", "--plan", "no-such-plan"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("request-size"));
+}
