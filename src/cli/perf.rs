@@ -14,6 +14,9 @@ pub struct PerfArgs {
     /// Local file or block device (the local baseline) instead of a remote namespace.
     #[arg(long = "filename")]
     pub filename: Option<std::path::PathBuf>,
+    /// With --filename: 1 = O_DIRECT required, 0 = page cache (default: O_DIRECT where supported).
+    #[arg(long = "direct")]
+    pub direct: Option<u8>,
     #[command(flatten)]
     pub fabrics: FabricsArgs,
     /// Subsystem NQN (remote).
@@ -105,7 +108,10 @@ fn parse_duration(s: &str) -> anyhow::Result<Duration> {
 fn spec(a: &PerfArgs) -> anyhow::Result<JobSpec> {
     let target = match (&a.filename, &a.fabrics.traddr) {
         (Some(_), Some(_)) => bail!("give either --filename or -a/--traddr, not both"),
-        (Some(p), None) => Target::Local { path: p.clone() },
+        (Some(p), None) => Target::Local {
+            path: p.clone(),
+            direct: a.direct.map(|d| d != 0),
+        },
         (None, Some(_)) => {
             let nqn = a.nqn.as_deref().context("remote perf needs -n/--nqn")?;
             let mut opts = a.fabrics.options(nqn, IO_PORT)?;

@@ -11,7 +11,7 @@ use crate::spec::{JobSpec, Target};
 use crate::stats::JobStats;
 use crate::workload::Region;
 use anyhow::{bail, Context};
-use farflash_backend::{open_file, FileOptions, SharedBackend};
+use farflash_backend::{open_file, DirectMode, FileOptions, SharedBackend};
 use farflash_host::{Controller, ControllerInfo, IoQueueOptions};
 use std::io::Write;
 use std::sync::{Arc, Barrier};
@@ -76,12 +76,17 @@ fn setup(spec: &JobSpec) -> anyhow::Result<Setup> {
                 capacity: ns.nsze.saturating_mul(lba as u64),
             })
         }
-        Target::Local { path } => {
+        Target::Local { path, direct } => {
             let need = spec.size.map(|s| spec.offset + s);
             let exists = path.exists();
             let regular = std::fs::metadata(path).map(|m| m.is_file()).unwrap_or(true);
             let opts = FileOptions {
                 create_size: if regular { need } else { None },
+                direct: match direct {
+                    None => DirectMode::Auto,
+                    Some(true) => DirectMode::Always,
+                    Some(false) => DirectMode::Never,
+                },
                 ..FileOptions::default()
             };
             if !exists && need.is_none() {
@@ -108,8 +113,10 @@ pub fn run(spec: &JobSpec) -> anyhow::Result<RunResult> {
         (Target::Remote { opts, nsid }, _) => {
             format!("{} nsid {nsid} at {}", opts.subnqn, opts.addr)
         }
-        (Target::Local { path }, Setup::Local(b)) => format!("{} ({})", path.display(), b.kind()),
-        (Target::Local { path }, _) => path.display().to_string(),
+        (Target::Local { path, .. }, Setup::Local(b)) => {
+            format!("{} ({})", path.display(), b.kind())
+        }
+        (Target::Local { path, .. }, _) => path.display().to_string(),
     };
     spec.bs.check(lba)?;
     if !spec.offset.is_multiple_of(lba as u64) {

@@ -55,8 +55,9 @@ impl Rw {
 /// Where the I/O goes.
 #[derive(Clone, Debug)]
 pub enum Target {
-    /// A local file or block device through the backend's io_uring engine.
-    Local { path: PathBuf },
+    /// A local file or block device through the backend's io_uring engine;
+    /// `direct`: O_DIRECT required (true), never (false), or where supported (None).
+    Local { path: PathBuf, direct: Option<bool> },
     /// A namespace of a remote NVMe/TCP subsystem.
     Remote { opts: ConnectOptions, nsid: u32 },
 }
