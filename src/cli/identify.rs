@@ -167,7 +167,7 @@ fn ns_fields(page: &[u8], desc: &[(u8, Vec<u8>)]) -> Vec<Field> {
         let use_mark = if i == in_use { " (in use)" } else { "" };
         f.push(Field {
             name: format!("lbaf {i:2}"),
-            text: format!("ms:{ms:<3} lbads:{lbads:<2} rp:{rp:#x}{use_mark}"),
+            text: format!("ms:{ms:<3} lbads:{lbads:<2} rp:{rp}{use_mark}"),
             json: Value::Null,
         });
         lbafs.push(json!({ "ms": ms, "ds": lbads, "rp": rp }));
