@@ -68,6 +68,9 @@ pub struct SweepArgs {
     /// Skip the PNG/SVG plots.
     #[arg(long = "no-plots")]
     pub no_plots: bool,
+    /// A note for the report (e.g. what else was running on the machine).
+    #[arg(long = "note", value_name = "TEXT")]
+    pub note: Option<String>,
     /// Redo only the plots and report of existing results folders (OUT/<plan>/results.json).
     #[arg(long = "replot")]
     pub replot: bool,
@@ -151,6 +154,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
         serve_poll: a.serve_poll,
         progress_bar: std::io::stderr().is_terminal(),
         plots: !a.no_plots,
+        note: a.note,
     };
     for d in farflash_sweep::run(&o)? {
         println!("{}", d.join("report.md").display());

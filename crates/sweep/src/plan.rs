@@ -246,9 +246,11 @@ impl Plan {
     }
 }
 
-/// `4096` -> `4K`, `1048576` -> `1M`, `1536` -> `1536`.
+/// `4096` -> `4K`, `1048576` -> `1M`, `1 << 30` -> `1G`, `1536` -> `1536`.
 pub fn size_label(b: u64) -> String {
-    if b >= K * K && b.is_multiple_of(K * K) {
+    if b >= K * K * K && b.is_multiple_of(K * K * K) {
+        format!("{}G", b / (K * K * K))
+    } else if b >= K * K && b.is_multiple_of(K * K) {
         format!("{}M", b / (K * K))
     } else if b >= K && b.is_multiple_of(K) {
         format!("{}K", b / K)
@@ -274,6 +276,8 @@ mod tests {
         assert_eq!(r.points()[5].bs, 128 * K);
         assert_eq!(r.points()[0].numjobs, 8);
         assert_eq!(r.label(128 * K), "128K");
+        assert_eq!(size_label(1 << 30), "1G");
+        assert_eq!(size_label(1536), "1536");
         assert!(Plan::builtin("cpu-cost").unwrap().writes());
         assert!(Plan::builtin("nope").is_none());
     }

@@ -47,6 +47,9 @@ pub fn markdown(r: &Results, plots: bool) -> String {
     let st = &r.settings;
     let _ = writeln!(s, "# farflash sweep: `{}`\n", p.name);
     let _ = writeln!(s, "{}.\n", p.description);
+    if let Some(n) = &st.note {
+        let _ = writeln!(s, "> **Note.** {n}\n");
+    }
     let _ = writeln!(s, "## Summary\n");
     for line in crate::summary::sentences(r) {
         let _ = writeln!(s, "- {line}");

@@ -73,6 +73,9 @@ pub struct Settings {
     pub target_command: Option<String>,
     /// Whether the target's CPU time could be read (its PID is known).
     pub target_cpu_known: bool,
+    /// Free text for the report (`--note`), e.g. what else loaded the machine.
+    #[serde(default)]
+    pub note: Option<String>,
 }
 
 /// A side's CPU split in percent of all the machine's CPUs (100 = every

@@ -42,6 +42,8 @@ pub struct SweepOptions {
     pub progress_bar: bool,
     /// Write PNG and SVG plots.
     pub plots: bool,
+    /// Free text for the report.
+    pub note: Option<String>,
 }
 
 /// Runs every plan; returns the results folders.
@@ -187,6 +189,7 @@ pub fn run_plan(o: &SweepOptions, plan: &Plan, progress: &mut Progress) -> Resul
         target_nsid: target_nsid.max(1),
         target_command: serve.as_ref().map(|s| s.command.clone()),
         target_cpu_known: remote.as_ref().is_some_and(|(_, pid)| pid.is_some()),
+        note: o.note.clone(),
     };
     if let Some(mut s) = serve {
         s.stop();
