@@ -335,3 +335,16 @@ fn sweep_refuses_to_overwrite_a_given_file_with_a_write_plan() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("request-size"));
 }
+
+#[test]
+fn sweep_committed_results_are_complete_and_valid() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/sweep");
+    for plan in farflash_sweep::BUILTIN {
+        let r = check_folder(&root.join(plan), true);
+        assert_eq!(r.plan, farflash_sweep::Plan::builtin(plan).unwrap());
+        assert!(
+            r.settings.runtime_s >= 3.0,
+            "{plan}: a real run, not a test run"
+        );
+    }
+}
