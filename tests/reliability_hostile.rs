@@ -14,9 +14,7 @@
 //! While the rows run, a well-behaved host (the farflash host library) does
 //! verified I/O on its own connection and must see no error and no stall.
 //! Where the specifications leave a choice, the row asserts the target's
-//! documented choice (crates/target/src/{queue,fabrics,io}.rs); rows marked
-//! DEVIATION assert current behaviour that differs from what the reference
-//! implementations do (reported, see docs/reliability.md).
+//! documented choice (crates/target/src/{queue,fabrics,io}.rs).
 
 mod common;
 
@@ -454,8 +452,7 @@ fn cases() -> Vec<Case> {
             expect: term(fes::INVALID_HEADER_FIELD, 3),
         },
         Case {
-            // DEVIATION (reported): PLEN < HLEN is the PLEN field's fault
-            // (SPDK reports FEI 4); the target blames PDO (FEI 3).
+            // PLEN < HLEN is the PLEN field's fault (FEI 4, as SPDK reports).
             name: "CapsuleCmd with PLEN below HLEN (60)",
             on: Ic,
             act: |c| {
@@ -464,7 +461,7 @@ fn cases() -> Vec<Case> {
                 c.p.send(&b);
                 0
             },
-            expect: term(fes::INVALID_HEADER_FIELD, 3),
+            expect: term(fes::INVALID_HEADER_FIELD, 4),
         },
         Case {
             name: "CapsuleCmd with PLEN 64 MiB (in-capsule data beyond the limit)",
@@ -749,9 +746,7 @@ fn cases() -> Vec<Case> {
             expect: term(fes::PDU_SEQUENCE_ERROR, 0),
         },
         Case {
-            // DEVIATION (reported): DATAL above MAXH2CDATA is a Data Transfer
-            // Limit Exceeded (05h) error, as queue.rs itself intends; the
-            // framing check answers Out of Range (04h) first.
+            // DATAL above MAXH2CDATA: Data Transfer Limit Exceeded (05h).
             name: "H2CData larger than MAXH2CDATA (128 KiB > 64 KiB)",
             on: Io,
             act: |c| {
@@ -760,7 +755,7 @@ fn cases() -> Vec<Case> {
                 c.p.send(&b);
                 0
             },
-            expect: term(fes::DATA_TRANSFER_OUT_OF_RANGE, 0),
+            expect: term(fes::DATA_TRANSFER_LIMIT_EXCEEDED, 0),
         },
         Case {
             name: "H2CData after its command completed",

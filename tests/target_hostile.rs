@@ -16,6 +16,11 @@ use std::time::{Duration, Instant};
 /// Sends `bytes` (optionally after a valid ICReq) and returns what the target
 /// answered before it closed the connection.
 fn hostile(addr: &str, icreq: bool, bytes: &[u8]) -> Vec<u8> {
+    hostile_then(addr, icreq, bytes, false)
+}
+
+/// Like [`hostile`]; with `half_close` the peer also shuts its sending side.
+fn hostile_then(addr: &str, icreq: bool, bytes: &[u8], half_close: bool) -> Vec<u8> {
     let mut s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut out = Vec::new();
@@ -28,6 +33,9 @@ fn hostile(addr: &str, icreq: bool, bytes: &[u8]) -> Vec<u8> {
         assert_eq!(resp[0], PduType::IcResp as u8);
     }
     let _ = s.write_all(bytes);
+    if half_close {
+        let _ = s.shutdown(std::net::Shutdown::Write);
+    }
     let mut buf = [0u8; 4096];
     loop {
         match s.read(&mut buf) {
@@ -130,8 +138,11 @@ fn hostile_peers_do_not_disturb_a_working_host() {
         term_req(&hostile(&addr, true, &h2c)).fes,
         fes::INVALID_HEADER_FIELD
     );
-    // A peer that sends half a header and goes away.
-    assert!(hostile(&addr, true, &caps[..5]).is_empty());
+    // A peer that sends half a header and goes away gets closed.
+    assert!(hostile_then(&addr, true, &caps[..5], true).is_empty());
+    // One that sends garbage and half-closes still gets its TermReq.
+    let out = hostile_then(&addr, true, &[0x0B; 24], true);
+    assert_eq!(term_req(&out).fes, fes::INVALID_HEADER_FIELD);
     // Many at once.
     let storm: Vec<_> = (0..16)
         .map(|i| {
@@ -214,4 +225,23 @@ fn connections_beyond_the_cap_are_refused_and_slots_come_back() {
     }
     drop(b);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_fin_right_behind_the_last_bytes_closes_promptly() {
+    let serve = Serve::start(&["--ram", "8M"]);
+    for icreq in [false, true] {
+        let t0 = Instant::now();
+        let mut half = vec![0u8; 72];
+        write_header(&mut half, PduType::CapsuleCmd, 0, false, false, 0);
+        // Half a header with the FIN in the same burst: no further epoll
+        // event follows, so the target must notice the EOF by itself.
+        let out = hostile_then(&serve.addr, icreq, &half[..5], true);
+        assert!(out.is_empty(), "nothing is owed for half a header");
+        assert!(
+            t0.elapsed() < Duration::from_secs(3),
+            "took {:?} to close (icreq {icreq})",
+            t0.elapsed()
+        );
+    }
 }

@@ -47,6 +47,9 @@ pub struct TransportConfig {
     pub threads: u32,
     /// Connections (queue pairs) served at once; more are closed at accept.
     pub max_connections: u32,
+    /// Data-buffer bytes one queue may hold for commands in flight (R2T
+    /// write buffers, read data not yet sent); beyond it commands wait.
+    pub max_queue_buffer: u32,
     /// CPUs the event loops are pinned to, e.g. "0-3,6" (empty = not pinned).
     pub cpus_allowed: String,
     /// How event loops wait for work.
@@ -118,6 +121,7 @@ impl Default for TransportConfig {
             keep_alive_granularity_ms: 1000,
             threads: 0,
             max_connections: 4096,
+            max_queue_buffer: 8 << 20,
             cpus_allowed: String::new(),
             poll: PollMode::Adaptive,
             poll_idle_us: 100,
@@ -312,6 +316,9 @@ impl Config {
             );
         }
         parse_cpu_list(&t.cpus_allowed).map_err(ConfigError::Invalid)?;
+        if t.max_queue_buffer < t.max_io_size {
+            return bad("max_queue_buffer must be at least max_io_size".into());
+        }
         if t.max_connections == 0 {
             return bad("max_connections must be at least 1".into());
         }

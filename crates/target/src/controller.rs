@@ -6,7 +6,7 @@
 use crate::subsystem::Subsystem;
 use farflash_wire::log::ErrorEntry;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Error Log entries kept (ELPE + 1).
@@ -27,6 +27,9 @@ pub struct Controller {
     pub hostnqn: String,
     pub hostid: [u8; 16],
     alive: AtomicBool,
+    /// Bumped by every controller reset (CC.EN 1 -> 0): I/O queues connected
+    /// under an older epoch are deleted (Base §3.7.2).
+    epoch: AtomicU32,
     state: Mutex<CtrlState>,
 }
 
@@ -71,6 +74,7 @@ impl Controller {
             hostnqn,
             hostid,
             alive: AtomicBool::new(true),
+            epoch: AtomicU32::new(0),
             state: Mutex::new(CtrlState {
                 kato_ms,
                 vwc_enabled: true,
@@ -86,6 +90,18 @@ impl Controller {
 
     pub fn is_alive(&self) -> bool {
         self.alive.load(Ordering::Acquire)
+    }
+
+    /// The current reset epoch.
+    pub fn epoch(&self) -> u32 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// A controller reset: the I/O queues of the association go away.
+    pub fn reset_io_queues(&self, st: &mut CtrlState) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        st.io_qids.clear();
+        st.io_queues_set = false;
     }
 
     /// Ends the association: every queue of this controller closes at its next tick.

@@ -215,8 +215,7 @@ fn property_set(q: &mut QueuePair, sqe: &Sqe) -> Outcome {
         } else if new & cc::EN == 0 && old & cc::EN != 0 {
             // Controller reset: I/O queues of this association go away.
             st.csts &= !(csts::RDY | csts::SHST_MASK | csts::CFS);
-            st.io_qids.clear();
-            st.io_queues_set = false;
+            ctrl.reset_io_queues(&mut st);
         }
         if cc::shn(new) != 0 && cc::shn(old) == 0 {
             st.csts = (st.csts & !csts::SHST_MASK) | csts::SHST_COMPLETE;

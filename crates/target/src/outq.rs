@@ -29,6 +29,8 @@ pub(crate) struct OutQueue {
     bufs: Vec<Option<(IoBuf, u32)>>,
     free_bufs: Vec<usize>,
     len: usize,
+    /// Bytes of the data buffers held.
+    held_bytes: usize,
 }
 
 impl OutQueue {
@@ -39,6 +41,11 @@ impl OutQueue {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Bytes of read data held until the socket takes them.
+    pub fn held_bytes(&self) -> usize {
+        self.held_bytes
     }
 
     /// Appends `n` zeroed inline bytes and returns them for filling.
@@ -59,6 +66,7 @@ impl OutQueue {
 
     /// Takes ownership of `buf` for `refs` data segments added with [`Self::push_data`].
     pub fn hold(&mut self, buf: IoBuf, refs: u32) -> usize {
+        self.held_bytes += buf.len();
         match self.free_bufs.pop() {
             Some(i) => {
                 self.bufs[i] = Some((buf, refs));
@@ -150,6 +158,7 @@ impl OutQueue {
                 *refs -= 1;
                 if *refs == 0 {
                     if let Some((b, _)) = slot.take() {
+                        self.held_bytes -= b.len();
                         pool.put(b);
                     }
                     self.free_bufs.push(buf);

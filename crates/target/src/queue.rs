@@ -70,6 +70,10 @@ enum Phase {
         got: u32,
     },
     Exec,
+    /// Waiting for data-buffer budget before its R2T (`r2t`) or its execution.
+    WaitBuf {
+        r2t: bool,
+    },
 }
 
 pub(crate) struct Slot {
@@ -84,6 +88,8 @@ pub(crate) struct Slot {
     pub status: Status,
     /// Send `buf[..len]` to the host before the response.
     pub reply: bool,
+    /// Data-buffer bytes charged to this command's budget.
+    charged: u32,
 }
 
 impl Slot {
@@ -97,6 +103,7 @@ impl Slot {
             pending: 0,
             status: Status::SUCCESS,
             reply: false,
+            charged: 0,
         }
     }
 }
@@ -135,6 +142,13 @@ pub struct QueuePair {
     /// Admin queue: slots holding parked AERs.
     pub(crate) aers: Vec<u16>,
     in_flight: usize,
+    /// The controller's reset epoch when this I/O queue connected.
+    epoch: u32,
+    /// Data-buffer bytes charged to commands in flight (reads' data waiting
+    /// in the output queue is counted there).
+    charged: usize,
+    /// Commands waiting for data-buffer budget, oldest first.
+    waiting: std::collections::VecDeque<u16>,
     /// CQE DW1 of the next response (8-byte Property Get).
     pub(crate) respond_dw1: u32,
 }
@@ -172,6 +186,9 @@ impl QueuePair {
             last_keep_alive: now,
             aers: Vec::new(),
             in_flight: 0,
+            epoch: 0,
+            charged: 0,
+            waiting: std::collections::VecDeque::new(),
             respond_dw1: 0,
         };
         q.resize_slots(PRE_CONNECT_SLOTS);
@@ -236,6 +253,9 @@ impl QueuePair {
     /// `n` bytes of the output were sent.
     pub fn consume_output(&mut self, n: usize) {
         self.out.consume(n, &mut self.pool);
+        if !self.waiting.is_empty() {
+            self.resume_waiting();
+        }
         // Reading may have stopped at the high-water mark.
         if self.rx_end > self.rx_start && self.wants_read() {
             self.process_rx();
@@ -245,6 +265,9 @@ impl QueuePair {
     /// Everything waiting to be sent, as one buffer, consumed (tests, fuzzers).
     pub fn take_output(&mut self) -> Vec<u8> {
         let v = self.out.take_all(&mut self.pool);
+        if !self.waiting.is_empty() {
+            self.resume_waiting();
+        }
         if self.rx_end > self.rx_start && self.wants_read() {
             self.process_rx();
         }
@@ -281,17 +304,24 @@ impl QueuePair {
     /// Reaps backend completions and turns them into responses. Returns
     /// whether anything completed.
     pub fn poll_backends(&mut self) -> bool {
-        if self.in_flight == 0 {
-            return false;
+        let mut any = false;
+        // Completing a command can start others (budget freed, waiting
+        // commands resumed); synchronous backends finish those at once.
+        while self.in_flight > 0 {
+            let mut comps = std::mem::take(&mut self.completions);
+            self.ns.reap(&mut comps);
+            if comps.is_empty() {
+                self.completions = comps;
+                break;
+            }
+            any = true;
+            for c in comps.drain(..) {
+                self.in_flight -= 1;
+                self.on_backend_completion(c);
+            }
+            self.completions = comps;
+            self.commit();
         }
-        let mut comps = std::mem::take(&mut self.completions);
-        self.ns.reap(&mut comps);
-        let any = !comps.is_empty();
-        for c in comps.drain(..) {
-            self.in_flight -= 1;
-            self.on_backend_completion(c);
-        }
-        self.completions = comps;
         any
     }
 
@@ -307,7 +337,8 @@ impl QueuePair {
             }
             return;
         };
-        if !ctrl.is_alive() {
+        if !ctrl.is_alive() || (self.qid != 0 && ctrl.epoch() != self.epoch) {
+            // The association ended, or a controller reset deleted this I/O queue.
             self.closing = true;
             return;
         }
@@ -456,6 +487,15 @@ impl QueuePair {
 
     /// A command capsule (TCP §3.6.2.6): check it, collect its data, run it.
     fn on_capsule(&mut self, sqe: Sqe, icd: &[u8], ddgst_ok: bool) -> Result<(), Fatal> {
+        if self.qid != 0 {
+            if let Some(c) = &self.ctrl {
+                if !c.is_alive() || c.epoch() != self.epoch {
+                    // A deleted I/O queue runs nothing more (Base §3.7.2).
+                    self.closing = true;
+                    return Ok(());
+                }
+            }
+        }
         self.sqhd = (self.sqhd + 1) % (self.sqsize as u32 + 1) as u16;
         if self.cid_test_and_set(sqe.cid) {
             // Base §4.6.1.2.1: a CID already in flight on this queue.
@@ -512,13 +552,13 @@ impl QueuePair {
                         self.run(idx);
                     }
                 } else if dptr.sgl_type == sgl::TRANSPORT && icd.is_empty() {
-                    // TCP §3.6.2.10: ask for the data with one R2T for the whole transfer.
-                    let buf = self.pool.get(len as usize);
-                    let s = &mut self.slots[idx];
-                    s.buf = Some(buf);
-                    s.len = len;
-                    s.phase = Phase::H2C { got: 0 };
-                    self.send_r2t(sqe.cid, idx as u16, 0, len);
+                    self.slots[idx].len = len;
+                    if self.has_budget(len) {
+                        self.start_r2t(idx);
+                    } else {
+                        self.slots[idx].phase = Phase::WaitBuf { r2t: true };
+                        self.waiting.push_back(idx as u16);
+                    }
                 } else {
                     self.finish(idx, Status::SGL_INVALID_TYPE.dnr(), 0);
                 }
@@ -530,7 +570,13 @@ impl QueuePair {
                     self.finish(idx, Status::SGL_INVALID_DATA_LENGTH.dnr(), 0);
                 } else {
                     self.slots[idx].len = len;
-                    self.run(idx);
+                    if self.qid == 0 || self.has_budget(len) {
+                        self.charge(idx, len);
+                        self.run(idx);
+                    } else {
+                        self.slots[idx].phase = Phase::WaitBuf { r2t: false };
+                        self.waiting.push_back(idx as u16);
+                    }
                 }
             }
             Xfer::None => {
@@ -741,8 +787,63 @@ impl QueuePair {
             self.pool.put(b);
         }
         s.phase = Phase::Free;
+        self.charged -= s.charged as usize;
+        s.charged = 0;
         self.cid_clear(cid);
         self.free.push(idx as u16);
+        self.resume_waiting();
+    }
+
+    // ----- data-buffer budget ---------------------------------------------------
+
+    /// Whether a command needing `len` data-buffer bytes may start now. One
+    /// command may always start, so a transfer larger than the budget still
+    /// makes progress.
+    fn has_budget(&self, len: u32) -> bool {
+        let used = self.charged + self.out.held_bytes();
+        used == 0
+            || (self.waiting.is_empty()
+                && used + len as usize <= self.target.transport.max_queue_buffer as usize)
+    }
+
+    fn charge(&mut self, idx: usize, len: u32) {
+        self.slots[idx].charged += len;
+        self.charged += len as usize;
+    }
+
+    /// TCP §3.6.2.10: allocate the buffer and ask for the data with one R2T
+    /// for the whole transfer.
+    fn start_r2t(&mut self, idx: usize) {
+        let len = self.slots[idx].len;
+        self.charge(idx, len);
+        let buf = self.pool.get(len as usize);
+        let s = &mut self.slots[idx];
+        s.buf = Some(buf);
+        s.phase = Phase::H2C { got: 0 };
+        let cid = s.sqe.cid;
+        self.send_r2t(cid, idx as u16, 0, len);
+    }
+
+    /// Starts waiting commands, oldest first, while the budget allows.
+    fn resume_waiting(&mut self) {
+        while let Some(&i) = self.waiting.front() {
+            let idx = i as usize;
+            let len = self.slots[idx].len;
+            let used = self.charged + self.out.held_bytes();
+            if used != 0 && used + len as usize > self.target.transport.max_queue_buffer as usize {
+                break;
+            }
+            self.waiting.pop_front();
+            match self.slots[idx].phase {
+                Phase::WaitBuf { r2t: true } => self.start_r2t(idx),
+                Phase::WaitBuf { r2t: false } => {
+                    self.slots[idx].phase = Phase::Exec;
+                    self.charge(idx, len);
+                    self.run(idx);
+                }
+                _ => {}
+            }
+        }
     }
 
     /// Sends a CapsuleResp (TCP §3.6.2.7).
@@ -871,6 +972,7 @@ impl QueuePair {
         self.icd_size = icd;
         self.neg.max_data = (icd as u32).max(self.maxh2cdata);
         self.sqhd = 1 % (sqsize as u32 + 1) as u16;
+        self.epoch = ctrl.epoch();
         if let Some(sub) = ctrl.subsystem() {
             self.ns.load(&sub.namespaces(), sub.generation());
             self.stats = Some(sub.stats.register());
@@ -917,7 +1019,8 @@ impl Drop for QueuePair {
                 // The admin queue carries the association (Fabrics §3.?).
                 tracing::info!(cntlid = c.cntlid, peer = %self.peer, local = %self.local, "controller association ended");
                 self.target.remove_controller(c);
-            } else {
+            } else if c.epoch() == self.epoch {
+                // After a reset the QID may belong to a newer queue: leave it.
                 let mut st = c.lock();
                 st.io_qids.retain(|&q| q != self.qid);
             }

@@ -41,6 +41,8 @@ struct Conn {
     dead: bool,
     /// Registered for writability (only while output is blocked).
     want_write: bool,
+    /// epoll reported the peer's half-close (EPOLLRDHUP).
+    hup: bool,
 }
 
 pub(crate) struct Worker {
@@ -127,7 +129,16 @@ impl Worker {
                 if t == WAKE_TOKEN {
                     self.accept_new();
                 } else {
-                    self.ready.push(t.0 & (FD_BIT - 1));
+                    let i = t.0 & (FD_BIT - 1);
+                    if t.0 & FD_BIT == 0 && ev.is_read_closed() {
+                        // EPOLLRDHUP: the peer's FIN may sit right behind the
+                        // last data; read on to the EOF instead of stopping
+                        // at a short read.
+                        if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
+                            c.hup = true;
+                        }
+                    }
+                    self.ready.push(i);
                 }
             }
             let now = Instant::now();
@@ -197,6 +208,7 @@ impl Worker {
                 eof: false,
                 dead: false,
                 want_write: false,
+                hup: false,
             });
             self.ready.push(i);
         }
@@ -228,7 +240,7 @@ impl Worker {
                         worked = true;
                         // A short read drained the socket: skip the read that
                         // would only say EAGAIN (epoll reports the next arrival).
-                        if n < room {
+                        if n < room && !c.hup {
                             break;
                         }
                     }
@@ -280,7 +292,11 @@ impl Worker {
                     Err(_) => c.dead = true,
                 }
             }
-            if !more || blocked || c.dead {
+            // Sending may have freed buffer budget and started waiting commands.
+            c.qp.commit();
+            let completed = c.qp.poll_backends();
+            worked |= completed;
+            if !(more || completed) || blocked || c.dead {
                 break;
             }
         }

@@ -284,6 +284,10 @@ impl Framing {
                         });
                     }
                 } else {
+                    if plen < hend {
+                        // PLEN shorter than the header (and its digest).
+                        return Err(Fatal::field(4));
+                    }
                     if ddgst != (h.flags & flags::DDGSTF != 0) {
                         return Err(Fatal::field(1));
                     }
@@ -302,10 +306,14 @@ impl Framing {
                     f.data_len = plen - pdo - tail;
                     f.ddgst = ddgst;
                     if f.data_len > neg.max_data as usize {
-                        return Err(if t == PduType::CapsuleCmd {
-                            Fatal::limit()
-                        } else {
+                        // TCP §3.6.2.4: FES 05h when a PDU carries more than the
+                        // controller advertised (in-capsule size, MAXH2CDATA);
+                        // C2HData has no negotiated limit, so more than the host
+                        // can take is out of range of the command (04h).
+                        return Err(if t == PduType::C2HData {
                             Fatal::out_of_range()
+                        } else {
+                            Fatal::limit()
                         });
                     }
                 }
