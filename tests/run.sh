@@ -5,8 +5,10 @@
 # it installs what is missing, then runs, in order:
 #   1. cargo fmt --all --check
 #   2. cargo clippy --workspace --all-targets -- -D warnings
-#   3. cargo test --workspace
-#   4. cargo test --test interop_linux -- --ignored --test-threads=1 --nocapture
+#   3. cargo test --workspace, and the backend's block-device test on a loop
+#      device (tests/block-device.sh)
+#   4. cargo test --test interop_linux --test host_kernel_target -- --ignored
+#      --test-threads=1 --nocapture
 #      (the Linux kernel host in QEMU VMs against the kernel's nvmet target
 #      and against farflash serve; see tests/linux-host/README.md)
 # Every step runs even if an earlier one failed; the exit status is non-zero
@@ -130,6 +132,7 @@ step "cargo fmt --all --check" 600 cargo fmt --all --check
 step "cargo clippy --workspace --all-targets -- -D warnings" 2400 \
 	cargo clippy --workspace --all-targets -- -D warnings
 step "cargo test --workspace" 2400 cargo test --workspace
+step "backend on a real block device (tests/block-device.sh)" 900 bash tests/block-device.sh
 if [[ ${FARFLASH_SKIP_INTEROP:-0} = 1 ]]; then
 	section "interop (skipped: FARFLASH_SKIP_INTEROP=1)"
 	RESULTS+=("SKIP  0s  interop")
@@ -137,8 +140,8 @@ else
 	# build (or verify the cache of) the VM image first, in its own section
 	step "Linux host VM image (tests/linux-host/run-linux-host --build-only)" 900 \
 		tests/linux-host/run-linux-host --build-only
-	step "cargo test --test interop_linux -- --ignored --test-threads=1 --nocapture" 2400 \
-		cargo test --test interop_linux -- --ignored --test-threads=1 --nocapture
+	step "cargo test --test interop_linux --test host_kernel_target -- --ignored --test-threads=1 --nocapture" 2400 \
+		cargo test --test interop_linux --test host_kernel_target -- --ignored --test-threads=1 --nocapture
 fi
 
 summary
