@@ -19,11 +19,14 @@ pub fn write_folder(r: &Results, dir: &Path, plots: bool) -> Result<()> {
     Ok(())
 }
 
-/// Reads `dir/results.json` back and rewrites its plots and report.
+/// Reads `dir/results.json` back and rewrites its plots and report (the
+/// data files are left as they are).
 pub fn replot(dir: &Path) -> Result<()> {
     let p = dir.join("results.json");
     let text = std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
     crate::schema::validate_results(&text).with_context(|| format!("{}", p.display()))?;
     let r: Results = serde_json::from_str(&text).with_context(|| format!("{}", p.display()))?;
-    write_folder(&r, dir, true)
+    crate::plot::write_all(&r, dir)?;
+    std::fs::write(dir.join("report.md"), crate::report::markdown(&r, true))?;
+    Ok(())
 }

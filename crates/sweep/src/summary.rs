@@ -32,6 +32,20 @@ fn adds(d: f64) -> String {
 
 /// Summary sentences (Markdown list items without the bullet).
 pub fn sentences(r: &Results) -> Vec<String> {
+    let mut out = comparison(r);
+    for p in r.points.iter().filter(|p| p.figures.total_ios == 0) {
+        out.push(format!(
+            "**warning**: {} {}={} did no I/O in its measured interval (perf reported 0 I/Os; \
+             the runtime may be too short for its jobs to start)",
+            p.mode.name(),
+            r.plan.vary.name(),
+            p.label
+        ));
+    }
+    out
+}
+
+fn comparison(r: &Results) -> Vec<String> {
     let n = r.plan.values.len();
     let pairs: Vec<_> = (0..n)
         .filter_map(|i| Some((r.point(Mode::Local, i)?, r.point(Mode::Remote, i)?)))

@@ -1,6 +1,8 @@
 //! The four figures of a results folder.
 
-use super::panels::{bars, frame, legend, lines, nice_max, stacked, Axes, Key, Layer, Series};
+use super::panels::{
+    bars, frame, legend, lines, log_range, nice_max, stacked, Axes, Key, Layer, Series,
+};
 use super::{perr, Figure};
 use crate::perfjson::PERCENTILES;
 use crate::results::{Mode, Point, Results};
@@ -34,6 +36,12 @@ fn max_of(s: &[Series]) -> f64 {
     s.iter()
         .flat_map(|s| s.values.iter().flatten())
         .fold(0.0, |a, &b| a.max(b))
+}
+
+fn min_of(s: &[Series]) -> f64 {
+    s.iter()
+        .flat_map(|s| s.values.iter().flatten())
+        .fold(f64::INFINITY, |a, &b| a.min(b))
 }
 
 fn footer(r: &Results) -> String {
@@ -86,13 +94,25 @@ impl Figure for LatencyFig<'_> {
         for (area, (name, _)) in body.split_evenly((2, 2)).iter().zip(PERCENTILES) {
             let s = series(r, |p| Some(p.figures.lat_us.get(name)));
             let t = format!("{name} latency");
+            // Values spanning more than a decade and a half: a log axis keeps the small ones visible.
+            let (lo, hi) = (min_of(&s), max_of(&s));
+            let log = lo > 0.0 && hi / lo > 30.0;
             let a = Axes {
                 title: &t,
                 x: r.plan.vary.title(),
-                y: "latency (µs)",
+                y: if log {
+                    "latency (µs, log scale)"
+                } else {
+                    "latency (µs)"
+                },
                 labels: &labels,
             };
-            bars(area, &a, &s, nice_max(max_of(&s)))?;
+            if log {
+                let (ymin, ymax) = log_range(lo, hi);
+                bars(area, &a, &s, ymax, Some(ymin))?;
+            } else {
+                bars(area, &a, &s, nice_max(hi), None)?;
+            }
         }
         Ok(())
     }

@@ -63,56 +63,112 @@ fn tick(v: f64, top: f64) -> String {
 
 type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
+/// Draws axes, ticks and labels of a chart whose x positions are the categories.
+macro_rules! mesh {
+    ($c:expr, $a:expr, $yfmt:expr) => {{
+        let labels = $a.labels.to_vec();
+        let xfmt = move |x: &f64| {
+            let i = x.round();
+            if (x - i).abs() < 1e-6 && i >= 0.0 {
+                labels.get(i as usize).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        };
+        $c.configure_mesh()
+            .disable_x_mesh()
+            // Steps of 0.5 or 1: every category's integer position gets a tick.
+            .x_labels($a.labels.len() * 2 + 2)
+            .x_label_formatter(&xfmt)
+            .y_label_formatter(&$yfmt)
+            .y_labels(8)
+            .x_desc($a.x)
+            .y_desc($a.y)
+            .label_style((FAMILY, 15))
+            .axis_desc_style((FAMILY, 16))
+            .bold_line_style(RGBColor(215, 215, 215))
+            .light_line_style(RGBColor(245, 245, 245))
+            .draw()
+            .map_err(perr)?;
+    }};
+}
+
+fn builder<'a, 'b, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    a: &Axes,
+) -> ChartBuilder<'a, 'b, DB> {
+    let mut b = ChartBuilder::on(area);
+    b.caption(a.title, (FAMILY, 21))
+        .margin(10)
+        .margin_right(18)
+        .x_label_area_size(54)
+        .y_label_area_size(78);
+    b
+}
+
 fn chart<'a, DB: DrawingBackend>(
-    area: &DrawingArea<DB, Shift>,
+    area: &'a DrawingArea<DB, Shift>,
     a: &Axes,
     ymax: f64,
 ) -> Result<Chart<'a, DB>> {
     let n = a.labels.len().max(1) as f64;
-    let mut c = ChartBuilder::on(area)
-        .caption(a.title, (FAMILY, 21))
-        .margin(10)
-        .margin_right(18)
-        .x_label_area_size(54)
-        .y_label_area_size(78)
+    let mut c = builder(area, a)
         .build_cartesian_2d(-0.5f64..n - 0.5, 0f64..ymax)
         .map_err(perr)?;
-    let labels = a.labels.to_vec();
-    let xfmt = move |x: &f64| {
-        let i = x.round();
-        if (x - i).abs() < 1e-6 && i >= 0.0 {
-            labels.get(i as usize).cloned().unwrap_or_default()
-        } else {
-            String::new()
-        }
-    };
     let yfmt = move |y: &f64| tick(*y, ymax);
-    c.configure_mesh()
-        .disable_x_mesh()
-        // Steps of 0.5 or 1: every category's integer position gets a tick.
-        .x_labels(a.labels.len() * 2 + 2)
-        .x_label_formatter(&xfmt)
-        .y_label_formatter(&yfmt)
-        .y_labels(8)
-        .x_desc(a.x)
-        .y_desc(a.y)
-        .label_style((FAMILY, 15))
-        .axis_desc_style((FAMILY, 16))
-        .bold_line_style(RGBColor(215, 215, 215))
-        .light_line_style(RGBColor(245, 245, 245))
-        .draw()
-        .map_err(perr)?;
+    mesh!(c, a, yfmt);
     Ok(c)
 }
 
-/// Grouped bars: at each point one bar per series (local black, remote light with outline).
+/// The y range of a log-scale panel holding `lo..=hi` (powers of ten).
+pub fn log_range(lo: f64, hi: f64) -> (f64, f64) {
+    let lo = lo.max(1e-3);
+    let hi = hi.max(lo * 10.0);
+    (
+        10f64.powf(lo.log10().floor()),
+        10f64.powf((hi * 1.2).log10().ceil()),
+    )
+}
+
+/// Grouped bars: at each point one bar per series (local black, remote
+/// light with outline). With `log = Some(ymin)` the y axis is logarithmic
+/// from `ymin` (for values spanning decades).
 pub fn bars<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     a: &Axes,
     series: &[Series],
     ymax: f64,
+    log: Option<f64>,
 ) -> Result<()> {
-    let mut c = chart(area, a, ymax)?;
+    match log {
+        None => {
+            let mut c = chart(area, a, ymax)?;
+            draw_bars(&mut c, series, 0.0, ymax)
+        }
+        Some(ymin) => {
+            let n = a.labels.len().max(1) as f64;
+            let mut c = builder(area, a)
+                .build_cartesian_2d(-0.5f64..n - 0.5, (ymin..ymax).log_scale())
+                .map_err(perr)?;
+            let yfmt = |y: &f64| {
+                if *y >= 1.0 {
+                    format!("{y:.0}")
+                } else {
+                    format!("{y}")
+                }
+            };
+            mesh!(c, a, yfmt);
+            draw_bars(&mut c, series, ymin, ymax)
+        }
+    }
+}
+
+fn draw_bars<DB: DrawingBackend, Y: Ranged<ValueType = f64>>(
+    c: &mut ChartContext<DB, Cartesian2d<RangedCoordf64, Y>>,
+    series: &[Series],
+    base: f64,
+    ymax: f64,
+) -> Result<()> {
     let m = series.len().max(1) as f64;
     let w = 0.72 / m;
     for (k, s) in series.iter().enumerate() {
@@ -120,7 +176,7 @@ pub fn bars<DB: DrawingBackend>(
             let Some(v) = *v else { continue };
             let x0 = i as f64 - 0.36 + k as f64 * w + 0.01;
             let x1 = x0 + w - 0.02;
-            let r = [(x0, 0.0), (x1, v.min(ymax))];
+            let r = [(x0, base), (x1, v.clamp(base, ymax))];
             let fill = match s.mode {
                 Mode::Local => LOCAL,
                 Mode::Remote => REMOTE_FILL,
@@ -313,5 +369,7 @@ mod tests {
         assert_eq!(nice_max(3.0), 4.0);
         assert_eq!(tick(12.0, 100.0), "12");
         assert_eq!(tick(1.5, 3.0), "1.5");
+        assert_eq!(log_range(161.0, 15000.0), (100.0, 100000.0));
+        assert_eq!(log_range(20.0, 90.0), (10.0, 1000.0));
     }
 }
