@@ -5,7 +5,11 @@ mod cli;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "farflash", version, about = "User-space NVMe/TCP target, host and benchmark")]
+#[command(
+    name = "farflash",
+    version,
+    about = "User-space NVMe/TCP target, host and benchmark"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
