@@ -1,0 +1,93 @@
+//! The target under test: one subsystem with small RAM (and optionally
+//! null) namespaces and small transport limits, chosen by one fuzz byte.
+
+use crate::build::SUBNQN;
+use farflash_target::config::{
+    BackendKind, Config, NamespaceConfig, Size, SubsystemConfig, TransportConfig,
+};
+use farflash_target::subsystem::build_subsystems;
+use farflash_target::Target;
+use std::sync::Arc;
+
+/// What the harness needs to know about the target it built.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    pub block_size: u32,
+    pub icd: u32,
+    pub max_h2c_data: u32,
+    pub max_c2h_data: u32,
+    pub max_io_size: u32,
+    pub max_queue_depth: u32,
+}
+
+fn namespace(nsid: u32, backend: BackendKind, size: u64, bs: u32) -> NamespaceConfig {
+    NamespaceConfig {
+        nsid: Some(nsid),
+        backend,
+        path: None,
+        size: Some(Size(size)),
+        block_size: Some(bs),
+        uuid: None,
+        nguid: None,
+    }
+}
+
+/// `sel == 0` is close to the defaults (what the kernel-host seeds were
+/// recorded against: queue depth 128, 8 KiB in-capsule data); other values
+/// shrink the limits so that edge cases are cheap to reach. `ns` picks the
+/// block size and extra namespaces (nsid 3: null, nsid 7: RAM, 4 KiB).
+pub fn build(sel: u8, ns: u8) -> (Arc<Target>, Shape) {
+    let pick = |shift: u8, v: [u32; 4]| v[(sel >> shift) as usize & 3];
+    let transport = if sel == 0 {
+        TransportConfig {
+            threads: 1,
+            ..TransportConfig::default()
+        }
+    } else {
+        TransportConfig {
+            in_capsule_data_size: pick(0, [8192, 0, 4096, 1024]),
+            max_queue_depth: pick(2, [128, 2, 4, 16]),
+            max_io_queues: 2,
+            max_io_size: pick(4, [65536, 4096, 8192, 262144]),
+            max_h2c_data: pick(6, [8192, 4096, 4100, 65536]),
+            max_c2h_data: pick(6, [4096, 8192, 4097, 131072]),
+            keep_alive_granularity_ms: 1000,
+            threads: 1,
+            // Fields added later keep their defaults.
+            ..TransportConfig::default()
+        }
+    };
+    let bs = if ns & 1 != 0 { 4096 } else { 512 };
+    let mut namespaces = vec![namespace(1, BackendKind::Ram, 4 << 20, bs)];
+    if ns & 2 != 0 {
+        namespaces.push(namespace(3, BackendKind::Null, 1 << 20, bs));
+    }
+    if ns & 4 != 0 {
+        namespaces.push(namespace(7, BackendKind::Ram, 1 << 20, 4096));
+    }
+    let cfg = Config {
+        listen: vec!["127.0.0.1:4420".into()],
+        transport: transport.clone(),
+        subsystems: vec![SubsystemConfig {
+            nqn: SUBNQN.into(),
+            serial: None,
+            model: None,
+            allowed_hosts: vec![],
+            namespaces,
+        }],
+    };
+    if let Err(e) = cfg.validate() {
+        panic!("fuzz target config {sel:#x} is invalid: {e}");
+    }
+    let subs = build_subsystems(&cfg).expect("build the fuzz subsystem");
+    let shape = Shape {
+        block_size: bs,
+        icd: transport.in_capsule_data_size,
+        max_h2c_data: transport.max_h2c_data,
+        max_c2h_data: transport.max_c2h_data,
+        max_io_size: transport.max_io_size,
+        max_queue_depth: transport.max_queue_depth,
+    };
+    let listen = "127.0.0.1:4420".parse().expect("address");
+    (Target::new(subs, transport, vec![listen]), shape)
+}
