@@ -5,8 +5,8 @@
 # it installs what is missing, then runs, in order:
 #   1. cargo fmt --all --check
 #   2. cargo clippy --workspace --all-targets -- -D warnings
-#   3. cargo test --workspace, and the backend's block-device test on a loop
-#      device (tests/block-device.sh)
+#   3. cargo test --workspace, the backend's block-device test on a loop
+#      device (tests/block-device.sh), and the fuzz corpus replay
 #   4. cargo test --test interop_linux --test host_kernel_target -- --ignored
 #      --test-threads=1 --nocapture
 #      (the Linux kernel host in QEMU VMs against the kernel's nvmet target
@@ -133,6 +133,8 @@ step "cargo clippy --workspace --all-targets -- -D warnings" 2400 \
 	cargo clippy --workspace --all-targets -- -D warnings
 step "cargo test --workspace" 2400 cargo test --workspace
 step "backend on a real block device (tests/block-device.sh)" 900 bash tests/block-device.sh
+step "fuzz corpus and regression replay (cargo test --manifest-path fuzz/Cargo.toml)" 1200 \
+	cargo test --manifest-path fuzz/Cargo.toml
 if [[ ${FARFLASH_SKIP_INTEROP:-0} = 1 ]]; then
 	section "interop (skipped: FARFLASH_SKIP_INTEROP=1)"
 	RESULTS+=("SKIP  0s  interop")

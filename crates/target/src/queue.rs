@@ -149,6 +149,9 @@ pub struct QueuePair {
     charged: usize,
     /// Commands waiting for data-buffer budget, oldest first.
     waiting: std::collections::VecDeque<u16>,
+    /// A C2HTermReq went out: nothing may follow it (TCP §3.6.2.5); commands
+    /// still finish internally so their buffers and backend I/O drain.
+    term_sent: bool,
     /// CQE DW1 of the next response (8-byte Property Get).
     pub(crate) respond_dw1: u32,
 }
@@ -189,6 +192,7 @@ impl QueuePair {
             epoch: 0,
             charged: 0,
             waiting: std::collections::VecDeque::new(),
+            term_sent: false,
             respond_dw1: 0,
         };
         q.resize_slots(PRE_CONNECT_SLOTS);
@@ -848,6 +852,9 @@ impl QueuePair {
 
     /// Sends a CapsuleResp (TCP §3.6.2.7).
     pub(crate) fn respond(&mut self, cid: u16, status: Status, dw0: u32) {
+        if self.term_sent {
+            return;
+        }
         let cqe = Cqe {
             dw0,
             dw1: std::mem::take(&mut self.respond_dw1),
@@ -873,6 +880,9 @@ impl QueuePair {
     }
 
     fn send_r2t(&mut self, cid: u16, ttag: u16, offset: u32, len: u32) {
+        if self.term_sent {
+            return;
+        }
         let hd = self.neg.hdgst;
         let b = self.out.append(24 + if hd { DIGEST_LEN } else { 0 });
         DataHeader {
@@ -888,6 +898,10 @@ impl QueuePair {
     /// (TCP §3.6.2.9). The data is not copied: the output queue holds the
     /// buffer until the socket has taken it.
     fn send_c2h(&mut self, cid: u16, buf: IoBuf, len: usize) {
+        if self.term_sent {
+            self.pool.put(buf);
+            return;
+        }
         let chunk = self.target.transport.max_c2h_data as usize;
         let (hd, dd) = (self.neg.hdgst, self.neg.ddgst);
         let hend = 24 + if hd { DIGEST_LEN } else { 0 };
@@ -936,7 +950,10 @@ impl QueuePair {
             fei: e.fei,
         }
         .encode(&mut b, PduType::C2HTermReq, bad_header);
-        self.out.extend(&b[..n]);
+        if !self.term_sent {
+            self.out.extend(&b[..n]);
+        }
+        self.term_sent = true;
         self.closing = true;
     }
 

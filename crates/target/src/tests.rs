@@ -1054,3 +1054,20 @@ fn data_buffer_budget_defers_r2ts_and_reads() {
         d2.len()
     );
 }
+
+/// Found by the `target_connection` fuzzer (fuzz/regressions/target_connection/
+/// capsuleresp-after-c2htermreq): a completion reaped after a fatal error used
+/// to append a CapsuleResp behind the C2HTermReq.
+#[test]
+fn nothing_is_sent_after_a_c2htermreq() {
+    let t = target();
+    let mut h = Host::new(&t);
+    let cntlid = h.bring_up();
+    let mut q = io_queue(&t, cntlid);
+    let mut b = q.capsule(&rw(io::WRITE, 0, 1, 512, true), &[0xAB; 512]);
+    b.extend_from_slice(&[0xFF; 8]); // no such PDU type: fatal
+    q.feed(&b);
+    let rx = q.recv_all();
+    assert!(matches!(rx.last(), Some(Rx::Term(_))), "{rx:?}");
+    assert_eq!(q.q.in_flight(), 0, "the write still drained");
+}
