@@ -1,6 +1,8 @@
 //! The outgoing byte queue of a queue pair: PDU headers (and digests) live
 //! in a small arena, data is referenced in place in the command's slot
 //! buffer, and the whole queue is handed to the socket as one `writev`.
+//! PDU boundaries are remembered (as stream offsets), so that dropping the
+//! queue on a fatal error never cuts a PDU that is partly on the wire.
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
@@ -33,6 +35,11 @@ pub(crate) struct TxQueue {
     head_done: usize,
     /// Total bytes still to send.
     pending: usize,
+    /// Stream offset (bytes ever pushed) of the end of the queue.
+    pushed: u64,
+    /// Stream offsets where the PDUs not yet fully sent begin, oldest first;
+    /// the first one is the PDU in progress (or the next to go).
+    pdu_starts: VecDeque<u64>,
 }
 
 impl TxQueue {
@@ -42,7 +49,19 @@ impl TxQueue {
             segs: VecDeque::with_capacity(segs),
             head_done: 0,
             pending: 0,
+            pushed: 0,
+            pdu_starts: VecDeque::with_capacity(segs),
         }
+    }
+
+    /// Bytes ever sent (stream offset of the next byte to send).
+    fn sent(&self) -> u64 {
+        self.pushed - self.pending as u64
+    }
+
+    /// Marks the start of a PDU: call before pushing its first segment.
+    pub(crate) fn begin_pdu(&mut self) {
+        self.pdu_starts.push_back(self.pushed);
     }
 
     pub(crate) fn pending(&self) -> usize {
@@ -75,10 +94,12 @@ impl TxQueue {
             if *end == start {
                 *end = e2;
                 self.pending += e2 - start;
+                self.pushed += (e2 - start) as u64;
                 return;
             }
         }
         self.pending += s.len();
+        self.pushed += s.len() as u64;
         self.segs.push_back(s);
     }
 
@@ -124,6 +145,10 @@ impl TxQueue {
                 released(cid);
             }
         }
+        let sent = self.sent();
+        while self.pdu_starts.len() >= 2 && self.pdu_starts[1] <= sent {
+            self.pdu_starts.pop_front();
+        }
         self.compact();
     }
 
@@ -155,17 +180,50 @@ impl TxQueue {
         }
     }
 
-    /// Drops everything queued (the connection is going away); data
-    /// segments are reported through `released`.
+    /// Drops what is queued because the connection is going away, except
+    /// the rest of a PDU already partly sent (the peer must be able to cut
+    /// the stream into whole PDUs, TCP §3.6.1). Data segments dropped are
+    /// reported through `released`.
     pub(crate) fn clear(&mut self, mut released: impl FnMut(u16)) {
-        for s in self.segs.drain(..) {
-            if let Seg::Data { cid, .. } = s {
-                released(cid);
+        let sent = self.sent();
+        // Bytes to keep: up to the end of the PDU in progress, if any.
+        let keep = match self.pdu_starts.front() {
+            Some(&start) if start < sent => {
+                let end = self.pdu_starts.get(1).copied().unwrap_or(self.pushed);
+                (end - sent) as usize
             }
+            _ => 0,
+        };
+        let mut left = keep;
+        let mut kept = VecDeque::with_capacity(self.segs.len().min(4));
+        for (i, mut seg) in self.segs.drain(..).enumerate() {
+            let skip = if i == 0 { self.head_done } else { 0 };
+            let avail = seg.len() - skip;
+            if left == 0 {
+                if let Seg::Data { cid, .. } = seg {
+                    released(cid);
+                }
+                continue;
+            }
+            if avail > left {
+                // The PDU ends inside this (merged arena) segment: cut it there.
+                match &mut seg {
+                    Seg::Arena { start, end } | Seg::Data { start, end, .. } => {
+                        *end = *start + skip + left;
+                    }
+                }
+            }
+            left -= avail.min(left);
+            kept.push_back(seg);
         }
-        self.arena.clear();
-        self.head_done = 0;
-        self.pending = 0;
+        self.segs = kept;
+        if self.segs.is_empty() {
+            self.arena.clear();
+            self.head_done = 0;
+        }
+        self.pending = keep;
+        self.pushed = sent + keep as u64;
+        self.pdu_starts.clear();
     }
 }
 
@@ -201,6 +259,62 @@ mod tests {
         q.advance(3, |c| rel.push(c));
         assert_eq!(rel, vec![1]);
         assert!(q.pending() == 0);
+    }
+
+    #[test]
+    fn clear_keeps_the_rest_of_a_partly_sent_pdu() {
+        let data = [vec![7u8; 100]];
+        let mut q = TxQueue::default();
+        // PDU 1: 8-byte header + 100 data bytes; PDU 2 and 3: headers only
+        // (merged into one arena segment with PDU 1's... no: after data).
+        q.begin_pdu();
+        q.push_arena(8).fill(1);
+        q.push_data(0, 0, 100);
+        q.begin_pdu();
+        q.push_arena(8).fill(2);
+        q.begin_pdu();
+        q.push_arena(8).fill(3);
+        q.advance(50, |_| {});
+        let mut rel = vec![];
+        q.clear(|c| rel.push(c));
+        assert!(rel.is_empty(), "the data segment in progress is kept");
+        assert_eq!(q.pending(), 58);
+        q.begin_pdu();
+        q.push_arena(4).fill(9);
+        let mut out = vec![];
+        {
+            let mut iov = [IoSlice::new(&[]); 8];
+            let n = q.fill(&mut iov, |c| &data[c as usize]);
+            for s in &iov[..n] {
+                out.extend_from_slice(s);
+            }
+        }
+        assert_eq!(out.len(), 62);
+        assert_eq!(&out[58..], &[9; 4]);
+        q.advance(62, |c| rel.push(c));
+        assert_eq!(rel, vec![0]);
+
+        // At a PDU boundary everything goes; a merged arena segment is cut
+        // at the end of the PDU in progress.
+        let mut q = TxQueue::default();
+        q.begin_pdu();
+        q.push_arena(8).fill(1);
+        q.begin_pdu();
+        q.push_arena(8).fill(2);
+        q.advance(8, |_| {});
+        q.clear(|_| {});
+        assert_eq!(q.pending(), 0);
+        let mut q = TxQueue::default();
+        q.begin_pdu();
+        q.push_arena(8).fill(1);
+        q.begin_pdu();
+        q.push_arena(8).fill(2);
+        q.advance(3, |_| {});
+        q.clear(|_| {});
+        assert_eq!(q.pending(), 5);
+        let mut iov = [IoSlice::new(&[]); 4];
+        let n = q.fill(&mut iov, |_| &[]);
+        assert_eq!((n, &*iov[0]), (1, &[1u8; 5][..]));
     }
 
     #[test]

@@ -111,6 +111,7 @@ impl QueuePair {
         };
         let mut b = [0u8; IC_HLEN];
         ic.encode(&mut b);
+        q.tx.begin_pdu();
         q.tx.push_arena(IC_HLEN).copy_from_slice(&b);
         q
     }
@@ -226,6 +227,7 @@ impl QueuePair {
         let (hd, dd) = (self.neg.hdgst, self.neg.ddgst);
         let data_len = if icd { len as usize } else { 0 };
         let hend = CAPSULE_CMD_HLEN + if hd { DIGEST_LEN } else { 0 };
+        self.tx.begin_pdu();
         let b = self.tx.push_arena(hend);
         pdu::write_header(b, PduType::CapsuleCmd, 0, hd, dd, data_len);
         let mut sq = [0u8; SQE_SIZE];

@@ -99,11 +99,13 @@ impl QueuePair {
                 let mut b = [0u8; TERM_HLEN + TERM_MAX_DATA];
                 let n = t.encode(&mut b, PduType::H2CTermReq, &self.hdr[..quoted]);
                 let slots = &mut self.slots;
-                // Nothing else may follow a TermReq: drop what was queued.
+                // Nothing else may follow a TermReq: drop what was queued,
+                // except the rest of a PDU already partly on the wire.
                 self.tx.clear(|cid| {
                     let s = &mut slots[cid as usize];
                     s.tx_refs = s.tx_refs.saturating_sub(1);
                 });
+                self.tx.begin_pdu();
                 self.tx.push_arena(n).copy_from_slice(&b[..n]);
             }
             self.dead = Some(e.clone());
@@ -273,6 +275,7 @@ impl QueuePair {
                 offset: off,
                 length: n,
             };
+            self.tx.begin_pdu();
             let b = self
                 .tx
                 .push_arena(DATA_HLEN + if hd { DIGEST_LEN } else { 0 });

@@ -662,3 +662,62 @@ fn connect_capsule_carries_1024_bytes_in_capsule() {
         .unwrap();
     assert_eq!(q.pop_completion().unwrap().check().unwrap(), 7);
 }
+
+/// Fuzz regression (fuzz/regressions/host_connection/h2ctermreq-after-partial-pdu):
+/// a fatal receive error while a PDU is partly sent must not put the
+/// H2CTermReq in the middle of that PDU.
+#[test]
+fn h2ctermreq_never_lands_inside_a_partly_sent_pdu() {
+    let mut q = ready(false, false);
+    let data = pattern(16384);
+    let cid = submit_write(&mut q, &data);
+    let mut wire = sent(&mut q); // the command capsule
+    q.rx_feed(&r2t(cid, 1, 0, 16384, false)).unwrap();
+    // A short write: 100 bytes of the first H2CData PDU reach the socket.
+    let mut iov = [IoSlice::new(&[]); 16];
+    let n = q.tx_iovecs(&mut iov);
+    let mut part = vec![];
+    for s in &iov[..n] {
+        part.extend_from_slice(s);
+    }
+    wire.extend_from_slice(&part[..100]);
+    q.tx_advance(100);
+    // Then the controller sends a malformed PDU (bad HLEN).
+    let mut bad = capsule_resp(cid, Status::SUCCESS, 0, false);
+    bad[2] = 0;
+    assert!(q.rx_feed(&bad).is_err());
+    wire.extend_from_slice(&sent(&mut q));
+    // The controller must be able to cut what it received into whole PDUs.
+    let mut off = 0;
+    while off < wire.len() {
+        let plen = u32::from_le_bytes(wire[off + 4..off + 8].try_into().unwrap()) as usize;
+        assert!(
+            off + plen <= wire.len(),
+            "PDU at {off} (type {}) cut short: {} of {plen} bytes, then the stream ends",
+            wire[off],
+            wire.len() - off
+        );
+        off += plen;
+    }
+    // ... and the last one is our H2CTermReq.
+    let last = parse_sent(&wire[wire.len() - 24 - 8..], false, false);
+    assert_eq!(last[0].f.pdu_type, PduType::H2CTermReq);
+}
+
+/// The same with the ICReq partly sent when the error arrives (the input
+/// the fuzzer found: 1 byte of ICReq on the wire, then a bad C2HTermReq).
+#[test]
+fn h2ctermreq_after_a_partly_sent_icreq() {
+    let mut q = QueuePair::new(cfg(false, false));
+    q.tx_advance(1);
+    q.rx_feed(&icresp_bytes(0, 0, 0, 8192)).unwrap();
+    let e = q.rx_feed(&[0x03, 0xff, 0xff, 0x01, 0, 0, 0, 0]);
+    assert!(e.is_err());
+    let rest = sent(&mut q);
+    assert_eq!(
+        rest.len(),
+        127 + 24 + 8,
+        "rest of the ICReq, then the H2CTermReq"
+    );
+    assert_eq!(rest[127], PduType::H2CTermReq as u8);
+}
