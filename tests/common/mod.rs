@@ -28,14 +28,20 @@ impl Serve {
     /// Starts `farflash serve --listen 127.0.0.1:<free port> ARGS...` and
     /// waits until it prints `listening on`.
     pub fn start(args: &[&str]) -> Serve {
+        Serve::launch(args, "warn", Stdio::inherit(), String::new)
+    }
+
+    /// Spawns the target with its log going to `stderr`; `describe` adds
+    /// context to the panic if it does not start.
+    fn launch(args: &[&str], level: &str, stderr: Stdio, describe: impl Fn() -> String) -> Serve {
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
         let mut child = Command::new(env!("CARGO_BIN_EXE_farflash"))
             .arg("serve")
-            .args(["--listen", &addr, "--log-level", "warn"])
+            .args(["--listen", &addr, "--log-level", level])
             .args(args)
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("spawn farflash serve");
         let stdout = child.stdout.take().expect("stdout");
@@ -51,7 +57,7 @@ impl Serve {
         while rx.recv_timeout(Duration::from_millis(100)).is_err() {
             if Instant::now() > deadline || child.try_wait().ok().flatten().is_some() {
                 let _ = child.kill();
-                panic!("farflash serve did not start");
+                panic!("farflash serve did not start{}", describe());
             }
         }
         Serve { child, port, addr }
@@ -127,37 +133,10 @@ impl Serve {
     /// Like [`Serve::start`], but the target logs at `level` into the file
     /// `log` instead of the test's stderr (see [`Serve::log_tail`]).
     pub fn start_logged(args: &[&str], level: &str, log: &std::path::Path) -> Serve {
-        let port = free_port();
-        let addr = format!("127.0.0.1:{port}");
         let err = std::fs::File::create(log).expect("create the target's log file");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_farflash"))
-            .arg("serve")
-            .args(["--listen", &addr, "--log-level", level])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(err))
-            .spawn()
-            .expect("spawn farflash serve");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if line.contains("listening on") {
-                    let _ = tx.send(());
-                }
-            }
-        });
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while rx.recv_timeout(Duration::from_millis(100)).is_err() {
-            if Instant::now() > deadline || child.try_wait().ok().flatten().is_some() {
-                let _ = child.kill();
-                panic!(
-                    "farflash serve did not start; its log:\n{}",
-                    Serve::log_tail(log, 40)
-                );
-            }
-        }
-        Serve { child, port, addr }
+        Serve::launch(args, level, Stdio::from(err), || {
+            format!("; its log:\n{}", Serve::log_tail(log, 40))
+        })
     }
 
     /// The target's process ID.
