@@ -1,0 +1,149 @@
+//! The transmit path: completions, CapsuleResp, R2T, C2HData, C2HTermReq.
+
+use super::*;
+
+impl QueuePair {
+    /// Completes the command in `idx`: reply data (if any and successful) as
+    /// C2HData PDUs, then the CapsuleResp; frees the slot.
+    pub(crate) fn finish(&mut self, idx: usize, status: Status, dw0: u32) {
+        let (cid, reply, len, sqe) = {
+            let s = &self.slots[idx];
+            (s.sqe.cid, s.reply, s.len, s.sqe)
+        };
+        if status.is_success() && reply && len > 0 {
+            if let Some(buf) = self.slots[idx].buf.take() {
+                self.send_c2h(cid, buf, len as usize);
+            }
+        }
+        if !status.is_success() {
+            if let Some(c) = &self.ctrl {
+                c.record_error(ErrorEntry {
+                    sqid: self.qid,
+                    cid,
+                    status: status.to_cqe_field(false),
+                    nsid: sqe.nsid,
+                    trtype: farflash_wire::discovery::TRTYPE_TCP,
+                    ..ErrorEntry::default()
+                });
+            }
+        }
+        self.respond(cid, status, dw0);
+        let s = &mut self.slots[idx];
+        if let Some(b) = s.buf.take() {
+            self.pool.put(b);
+        }
+        s.phase = Phase::Free;
+        self.charged -= s.charged as usize;
+        s.charged = 0;
+        self.cid_clear(cid);
+        self.free.push(idx as u16);
+        self.resume_waiting();
+    }
+
+    /// Sends a CapsuleResp (TCP §3.6.2.7).
+    pub(crate) fn respond(&mut self, cid: u16, status: Status, dw0: u32) {
+        if self.term_sent {
+            return;
+        }
+        let cqe = Cqe {
+            dw0,
+            dw1: std::mem::take(&mut self.respond_dw1),
+            // Fabrics §? : SQHD is FFFFh when SQ flow control is disabled.
+            sqhd: if self.sq_flow_control {
+                self.sqhd
+            } else {
+                0xFFFF
+            },
+            sqid: self.qid,
+            cid,
+            status,
+        };
+        let hd = self.neg.hdgst;
+        let b = self
+            .out
+            .append(CH_LEN + CQE_SIZE + if hd { DIGEST_LEN } else { 0 });
+        write_header(b, PduType::CapsuleResp, 0, hd, false, 0);
+        let mut raw = [0u8; CQE_SIZE];
+        cqe.encode(&mut raw);
+        b[CH_LEN..CH_LEN + CQE_SIZE].copy_from_slice(&raw);
+        farflash_wire::pdu::seal_header(b, PduType::CapsuleResp, hd);
+    }
+
+    pub(super) fn send_r2t(&mut self, cid: u16, ttag: u16, offset: u32, len: u32) {
+        if self.term_sent {
+            return;
+        }
+        let hd = self.neg.hdgst;
+        let b = self.out.append(24 + if hd { DIGEST_LEN } else { 0 });
+        DataHeader {
+            cccid: cid,
+            ttag,
+            offset,
+            length: len,
+        }
+        .encode(b, PduType::R2T, 0, hd, false, 0);
+    }
+
+    /// Sends `buf[..len]` as C2HData PDUs of at most max_c2h_data bytes
+    /// (TCP §3.6.2.9). The data is not copied: the output queue holds the
+    /// buffer until the socket has taken it.
+    pub(super) fn send_c2h(&mut self, cid: u16, buf: IoBuf, len: usize) {
+        if self.term_sent {
+            self.pool.put(buf);
+            return;
+        }
+        let chunk = self.target.transport.max_c2h_data as usize;
+        let (hd, dd) = (self.neg.hdgst, self.neg.ddgst);
+        let hend = 24 + if hd { DIGEST_LEN } else { 0 };
+        // PDO honours the host's HPDA (TCP §3.6.2.9); padding bytes are zero.
+        let pdo = if self.hpda_align > 0 {
+            hend.div_ceil(self.hpda_align) * self.hpda_align
+        } else {
+            hend
+        };
+        let pieces = len.div_ceil(chunk) as u32;
+        let held = self.out.hold(buf, pieces);
+        let mut off = 0;
+        while off < len {
+            let n = chunk.min(len - off);
+            let last = off + n == len;
+            let total = pdo + n + if dd { DIGEST_LEN } else { 0 };
+            let b = self.out.append(pdo);
+            let fl = if last { flags::DATA_LAST } else { 0 };
+            DataHeader {
+                cccid: cid,
+                ttag: 0,
+                offset: off as u32,
+                length: n as u32,
+            }
+            .encode(b, PduType::C2HData, fl, hd, dd, n);
+            if pdo != hend {
+                b[3] = pdo as u8;
+                farflash_wire::le::put_u32(b, 4, total as u32);
+                farflash_wire::pdu::seal_header(b, PduType::C2HData, hd);
+            }
+            self.out.push_data(held, off, off + n);
+            if dd {
+                let d = digest::crc32c(self.out.held(held, off, off + n));
+                self.out.extend(&d.to_le_bytes());
+            }
+            off += n;
+        }
+    }
+
+    /// Sends a C2HTermReq and closes (TCP §3.6.2.5).
+    pub(super) fn fatal(&mut self, e: Fatal, bad_header: &[u8]) {
+        tracing::warn!(peer = %self.peer, fes = e.fes, fei = e.fei, "fatal transport error; sending C2HTermReq");
+        let mut b = [0u8; 24 + 128];
+        let n = TermReq {
+            fes: e.fes,
+            fei: e.fei,
+        }
+        .encode(&mut b, PduType::C2HTermReq, bad_header);
+        if !self.term_sent {
+            self.out.extend(&b[..n]);
+        }
+        self.term_sent = true;
+        self.closing = true;
+    }
+}
