@@ -22,7 +22,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut c = Controller::connect_with_queues(&opts, queues)?;
         c.start_keep_alive()?;
         let qs: Vec<_> = (1..=queues)
-            .map(|q| c.io_queue(q, IoQueueOptions { depth: 32, max_io: 4096 }))
+            .map(|q| {
+                c.io_queue(
+                    q,
+                    IoQueueOptions {
+                        depth: 32,
+                        max_io: 4096,
+                    },
+                )
+            })
             .collect::<Result<_, _>>()?;
         held.push((c, qs));
     }
