@@ -50,6 +50,17 @@ fn job(name: &str, j: &JobStats) -> Value {
     })
 }
 
+/// CPU percentages of the summed job threads over the longest job runtime;
+/// 0 when no job completed an I/O in its measured window (runtime 0), rather
+/// than a division by (almost) zero.
+fn aggregate_cpu_pct(runtime_ns: u64, user_s: f64, system_s: f64) -> (f64, f64) {
+    if runtime_ns == 0 {
+        return (0.0, 0.0);
+    }
+    let secs = runtime_ns as f64 / 1e9;
+    (100.0 * user_s / secs, 100.0 * system_s / secs)
+}
+
 pub fn report(spec: &JobSpec, r: &RunResult) -> Value {
     let jobs: Vec<Value> = r
         .jobs
@@ -60,9 +71,10 @@ pub fn report(spec: &JobSpec, r: &RunResult) -> Value {
     let mut total = job("all", &r.total);
     // Aggregate CPU: thread times summed, over the longest job runtime.
     if let Some(o) = total.as_object_mut() {
-        let secs = (r.total.runtime_ns as f64 / 1e9).max(1e-9);
-        o.insert("usr_cpu".into(), json!(100.0 * r.total.cpu.user_s / secs));
-        o.insert("sys_cpu".into(), json!(100.0 * r.total.cpu.system_s / secs));
+        let (usr, sys) =
+            aggregate_cpu_pct(r.total.runtime_ns, r.total.cpu.user_s, r.total.cpu.system_s);
+        o.insert("usr_cpu".into(), json!(usr));
+        o.insert("sys_cpu".into(), json!(sys));
     }
     json!({
         "farflash_version": env!("CARGO_PKG_VERSION"),
@@ -92,4 +104,16 @@ pub fn report(spec: &JobSpec, r: &RunResult) -> Value {
         "cpu": r.cpu,
         "sys_cpu": r.sys_cpu,
     })
+}
+
+#[cfg(test)]
+mod cpu_tests {
+    use super::aggregate_cpu_pct;
+
+    #[test]
+    fn no_measured_interval_means_no_cpu_percentage() {
+        assert_eq!(aggregate_cpu_pct(0, 0.25, 0.5), (0.0, 0.0));
+        let (u, s) = aggregate_cpu_pct(2_000_000_000, 0.5, 1.0);
+        assert!((u - 25.0).abs() < 1e-9 && (s - 50.0).abs() < 1e-9);
+    }
 }
