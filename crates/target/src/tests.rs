@@ -197,6 +197,25 @@ impl Host {
         }
     }
 
+    /// Answers `r2t` with `data` in H2CData PDUs of 64 KiB (MAXH2CDATA),
+    /// DATA_LAST on the last.
+    fn send_h2c(&mut self, r2t: &DataHeader, data: &[u8]) {
+        for (i, chunk) in data.chunks(65536).enumerate() {
+            let last = (i + 1) * 65536 >= data.len();
+            let mut p = vec![0u8; 24 + chunk.len()];
+            let dh = DataHeader {
+                cccid: r2t.cccid,
+                ttag: r2t.ttag,
+                offset: (i * 65536) as u32,
+                length: chunk.len() as u32,
+            };
+            let fl = if last { flags::DATA_LAST } else { 0 };
+            let (pdo, _) = dh.encode(&mut p, PduType::H2CData, fl, false, false, chunk.len());
+            p[pdo..].copy_from_slice(chunk);
+            self.feed(&p);
+        }
+    }
+
     fn connect(&mut self, qid: u16, cntlid: u16, host: &str) -> Cqe {
         self.connect_sq(qid, cntlid, host, 31)
     }
@@ -351,26 +370,7 @@ fn write_in_capsule_and_by_r2t_then_read_back() {
         (r2t.cccid, r2t.offset, r2t.length),
         (sqe.cid, 0, big.len() as u32)
     );
-    for (i, chunk) in big.chunks(65536).enumerate() {
-        let last = (i + 1) * 65536 >= big.len();
-        let mut p = vec![0u8; 24 + chunk.len()];
-        let dh = DataHeader {
-            cccid: sqe.cid,
-            ttag: r2t.ttag,
-            offset: (i * 65536) as u32,
-            length: chunk.len() as u32,
-        };
-        let (pdo, _) = dh.encode(
-            &mut p,
-            PduType::H2CData,
-            if last { flags::DATA_LAST } else { 0 },
-            false,
-            false,
-            chunk.len(),
-        );
-        p[pdo..].copy_from_slice(chunk);
-        q.feed(&p);
-    }
+    q.send_h2c(&r2t, &big);
     let rx = q.recv_all();
     assert!(
         matches!(rx[..], [Rx::Resp(c)] if c.status == Status::SUCCESS && c.cid == sqe.cid),
@@ -980,26 +980,7 @@ fn data_buffer_budget_defers_r2ts_and_reads() {
     // Each completed write lets the next one have its R2T.
     let mut r2t = r2ts[0];
     for k in 0..3 {
-        for (i, chunk) in vec![k as u8; len as usize].chunks(65536).enumerate() {
-            let last = (i + 1) * 65536 >= len as usize;
-            let mut p = vec![0u8; 24 + chunk.len()];
-            let dh = DataHeader {
-                cccid: r2t.cccid,
-                ttag: r2t.ttag,
-                offset: (i * 65536) as u32,
-                length: chunk.len() as u32,
-            };
-            let (pdo, _) = dh.encode(
-                &mut p,
-                PduType::H2CData,
-                if last { flags::DATA_LAST } else { 0 },
-                false,
-                false,
-                chunk.len(),
-            );
-            p[pdo..].copy_from_slice(chunk);
-            q.feed(&p);
-        }
+        q.send_h2c(&r2t, &vec![k as u8; len as usize]);
         let rx = q.recv_all();
         assert!(
             matches!(rx[0], Rx::Resp(c) if c.cid == cids[k] && c.status == Status::SUCCESS),
