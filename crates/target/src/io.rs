@@ -121,20 +121,28 @@ pub(crate) fn execute(q: &mut QueuePair, idx: usize) -> Outcome {
             )
         }
         op::FLUSH => {
-            let targets: Vec<usize> = if sqe.nsid == NSID_ALL {
-                q.ns.live_keys().collect()
+            // One Flush per namespace for NSID FFFFFFFFh (Base §3.2.1.2), by
+            // position in the live list: no allocation per command.
+            let count = if sqe.nsid == NSID_ALL {
+                q.ns.live_count()
             } else {
-                vec![ns_idx]
+                1
             };
-            if targets.is_empty() {
+            if count == 0 {
                 return Outcome::Done(Status::SUCCESS, 0);
             }
             let mut r = Ok(());
-            for i in targets {
+            for pos in 0..count {
+                let key = if sqe.nsid == NSID_ALL {
+                    q.ns.live_key_at(pos)
+                } else {
+                    Some(ns_idx)
+                };
+                let Some(key) = key else { break };
                 let buf = q.pool.get(0);
                 r = r.and(q.submit(
                     idx,
-                    i,
+                    key,
                     IoRequest {
                         tag,
                         op: IoOp::Flush,

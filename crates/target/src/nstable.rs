@@ -88,8 +88,14 @@ impl NsTable {
             .and_then(|e| e.ns.as_ref())
     }
 
-    pub fn live_keys(&self) -> impl Iterator<Item = usize> + '_ {
-        self.index.iter().map(|&(_, k)| k)
+    /// How many namespaces are live.
+    pub fn live_count(&self) -> usize {
+        self.index.len()
+    }
+
+    /// The key of the `pos`-th live namespace (in NSID order).
+    pub fn live_key_at(&self, pos: usize) -> Option<usize> {
+        self.index.get(pos).map(|&(_, k)| k)
     }
 
     pub fn nsids(&self) -> impl Iterator<Item = u32> + '_ {
