@@ -309,6 +309,9 @@ fn perf_counts_match_the_targets_smart_log() {
         a["write"]["io_bytes"].as_u64().unwrap(),
     );
     assert!(rio > 0 && wio > 0);
+    assert_latency_split(&a["read"]);
+    assert_latency_split(&a["write"]);
+    assert_eq!(v["schema_version"], 2);
     assert_eq!(
         after.host_read_commands - before.host_read_commands,
         rio,
@@ -451,6 +454,31 @@ fn perf_local_file_verify_and_json() {
         r["clat_ns"]["percentile"]["99.990000"].as_u64().unwrap()
             >= r["clat_ns"]["min"].as_u64().unwrap()
     );
+    assert_latency_split(r);
     assert!(v["sys_cpu"]["idle"].is_number() && v["cpu"]["usr_pct"].is_number());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// fio's split in a DIR object: slat, clat and lat cover every I/O, and per
+/// I/O lat = slat + clat, so the means add up and lat bounds both parts.
+fn assert_latency_split(r: &serde_json::Value) {
+    let n = r["total_ios"].as_u64().unwrap();
+    let f = |k: &str, f: &str| r[k][f].as_f64().unwrap();
+    for k in ["slat_ns", "clat_ns", "lat_ns"] {
+        assert_eq!(r[k]["N"].as_u64(), Some(n), "{k}.N");
+        assert!(
+            f(k, "min") <= f(k, "mean") && f(k, "mean") <= f(k, "max"),
+            "{k}"
+        );
+    }
+    let sum = f("slat_ns", "mean") + f("clat_ns", "mean");
+    assert!(
+        (f("lat_ns", "mean") - sum).abs() <= 1e-6 * sum + 1.0,
+        "lat mean"
+    );
+    assert!(f("lat_ns", "min") >= f("clat_ns", "min") && f("lat_ns", "max") >= f("clat_ns", "max"));
+    assert!(f("lat_ns", "min") >= f("slat_ns", "min"));
+    let p50 = |k: &str| r[k]["percentile"]["50.000000"].as_u64().unwrap();
+    assert!(p50("lat_ns") >= p50("clat_ns"));
+    assert!(r["slat_ns"].get("percentile").is_none());
 }

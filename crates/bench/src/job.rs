@@ -1,5 +1,5 @@
 //! One job: a thread driving one engine (its own I/O queue) at `iodepth`,
-//! timing every command from submission to completion.
+//! timing every command's submission and completion (fio's slat/clat).
 
 use crate::cpu::{cpu_use, thread_rusage};
 use crate::engine::{Done, Engine};
@@ -29,7 +29,10 @@ const MAX_PRINTED_MISMATCHES: u64 = 1000;
 
 #[derive(Clone, Copy, Debug, Default)]
 struct SlotMeta {
+    /// When the command was prepared (fio's `start_time`).
     start: Option<Instant>,
+    /// When the engine's commit that carried it returned (fio's `issue_time`).
+    issued: Option<Instant>,
     offset: u64,
     len: u32,
     write: bool,
@@ -92,6 +95,8 @@ pub struct JobRun<'a> {
 struct State {
     stats: JobStats,
     meta: Vec<SlotMeta>,
+    /// Slots submitted since the last commit (their issue time is pending).
+    fresh: Vec<u16>,
     done: Vec<Done>,
     scratch: Vec<u8>,
     ramp_end: Instant,
@@ -110,6 +115,7 @@ impl JobRun<'_> {
         let mut st = State {
             stats: JobStats::default(),
             meta: vec![SlotMeta::default(); depth.max(1)],
+            fresh: Vec::with_capacity(depth),
             done: Vec::with_capacity(depth),
             scratch: if spec.verify {
                 vec![0; spec.bs.max() as usize]
@@ -188,6 +194,7 @@ impl JobRun<'_> {
                 let m = &mut st.meta[slot as usize];
                 *m = SlotMeta {
                     start: Some(Instant::now()),
+                    issued: None,
                     offset,
                     len,
                     write,
@@ -196,7 +203,19 @@ impl JobRun<'_> {
                     e.release(slot);
                     return Err(err);
                 }
+                st.fresh.push(slot);
                 inflight += 1;
+            }
+            if !st.fresh.is_empty() {
+                // Hand the batch to the kernel, then stamp it: what came
+                // before is submission latency, what follows completion
+                // latency (fio's slat/clat split).
+                e.commit()?;
+                let t = Instant::now();
+                for &s in &st.fresh {
+                    st.meta[s as usize].issued = Some(t);
+                }
+                st.fresh.clear();
             }
             if inflight == 0 && !src.has_more(now) {
                 return Ok(());
@@ -243,16 +262,20 @@ impl JobRun<'_> {
                     self.check(e.buf(d.slot), m, lba, st);
                 }
                 e.release(d.slot);
-                let lat = m
-                    .start
-                    .map_or(0, |s| now.saturating_duration_since(s).as_nanos() as u64);
+                let (slat, clat) = match (m.start, m.issued) {
+                    (Some(s), Some(i)) => (
+                        i.saturating_duration_since(s).as_nanos() as u64,
+                        now.saturating_duration_since(i).as_nanos() as u64,
+                    ),
+                    _ => (0, 0),
+                };
                 if st.measuring {
                     let dir = if m.write {
                         &mut st.stats.write
                     } else {
                         &mut st.stats.read
                     };
-                    dir.record(m.len, lat);
+                    dir.record(m.len, slat, clat);
                 } else {
                     st.stats.ramp_ios += 1;
                     st.stats.ramp_bytes += m.len as u64;

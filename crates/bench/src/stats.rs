@@ -1,5 +1,5 @@
-//! Per-job, per-direction counters and an HDR latency histogram
-//! (completion latency, submission to completion, in ns). Each job owns
+//! Per-job, per-direction counters and HDR latency histograms (submission,
+//! completion and total latency, in ns, as fio splits them). Each job owns
 //! its own; they are merged after the threads end, so the I/O path takes
 //! no lock and touches no shared cache line.
 
@@ -14,11 +14,11 @@ pub const PERCENTILES: [f64; 17] = [
     99.99,
 ];
 
+/// One latency series: exact min/max/mean/stddev, and percentiles from an
+/// HDR histogram (3 significant digits, 1 ns .. 1 h).
 #[derive(Clone, Debug)]
-pub struct DirStats {
-    pub ios: u64,
-    pub bytes: u64,
-    pub errors: u64,
+pub struct Lat {
+    pub n: u64,
     pub min_ns: u64,
     pub max_ns: u64,
     pub sum_ns: u128,
@@ -26,29 +26,26 @@ pub struct DirStats {
     pub hist: Histogram<u64>,
 }
 
-impl Default for DirStats {
+impl Default for Lat {
     fn default() -> Self {
-        DirStats {
-            ios: 0,
-            bytes: 0,
-            errors: 0,
+        Lat {
+            n: 0,
             min_ns: u64::MAX,
             max_ns: 0,
             sum_ns: 0,
             sumsq_ns: 0.0,
-            // 3 significant digits, 1 ns .. 1 h: ~200 KiB per histogram.
+            // ~200 KiB per histogram.
             hist: Histogram::new_with_bounds(1, MAX_LAT_NS, 3)
                 .expect("static histogram bounds are valid"),
         }
     }
 }
 
-impl DirStats {
+impl Lat {
     #[inline]
-    pub fn record(&mut self, bytes: u32, lat_ns: u64) {
-        let l = lat_ns.clamp(1, MAX_LAT_NS);
-        self.ios += 1;
-        self.bytes += bytes as u64;
+    pub fn record(&mut self, ns: u64) {
+        let l = ns.clamp(1, MAX_LAT_NS);
+        self.n += 1;
         self.min_ns = self.min_ns.min(l);
         self.max_ns = self.max_ns.max(l);
         self.sum_ns += l as u128;
@@ -57,10 +54,8 @@ impl DirStats {
         let _ = self.hist.record(l);
     }
 
-    pub fn merge(&mut self, o: &DirStats) {
-        self.ios += o.ios;
-        self.bytes += o.bytes;
-        self.errors += o.errors;
+    pub fn merge(&mut self, o: &Lat) {
+        self.n += o.n;
         self.min_ns = self.min_ns.min(o.min_ns);
         self.max_ns = self.max_ns.max(o.max_ns);
         self.sum_ns += o.sum_ns;
@@ -69,25 +64,25 @@ impl DirStats {
     }
 
     pub fn mean_ns(&self) -> f64 {
-        if self.ios == 0 {
+        if self.n == 0 {
             0.0
         } else {
-            self.sum_ns as f64 / self.ios as f64
+            self.sum_ns as f64 / self.n as f64
         }
     }
 
-    /// Population standard deviation of the latencies (as fio).
+    /// Population standard deviation (as fio).
     pub fn stddev_ns(&self) -> f64 {
-        if self.ios < 2 {
+        if self.n < 2 {
             return 0.0;
         }
-        let n = self.ios as f64;
+        let n = self.n as f64;
         let m = self.mean_ns();
         (self.sumsq_ns / n - m * m).max(0.0).sqrt()
     }
 
     pub fn min(&self) -> u64 {
-        if self.ios == 0 {
+        if self.n == 0 {
             0
         } else {
             self.min_ns
@@ -96,11 +91,46 @@ impl DirStats {
 
     /// Latency at percentile `p` (0..100).
     pub fn percentile(&self, p: f64) -> u64 {
-        if self.ios == 0 {
+        if self.n == 0 {
             0
         } else {
             self.hist.value_at_percentile(p)
         }
+    }
+}
+
+/// One direction's counters and its three latencies, split as fio splits
+/// them (§ "What is measured" in docs/perf-json.md):
+/// `slat` = preparing the command until the engine's commit returned (the
+/// `writev` that hands it to the socket, or `io_uring_enter`), `clat` = from
+/// there to the poll that received its completion, `lat` = `slat + clat`.
+#[derive(Clone, Debug, Default)]
+pub struct DirStats {
+    pub ios: u64,
+    pub bytes: u64,
+    pub errors: u64,
+    pub slat: Lat,
+    pub clat: Lat,
+    pub lat: Lat,
+}
+
+impl DirStats {
+    #[inline]
+    pub fn record(&mut self, bytes: u32, slat_ns: u64, clat_ns: u64) {
+        self.ios += 1;
+        self.bytes += bytes as u64;
+        self.slat.record(slat_ns);
+        self.clat.record(clat_ns);
+        self.lat.record(slat_ns + clat_ns);
+    }
+
+    pub fn merge(&mut self, o: &DirStats) {
+        self.ios += o.ios;
+        self.bytes += o.bytes;
+        self.errors += o.errors;
+        self.slat.merge(&o.slat);
+        self.clat.merge(&o.clat);
+        self.lat.merge(&o.lat);
     }
 }
 
@@ -140,20 +170,26 @@ mod tests {
     fn record_merge_and_percentiles() {
         let mut a = DirStats::default();
         for l in 1..=1000u64 {
-            a.record(4096, l * 1000);
+            a.record(4096, 100, l * 1000);
         }
         let mut b = DirStats::default();
-        b.record(4096, 5_000_000);
+        b.record(4096, 300, 5_000_000);
         a.merge(&b);
         assert_eq!(a.ios, 1001);
         assert_eq!(a.bytes, 1001 * 4096);
-        assert_eq!(a.min(), 1000);
-        assert_eq!(a.max_ns, 5_000_000);
-        let p50 = a.percentile(50.0);
+        assert_eq!(a.clat.min(), 1000);
+        assert_eq!(a.clat.max_ns, 5_000_000);
+        let p50 = a.clat.percentile(50.0);
         assert!((499_000..=502_000).contains(&p50), "{p50}");
-        assert!(a.stddev_ns() > 0.0);
-        assert_eq!(DirStats::default().percentile(50.0), 0);
-        a.record(1, 0);
-        assert_eq!(a.min(), 1);
+        assert!(a.clat.stddev_ns() > 0.0);
+        assert_eq!((a.slat.min(), a.slat.max_ns), (100, 300));
+        // lat = slat + clat, per I/O.
+        assert_eq!((a.lat.min(), a.lat.max_ns), (1100, 5_000_300));
+        let lp50 = a.lat.percentile(50.0);
+        assert!((499_000..=502_200).contains(&lp50), "{lp50}");
+        assert_eq!(a.lat.n, a.clat.n);
+        assert_eq!(DirStats::default().clat.percentile(50.0), 0);
+        a.record(1, 0, 0);
+        assert_eq!(a.clat.min(), 1);
     }
 }

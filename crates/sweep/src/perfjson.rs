@@ -75,11 +75,14 @@ fn num(v: &Value, path: &[&str]) -> Result<f64> {
         .with_context(|| format!("perf JSON: {} is not a number", path.join(".")))
 }
 
+/// The `schema_version` of `farflash perf`'s JSON this reads (docs/perf-json.md).
+pub const PERF_SCHEMA: u32 = 2;
+
 /// Extracts the figures; `write` picks the direction whose latency is reported.
 pub fn figures(doc: &Value, write: bool) -> Result<Figures> {
     let ver = num(doc, &["schema_version"])?;
-    if ver != 1.0 {
-        bail!("perf JSON schema_version {ver}: this sweep reads version 1");
+    if ver != PERF_SCHEMA as f64 {
+        bail!("perf JSON schema_version {ver}: this sweep reads version {PERF_SCHEMA}");
     }
     let agg = doc.get("aggregate").context("perf JSON has no aggregate")?;
     let dir = if write { "write" } else { "read" };
@@ -128,7 +131,7 @@ mod tests {
     #[test]
     fn reads_the_documented_shape() {
         let doc = json!({
-            "schema_version": 1,
+            "schema_version": PERF_SCHEMA,
             "aggregate": {"read": dir(1000.0, 30000), "write": dir(0.0, 0),
                           "job_runtime": 2000, "ramp_ios": 7},
             "cpu": {"usr_pct": 10.0, "sys_pct": 20.0},
@@ -141,6 +144,6 @@ mod tests {
         assert_eq!(f.total_ios, 200);
         assert_eq!(f.ramp_ios, 7);
         assert_eq!(f.sys_cpu.soft, 3.0);
-        assert!(figures(&json!({"schema_version": 2}), false).is_err());
+        assert!(figures(&json!({"schema_version": 1}), false).is_err());
     }
 }

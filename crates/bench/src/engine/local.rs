@@ -79,6 +79,10 @@ impl Engine for Local {
         });
         Ok(())
     }
+    fn commit(&mut self) -> anyhow::Result<()> {
+        self.q.commit()?;
+        Ok(())
+    }
     fn poll(&mut self, out: &mut Vec<Done>) -> anyhow::Result<usize> {
         self.q.commit()?;
         self.q.reap(&mut self.reaped);

@@ -48,6 +48,10 @@ pub trait Engine {
     fn buf(&self, slot: u16) -> &[u8];
     /// Queues a read or write of `len` bytes at byte `offset` on `slot`.
     fn submit(&mut self, slot: u16, write: bool, offset: u64, len: u32) -> anyhow::Result<()>;
+    /// Hands the queued requests to the kernel now (the `writev` of their
+    /// commands, or `io_uring_enter`), like fio's `commit`; never blocks.
+    /// The job takes each command's issue time when this returns.
+    fn commit(&mut self) -> anyhow::Result<()>;
     /// Sends queued work and appends what completed to `out`; never blocks.
     fn poll(&mut self, out: &mut Vec<Done>) -> anyhow::Result<usize>;
     /// Sleeps until something may have completed (bounded), for blocking mode.

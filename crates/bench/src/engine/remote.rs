@@ -51,6 +51,10 @@ impl Engine for Remote {
         }
         Ok(())
     }
+    fn commit(&mut self) -> anyhow::Result<()> {
+        self.q.send_queued()?;
+        Ok(())
+    }
     fn poll(&mut self, out: &mut Vec<Done>) -> anyhow::Result<usize> {
         self.q.poll(&mut self.completions)?;
         let n = self.completions.len();

@@ -1,22 +1,43 @@
 //! The JSON report (schema: docs/perf-json.md), close to fio's
 //! `--output-format=json`: `jobs[].read|write.{io_bytes, bw_bytes, iops,
-//! total_ios, clat_ns{min,max,mean,stddev,N,percentile{"50.000000":..}}}`.
+//! total_ios, slat_ns{min,max,mean,stddev,N}, clat_ns{..,percentile{"50.000000":..}},
+//! lat_ns{..,percentile}}`.
 
 use super::rates;
 use crate::run::RunResult;
 use crate::spec::JobSpec;
-use crate::stats::{DirStats, JobStats, PERCENTILES};
+use crate::stats::{DirStats, JobStats, Lat, PERCENTILES};
 use serde_json::{json, Map, Value};
 
 /// Version of this document's layout (bumped on incompatible changes).
-pub const SCHEMA_VERSION: u32 = 1;
+/// 2: `clat_ns` starts when the command reached the socket (fio's split),
+/// no longer when it was prepared; `slat_ns` and `lat_ns` added.
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// One latency object; `percentile` only when asked (fio prints it for
+/// clat, and for lat with `lat_percentiles=1`).
+fn lat(l: &Lat, percentiles: bool) -> Value {
+    let mut v = json!({
+        "min": l.min(),
+        "max": l.max_ns,
+        "mean": l.mean_ns(),
+        "stddev": l.stddev_ns(),
+        "N": l.n,
+    });
+    if percentiles {
+        let mut pct = Map::new();
+        for p in PERCENTILES {
+            pct.insert(format!("{p:.6}"), json!(l.percentile(p)));
+        }
+        if let Some(o) = v.as_object_mut() {
+            o.insert("percentile".into(), Value::Object(pct));
+        }
+    }
+    v
+}
 
 fn dir(d: &DirStats, runtime_ns: u64) -> Value {
     let (bw, iops) = rates(d, runtime_ns);
-    let mut pct = Map::new();
-    for p in PERCENTILES {
-        pct.insert(format!("{p:.6}"), json!(d.percentile(p)));
-    }
     json!({
         "io_bytes": d.bytes,
         "io_kbytes": d.bytes / 1024,
@@ -25,14 +46,9 @@ fn dir(d: &DirStats, runtime_ns: u64) -> Value {
         "iops": iops,
         "runtime": runtime_ns / 1_000_000,
         "total_ios": d.ios,
-        "clat_ns": {
-            "min": d.min(),
-            "max": d.max_ns,
-            "mean": d.mean_ns(),
-            "stddev": d.stddev_ns(),
-            "N": d.ios,
-            "percentile": pct,
-        },
+        "slat_ns": lat(&d.slat, false),
+        "clat_ns": lat(&d.clat, true),
+        "lat_ns": lat(&d.lat, true),
     })
 }
 

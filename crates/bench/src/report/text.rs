@@ -38,19 +38,21 @@ fn dir(out: &mut String, name: &str, d: &DirStats, runtime_ns: u64) {
         d.bytes as f64 / 1048576.0,
         runtime_ns / 1_000_000
     );
-    let _ = writeln!(
-        out,
-        "    clat (nsec): min={}, max={}, avg={:.2}, stdev={:.2}",
-        d.min(),
-        d.max_ns,
-        d.mean_ns(),
-        d.stddev_ns()
-    );
+    for (label, l) in [("slat", &d.slat), ("clat", &d.clat), ("lat", &d.lat)] {
+        let _ = writeln!(
+            out,
+            "    {label:>4} (nsec): min={}, max={}, avg={:.2}, stdev={:.2}",
+            l.min(),
+            l.max_ns,
+            l.mean_ns(),
+            l.stddev_ns()
+        );
+    }
     let _ = writeln!(out, "    clat percentiles (nsec):");
     for row in PERCENTILES.chunks(4) {
         let cells: Vec<String> = row
             .iter()
-            .map(|&p| format!("{:>6}th=[{:>8}]", format!("{p:.2}"), d.percentile(p)))
+            .map(|&p| format!("{:>6}th=[{:>8}]", format!("{p:.2}"), d.clat.percentile(p)))
             .collect();
         let _ = writeln!(out, "     | {}", cells.join(", "));
     }
