@@ -1,9 +1,11 @@
 //! One event-loop thread and the connections it owns.
 //!
-//! Waiting: with [`PollMode::Adaptive`] the loop polls epoll without sleeping
+//! Waiting: with [`PollMode::Adaptive`] the loop polls without sleeping
 //! while work keeps arriving and for `poll_idle` after the last of it, then
 //! sleeps in `epoll_wait` until the next event or tick; `Always` never sleeps
-//! and `Never` always does.
+//! and `Never` always does. Polling spins on the sockets of the few
+//! connections that worked lately (`recv` straight away, as a polled target
+//! would), with an `epoll_wait(0)` every `DIRECT_SPINS` rounds for the rest.
 
 use crate::{LoopOptions, PollMode};
 use farflash_target::{QueuePair, Target};
@@ -23,6 +25,12 @@ pub(crate) const WAKE_TOKEN: Token = Token(usize::MAX);
 const FD_BIT: usize = 1 << 40;
 /// Periodic work (keep-alive, teardown) at least this often.
 const TICK: Duration = Duration::from_millis(100);
+/// Connections spun on directly (`recv` without asking epoll first) while
+/// polling; with more busy connections than this, epoll alone finds them.
+const HOT_MAX: usize = 4;
+/// Direct spins over the hot connections between two `epoll_wait(0)`s
+/// (which serve every other connection, backend eventfd and new arrival).
+const DIRECT_SPINS: u32 = 16;
 
 pub(crate) struct NewConn {
     pub sock: TcpStream,
@@ -43,6 +51,8 @@ struct Conn {
     want_write: bool,
     /// epoll reported the peer's half-close (EPOLLRDHUP).
     hup: bool,
+    /// Last time a pass over this connection moved anything.
+    last_work: Instant,
 }
 
 pub(crate) struct Worker {
@@ -58,6 +68,10 @@ pub(crate) struct Worker {
     conns: Vec<Option<Conn>>,
     free: Vec<usize>,
     ready: Vec<usize>,
+    /// Connections that worked within `poll_idle` (at most `HOT_MAX`): while
+    /// spinning, the loop `recv`s on these directly, which saves the
+    /// `epoll_wait` round between a command's arrival and its read.
+    hot: Vec<usize>,
 }
 
 /// Pins the calling thread to one CPU.
@@ -98,6 +112,7 @@ impl Worker {
             conns: Vec::new(),
             free: Vec::new(),
             ready: Vec::new(),
+            hot: Vec::with_capacity(HOT_MAX),
         }
     }
 
@@ -106,6 +121,7 @@ impl Worker {
         let mut last_tick = Instant::now();
         let mut last_work = last_tick;
         let mut drain_deadline: Option<Instant> = None;
+        let mut direct_spins = 0u32;
         loop {
             let now = Instant::now();
             let spin = match self.mode {
@@ -113,33 +129,24 @@ impl Worker {
                 PollMode::Never => false,
                 PollMode::Adaptive => now.duration_since(last_work) < self.poll_idle,
             };
-            let timeout = if spin {
-                Duration::ZERO
+            if spin && !self.hot.is_empty() && direct_spins < DIRECT_SPINS {
+                // Spin on the busy connections' sockets themselves.
+                direct_spins += 1;
+                self.ready.extend_from_slice(&self.hot);
             } else {
-                TICK.saturating_sub(now.duration_since(last_tick))
-            };
-            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
-                if e.kind() != io::ErrorKind::Interrupted {
-                    tracing::error!("poll failed: {e}");
-                    return;
-                }
-            }
-            for ev in events.iter() {
-                let t = ev.token();
-                if t == WAKE_TOKEN {
-                    self.accept_new();
+                direct_spins = 0;
+                let timeout = if spin {
+                    Duration::ZERO
                 } else {
-                    let i = t.0 & (FD_BIT - 1);
-                    if t.0 & FD_BIT == 0 && ev.is_read_closed() {
-                        // EPOLLRDHUP: the peer's FIN may sit right behind the
-                        // last data; read on to the EOF instead of stopping
-                        // at a short read.
-                        if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
-                            c.hup = true;
-                        }
+                    TICK.saturating_sub(now.duration_since(last_tick))
+                };
+                if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+                    if e.kind() != io::ErrorKind::Interrupted {
+                        tracing::error!("poll failed: {e}");
+                        return;
                     }
-                    self.ready.push(i);
                 }
+                self.take_events(&events);
             }
             let now = Instant::now();
             if now.duration_since(last_tick) >= TICK {
@@ -161,13 +168,17 @@ impl Worker {
                 ready.dedup();
                 let mut worked = false;
                 for &i in &ready {
-                    worked |= self.drive(i);
+                    if self.drive(i) {
+                        worked = true;
+                        self.mark_hot(i, now);
+                    }
                 }
                 ready.clear();
                 self.ready = ready;
                 if worked {
                     last_work = now;
                 }
+                self.prune_hot(now);
             }
             if self.stop.load(Ordering::Acquire) {
                 let deadline = *drain_deadline.get_or_insert(now + self.drain);
@@ -183,6 +194,52 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// Queues the connections epoll reported (new arrivals on the wake token).
+    fn take_events(&mut self, events: &Events) {
+        for ev in events.iter() {
+            let t = ev.token();
+            if t == WAKE_TOKEN {
+                self.accept_new();
+            } else {
+                let i = t.0 & (FD_BIT - 1);
+                if t.0 & FD_BIT == 0 && ev.is_read_closed() {
+                    // EPOLLRDHUP: the peer's FIN may sit right behind the
+                    // last data; read on to the EOF instead of stopping
+                    // at a short read.
+                    if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
+                        c.hup = true;
+                    }
+                }
+                self.ready.push(i);
+            }
+        }
+    }
+
+    /// Records that connection `i` worked; it joins the hot set if there is room.
+    fn mark_hot(&mut self, i: usize, now: Instant) {
+        if self.mode == PollMode::Never {
+            return;
+        }
+        if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
+            c.last_work = now;
+            if !self.hot.contains(&i) && self.hot.len() < HOT_MAX {
+                self.hot.push(i);
+            }
+        }
+    }
+
+    /// Drops closed connections and those idle for `poll_idle` from the hot set.
+    fn prune_hot(&mut self, now: Instant) {
+        let conns = &self.conns;
+        let idle = self.poll_idle;
+        self.hot.retain(|&i| {
+            conns
+                .get(i)
+                .and_then(Option::as_ref)
+                .is_some_and(|c| now.duration_since(c.last_work) < idle)
+        });
     }
 
     fn accept_new(&mut self) {
@@ -209,6 +266,7 @@ impl Worker {
                 dead: false,
                 want_write: false,
                 hup: false,
+                last_work: Instant::now(),
             });
             self.ready.push(i);
         }
