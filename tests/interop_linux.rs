@@ -40,6 +40,7 @@ const SCENARIOS: &[&str] = &[
     "flush-zeroes-dsm",
     "reconnect",
     "digests",
+    "sqflow",
     "io-queues",
     "refused-host",
     "disconnect",
@@ -535,6 +536,14 @@ fn linux_host_vs_farflash_serve() {
     );
 
     assert!(target.running(), "farflash serve exited during the run");
+    if scenarios.iter().any(|s| s == "sqflow") {
+        // The sqflow scenario's `nvme connect --disable-sqflow` really set
+        // CATTR bit 2 (so its reads took the C2HData SUCCESS path).
+        assert!(
+            target.has_line("sq_flow_control=false"),
+            "no controller connected with SQ flow control disabled"
+        );
+    }
     let status = target.terminate(Duration::from_secs(20));
     assert!(
         matches!(status, Some(s) if s.success()),

@@ -39,6 +39,11 @@ pub struct FabricsArgs {
     /// Keep-alive timeout in seconds (0 disables keep-alive).
     #[arg(short = 'k', long = "keep-alive-tmo")]
     pub keep_alive_tmo: Option<u32>,
+    /// Keep SQ flow control on the I/O queues. By default farflash asks to
+    /// disable it (as `nvme connect --disable-sqflow`): it never reads SQHD,
+    /// and the target may then complete reads without a CapsuleResp.
+    #[arg(long = "sqflow")]
+    pub sqflow: bool,
 }
 
 impl FabricsArgs {
@@ -70,6 +75,7 @@ impl FabricsArgs {
         }
         o.hdr_digest = self.hdr_digest;
         o.data_digest = self.data_digest;
+        o.disable_sqflow = !self.sqflow;
         if let Some(k) = self.keep_alive_tmo {
             o.kato_ms = k.saturating_mul(1000);
         }

@@ -84,11 +84,16 @@ pub fn property_set(offset: u32, value: u32) -> Sqe {
 /// Connect (Fabrics §6.3); SQSIZE is 0's based and at least 1 (a queue
 /// has two entries or more: SQSIZE 0 is an Invalid Parameter).
 pub fn connect(qid: u16, depth: u16, kato_ms: u32) -> Sqe {
+    connect_cattr(qid, depth, kato_ms, 0)
+}
+
+/// Connect with connection attributes (CATTR, e.g. disable SQ flow control).
+pub fn connect_cattr(qid: u16, depth: u16, kato_ms: u32, cattr: u8) -> Sqe {
     ConnectCmd {
         recfmt: 0,
         qid,
         sqsize: depth.saturating_sub(1).max(1),
-        cattr: 0,
+        cattr,
         kato: kato_ms,
     }
     .to_sqe(0)

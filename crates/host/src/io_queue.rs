@@ -107,14 +107,24 @@ impl IoQueue {
         data.encode(&mut b);
         // The 1024-byte Connect data goes in-capsule when IOCCSZ allows,
         // else by R2T/H2CData (the queue pair decides, as for any write).
-        q.execute(cmd::connect(qid, o.depth, 0), DataDir::ToCtrl, &b, 0)?
-            .check()
-            .map_err(|e| match e {
-                HostError::Nvme { status, .. } => {
-                    HostError::Controller(format!("I/O queue {qid} Connect failed: {status}"))
-                }
-                e => e,
-            })?;
+        let cattr = if opts.disable_sqflow {
+            farflash_wire::fabrics::CATTR_DISABLE_SQ_FLOW_CONTROL
+        } else {
+            0
+        };
+        q.execute(
+            cmd::connect_cattr(qid, o.depth, 0, cattr),
+            DataDir::ToCtrl,
+            &b,
+            0,
+        )?
+        .check()
+        .map_err(|e| match e {
+            HostError::Nvme { status, .. } => {
+                HostError::Controller(format!("I/O queue {qid} Connect failed: {status}"))
+            }
+            e => e,
+        })?;
         Ok(q)
     }
 

@@ -23,6 +23,11 @@ pub struct ConnectOptions {
     pub command_timeout: Duration,
     /// Admin queue entries (Connect SQSIZE + 1); Linux uses 32.
     pub admin_depth: u16,
+    /// Ask for SQ flow control to be disabled on I/O queues (Connect CATTR
+    /// bit 2, nvme-cli's `--disable-sqflow`). This host never reads SQHD, so
+    /// it loses nothing, and the target may then end a successful read with
+    /// a SUCCESS C2HData instead of a CapsuleResp (TCP §3.6.2.9).
+    pub disable_sqflow: bool,
 }
 
 /// Linux's default KATO for I/O controllers (`NVME_DEFAULT_KATO`, 5 s).
@@ -42,6 +47,7 @@ impl ConnectOptions {
             connect_timeout: Duration::from_secs(5),
             command_timeout: Duration::from_secs(30),
             admin_depth: 32,
+            disable_sqflow: true,
         }
     }
 

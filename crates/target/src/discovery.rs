@@ -17,7 +17,7 @@ fn entry(addr: &SocketAddr, portid: u16, subtype: u8, nqn: &str, asqsz: u16) -> 
             d::ADRFAM_IPV6
         },
         subtype,
-        treq: d::TREQ_NOT_SPECIFIED,
+        treq: d::TREQ_NOT_SPECIFIED | d::TREQ_DISABLE_SQFLOW,
         portid,
         cntlid: 0xFFFF,
         asqsz,

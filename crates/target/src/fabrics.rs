@@ -110,7 +110,7 @@ fn connect(q: &mut QueuePair, idx: usize, sqe: &Sqe) -> Outcome {
         else {
             return Outcome::Done(Status::CONNECT_CONTROLLER_BUSY, 0);
         };
-        tracing::info!(peer = %q.peer, cntlid = ctrl.cntlid, subnqn = %data.subnqn, hostnqn = %data.hostnqn, kato_ms = c.kato, "controller created");
+        tracing::info!(peer = %q.peer, cntlid = ctrl.cntlid, subnqn = %data.subnqn, hostnqn = %data.hostnqn, kato_ms = c.kato, sq_flow_control = !disable_flow, "controller created");
         let cntlid = ctrl.cntlid as u32;
         q.set_connected(ctrl, 0, c.sqsize, disable_flow, crate::queue::ADMIN_ICD);
         q.grow_slots(entries as usize);
@@ -150,7 +150,7 @@ fn connect(q: &mut QueuePair, idx: usize, sqe: &Sqe) -> Outcome {
         }
         st.io_qids.push(c.qid);
     }
-    tracing::debug!(peer = %q.peer, cntlid = ctrl.cntlid, qid = c.qid, depth = entries, "I/O queue connected");
+    tracing::debug!(peer = %q.peer, cntlid = ctrl.cntlid, qid = c.qid, depth = entries, sq_flow_control = !disable_flow, "I/O queue connected");
     let cntlid = ctrl.cntlid as u32;
     let icd = t.transport.in_capsule_data_size as usize;
     q.set_connected(ctrl, c.qid, c.sqsize, disable_flow, icd);

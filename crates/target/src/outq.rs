@@ -35,6 +35,11 @@ pub(crate) struct OutQueue {
 
 impl OutQueue {
     /// Bytes waiting to be sent.
+    /// Segments waiting (one `iovec` each).
+    pub fn segments(&self) -> usize {
+        self.segs.len()
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }

@@ -18,6 +18,9 @@ pub const SUBTYPE_CURRENT_DISCOVERY: u8 = 3;
 /// TREQ: secure channel not specified (00b), SQ flow control disable supported
 /// is bit 2 ("not required": 0 means the controller requires SQ flow control).
 pub const TREQ_NOT_SPECIFIED: u8 = 0;
+/// TREQ bit 2: the controller lets a host disable SQ flow control (Connect
+/// CATTR bit 2); Linux nvmet sets it on every port.
+pub const TREQ_DISABLE_SQFLOW: u8 = 1 << 2;
 
 /// One Discovery Log Page Entry.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

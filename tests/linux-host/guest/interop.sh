@@ -32,7 +32,7 @@
 set -euo pipefail
 shopt -s nullglob
 
-ALL="discover connect identify fio-ram fio-file flush-zeroes-dsm reconnect digests io-queues refused-host disconnect"
+ALL="discover connect identify fio-ram fio-file flush-zeroes-dsm reconnect digests sqflow io-queues refused-host disconnect"
 SCENARIOS=${SCENARIOS:-$ALL}
 INTEROP_TARGET=${INTEROP_TARGET:-remote}
 NQN=${NQN:-nqn.2026-11.io.farflash:default}
@@ -494,6 +494,27 @@ scn_digests() {
 		fail "the kernel logged digest errors or recovery"
 	}
 	ok "header + data digests (crc32c) negotiated; I/O clean"
+	disconnect
+}
+
+scn_sqflow() {
+	local k
+	disconnect
+	# CATTR bit 2 in every Connect: the target then sends SQHD FFFFh and ends
+	# successful reads with a C2HData carrying SUCCESS instead of a
+	# CapsuleResp; with the data digest on too, that C2HData also carries the
+	# digest. fio's verify reads go through exactly that path.
+	connect --disable-sqflow
+	run_fio sqflow "$FIO_RAM_NSID" "$FIO_DIGEST_SIZE"
+	disconnect
+	connect --disable-sqflow --data-digest
+	run_fio sqflow-ddgst "$FIO_RAM_NSID" "$FIO_DIGEST_SIZE"
+	k=$(kmsg_since_mark | grep -iE 'digest|error recovery|reconnect|unexpected|invalid' || true)
+	[[ -z $k ]] || {
+		echo "$k" | indent
+		fail "the kernel logged errors with SQ flow control disabled"
+	}
+	ok "--disable-sqflow (with and without data digest): I/O clean, reads verified"
 	disconnect
 }
 

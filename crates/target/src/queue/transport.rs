@@ -45,6 +45,11 @@ impl QueuePair {
         self.out.len()
     }
 
+    /// How many `iovec`s the waiting output takes.
+    pub fn output_segments(&self) -> usize {
+        self.out.segments()
+    }
+
     /// Fills `iov` with what is waiting to be sent (for one `writev`);
     /// returns how many slices were filled.
     pub fn output_slices<'a>(&'a self, iov: &mut [std::io::IoSlice<'a>]) -> usize {

@@ -4,15 +4,21 @@ use super::*;
 
 impl QueuePair {
     /// Completes the command in `idx`: reply data (if any and successful) as
-    /// C2HData PDUs, then the CapsuleResp; frees the slot.
+    /// C2HData PDUs, then the CapsuleResp; frees the slot. When the host
+    /// disabled SQ flow control, a successful data transfer whose CQE would
+    /// carry nothing but the CID ends with a SUCCESS C2HData instead of a
+    /// CapsuleResp (TCP §3.6.2.9 / Fabrics §6.3 CATTR: SQHD is not needed).
     pub(crate) fn finish(&mut self, idx: usize, status: Status, dw0: u32) {
         let (cid, reply, len, sqe) = {
             let s = &self.slots[idx];
             (s.sqe.cid, s.reply, s.len, s.sqe)
         };
+        let mut responded = false;
         if status.is_success() && reply && len > 0 {
             if let Some(buf) = self.slots[idx].buf.take() {
-                self.send_c2h(cid, buf, len as usize);
+                let success = !self.sq_flow_control && dw0 == 0 && self.respond_dw1 == 0;
+                self.send_c2h(cid, buf, len as usize, success);
+                responded = success;
             }
         }
         if !status.is_success() {
@@ -27,7 +33,9 @@ impl QueuePair {
                 });
             }
         }
-        self.respond(cid, status, dw0);
+        if !responded {
+            self.respond(cid, status, dw0);
+        }
         let s = &mut self.slots[idx];
         if let Some(b) = s.buf.take() {
             self.pool.put(b);
@@ -87,7 +95,9 @@ impl QueuePair {
     /// Sends `buf[..len]` as C2HData PDUs of at most max_c2h_data bytes
     /// (TCP §3.6.2.9). The data is not copied: the output queue holds the
     /// buffer until the socket has taken it.
-    pub(super) fn send_c2h(&mut self, cid: u16, buf: IoBuf, len: usize) {
+    /// Sends `len` bytes of `buf` as C2HData PDUs of at most `max_c2h_data`;
+    /// `success` sets SUCCESS on the last one (no CapsuleResp follows).
+    pub(super) fn send_c2h(&mut self, cid: u16, buf: IoBuf, len: usize, success: bool) {
         if self.term_sent {
             self.pool.put(buf);
             return;
@@ -109,7 +119,11 @@ impl QueuePair {
             let last = off + n == len;
             let total = pdo + n + if dd { DIGEST_LEN } else { 0 };
             let b = self.out.append(pdo);
-            let fl = if last { flags::DATA_LAST } else { 0 };
+            let fl = match (last, success) {
+                (true, true) => flags::DATA_LAST | flags::DATA_SUCCESS,
+                (true, false) => flags::DATA_LAST,
+                (false, _) => 0,
+            };
             DataHeader {
                 cccid: cid,
                 ttag: 0,

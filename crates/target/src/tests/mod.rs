@@ -221,11 +221,22 @@ impl Host {
     }
 
     pub(super) fn connect_sq(&mut self, qid: u16, cntlid: u16, host: &str, sqsize: u16) -> Cqe {
+        self.connect_full(qid, cntlid, host, sqsize, 0)
+    }
+
+    pub(super) fn connect_full(
+        &mut self,
+        qid: u16,
+        cntlid: u16,
+        host: &str,
+        sqsize: u16,
+        cattr: u8,
+    ) -> Cqe {
         let c = ConnectCmd {
             recfmt: 0,
             qid,
             sqsize,
-            cattr: 0,
+            cattr,
             kato: 5000,
         };
         let d = ConnectData {

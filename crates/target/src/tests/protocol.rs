@@ -104,6 +104,67 @@ fn write_in_capsule_and_by_r2t_then_read_back() {
     assert_eq!((totals.write_cmds, totals.read_cmds), (2, 2));
 }
 
+/// With SQ flow control disabled at Connect (CATTR bit 2), a successful read
+/// ends with a C2HData carrying LAST and SUCCESS and no CapsuleResp (TCP
+/// §3.6.2.9); failures and data-less commands still get a CapsuleResp, with
+/// SQHD FFFFh. With flow control on, every command gets its CapsuleResp.
+#[test]
+fn c2hdata_success_replaces_the_capsule_resp_without_sq_flow_control() {
+    use farflash_wire::fabrics::CATTR_DISABLE_SQ_FLOW_CONTROL;
+    let t = target_with(
+        vec![],
+        TransportConfig {
+            max_c2h_data: 8192,
+            ..TransportConfig::default()
+        },
+    );
+    let mut a = Host::new(&t);
+    let cntlid = a.bring_up();
+    let mut q = Host::new(&t);
+    q.icreq(false, false);
+    let c = q.connect_full(1, cntlid, HOST, 31, CATTR_DISABLE_SQ_FLOW_CONTROL);
+    assert_eq!(c.status, Status::SUCCESS, "{c:?}");
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 13) as u8).collect();
+    // A write has no C2HData: its CapsuleResp stays, SQHD FFFFh.
+    let w = q.resp(rw(io::WRITE, 0, 8, 4096, true), &data);
+    assert_eq!((w.status, w.sqhd), (Status::SUCCESS, 0xFFFF));
+    // 4 KiB read: one C2HData, LAST | SUCCESS, nothing after it.
+    let rx = q.cmd(rw(io::READ, 0, 8, 4096, false), &[]);
+    match &rx[..] {
+        [Rx::Data(h, d, fl)] => {
+            assert_eq!(*fl, flags::DATA_LAST | flags::DATA_SUCCESS);
+            assert_eq!((h.offset, d), (0, &data));
+        }
+        other => panic!("{other:?}"),
+    }
+    // 20 KiB read in 8 KiB PDUs: SUCCESS only on the last one.
+    let rx = q.cmd(rw(io::READ, 0, 40, 20480, false), &[]);
+    let fl: Vec<u8> = rx
+        .iter()
+        .map(|r| match r {
+            Rx::Data(_, _, f) => *f,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(fl, [0, 0, flags::DATA_LAST | flags::DATA_SUCCESS]);
+    // A failing read (LBA out of range) gets a CapsuleResp with its status.
+    let rx = q.cmd(rw(io::READ, 1 << 30, 8, 4096, false), &[]);
+    assert!(
+        matches!(rx[..], [Rx::Resp(c)] if c.status == Status::LBA_OUT_OF_RANGE.dnr() && c.sqhd == 0xFFFF),
+        "{rx:?}"
+    );
+    // Flow control on (the default): LAST only, then the CapsuleResp.
+    let mut q2 = Host::new(&t);
+    q2.icreq(false, false);
+    assert_eq!(q2.connect(2, cntlid, HOST).status, Status::SUCCESS);
+    let rx = q2.cmd(rw(io::READ, 0, 8, 4096, false), &[]);
+    assert!(
+        matches!(&rx[..], [Rx::Data(_, _, f), Rx::Resp(c)]
+            if *f == flags::DATA_LAST && c.status == Status::SUCCESS && c.sqhd != 0xFFFF),
+        "{rx:?}"
+    );
+}
+
 #[test]
 fn digests_are_generated_and_checked() {
     let t = target();
