@@ -28,6 +28,10 @@ const TICK: Duration = Duration::from_millis(100);
 /// Connections spun on directly (`recv` without asking epoll first) while
 /// polling; with more busy connections than this, epoll alone finds them.
 const HOT_MAX: usize = 4;
+/// `iovec`s per `writev`: a small array on the stack for the usual pass, up
+/// to Linux's IOV_MAX when a deep queue's batch is waiting.
+const SMALL_IOV: usize = 64;
+const MAX_IOV: usize = 1024;
 /// Direct spins over the hot connections between two `epoll_wait(0)`s
 /// (which serve every other connection, backend eventfd and new arrival).
 const DIRECT_SPINS: u32 = 16;
@@ -309,30 +313,13 @@ impl Worker {
             }
             c.qp.commit();
             worked |= c.qp.poll_backends();
-            // Send: all PDUs this pass produced, in as few writes as the socket takes.
-            let mut blocked = false;
-            while c.qp.output_len() > 0 && !c.dead {
-                let mut iov = [IoSlice::new(&[]); 64];
-                let n = c.qp.output_slices(&mut iov);
-                let queued: usize = iov[..n].iter().map(|s| s.len()).sum();
-                match c.sock.write_vectored(&iov[..n]) {
-                    Ok(0) => c.dead = true,
-                    Ok(n) => {
-                        c.qp.consume_output(n);
-                        worked = true;
-                        if n < queued {
-                            blocked = true; // the socket buffer is full
-                            break;
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        blocked = true;
-                        break;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(_) => c.dead = true,
-                }
-            }
+            // Send: all PDUs this pass produced, in as few writes as the socket
+            // takes (a deep queue's batch needs more iovecs than a shallow one's).
+            let blocked = if c.qp.output_segments() <= SMALL_IOV {
+                send_output::<SMALL_IOV>(c, &mut worked)
+            } else {
+                send_output::<MAX_IOV>(c, &mut worked)
+            };
             // Ask epoll for writability only while output is blocked: edge-
             // triggered EPOLLOUT on every ACK would wake the loop for nothing.
             if blocked != c.want_write && !c.dead {
@@ -399,4 +386,28 @@ impl Worker {
         self.live.fetch_sub(1, Ordering::AcqRel);
         self.free.push(i);
     }
+}
+
+/// Writes the connection's output with `writev`s of up to `N` segments until
+/// it is all sent or the socket is full; returns whether it blocked.
+fn send_output<const N: usize>(c: &mut Conn, worked: &mut bool) -> bool {
+    while c.qp.output_len() > 0 && !c.dead {
+        let mut iov = [IoSlice::new(&[]); N];
+        let n = c.qp.output_slices(&mut iov);
+        let queued: usize = iov[..n].iter().map(|s| s.len()).sum();
+        match c.sock.write_vectored(&iov[..n]) {
+            Ok(0) => c.dead = true,
+            Ok(n) => {
+                c.qp.consume_output(n);
+                *worked = true;
+                if n < queued {
+                    return true; // the socket buffer is full
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => c.dead = true,
+        }
+    }
+    false
 }
