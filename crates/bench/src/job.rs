@@ -185,6 +185,9 @@ impl JobRun<'_> {
         let mut idle = 0u32;
         let mut now = Instant::now();
         loop {
+            // One clock read stamps the whole refill: the commands of a
+            // batch are prepared within nanoseconds of each other.
+            let mut prepared = None;
             while inflight < depth && src.has_more(now) {
                 let Some(slot) = e.alloc_slot() else { break };
                 let (write, offset, len) = src.next();
@@ -193,7 +196,7 @@ impl JobRun<'_> {
                 }
                 let m = &mut st.meta[slot as usize];
                 *m = SlotMeta {
-                    start: Some(Instant::now()),
+                    start: Some(*prepared.get_or_insert_with(Instant::now)),
                     issued: None,
                     offset,
                     len,

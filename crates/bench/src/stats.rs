@@ -14,8 +14,9 @@ pub const PERCENTILES: [f64; 17] = [
     99.99,
 ];
 
-/// One latency series: exact min/max/mean/stddev, and percentiles from an
-/// HDR histogram (3 significant digits, 1 ns .. 1 h).
+/// One latency series: exact min/max/mean/stddev, and (unless built with
+/// [`Lat::summary_only`]) percentiles from an HDR histogram (3 significant
+/// digits, 1 ns .. 1 h).
 #[derive(Clone, Debug)]
 pub struct Lat {
     pub n: u64,
@@ -23,25 +24,36 @@ pub struct Lat {
     pub max_ns: u64,
     pub sum_ns: u128,
     pub sumsq_ns: f64,
-    pub hist: Histogram<u64>,
+    pub hist: Option<Histogram<u64>>,
 }
 
 impl Default for Lat {
     fn default() -> Self {
+        Lat {
+            // ~200 KiB per histogram.
+            hist: Some(
+                Histogram::new_with_bounds(1, MAX_LAT_NS, 3)
+                    .expect("static histogram bounds are valid"),
+            ),
+            ..Lat::summary_only()
+        }
+    }
+}
+
+impl Lat {
+    /// No histogram (no percentiles): for submission latency, where fio
+    /// reports none either and the I/O path saves a histogram update.
+    pub fn summary_only() -> Lat {
         Lat {
             n: 0,
             min_ns: u64::MAX,
             max_ns: 0,
             sum_ns: 0,
             sumsq_ns: 0.0,
-            // ~200 KiB per histogram.
-            hist: Histogram::new_with_bounds(1, MAX_LAT_NS, 3)
-                .expect("static histogram bounds are valid"),
+            hist: None,
         }
     }
-}
 
-impl Lat {
     #[inline]
     pub fn record(&mut self, ns: u64) {
         let l = ns.clamp(1, MAX_LAT_NS);
@@ -50,8 +62,10 @@ impl Lat {
         self.max_ns = self.max_ns.max(l);
         self.sum_ns += l as u128;
         self.sumsq_ns += (l as f64) * (l as f64);
-        // Within bounds after the clamp, so this cannot fail.
-        let _ = self.hist.record(l);
+        if let Some(h) = &mut self.hist {
+            // Within bounds after the clamp, so this cannot fail.
+            let _ = h.record(l);
+        }
     }
 
     pub fn merge(&mut self, o: &Lat) {
@@ -60,7 +74,9 @@ impl Lat {
         self.max_ns = self.max_ns.max(o.max_ns);
         self.sum_ns += o.sum_ns;
         self.sumsq_ns += o.sumsq_ns;
-        let _ = self.hist.add(&o.hist);
+        if let (Some(h), Some(oh)) = (&mut self.hist, &o.hist) {
+            let _ = h.add(oh);
+        }
     }
 
     pub fn mean_ns(&self) -> f64 {
@@ -89,12 +105,11 @@ impl Lat {
         }
     }
 
-    /// Latency at percentile `p` (0..100).
+    /// Latency at percentile `p` (0..100); 0 without a histogram.
     pub fn percentile(&self, p: f64) -> u64 {
-        if self.n == 0 {
-            0
-        } else {
-            self.hist.value_at_percentile(p)
+        match &self.hist {
+            Some(h) if self.n > 0 => h.value_at_percentile(p),
+            _ => 0,
         }
     }
 }
@@ -104,7 +119,7 @@ impl Lat {
 /// `slat` = preparing the command until the engine's commit returned (the
 /// `writev` that hands it to the socket, or `io_uring_enter`), `clat` = from
 /// there to the poll that received its completion, `lat` = `slat + clat`.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct DirStats {
     pub ios: u64,
     pub bytes: u64,
@@ -112,6 +127,19 @@ pub struct DirStats {
     pub slat: Lat,
     pub clat: Lat,
     pub lat: Lat,
+}
+
+impl Default for DirStats {
+    fn default() -> Self {
+        DirStats {
+            ios: 0,
+            bytes: 0,
+            errors: 0,
+            slat: Lat::summary_only(),
+            clat: Lat::default(),
+            lat: Lat::default(),
+        }
+    }
 }
 
 impl DirStats {
@@ -183,6 +211,7 @@ mod tests {
         assert!((499_000..=502_000).contains(&p50), "{p50}");
         assert!(a.clat.stddev_ns() > 0.0);
         assert_eq!((a.slat.min(), a.slat.max_ns), (100, 300));
+        assert!(a.slat.hist.is_none() && a.slat.percentile(50.0) == 0);
         // lat = slat + clat, per I/O.
         assert_eq!((a.lat.min(), a.lat.max_ns), (1100, 5_000_300));
         let lp50 = a.lat.percentile(50.0);

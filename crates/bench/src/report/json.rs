@@ -24,7 +24,7 @@ fn lat(l: &Lat, percentiles: bool) -> Value {
         "stddev": l.stddev_ns(),
         "N": l.n,
     });
-    if percentiles {
+    if percentiles && l.hist.is_some() {
         let mut pct = Map::new();
         for p in PERCENTILES {
             pct.insert(format!("{p:.6}"), json!(l.percentile(p)));
