@@ -1,162 +1,267 @@
 #!/usr/bin/env bash
-# benches/pair.sh -- farflash serve + farflash perf on 127.0.0.1, next to the
-# kernel-TCP floor measured in the same run (../shared/limits/tcp_rr.c).
+# benches/pair.sh -- the performance bars, measured on this machine:
+# farflash serve + farflash perf on 127.0.0.1 against the kernel-TCP floor
+# (../shared/limits/tcp_rr.c) measured in the same run, plus the engine's
+# idle CPU, memory and scaling.
 #
-#   bash benches/pair.sh            # 3 runs per case, median reported
-#   RUNS=5 RUNTIME=10 BACKEND=ram bash benches/pair.sh
+#   bash benches/pair.sh                    # every row, 5 paired runs each
+#   RUNS=7 RUNTIME=5 bash benches/pair.sh
 #
-# The target runs on core 0 (taskset -c 0), perf on core 1 (taskset -c 1,
-# --cpus-allowed 1); the floor's server and client sit on the same cores
-# with SPIN=1 (busy-poll), as perf does by default (--poll spin).
-# Cases: 4 KiB randread at QD 1, 32 and 128; 4 KiB randwrite at QD 32;
-# 128 KiB sequential read at QD 8. For each, the farflash figure, the floor
-# and their ratio are printed, and docs/benchmarks.md is rewritten with the
-# table, the date, the machine (nproc, CPU model) and the git commit.
+# Target on core 0 (`--threads 1 --cpus-allowed 0`, default adaptive
+# polling), perf on core 1 (`--cpus-allowed 1`, busy-poll); the floor's
+# server and client on the same cores with SPIN=1. Every run is a pair: the
+# floor, then farflash right after it, so both see the same machine (this
+# VM's speed changes by up to 2x from one minute to the next); a row's ratio
+# is the median of the per-pair ratios.
 #
-# Environment: RUNS (3), RUNTIME seconds per run (5), RAMP seconds (1),
-# BACKEND null|ram (null), SIZE of the namespace (1G), PORT (4520),
-# FLOOR_PORT (5301), OUT (docs/benchmarks.md; empty = do not write).
+# Rows: 4 KiB randread QD 1 (ops/s, and p50 latency against the floor's),
+# QD 32, QD 128, 4 KiB randwrite QD 32, 128 KiB read QD 8 (bytes/s), idle
+# target CPU with 4 idle hosts (30 s), adaptive vs always-poll at QD 1,
+# memory with 1,000 idle queue pairs, 16 connections against one.
+# Writes docs/benchmarks.md (OUT= to change, empty to skip).
+#
+# Environment: RUNS (5), RUNTIME seconds per run (3), RAMP (1), BACKEND
+# null|ram (null), SIZE (1G), PORT (4520), FLOOR_PORT (5301), OUT.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
 cd "$ROOT"
-RUNS=${RUNS:-3}
-RUNTIME=${RUNTIME:-5}
-RAMP=${RAMP:-1}
-BACKEND=${BACKEND:-null}
-SIZE=${SIZE:-1G}
-PORT=${PORT:-4520}
-FLOOR_PORT=${FLOOR_PORT:-5301}
+RUNS=${RUNS:-5} RUNTIME=${RUNTIME:-3} RAMP=${RAMP:-1}
+BACKEND=${BACKEND:-null} SIZE=${SIZE:-1G}
+PORT=${PORT:-4520} FLOOR_PORT=${FLOOR_PORT:-5301}
 OUT=${OUT-docs/benchmarks.md}
 NQN=nqn.2026-11.io.farflash:bench
 LIMITS=$ROOT/../shared/limits/tcp_rr.c
 
 die() { echo "pair.sh: $*" >&2; exit 1; }
-
 [[ -f $LIMITS ]] || die "$LIMITS is missing: the kernel-TCP floor cannot be measured (see ../shared/limits/README.md)"
 [[ $BACKEND = null || $BACKEND = ram ]] || die "BACKEND must be null or ram"
-for t in gcc taskset python3 cargo; do
-	command -v "$t" >/dev/null || die "$t is required"
-done
+for t in gcc taskset python3 cargo; do command -v "$t" >/dev/null || die "$t is required"; done
 [[ $(nproc) -ge 2 ]] || die "needs at least 2 CPUs (target on core 0, perf on core 1)"
 
 TMP=$(mktemp -d)
 PIDS=()
 cleanup() {
-	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
+	local p
+	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
 	rm -rf "$TMP"
 }
 trap cleanup EXIT
 
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "== building (release)"
-cargo build --release --bin farflash >&2
+cargo build -q --release --bin farflash --example idle_hosts
 FF=$ROOT/target/release/farflash
+IDLE=$ROOT/target/release/examples/idle_hosts
 gcc -O2 -o "$TMP/tcp_rr" "$LIMITS"
+ulimit -n 8192 2>/dev/null || true
 
-echo "== starting farflash serve --$BACKEND $SIZE on core 0, 127.0.0.1:$PORT"
-taskset -c 0 "$FF" serve --listen "127.0.0.1:$PORT" "--$BACKEND" "$SIZE" --nqn "$NQN" \
-	--threads 1 --log-level warn >"$TMP/serve.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 100); do
-	grep -q "listening on" "$TMP/serve.log" && break
-	sleep 0.1
-done
-grep -q "listening on" "$TMP/serve.log" || { cat "$TMP/serve.log" >&2; die "farflash serve did not start"; }
+py() { python3 -c "$1"; }
+median() { python3 -c 'import sys,statistics; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
+wait_listen() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; die "nothing listens on $1"; }
 
-median() { python3 -c 'import sys,statistics; v=[float(x) for x in sys.argv[1:]]; print(statistics.median(v))' "$@"; }
+serve() { # ARGS... -> the target in the background (SERVE_PID)
+	"$FF" serve --listen "127.0.0.1:$PORT" --nqn "$NQN" --log-level warn "$@" >"$TMP/serve.log" 2>&1 &
+	SERVE_PID=$!
+	PIDS+=("$SERVE_PID")
+	wait_listen "$PORT"
+}
+serve_pinned() { serve "--$BACKEND" "$SIZE" --threads 1 --cpus-allowed 0 "$@"; }
+stop_serve() { kill -TERM "$SERVE_PID" 2>/dev/null || true; wait "$SERVE_PID" 2>/dev/null || true; }
 
-# perf RW BS QD -> "iops bw_bytes p50_ns p99_ns usr sys"
-run_perf() {
-	taskset -c 1 "$FF" perf -t tcp -a 127.0.0.1 -s "$PORT" -n "$NQN" --rw "$1" --bs "$2" \
-		--iodepth "$3" --runtime "$RUNTIME" --ramp_time "$RAMP" --cpus-allowed 1 \
-		--output-format=json >"$TMP/perf.json" || die "perf $* failed"
-	python3 - "$TMP/perf.json" "$1" <<'PY'
+# perf RW BS QD [ARGS...] -> "iops bw_bytes clat_p50_ns clat_p99_ns lat_p50_ns cpu_pct"
+perf_run() {
+	local rw=$1 bs=$2 qd=$3
+	shift 3
+	taskset -c 1 "$FF" perf -t tcp -a 127.0.0.1 -s "$PORT" -n "$NQN" --rw "$rw" --bs "$bs" \
+		--iodepth "$qd" --runtime "$RUNTIME" --ramp_time "$RAMP" --output-format=json "$@" \
+		>"$TMP/perf.json" || die "perf $rw $bs QD $qd failed"
+	python3 - "$TMP/perf.json" "$rw" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 a = j["aggregate"]
 d = a["write"] if "write" in sys.argv[2] else a["read"]
-p = d["clat_ns"]["percentile"]
-print(d["iops"], d["bw_bytes"], p["50.000000"], p["99.000000"], j["cpu"]["usr_pct"], j["cpu"]["sys_pct"])
+c, l = d["clat_ns"]["percentile"], d["lat_ns"]["percentile"]
+print(d["iops"], d["bw_bytes"], c["50.000000"], c["99.000000"], l["50.000000"],
+      j["cpu"]["usr_pct"] + j["cpu"]["sys_pct"])
 PY
 }
 
-# floor REQ RESP QD -> "ops"
-run_floor() {
+# floor REQ RESP QD -> "ops p50_us" (p50 only at QD 1; "0" otherwise)
+floor_run() {
 	SPIN=1 taskset -c 0 "$TMP/tcp_rr" server "$FLOOR_PORT" "$1" "$2" >/dev/null 2>&1 &
-	local srv=$!
-	sleep 0.3
-	local line
+	local srv=$! line
+	PIDS+=("$srv")
+	sleep 0.2
 	line=$(SPIN=1 taskset -c 1 "$TMP/tcp_rr" client "$FLOOR_PORT" "$1" "$2" "$3" "$RUNTIME") || die "tcp_rr client failed"
 	kill "$srv" 2>/dev/null || true
 	wait "$srv" 2>/dev/null || true
-	echo "$line" | sed -n 's/.*ops\/s=\([0-9.]*\).*/\1/p'
+	py "import re; l='''$line'''; o=re.search(r'ops/s=([0-9.]+)', l); p=re.search(r'p50_us=([0-9.]+)', l); print(o.group(1), p.group(1) if p else 0)"
 }
 
-# name rw bs qd data_bytes req resp
-CASES=(
-	"4k-randread-qd1 randread 4k 1 4096 72 4120"
-	"4k-randread-qd32 randread 4k 32 4096 72 4120"
-	"4k-randread-qd128 randread 4k 128 4096 72 4120"
-	"4k-randwrite-qd32 randwrite 4k 32 4096 4168 24"
-	"128k-read-qd8 read 128k 8 131072 72 131096"
-)
-
-ROWS=()
+declare -A R # results: R[case,field] = median
 RUNLOG=()
-printf '\n%-20s %12s %12s %9s %9s %12s %7s %12s\n' case "IOPS" "MiB/s" "p50 us" "p99 us" "floor IOPS" ratio "perf cpu %"
+DETAIL=()
+
+# name rw bs qd req resp: paired runs; QD 1 also runs an always-polling target.
+CASES=(
+	"4k-randread-qd1 randread 4k 1 72 4120"
+	"4k-randread-qd32 randread 4k 32 72 4120"
+	"4k-randread-qd128 randread 4k 128 72 4120"
+	"4k-randwrite-qd32 randwrite 4k 32 4168 24"
+	"128k-read-qd8 read 128k 8 72 131096"
+)
 for c in "${CASES[@]}"; do
-	read -r name rw bs qd data req resp <<<"$c"
-	iops=() bw=() p50=() p99=() floor=() cpu=() ratio=()
+	read -r name rw bs qd req resp <<<"$c"
+	echo "== $name"
+	iops=() bw=() c50=() c99=() l50=() cpu=() fops=() ratio=() lr=() fps=() aw=()
 	for r in $(seq "$RUNS"); do
-		read -r i b m n u s < <(run_perf "$rw" "$bs" "$qd")
-		iops+=("$i") bw+=("$b") p50+=("$m") p99+=("$n") cpu+=("$(python3 -c "print($u+$s)")")
-		floor+=("$(run_floor "$req" "$resp" "$qd")")
-		# Paired: each run's figure over the floor measured right after it.
-		ratio+=("$(python3 -c "f=float('${floor[-1]}' or 0); print($i/f if f else 0)")")
-		echo "  $name run $r: farflash ${i%.*} IOPS, floor ${floor[-1]%.*} ops/s" >&2
-		RUNLOG+=("- $name run $r: ${i%.*} / ${floor[-1]%.*}")
+		read -r fo fp < <(floor_run "$req" "$resp" "$qd")
+		serve_pinned
+		read -r i b m n l u < <(perf_run "$rw" "$bs" "$qd" --cpus-allowed 1)
+		stop_serve
+		iops+=("$i") bw+=("$b") c50+=("$m") c99+=("$n") l50+=("$l") cpu+=("$u") fops+=("$fo")
+		ratio+=("$(py "print($i / $fo)")")
+		line="$name run $r: farflash ${i%.*} IOPS (clat p50 $m ns), floor ${fo%.*} ops/s"
+		if [[ $qd = 1 ]]; then
+			lr+=("$(py "print($m / 1000 / $fp)")") fps+=("$fp")
+			serve_pinned --poll always
+			read -r wi _ wm _ _ _ < <(perf_run "$rw" "$bs" "$qd" --cpus-allowed 1)
+			stop_serve
+			aw+=("$(py "print($m / $wm)")")
+			line+=" (p50 $fp µs); always-poll target ${wi%.*} IOPS (clat p50 $wm ns)"
+		fi
+		echo "  $line"
+		RUNLOG+=("- $line")
 	done
-	mi=$(median "${iops[@]}") mb=$(median "${bw[@]}") m50=$(median "${p50[@]}") m99=$(median "${p99[@]}")
-	mf=$(median "${floor[@]}") mc=$(median "${cpu[@]}") mr=$(median "${ratio[@]}")
-	read -r fmt_iops fmt_mib fmt_p50 fmt_p99 fmt_floor fmt_ratio fmt_cpu < <(python3 -c "
-i,b,p5,p9,f,c,r=$mi,$mb,$m50,$m99,$mf,$mc,$mr
-print('%.0f %.1f %.1f %.1f %.0f %.2f %.0f' % (i, b/1048576, p5/1000, p9/1000, f, r, c))")
-	printf '%-20s %12s %12s %9s %9s %12s %7s %12s\n' "$name" "$fmt_iops" "$fmt_mib" "$fmt_p50" "$fmt_p99" "$fmt_floor" "$fmt_ratio" "$fmt_cpu"
-	ROWS+=("| $name | $fmt_iops | $fmt_mib | $fmt_p50 | $fmt_p99 | $fmt_floor | $(python3 -c "print('%.1f' % ($mf*$data/1048576))") | $fmt_ratio | $fmt_cpu |")
+	R[$name,iops]=$(median "${iops[@]}") R[$name,bw]=$(median "${bw[@]}")
+	R[$name,c50]=$(median "${c50[@]}") R[$name,c99]=$(median "${c99[@]}") R[$name,l50]=$(median "${l50[@]}")
+	R[$name,cpu]=$(median "${cpu[@]}") R[$name,floor]=$(median "${fops[@]}") R[$name,ratio]=$(median "${ratio[@]}")
+	if [[ $qd = 1 ]]; then
+		R[$name,lat_ratio]=$(median "${lr[@]}") R[$name,always]=$(median "${aw[@]}") R[$name,fp50]=$(median "${fps[@]}")
+	fi
+	DETAIL+=("$(py "
+i,b,c5,c9,l5,u,f,r = ${R[$name,iops]},${R[$name,bw]},${R[$name,c50]},${R[$name,c99]},${R[$name,l50]},${R[$name,cpu]},${R[$name,floor]},${R[$name,ratio]}
+print('| $name | %.0f | %.1f | %.1f | %.1f | %.1f | %.0f | %.2f | %.0f |' % (i, b/1048576, c5/1000, c9/1000, l5/1000, f, r, u))")")
 done
+
+echo "== idle target (adaptive), 4 idle hosts with keep-alives, 30 s"
+serve --ram 64M
+"$IDLE" "127.0.0.1:$PORT" "$NQN" 4 1 40 >"$TMP/idle.log" 2>&1 &
+ipid=$!
+PIDS+=("$ipid")
+sleep 5
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+t0=$(cpu_ticks "$SERVE_PID")
+sleep 30
+t1=$(cpu_ticks "$SERVE_PID")
+wait "$ipid" || die "idle hosts failed: $(cat "$TMP/idle.log")"
+stop_serve
+IDLE_PCT=$(py "print('%.2f' % (100.0 * ($t1 - $t0) / $(getconf CLK_TCK) / 30))")
+echo "  target CPU: $((t1 - t0)) ticks in 30 s = $IDLE_PCT % of one core"
+
+echo "== memory with 1,000 idle queue pairs (250 controllers x (admin + 3 I/O queues))"
+rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
+serve --ram 64M
+sleep 0.5
+rss0=$(rss_kib "$SERVE_PID")
+"$IDLE" "127.0.0.1:$PORT" "$NQN" 250 3 15 >"$TMP/idle1000.log" 2>&1 &
+ipid=$!
+PIDS+=("$ipid")
+for _ in $(seq 600); do
+	grep -q "connected" "$TMP/idle1000.log" && break
+	kill -0 "$ipid" 2>/dev/null || break
+	sleep 0.1
+done
+grep -q "connected 1000 queue pairs" "$TMP/idle1000.log" || die "1000 queue pairs did not connect: $(cat "$TMP/idle1000.log")"
+sleep 2
+rss1=$(rss_kib "$SERVE_PID")
+wait "$ipid" || die "idle hosts failed: $(cat "$TMP/idle1000.log")"
+stop_serve
+MEM_MIB=$(py "print('%.1f' % (($rss1 - $rss0) / 1024))")
+echo "  target RSS: $rss0 KiB resting, $rss1 KiB with 1,000 queue pairs: +$MEM_MIB MiB"
+
+echo "== 16 connections against one (QD 32 each; target and perf on both cores)"
+one=() sixteen=() scale=()
+for r in $(seq "$RUNS"); do
+	serve "--$BACKEND" "$SIZE" --threads 2 --poll never
+	read -r a _ < <(perf_run randread 4k 32 --numjobs 1 --poll block --cpus-allowed 0-1)
+	read -r b _ < <(perf_run randread 4k 32 --numjobs 16 --poll block --cpus-allowed 0-1)
+	stop_serve
+	echo "  run $r: 1 connection ${a%.*} IOPS, 16 connections ${b%.*} IOPS"
+	RUNLOG+=("- 16 connections run $r: ${b%.*} IOPS against ${a%.*} with one")
+	one+=("$a") sixteen+=("$b") scale+=("$(py "print($b / $a)")")
+done
+ONE=$(median "${one[@]}") SIXTEEN=$(median "${sixteen[@]}") SCALE=$(median "${scale[@]}")
+
+met() { py "print('yes' if $1 else 'no')"; }
+row() { # NAME CASE BAR -> a throughput row
+	local f="${R[$2,iops]}" fl="${R[$2,floor]}" r="${R[$2,ratio]}" unit=ops/s
+	if [[ $2 = 128k* ]]; then
+		f=$(py "print(${R[$2,bw]} / 1048576)") fl=$(py "print($fl * 131072 / 1048576)") unit=MiB/s
+	fi
+	py "print('| $1 | %.0f $unit | %.0f $unit | %.2f | ≥ $3 | %s |' % ($f, $fl, $r, 'yes' if $r >= $3 else 'no'))"
+}
+Q1=4k-randread-qd1
+TABLE=$(
+	echo "| row | farflash | floor | ratio | bar | met |"
+	echo "|---|---|---|---|---|---|"
+	row "randread QD 1, ops/s" $Q1 0.75
+	py "
+c, fl, r = ${R[$Q1,c50]} / 1000, ${R[$Q1,fp50]}, ${R[$Q1,lat_ratio]}
+print('| randread QD 1, p50 latency | %.1f µs | %.1f µs | %.2f | ≤ 1.5 | %s |' % (c, fl, r, 'yes' if r <= 1.5 else 'no'))"
+	row "randread QD 32, ops/s" 4k-randread-qd32 0.60
+	row "randread QD 128, ops/s" 4k-randread-qd128 0.50
+	row "randwrite QD 32, ops/s" 4k-randwrite-qd32 0.50
+	row "128 KiB read QD 8, bytes/s" 128k-read-qd8 0.90
+	echo "| idle target (adaptive), 4 idle hosts, 30 s | $IDLE_PCT % of a core | | | < 1 % | $(met "$IDLE_PCT < 1") |"
+	echo "| adaptive vs always-poll, QD 1 p50 | $(py "print('%.2f' % ${R[$Q1,always]})") | | | within 15 % | $(met "abs(${R[$Q1,always]} - 1) <= 0.15") |"
+	echo "| memory with 1,000 idle queue pairs | +$MEM_MIB MiB | | | < 200 MiB | $(met "$MEM_MIB < 200") |"
+	echo "| 16 connections / 1 (QD 32 each) | $(py "print('%.0f / %.0f IOPS = %.2f' % ($SIXTEEN, $ONE, $SCALE))") | | | ≥ 1.0 | $(met "$SCALE >= 1.0") |"
+)
+echo
+echo "$TABLE"
 
 if [[ -n $OUT ]]; then
 	COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-	DIRTY=$(git diff --quiet HEAD -- 2>/dev/null || echo " (with uncommitted changes)")
-	CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+	DIRTY=$(git diff --quiet HEAD -- crates src benches examples 2>/dev/null || echo " (with uncommitted changes)")
+	CPU=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 	{
-		echo "# Benchmarks: farflash serve + farflash perf vs the kernel-TCP floor"
+		echo "# Benchmarks: farflash serve + farflash perf against the kernel-TCP floor"
 		echo
 		echo "Written by \`benches/pair.sh\`; do not edit by hand. Re-run it to refresh."
+		echo "What the rows mean and where the time goes: docs/performance.md."
 		echo
 		echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 		echo "- machine: $(nproc) CPUs, ${CPU:-unknown CPU}, $(uname -r);" \
 			"load average $LOAD_START at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end"
 		echo "- commit: $COMMIT$DIRTY"
-		echo "- target: \`farflash serve --$BACKEND $SIZE --threads 1\` on core 0; perf on core 1 (\`--cpus-allowed 1\`, busy-poll)"
-		echo "- each figure: median of $RUNS runs of ${RUNTIME} s after ${RAMP} s ramp; latency = completion latency"
-		echo "- floor: \`tcp_rr\` (../shared/limits) with SPIN=1, server core 0, client core 1, same run;"
-		echo "  request/response bytes: 72/4120 (4 KiB reads), 4168/24 (4 KiB writes), 72/131096 (128 KiB reads)"
+		echo "- target: \`farflash serve --$BACKEND $SIZE --threads 1 --cpus-allowed 0\` (adaptive polling unless said);"
+		echo "  perf on core 1 (\`--cpus-allowed 1\`, busy-poll), ${RUNTIME} s per run after ${RAMP} s ramp"
+		echo "- floor: \`tcp_rr\` (../shared/limits) with SPIN=1, server core 0, client core 1, run right"
+		echo "  before each farflash run; request/response bytes 72/4120 (4 KiB reads),"
+		echo "  4168/24 (4 KiB writes), 72/131096 (128 KiB reads)"
+		echo "- ratios: median over $RUNS pairs of (farflash / floor of the same pair)"
 		echo
-		echo "| case | IOPS | MiB/s | p50 µs | p99 µs | floor ops/s | floor MiB/s | ratio to floor | perf CPU % |"
+		echo "## The bars"
+		echo
+		echo "$TABLE"
+		echo
+		echo "Latency is perf's \`clat\` (from the \`writev\` that sent the command to its completion),"
+		echo "the interval \`tcp_rr\` times too (from its \`send\` to its \`recv\`); perf's total \`lat\`"
+		echo "adds the sending \`writev\`, in which loopback TCP delivers the capsule to the target."
+		echo
+		echo "## Per case (medians)"
+		echo
+		echo "| case | IOPS | MiB/s | clat p50 µs | clat p99 µs | lat p50 µs | floor ops/s | ratio | perf CPU % |"
 		echo "|---|---|---|---|---|---|---|---|---|"
-		printf '%s\n' "${ROWS[@]}"
+		printf '%s\n' "${DETAIL[@]}"
 		echo
-		echo "The ratio is the median over runs of (farflash IOPS / floor ops/s measured right"
-		echo "after it): 1.00 would mean the NVMe/TCP protocol, the target and the host cost"
-		echo "nothing beyond kernel TCP itself. IOPS, latency and floor columns are medians of"
-		echo "their own. This is a shared 2-core development machine whose other jobs make"
-		echo "single runs vary by 2x or more: quote ratios, not absolutes, and re-run on a"
-		echo "quiet machine for figures worth comparing."
+		echo "This is a shared 2-core VM whose speed changes by up to 2x from one minute to"
+		echo "the next (the floor itself moves between about 3.5 and 8 µs at QD 1): quote the"
+		echo "paired ratios, not absolutes."
 		echo
-		echo "Per-run figures (farflash IOPS / floor ops/s):"
+		echo "## Per run"
 		echo
 		printf '%s\n' "${RUNLOG[@]}"
 	} >"$OUT"

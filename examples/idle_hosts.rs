@@ -1,6 +1,6 @@
 //! Connects idle hosts to a target and keeps them alive: `CONTROLLERS`
 //! associations, each with `QUEUES` I/O queues, Keep Alive running, no I/O.
-//! Used by benches/engine.sh to measure a target's idle CPU and its memory
+//! Used by benches/pair.sh to measure a target's idle CPU and its memory
 //! per connected queue pair.
 //!
 //! cargo run --release --example idle_hosts -- ADDR:PORT NQN CONTROLLERS QUEUES SECONDS
