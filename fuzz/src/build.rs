@@ -73,13 +73,14 @@ fn add_ddgst(b: &mut [u8], n: usize, bad: bool) {
     b[n..n + DIGEST_LEN].copy_from_slice(&crc.to_le_bytes());
 }
 
-/// A Connect capsule for `qid` joining `cntlid` (FFFFh: a new controller).
-pub fn connect(qid: u16, cntlid: u16, sqsize: u16, cid: u16, d: Digests) -> Vec<u8> {
+/// A Connect capsule for `qid` joining `cntlid` (FFFFh: a new controller),
+/// with connection attributes `cattr` (bit 2: SQ flow control disabled).
+pub fn connect(qid: u16, cntlid: u16, sqsize: u16, cid: u16, d: Digests, cattr: u8) -> Vec<u8> {
     let c = ConnectCmd {
         recfmt: 0,
         qid,
         sqsize,
-        cattr: 0,
+        cattr,
         kato: if qid == 0 { 30_000 } else { 0 },
     };
     let data = ConnectData {
@@ -93,8 +94,8 @@ pub fn connect(qid: u16, cntlid: u16, sqsize: u16, cid: u16, d: Digests) -> Vec<
     capsule(&c.to_sqe(cid), &raw, d, false)
 }
 
-pub fn admin_connect(cid: u16, d: Digests) -> Vec<u8> {
-    connect(0, CNTLID_DYNAMIC, 31, cid, d)
+pub fn admin_connect(cid: u16, d: Digests, cattr: u8) -> Vec<u8> {
+    connect(0, CNTLID_DYNAMIC, 31, cid, d, cattr)
 }
 
 /// Property Set CC = `cc` (CC.EN with the default entry sizes to enable).

@@ -28,6 +28,9 @@ pub struct Conn {
     pub hold: bool,
     /// Read data received (C2HData payload bytes).
     pub c2h_bytes: u64,
+    /// Connect CATTR for `bring_up` / `connect_io` (bit 2: no SQ flow
+    /// control, so successful reads end with a SUCCESS C2HData).
+    pub cattr: u8,
 }
 
 impl Conn {
@@ -48,6 +51,7 @@ impl Conn {
             resps: Vec::new(),
             hold: false,
             c2h_bytes: 0,
+            cattr: 0,
         }
     }
 
@@ -164,7 +168,7 @@ impl Conn {
     /// Admin bring-up: ICReq, Connect, CC.EN. Returns the CNTLID.
     pub fn bring_up(&mut self, hpda: u8, d: Digests, rng: &mut Rng) -> u16 {
         self.initialize(hpda, d, rng);
-        self.feed(&build::admin_connect(1, d), rng);
+        self.feed(&build::admin_connect(1, d, self.cattr), rng);
         let cntlid = self.expect_ok(1, "admin Connect").dw0 as u16;
         let en = farflash_wire::props::cc::ENABLE_DEFAULT;
         self.feed(&build::set_cc(en, 2, d), rng);
@@ -177,7 +181,7 @@ impl Conn {
         self.initialize(hpda, d, rng);
         self.io = true;
         let sqsize = depth.clamp(2, 64) as u16 - 1;
-        self.feed(&build::connect(1, cntlid, sqsize, 1, d), rng);
+        self.feed(&build::connect(1, cntlid, sqsize, 1, d, self.cattr), rng);
         self.expect_ok(1, "I/O queue Connect");
     }
 }

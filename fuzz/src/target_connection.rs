@@ -2,7 +2,8 @@
 //!
 //! Input: `[mode][params][limits][ns][body...]`. `limits`/`ns` shape the
 //! target (see [`target_setup::build`]); `params` holds the digests (bits
-//! 0-1), the HPDA (bits 2-3) and seeds the chunking. Modes (`mode % 7`):
+//! 0-1), the HPDA (bits 2-3), whether bring-up disables SQ flow control
+//! (bit 4: reads then end with a SUCCESS C2HData) and seeds the chunking. Modes (`mode % 7`):
 //!
 //! 0. raw: `body` is the host-to-controller byte stream of one connection
 //!    (what the kernel-host seeds hold).
@@ -35,6 +36,8 @@ pub struct Harness {
     pub cur: usize,
     pub rng: Rng,
     pub clock: Clock,
+    /// Connect CATTR used by the structured bring-ups.
+    pub cattr: u8,
 }
 
 pub fn run(data: &[u8]) {
@@ -56,6 +59,11 @@ pub fn run(data: &[u8]) {
         cur: 0,
         rng: Rng::new(u64::from_le_bytes([params, limits, ns, mode, 0, 0, 0, 1])),
         clock: Clock::new(),
+        cattr: if params & 0x10 != 0 {
+            farflash_wire::fabrics::CATTR_DISABLE_SQ_FLOW_CONTROL
+        } else {
+            0
+        },
     };
     h.add();
     match mode {
@@ -104,7 +112,8 @@ pub fn run(data: &[u8]) {
 impl Harness {
     fn add(&mut self) {
         let port = 40000 + self.conns.len() as u16;
-        let c = Conn::new(&self.target, port, self.shape.max_c2h_data);
+        let mut c = Conn::new(&self.target, port, self.shape.max_c2h_data);
+        c.cattr = self.cattr;
         self.conns.push(c);
     }
 
@@ -268,7 +277,7 @@ mod tests {
     /// passing, in every transport shape: the harness itself must hold up.
     #[test]
     fn known_good_commands_in_every_mode() {
-        for params in [0u8, 3, 0x0c, 0x07] {
+        for params in [0u8, 3, 0x0c, 0x07, 0x10, 0x13] {
             for limits in [0u8, 0x55, 0xff] {
                 for mode in 0..7u8 {
                     let mut v = vec![mode, params, limits, 7];
