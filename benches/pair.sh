@@ -31,34 +31,21 @@ BACKEND=${BACKEND:-null} SIZE=${SIZE:-1G}
 PORT=${PORT:-4520} FLOOR_PORT=${FLOOR_PORT:-5301}
 OUT=${OUT-docs/benchmarks.md}
 NQN=nqn.2026-11.io.farflash:bench
-LIMITS=$ROOT/../shared/limits/tcp_rr.c
-
-die() { echo "pair.sh: $*" >&2; exit 1; }
-[[ -f $LIMITS ]] || die "$LIMITS is missing: the kernel-TCP floor cannot be measured (see ../shared/limits/README.md)"
-[[ $BACKEND = null || $BACKEND = ram ]] || die "BACKEND must be null or ram"
-for t in gcc taskset python3 cargo; do command -v "$t" >/dev/null || die "$t is required"; done
-[[ $(nproc) -ge 2 ]] || die "needs at least 2 CPUs (target on core 0, perf on core 1)"
-
-TMP=$(mktemp -d)
-PIDS=()
-cleanup() {
-	local p
-	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
+NAME=pair.sh
+[[ $BACKEND = null || $BACKEND = ram ]] || { echo "pair.sh: BACKEND must be null or ram" >&2; exit 1; }
+for t in gcc taskset python3 cargo; do command -v "$t" >/dev/null || { echo "pair.sh: $t is required" >&2; exit 1; }; done
+[[ $(nproc) -ge 2 ]] || { echo "pair.sh: needs at least 2 CPUs (target on core 0, perf on core 1)" >&2; exit 1; }
+# shellcheck source=benches/lib.sh
+source "$ROOT/benches/lib.sh"
 
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "== building (release)"
 cargo build -q --release --bin farflash --example idle_hosts
 FF=$ROOT/target/release/farflash
 IDLE=$ROOT/target/release/examples/idle_hosts
-gcc -O2 -o "$TMP/tcp_rr" "$LIMITS"
 ulimit -n 8192 2>/dev/null || true
 
 py() { python3 -c "$1"; }
-median() { python3 -c 'import sys,statistics; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
-wait_listen() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; die "nothing listens on $1"; }
 
 serve() { # ARGS... -> the target in the background (SERVE_PID)
 	"$FF" serve --listen "127.0.0.1:$PORT" --nqn "$NQN" --log-level warn "$@" >"$TMP/serve.log" 2>&1 &
@@ -89,11 +76,11 @@ PY
 
 # floor REQ RESP QD -> "ops p50_us" (p50 only at QD 1; "0" otherwise)
 floor_run() {
-	SPIN=1 taskset -c 0 "$TMP/tcp_rr" server "$FLOOR_PORT" "$1" "$2" >/dev/null 2>&1 &
+	SPIN=1 taskset -c 0 "$TCP_RR" server "$FLOOR_PORT" "$1" "$2" >/dev/null 2>&1 &
 	local srv=$! line
 	PIDS+=("$srv")
-	sleep 0.2
-	line=$(SPIN=1 taskset -c 1 "$TMP/tcp_rr" client "$FLOOR_PORT" "$1" "$2" "$3" "$RUNTIME") || die "tcp_rr client failed"
+	wait_listen "$FLOOR_PORT"
+	line=$(SPIN=1 taskset -c 1 "$TCP_RR" client "$FLOOR_PORT" "$1" "$2" "$3" "$RUNTIME") || die "tcp_rr client failed"
 	kill "$srv" 2>/dev/null || true
 	wait "$srv" 2>/dev/null || true
 	py "import re; l='''$line'''; o=re.search(r'ops/s=([0-9.]+)', l); p=re.search(r'p50_us=([0-9.]+)', l); print(o.group(1), p.group(1) if p else 0)"
@@ -145,17 +132,22 @@ i,b,c5,c9,l5,u,f,r = ${R[$name,iops]},${R[$name,bw]},${R[$name,c50]},${R[$name,c
 print('| $name | %.0f | %.1f | %.1f | %.1f | %.1f | %.0f | %.2f | %.0f |' % (i, b/1048576, c5/1000, c9/1000, l5/1000, f, r, u))")")
 done
 
+# idle_hosts CONTROLLERS QUEUES SECONDS LOG: idle hosts in the background (IDLE_PID)
+idle_hosts() {
+	"$IDLE" "127.0.0.1:$PORT" "$NQN" "$1" "$2" "$3" >"$4" 2>&1 &
+	IDLE_PID=$!
+	PIDS+=("$IDLE_PID")
+}
+
 echo "== idle target (adaptive), 4 idle hosts with keep-alives, 30 s"
 serve --ram 64M
-"$IDLE" "127.0.0.1:$PORT" "$NQN" 4 1 40 >"$TMP/idle.log" 2>&1 &
-ipid=$!
-PIDS+=("$ipid")
+idle_hosts 4 1 40 "$TMP/idle.log"
 sleep 5
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 t0=$(cpu_ticks "$SERVE_PID")
 sleep 30
 t1=$(cpu_ticks "$SERVE_PID")
-wait "$ipid" || die "idle hosts failed: $(cat "$TMP/idle.log")"
+wait "$IDLE_PID" || die "idle hosts failed: $(cat "$TMP/idle.log")"
 stop_serve
 IDLE_PCT=$(py "print('%.2f' % (100.0 * ($t1 - $t0) / $(getconf CLK_TCK) / 30))")
 echo "  target CPU: $((t1 - t0)) ticks in 30 s = $IDLE_PCT % of one core"
@@ -165,18 +157,16 @@ rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 serve --ram 64M
 sleep 0.5
 rss0=$(rss_kib "$SERVE_PID")
-"$IDLE" "127.0.0.1:$PORT" "$NQN" 250 3 15 >"$TMP/idle1000.log" 2>&1 &
-ipid=$!
-PIDS+=("$ipid")
+idle_hosts 250 3 15 "$TMP/idle1000.log"
 for _ in $(seq 600); do
 	grep -q "connected" "$TMP/idle1000.log" && break
-	kill -0 "$ipid" 2>/dev/null || break
+	kill -0 "$IDLE_PID" 2>/dev/null || break
 	sleep 0.1
 done
 grep -q "connected 1000 queue pairs" "$TMP/idle1000.log" || die "1000 queue pairs did not connect: $(cat "$TMP/idle1000.log")"
 sleep 2
 rss1=$(rss_kib "$SERVE_PID")
-wait "$ipid" || die "idle hosts failed: $(cat "$TMP/idle1000.log")"
+wait "$IDLE_PID" || die "idle hosts failed: $(cat "$TMP/idle1000.log")"
 stop_serve
 MEM_MIB=$(py "print('%.1f' % (($rss1 - $rss0) / 1024))")
 echo "  target RSS: $rss0 KiB resting, $rss1 KiB with 1,000 queue pairs: +$MEM_MIB MiB"

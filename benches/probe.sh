@@ -15,32 +15,22 @@ ROOT=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
 cd "$ROOT"
 ROUNDS=${ROUNDS:-7} RUNTIME=${RUNTIME:-2} PORT=${PORT:-4521} FLOOR_PORT=${FLOOR_PORT:-5302}
 NQN=nqn.2026-11.io.farflash:probe
-LIMITS=$ROOT/../shared/limits/tcp_rr.c
-die() { echo "probe.sh: $*" >&2; exit 1; }
-[[ -f $LIMITS ]] || die "$LIMITS is missing (the kernel-TCP floor)"
-TMP=$(mktemp -d)
-PIDS=()
-cleanup() {
-	local p
-	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
+NAME=probe.sh
+# shellcheck source=benches/lib.sh
+source "$ROOT/benches/lib.sh"
 cargo build -q --release --bin farflash --example qd1_probe
 FF=$ROOT/target/release/farflash
 PROBE=$ROOT/target/release/examples/qd1_probe
-gcc -O2 -o "$TMP/tcp_rr" "$LIMITS"
 p50() { sed -n 's/.*p50_us=\([0-9.]*\).*/\1/p'; }
 ops() { sed -n 's/.*ops\/s=\([0-9.]*\).*/\1/p'; }
-wait_listen() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; die "nothing listens on $1"; }
 
 F=() P=() C=() L=() FO=() PO=() CO=()
 for r in $(seq "$ROUNDS"); do
-	SPIN=1 taskset -c 0 "$TMP/tcp_rr" server "$FLOOR_PORT" 72 4120 >/dev/null 2>&1 &
+	SPIN=1 taskset -c 0 "$TCP_RR" server "$FLOOR_PORT" 72 4120 >/dev/null 2>&1 &
 	fp=$!
 	PIDS+=("$fp")
-	sleep 0.2
-	fl=$(SPIN=1 taskset -c 1 "$TMP/tcp_rr" client "$FLOOR_PORT" 72 4120 1 "$RUNTIME")
+	wait_listen "$FLOOR_PORT"
+	fl=$(SPIN=1 taskset -c 1 "$TCP_RR" client "$FLOOR_PORT" 72 4120 1 "$RUNTIME")
 	kill "$fp"
 	wait "$fp" 2>/dev/null || true
 	taskset -c 0 "$FF" serve --listen "127.0.0.1:$PORT" --nqn "$NQN" --null 1G --threads 1 \

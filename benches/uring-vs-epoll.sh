@@ -12,27 +12,26 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
 cd "$ROOT"
 ROUNDS=${ROUNDS:-5} RUNTIME=${RUNTIME:-2} PORT=${PORT:-5303}
-LIMITS=$ROOT/../shared/limits/tcp_rr.c
-[[ -f $LIMITS ]] || { echo "uring-vs-epoll.sh: $LIMITS is missing" >&2; exit 1; }
-TMP=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
+NAME=uring-vs-epoll.sh
+# shellcheck source=benches/lib.sh
+source "$ROOT/benches/lib.sh"
 cargo build -q --release --example uring_rr
 URING=$ROOT/target/release/examples/uring_rr
-gcc -O2 -o "$TMP/tcp_rr" "$LIMITS"
 
 client() { # QD -> "ops p50_us"
 	local l
-	l=$(SPIN=1 taskset -c 1 "$TMP/tcp_rr" client "$PORT" 72 4120 "$1" "$RUNTIME")
+	l=$(SPIN=1 taskset -c 1 "$TCP_RR" client "$PORT" 72 4120 "$1" "$RUNTIME")
 	python3 -c "import re,sys; l=sys.argv[1]; p=re.search(r'p50_us=([0-9.]+)', l); print(re.search(r'ops/s=([0-9.]+)', l).group(1), p.group(1) if p else 0)" "$l"
 }
 run() { # SERVER-KIND QD
 	if [[ $1 = epoll ]]; then
-		SPIN=1 taskset -c 0 "$TMP/tcp_rr" server "$PORT" 72 4120 >/dev/null 2>&1 &
+		SPIN=1 taskset -c 0 "$TCP_RR" server "$PORT" 72 4120 >/dev/null 2>&1 &
 	else
 		taskset -c 0 "$URING" "$PORT" 72 4120 >/dev/null 2>&1 &
 	fi
 	local srv=$!
-	for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.05; done
+	PIDS+=("$srv")
+	wait_listen "$PORT"
 	client "$2"
 	kill "$srv" 2>/dev/null || true
 	wait "$srv" 2>/dev/null || true
