@@ -169,7 +169,7 @@ fn check_point(r: &Results, p: &farflash_sweep::results::Point) {
     assert!(close(f.iops, sum("iops")));
     assert!(close(f.bw_bytes, sum("bw_bytes")));
     assert_eq!(f.total_ios as f64, sum("total_ios"));
-    let pct = |k: &str| agg[dir]["clat_ns"]["percentile"][k].as_f64().unwrap() / 1e3;
+    let pct = |k: &str| agg[dir]["lat_ns"]["percentile"][k].as_f64().unwrap() / 1e3;
     assert!(close(f.lat_us.p20, pct("20.000000")));
     assert!(close(f.lat_us.p50, pct("50.000000")));
     assert!(close(f.lat_us.p95, pct("95.000000")));

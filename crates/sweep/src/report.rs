@@ -10,8 +10,8 @@ pub const METHOD: &str = "\
 - **Points.** Each point is one `farflash perf --output-format=json` child process \
 (command lines in `results.json`); local and remote runs of a point follow each other, \
 so slow drift of a shared machine affects both alike. Rates and latency are perf's own \
-(`aggregate` job; latency is completion latency of the plan's direction, submission to \
-completion, from perf's HDR histograms).
+(`aggregate` job; latency is perf's total latency `lat_ns` of the plan's direction, from \
+preparing the command to its completion, as fio's `lat`, from perf's HDR histograms).
 - **Local** runs read or write the backing file with `perf --filename` (io_uring, O_DIRECT \
 where the file system supports it). **Remote** runs go over NVMe/TCP on 127.0.0.1 to a \
 `farflash serve` exporting the same file.
@@ -115,7 +115,7 @@ pub fn markdown(r: &Results, plots: bool) -> String {
         for (stem, cap) in [
             (
                 "latency",
-                "Completion latency percentiles (p20, p50, p95, p99) per point, local vs remote.",
+                "Latency percentiles (p20, p50, p95, p99; submission to completion) per point, local vs remote.",
             ),
             ("throughput", "Bandwidth and IOPS per point."),
             (

@@ -75,7 +75,7 @@ fn mode_keys(r: &Results, line: bool) -> Vec<Key> {
     k
 }
 
-/// Completion latency percentiles, grouped bars, one panel per percentile.
+/// Latency percentiles (submission to completion), grouped bars, one panel per percentile.
 pub struct LatencyFig<'a>(pub &'a Results);
 
 impl Figure for LatencyFig<'_> {
@@ -85,7 +85,7 @@ impl Figure for LatencyFig<'_> {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
         let r = self.0;
         let title = format!(
-            "{}: completion latency percentiles ({})",
+            "{}: latency percentiles ({})",
             r.plan.name, r.plan.description
         );
         let (top, body) = frame(root, &title, &footer(r))?;
