@@ -308,15 +308,7 @@ impl QueuePair {
     /// `n` bytes were received into the slice from [`QueuePair::rx_direct`].
     pub fn rx_direct_done(&mut self, n: usize) {
         if let Rx::Payload { cid, pos, left } = self.rx {
-            let n = n.min(left);
-            self.rx = Rx::Payload {
-                cid,
-                pos: pos + n,
-                left: left - n,
-            };
-            if n == left {
-                self.payload_done(cid);
-            }
+            self.payload_advanced(cid, pos, left, n.min(left));
         }
     }
 }

@@ -49,14 +49,7 @@ impl QueuePair {
                     if self.neg.ddgst {
                         self.crc = digest::crc32c_append(self.crc, &input[..n]);
                     }
-                    self.rx = Rx::Payload {
-                        cid,
-                        pos: pos + n,
-                        left: left - n,
-                    };
-                    if n == left {
-                        self.payload_done(cid);
-                    }
+                    self.payload_advanced(cid, pos, left, n);
                     n
                 }
                 Rx::DataDigest { cid } => {
@@ -345,6 +338,19 @@ impl QueuePair {
     fn after_pad(&mut self) -> Rx {
         let h = DataHeader::decode(&self.hdr[..DATA_HLEN]);
         self.payload_state(h.cccid, h.offset as usize, h.length as usize)
+    }
+
+    /// `n` more bytes of `cid`'s payload are in its buffer at `pos`, of the
+    /// `left` still expected; the payload ends when they were all of it.
+    pub(super) fn payload_advanced(&mut self, cid: u16, pos: usize, left: usize, n: usize) {
+        self.rx = Rx::Payload {
+            cid,
+            pos: pos + n,
+            left: left - n,
+        };
+        if n == left {
+            self.payload_done(cid);
+        }
     }
 
     pub(super) fn payload_done(&mut self, cid: u16) {
