@@ -64,19 +64,7 @@ fn data_buffer_budget_defers_r2ts_and_reads() {
     let first = q.recv_all();
     q.feed(&[]);
     let second = q.recv_all();
-    let data = |rx: &[Rx]| -> Vec<u8> {
-        rx.iter()
-            .filter_map(|r| {
-                if let Rx::Data(_, d, _) = r {
-                    Some(d.clone())
-                } else {
-                    None
-                }
-            })
-            .flatten()
-            .collect()
-    };
-    let (d1, d2) = (data(&first), data(&second));
+    let (d1, d2) = (data_of(&first), data_of(&second));
     assert!(
         d1.len() == len as usize && d1.iter().all(|&b| b == 0),
         "first read: {} bytes",

@@ -118,17 +118,7 @@ fn discovery_log_lists_allowed_subsystems() {
             offset: 0,
         }
         .fill_sqe(&mut sqe);
-        let rx = h.cmd(sqe, &[]);
-        rx.into_iter()
-            .filter_map(|r| {
-                if let Rx::Data(_, d, _) = r {
-                    Some(d)
-                } else {
-                    None
-                }
-            })
-            .flatten()
-            .collect()
+        data_of(&h.cmd(sqe, &[]))
     };
     let log = get(HOST);
     assert_eq!(farflash_wire::discovery::decode_header(&log), (1, 2));

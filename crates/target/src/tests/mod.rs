@@ -275,6 +275,18 @@ impl Host {
     }
 }
 
+/// The C2HData payloads among `rx`, concatenated in order.
+pub(super) fn data_of(rx: &[Rx]) -> Vec<u8> {
+    rx.iter()
+        .filter_map(|r| match r {
+            Rx::Data(_, d, _) => Some(d.as_slice()),
+            _ => None,
+        })
+        .flatten()
+        .copied()
+        .collect()
+}
+
 pub(super) fn admin_sqe(opcode: u8, nsid: u32, len: u32) -> Sqe {
     Sqe {
         opcode,

@@ -87,17 +87,7 @@ fn write_in_capsule_and_by_r2t_then_read_back() {
     };
     assert_eq!(d, &data);
     let rx = q.cmd(rw(io::READ, 100, 384, big.len() as u32, false), &[]);
-    let got: Vec<u8> = rx
-        .iter()
-        .filter_map(|r| {
-            if let Rx::Data(_, d, _) = r {
-                Some(d.clone())
-            } else {
-                None
-            }
-        })
-        .flatten()
-        .collect();
+    let got = data_of(&rx);
     assert_eq!(got, big);
     assert!(rx.len() >= 3, "192 KiB read comes in several C2HData PDUs");
     let totals = t.subsystems[0].stats.totals();
