@@ -17,6 +17,19 @@ use std::sync::Arc;
 pub(super) const NQN: &str = "nqn.2026-11.io.farflash:test";
 pub(super) const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:test-host";
 
+/// An 8 MiB RAM namespace of 512-byte blocks (`None`: the next free NSID).
+pub(super) fn ram_ns(nsid: Option<u32>) -> NamespaceConfig {
+    NamespaceConfig {
+        nsid,
+        backend: crate::config::BackendKind::Ram,
+        path: None,
+        size: Some(Size(8 << 20)),
+        block_size: Some(512),
+        uuid: None,
+        nguid: None,
+    }
+}
+
 pub(super) fn target_with(allowed: Vec<String>, transport: TransportConfig) -> Arc<Target> {
     let cfg = Config {
         listen: vec!["127.0.0.1:4420".into()],
@@ -26,15 +39,7 @@ pub(super) fn target_with(allowed: Vec<String>, transport: TransportConfig) -> A
             serial: None,
             model: None,
             allowed_hosts: allowed,
-            namespaces: vec![NamespaceConfig {
-                nsid: None,
-                backend: crate::config::BackendKind::Ram,
-                path: None,
-                size: Some(Size(8 << 20)),
-                block_size: Some(512),
-                uuid: None,
-                nguid: None,
-            }],
+            namespaces: vec![ram_ns(None)],
         }],
     };
     let subs = build_subsystems(&cfg).unwrap();

@@ -36,15 +36,7 @@ fn namespace_change_completes_the_aer_and_reaches_io_queues() {
         allowed_hosts: vec![],
         namespaces: vec![],
     };
-    let ram = |nsid: u32| NamespaceConfig {
-        nsid: Some(nsid),
-        backend: crate::config::BackendKind::Ram,
-        path: None,
-        size: Some(Size(8 << 20)),
-        block_size: Some(512),
-        uuid: None,
-        nguid: None,
-    };
+    let ram = |nsid: u32| ram_ns(Some(nsid));
     sc.namespaces = vec![ram(1), ram(2)];
     cfg.subsystems.push(sc.clone());
     let r = crate::reload::apply(&t, &cfg).unwrap();
