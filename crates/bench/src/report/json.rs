@@ -14,9 +14,9 @@ use serde_json::{json, Map, Value};
 /// no longer when it was prepared; `slat_ns` and `lat_ns` added.
 pub const SCHEMA_VERSION: u32 = 2;
 
-/// One latency object; `percentile` only when asked (fio prints it for
-/// clat, and for lat with `lat_percentiles=1`).
-fn lat(l: &Lat, percentiles: bool) -> Value {
+/// One latency object, with `percentile` when the series keeps a histogram
+/// (clat and lat; fio prints lat's with `lat_percentiles=1`, slat's never).
+fn lat(l: &Lat) -> Value {
     let mut v = json!({
         "min": l.min(),
         "max": l.max_ns,
@@ -24,7 +24,7 @@ fn lat(l: &Lat, percentiles: bool) -> Value {
         "stddev": l.stddev_ns(),
         "N": l.n,
     });
-    if percentiles && l.hist.is_some() {
+    if l.hist.is_some() {
         let mut pct = Map::new();
         for p in PERCENTILES {
             pct.insert(format!("{p:.6}"), json!(l.percentile(p)));
@@ -46,9 +46,9 @@ fn dir(d: &DirStats, runtime_ns: u64) -> Value {
         "iops": iops,
         "runtime": runtime_ns / 1_000_000,
         "total_ios": d.ios,
-        "slat_ns": lat(&d.slat, false),
-        "clat_ns": lat(&d.clat, true),
-        "lat_ns": lat(&d.lat, true),
+        "slat_ns": lat(&d.slat),
+        "clat_ns": lat(&d.clat),
+        "lat_ns": lat(&d.lat),
     })
 }
 
