@@ -34,12 +34,12 @@ pub(crate) struct OutQueue {
 }
 
 impl OutQueue {
-    /// Bytes waiting to be sent.
     /// Segments waiting (one `iovec` each).
     pub fn segments(&self) -> usize {
         self.segs.len()
     }
 
+    /// Bytes waiting to be sent.
     pub fn len(&self) -> usize {
         self.len
     }

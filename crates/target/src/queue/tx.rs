@@ -93,10 +93,9 @@ impl QueuePair {
     }
 
     /// Sends `buf[..len]` as C2HData PDUs of at most max_c2h_data bytes
-    /// (TCP §3.6.2.9). The data is not copied: the output queue holds the
-    /// buffer until the socket has taken it.
-    /// Sends `len` bytes of `buf` as C2HData PDUs of at most `max_c2h_data`;
-    /// `success` sets SUCCESS on the last one (no CapsuleResp follows).
+    /// (TCP §3.6.2.9); `success` sets SUCCESS on the last one (no
+    /// CapsuleResp follows). The data is not copied: the output queue holds
+    /// the buffer until the socket has taken it.
     pub(super) fn send_c2h(&mut self, cid: u16, buf: IoBuf, len: usize, success: bool) {
         if self.term_sent {
             self.pool.put(buf);
