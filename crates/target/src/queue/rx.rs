@@ -122,6 +122,29 @@ impl QueuePair {
         self.cid_busy[cid as usize / 64] &= !(1u64 << (cid % 64));
     }
 
+    /// A host may give up an outstanding Asynchronous Event Request locally
+    /// and reuse its CID (SPDK's initiator does so at detach, for the
+    /// Property Get of CC). The Linux target and SPDK's accept the new
+    /// command; so does this one: the parked AER is retired without a
+    /// completion, since the host no longer waits for it.
+    fn retire_parked_aer(&mut self, cid: u16) {
+        let Some(pos) = self
+            .aers
+            .iter()
+            .position(|&i| self.slots[i as usize].sqe.cid == cid)
+        else {
+            return;
+        };
+        let idx = self.aers.remove(pos) as usize;
+        let s = &mut self.slots[idx];
+        s.phase = Phase::Free;
+        if let Some(b) = s.buf.take() {
+            self.pool.put(b);
+        }
+        self.cid_clear(cid);
+        self.free.push(idx as u16);
+    }
+
     /// A command capsule (TCP §3.6.2.6): check it, collect its data, run it.
     pub(super) fn on_capsule(&mut self, sqe: Sqe, icd: &[u8], ddgst_ok: bool) -> Result<(), Fatal> {
         if self.qid != 0 {
@@ -134,6 +157,9 @@ impl QueuePair {
             }
         }
         self.sqhd = (self.sqhd + 1) % (self.sqsize as u32 + 1) as u16;
+        if self.qid == 0 {
+            self.retire_parked_aer(sqe.cid);
+        }
         if self.cid_test_and_set(sqe.cid) {
             // Base §4.6.1.2.1: a CID already in flight on this queue.
             self.respond(sqe.cid, Status::CID_CONFLICT.dnr(), 0);

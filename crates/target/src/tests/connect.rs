@@ -64,26 +64,79 @@ fn cid_conflict_and_keep_alive_teardown() {
     let t = target();
     let mut a = Host::new(&t);
     let cntlid = a.bring_up();
-    // An AER stays outstanding; a second command with its CID conflicts.
+    // A write waiting for its data (after the R2T) holds its CID; a second
+    // command with that CID conflicts (Base §4.6.1.2.1).
+    let mut q = io_queue(&t, cntlid);
+    let mut w = rw(io::WRITE, 0, 8, 4096, false);
+    w.cid = 77;
+    let b = q.capsule(&w, &[]);
+    q.feed(&b);
+    assert!(matches!(q.recv_all()[..], [Rx::R2T(_)]));
+    let mut r = rw(io::READ, 0, 8, 4096, false);
+    r.cid = 77;
+    let b = q.capsule(&r, &[]);
+    q.feed(&b);
+    let rx = q.recv_all();
+    assert!(
+        matches!(rx[..], [Rx::Resp(c)] if c.status == Status::CID_CONFLICT.dnr() && c.cid == 77),
+        "{rx:?}"
+    );
+    // KATO 5 s: a tick 7 s later tears the controller down.
+    a.q.tick(std::time::Instant::now() + std::time::Duration::from_secs(7));
+    assert!(a.q.wants_close());
+    assert!(t.controller(cntlid).is_none());
+    q.q.tick(std::time::Instant::now());
+    assert!(q.q.wants_close(), "I/O queues follow their controller");
+}
+
+/// SPDK's initiator at detach: an AER is outstanding, the host has given it
+/// up locally and reuses its CID for the Property Get of CC. The target
+/// answers the Property Get (as the Linux and SPDK targets do) and the
+/// retired AER never completes.
+#[test]
+fn parked_aer_cid_reused_by_property_get() {
+    let t = target();
+    let mut a = Host::new(&t);
+    a.bring_up();
+    // Namespace Attribute Notices on (Set Features 0Bh, bit 8).
+    let mut aec = admin_sqe(admin::SET_FEATURES, 0, 0);
+    aec.dptr = SglDescriptor::default();
+    aec.cdw10 = farflash_wire::opcode::feature::ASYNC_EVENT_CONFIG as u32;
+    aec.cdw11 = 1 << 8;
+    assert_eq!(a.resp(aec, &[]).status, Status::SUCCESS);
     let mut aer = admin_sqe(admin::ASYNC_EVENT_REQUEST, 0, 0);
     aer.dptr = SglDescriptor::default();
     aer.cid = 500;
     let b = a.capsule(&aer, &[]);
     a.feed(&b);
     assert!(a.recv_all().is_empty(), "AER is parked");
+    let get = PropertyCmd {
+        size8: false,
+        offset: props::CC,
+        value: 0,
+    }
+    .to_sqe(500, fctype::PROPERTY_GET);
+    let b = a.capsule(&get, &[]);
     a.feed(&b);
     let rx = a.recv_all();
     assert!(
-        matches!(rx[..], [Rx::Resp(c)] if c.status == Status::CID_CONFLICT.dnr() && c.cid == 500),
+        matches!(rx[..], [Rx::Resp(c)] if c.status == Status::SUCCESS
+            && c.cid == 500 && c.dw0 == props::cc::ENABLE_DEFAULT),
         "{rx:?}"
     );
-    // KATO 5 s: a tick 7 s later tears the controller down.
-    let mut q = io_queue(&t, cntlid);
-    a.q.tick(std::time::Instant::now() + std::time::Duration::from_secs(7));
-    assert!(a.q.wants_close());
-    assert!(t.controller(cntlid).is_none());
-    q.q.tick(std::time::Instant::now());
-    assert!(q.q.wants_close(), "I/O queues follow their controller");
+    // An event finds no AER to complete.
+    t.namespaces_changed(&t.subsystems[0], &[1]);
+    a.q.tick(std::time::Instant::now());
+    let rx = a.recv_all();
+    assert!(rx.is_empty(), "a retired AER must not complete: {rx:?}");
+    // A new AER with the same CID picks the event up.
+    let b = a.capsule(&aer, &[]);
+    a.feed(&b);
+    let rx = a.recv_all();
+    assert!(
+        matches!(rx[..], [Rx::Resp(c)] if c.status == Status::SUCCESS && c.cid == 500),
+        "{rx:?}"
+    );
 }
 
 #[test]
