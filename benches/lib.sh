@@ -1,11 +1,9 @@
 # shellcheck shell=bash
 # benches/lib.sh -- shared by the benchmark scripts (sourced, not run).
 # Expects ROOT (the repository) and NAME (the script's name, for messages).
+# Scripts that measure the kernel-TCP floor set NEED_FLOOR=1 before sourcing.
 
 die() { echo "$NAME: $*" >&2; exit 1; }
-
-LIMITS=$ROOT/../shared/limits/tcp_rr.c
-[[ -f $LIMITS ]] || die "$LIMITS is missing: the kernel-TCP floor cannot be measured (see ../shared/limits/README.md)"
 
 # A scratch directory and the background processes to stop on exit.
 TMP=$(mktemp -d)
@@ -17,9 +15,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# tcp_rr, built from ../shared/limits into $TMP.
-TCP_RR=$TMP/tcp_rr
-gcc -O2 -o "$TCP_RR" "$LIMITS"
+if [[ ${NEED_FLOOR:-0} = 1 ]]; then
+	LIMITS=$ROOT/../shared/limits/tcp_rr.c
+	[[ -f $LIMITS ]] || die "$LIMITS is missing: the kernel-TCP floor cannot be measured (see ../shared/limits/README.md)"
+	# tcp_rr, built from ../shared/limits into $TMP.
+	TCP_RR=$TMP/tcp_rr
+	gcc -O2 -o "$TCP_RR" "$LIMITS"
+fi
 
 median() { python3 -c 'import sys,statistics; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
 
@@ -30,4 +32,29 @@ wait_listen() {
 		sleep 0.05
 	done
 	die "nothing listens on $1"
+}
+
+# CPU time (user + system) of a process so far, in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# write_section FILE KEY: replaces the part of FILE between the markers
+# "<!-- KEY -->" and "<!-- /KEY -->" with standard input (appends the
+# section if FILE has none), so that several scripts share one document.
+write_section() {
+	cat >"$TMP/section.body"
+	python3 - "$1" "$2" "$TMP/section.body" "$TMP/section.new" <<'PY'
+import os, sys
+path, key, src, tmp = sys.argv[1:]
+body = open(src).read().rstrip("\n") + "\n"
+begin, end = f"<!-- {key} -->\n", f"<!-- /{key} -->\n"
+old = open(path).read() if os.path.exists(path) else ""
+if begin in old and end in old:
+    a, rest = old.split(begin, 1)
+    _, b = rest.split(end, 1)
+    new = a + begin + body + end + b
+else:
+    new = old + ("\n" if old and not old.endswith("\n\n") else "") + begin + body + end
+open(tmp, "w").write(new)
+os.replace(tmp, path)
+PY
 }

@@ -18,7 +18,7 @@
 # QD 32, QD 128, 4 KiB randwrite QD 32, 128 KiB read QD 8 (bytes/s), idle
 # target CPU with 4 idle hosts (30 s), adaptive vs always-poll at QD 1,
 # memory with 1,000 idle queue pairs, 16 connections against one.
-# Writes docs/benchmarks.md (OUT= to change, empty to skip).
+# Writes its section of docs/benchmarks.md (OUT= to change, empty to skip).
 #
 # Environment: RUNS (5), RUNTIME seconds per run (3), RAMP (1), BACKEND
 # null|ram (null), SIZE (1G), PORT (4520), FLOOR_PORT (5301), OUT.
@@ -35,6 +35,7 @@ NAME=pair.sh
 [[ $BACKEND = null || $BACKEND = ram ]] || { echo "pair.sh: BACKEND must be null or ram" >&2; exit 1; }
 for t in gcc taskset python3 cargo; do command -v "$t" >/dev/null || { echo "pair.sh: $t is required" >&2; exit 1; }; done
 [[ $(nproc) -ge 2 ]] || { echo "pair.sh: needs at least 2 CPUs (target on core 0, perf on core 1)" >&2; exit 1; }
+NEED_FLOOR=1
 # shellcheck source=benches/lib.sh
 source "$ROOT/benches/lib.sh"
 
@@ -143,7 +144,6 @@ echo "== idle target (adaptive), 4 idle hosts with keep-alives, 30 s"
 serve --ram 64M
 idle_hosts 4 1 40 "$TMP/idle.log"
 sleep 5
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 t0=$(cpu_ticks "$SERVE_PID")
 sleep 30
 t1=$(cpu_ticks "$SERVE_PID")
@@ -217,7 +217,7 @@ if [[ -n $OUT ]]; then
 	DIRTY=$(git diff --quiet HEAD -- crates src benches examples 2>/dev/null || echo " (with uncommitted changes)")
 	CPU=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 	{
-		echo "# Benchmarks: farflash serve + farflash perf against the kernel-TCP floor"
+		echo "## farflash serve + farflash perf against the kernel-TCP floor"
 		echo
 		echo "Written by \`benches/pair.sh\`; do not edit by hand. Re-run it to refresh."
 		echo "What the rows mean and where the time goes: docs/performance.md."
@@ -233,7 +233,7 @@ if [[ -n $OUT ]]; then
 		echo "  4168/24 (4 KiB writes), 72/131096 (128 KiB reads)"
 		echo "- ratios: median over $RUNS pairs of (farflash / floor of the same pair)"
 		echo
-		echo "## The bars"
+		echo "### The bars"
 		echo
 		echo "$TABLE"
 		echo
@@ -241,7 +241,7 @@ if [[ -n $OUT ]]; then
 		echo "the interval \`tcp_rr\` times too (from its \`send\` to its \`recv\`); perf's total \`lat\`"
 		echo "adds the sending \`writev\`, in which loopback TCP delivers the capsule to the target."
 		echo
-		echo "## Per case (medians)"
+		echo "### Per case (medians)"
 		echo
 		echo "| case | IOPS | MiB/s | clat p50 µs | clat p99 µs | lat p50 µs | floor ops/s | ratio | perf CPU % |"
 		echo "|---|---|---|---|---|---|---|---|---|"
@@ -251,10 +251,10 @@ if [[ -n $OUT ]]; then
 		echo "the next (the floor itself moves between about 3.5 and 8 µs at QD 1): quote the"
 		echo "paired ratios, not absolutes."
 		echo
-		echo "## Per run"
+		echo "### Per run"
 		echo
 		printf '%s\n' "${RUNLOG[@]}"
-	} >"$OUT"
+	} | write_section "$OUT" pair.sh
 	echo
-	echo "wrote $OUT"
+	echo "wrote the pair.sh section of $OUT"
 fi

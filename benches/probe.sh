@@ -16,6 +16,7 @@ cd "$ROOT"
 ROUNDS=${ROUNDS:-7} RUNTIME=${RUNTIME:-2} PORT=${PORT:-4521} FLOOR_PORT=${FLOOR_PORT:-5302}
 NQN=nqn.2026-11.io.farflash:probe
 NAME=probe.sh
+NEED_FLOOR=1
 # shellcheck source=benches/lib.sh
 source "$ROOT/benches/lib.sh"
 cargo build -q --release --bin farflash --example qd1_probe

@@ -13,6 +13,7 @@ ROOT=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
 cd "$ROOT"
 ROUNDS=${ROUNDS:-5} RUNTIME=${RUNTIME:-2} PORT=${PORT:-5303}
 NAME=uring-vs-epoll.sh
+NEED_FLOOR=1
 # shellcheck source=benches/lib.sh
 source "$ROOT/benches/lib.sh"
 cargo build -q --release --example uring_rr

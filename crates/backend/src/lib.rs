@@ -33,7 +33,7 @@ pub use buf::{BufPool, IoBuf, IO_ALIGN};
 pub use check::dealloc_buf;
 pub use file::{open_file, DirectMode, FileOptions};
 pub use null::open_null;
-pub use ram::open_ram;
+pub use ram::{open_ram, open_ram_committed};
 
 use std::io;
 use std::os::fd::RawFd;

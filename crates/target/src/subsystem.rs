@@ -3,7 +3,9 @@
 
 use crate::config::{BackendKind, Config, NamespaceConfig, SubsystemConfig};
 use crate::stats::StatsRegistry;
-use farflash_backend::{open_file, open_null, open_ram, FileOptions, SharedBackend};
+use farflash_backend::{
+    open_file, open_null, open_ram, open_ram_committed, FileOptions, SharedBackend,
+};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -148,9 +150,13 @@ pub fn build_namespace(
     let (backend, describe) = match nc.backend {
         BackendKind::Ram => {
             let sz = size.unwrap_or(0);
+            // Commit up front (in the background) what fits comfortably in
+            // memory, as SPDK's malloc bdev does; larger namespaces stay sparse.
+            let commit = mem_available().is_some_and(|avail| sz <= avail / 2);
+            let open = if commit { open_ram_committed } else { open_ram };
             (
-                open_ram(sz, bs).map_err(|e| err("RAM backend", e))?,
-                format!("ram {}", human(sz)),
+                open(sz, bs).map_err(|e| err("RAM backend", e))?,
+                format!("ram {}{}", human(sz), if commit { "" } else { " (sparse)" }),
             )
         }
         BackendKind::Null => {
@@ -278,6 +284,14 @@ pub fn build_namespaces(
     }
     out.sort_by_key(|n| n.nsid);
     Ok(out)
+}
+
+/// MemAvailable of /proc/meminfo in bytes (None where it cannot be read).
+fn mem_available() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //! backend queues, batches whatever a read brings, and sends everything the
 //! batch produced in one write.
 
+mod adaptive;
 mod worker;
 
 pub use farflash_target::config::PollMode;

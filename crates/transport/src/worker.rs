@@ -1,12 +1,14 @@
 //! One event-loop thread and the connections it owns.
 //!
 //! Waiting: with [`PollMode::Adaptive`] the loop polls without sleeping
-//! while work keeps arriving and for `poll_idle` after the last of it, then
-//! sleeps in `epoll_wait` until the next event or tick; `Always` never sleeps
-//! and `Never` always does. Polling spins on the sockets of the few
+//! while work keeps arriving and for a window after the last of it (from
+//! `poll_idle` up to `IDLE_MAX_FACTOR` times that, learnt from the gaps the
+//! hosts leave: [`IdleWindow`]), then sleeps in `epoll_wait` until the next
+//! event or tick; `Always` never sleeps and `Never` always does. Polling spins on the sockets of the few
 //! connections that worked lately (`recv` straight away, as a polled target
 //! would), with an `epoll_wait(0)` every `DIRECT_SPINS` rounds for the rest.
 
+use crate::adaptive::IdleWindow;
 use crate::{LoopOptions, PollMode};
 use farflash_target::{QueuePair, Target};
 use mio::net::TcpStream;
@@ -35,6 +37,8 @@ const MAX_IOV: usize = 1024;
 /// Direct spins over the hot connections between two `epoll_wait(0)`s
 /// (which serve every other connection, backend eventfd and new arrival).
 const DIRECT_SPINS: u32 = 16;
+/// Adaptive polling spins through gaps of up to this many times `poll_idle`.
+const IDLE_MAX_FACTOR: u32 = 20;
 
 pub(crate) struct NewConn {
     pub sock: TcpStream,
@@ -67,7 +71,8 @@ pub(crate) struct Worker {
     /// Connections alive on all workers (the acceptor enforces the cap).
     live: Arc<AtomicUsize>,
     mode: PollMode,
-    poll_idle: Duration,
+    /// Adaptive polling: how long to spin after the last work.
+    idle: IdleWindow,
     drain: Duration,
     conns: Vec<Option<Conn>>,
     free: Vec<usize>,
@@ -111,7 +116,7 @@ impl Worker {
             stop,
             live,
             mode: opts.poll,
-            poll_idle: opts.poll_idle,
+            idle: IdleWindow::new(opts.poll_idle, opts.poll_idle * IDLE_MAX_FACTOR),
             drain: opts.drain,
             conns: Vec::new(),
             free: Vec::new(),
@@ -131,8 +136,9 @@ impl Worker {
             let spin = match self.mode {
                 PollMode::Always => true,
                 PollMode::Never => false,
-                PollMode::Adaptive => now.duration_since(last_work) < self.poll_idle,
+                PollMode::Adaptive => now.duration_since(last_work) < self.idle.get(),
             };
+            let mut slept = false;
             if spin && !self.hot.is_empty() && direct_spins < DIRECT_SPINS {
                 // Spin on the busy connections' sockets themselves.
                 direct_spins += 1;
@@ -142,6 +148,7 @@ impl Worker {
                 let timeout = if spin {
                     Duration::ZERO
                 } else {
+                    slept = true;
                     TICK.saturating_sub(now.duration_since(last_tick))
                 };
                 if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
@@ -180,6 +187,9 @@ impl Worker {
                 ready.clear();
                 self.ready = ready;
                 if worked {
+                    if slept && self.mode == PollMode::Adaptive {
+                        self.idle.woke_after(now.duration_since(last_work));
+                    }
                     last_work = now;
                 }
                 self.prune_hot(now);
@@ -234,10 +244,10 @@ impl Worker {
         }
     }
 
-    /// Drops closed connections and those idle for `poll_idle` from the hot set.
+    /// Drops closed connections and those idle for the spin window from the hot set.
     fn prune_hot(&mut self, now: Instant) {
         let conns = &self.conns;
-        let idle = self.poll_idle;
+        let idle = self.idle.get();
         self.hot.retain(|&i| {
             conns
                 .get(i)

@@ -1,0 +1,272 @@
+#!/usr/bin/env bash
+# benches/vs-spdk.sh -- farflash's NVMe/TCP target against SPDK's, side by side.
+#
+#   SPDK_DIR=/path/to/spdk bash benches/vs-spdk.sh
+#   RUNS=3 RUNTIME=5 ROWS="qd1 qd32" SPDK_DIR=... bash benches/vs-spdk.sh
+#
+# SPDK_DIR is an SPDK build (v25.09: ../shared/tools/build-spdk.sh makes one
+# in ../anchors/spdk, the default here) with build/bin/nvmf_tgt and
+# build/bin/spdk_nvme_perf. SPDK is a benchmark peer only: nothing in the
+# test suite needs it.
+#
+# Targets on core 0, initiators on core 1, all on 127.0.0.1:
+#   SPDK:     nvmf_tgt -m 0x1 --no-huge, TCP transport with its defaults, one
+#             1 GiB malloc bdev of 512-byte blocks (started from a JSON config)
+#   farflash: taskset -c 0 farflash serve --ram 1G (defaults otherwise:
+#             adaptive polling, one event loop per allowed CPU = 1), and the
+#             same with --poll always
+#   initiators: spdk_nvme_perf -c 0x2 --no-huge, and farflash perf
+#             --cpus-allowed 1 (busy-poll)
+# Per round and row, back to back: SPDK target x spdk_nvme_perf, farflash x
+# spdk_nvme_perf, farflash always-poll x spdk_nvme_perf, SPDK target x
+# farflash perf, farflash x farflash perf. Every target runs alone (SPDK's
+# reactor spins on core 0). A ratio is the median over rounds of the
+# per-round ratios. Target CPU per I/O = its user+system time over the run
+# divided by the I/Os the initiator counted (this VM has no cycle counters).
+# Then: idle farflash target with 4 idle hosts (30 s), adaptive polling.
+#
+# Writes its section of docs/benchmarks.md (OUT= to change, empty to skip).
+# Environment: SPDK_DIR, RUNS (5), RUNTIME seconds (3), ROWS (all: qd1 qd32
+# qd128 write32 read128k), IDLE (1: measure idle CPU), PORT (4520),
+# SPDK_PORT (4521), OUT.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
+cd "$ROOT"
+NAME=vs-spdk.sh
+SPDK_DIR=${SPDK_DIR:-$ROOT/../anchors/spdk}
+RUNS=${RUNS:-5} RUNTIME=${RUNTIME:-3} IDLE=${IDLE:-1}
+ROWS=${ROWS:-qd1 qd32 qd128 write32 read128k}
+PORT=${PORT:-4520} SPDK_PORT=${SPDK_PORT:-4521}
+OUT=${OUT-docs/benchmarks.md}
+FF_NQN=nqn.2026-11.io.farflash:default
+SPDK_NQN=nqn.2016-06.io.spdk:bench
+# shellcheck source=benches/lib.sh
+source "$ROOT/benches/lib.sh"
+
+for t in taskset python3 cargo; do command -v "$t" >/dev/null || die "$t is required"; done
+[[ $(nproc) -ge 2 ]] || die "needs at least 2 CPUs (targets on core 0, initiators on core 1)"
+TGT=$SPDK_DIR/build/bin/nvmf_tgt
+SPERF=$SPDK_DIR/build/bin/spdk_nvme_perf
+[[ -x $TGT && -x $SPERF ]] || die "no SPDK build in SPDK_DIR=$SPDK_DIR (want build/bin/nvmf_tgt and spdk_nvme_perf)"
+export LD_LIBRARY_PATH=$SPDK_DIR/build/lib:$SPDK_DIR/isa-l/.libs:$SPDK_DIR/isa-l-crypto/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+SPDK_VERSION=$(sed -n 's/^#define SPDK_VERSION_STRING[[:space:]]*"\(.*\)"/\1/p' "$SPDK_DIR/include/spdk/version.h" 2>/dev/null || true)
+[[ -n $SPDK_VERSION ]] || SPDK_VERSION=$(git -C "$SPDK_DIR" describe --tags 2>/dev/null || echo "unknown version")
+
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+echo "== building (release)"
+cargo build -q --release --bin farflash --example idle_hosts
+FF=$ROOT/target/release/farflash
+IDLE_HOSTS=$ROOT/target/release/examples/idle_hosts
+
+py() { python3 -c "$1"; }
+
+# ---- targets ------------------------------------------------------------------
+cat >"$TMP/spdk.json" <<EOF
+{"subsystems": [
+ {"subsystem": "bdev", "config": [
+  {"method": "bdev_malloc_create", "params": {"name": "M0", "num_blocks": 2097152, "block_size": 512}}]},
+ {"subsystem": "nvmf", "config": [
+  {"method": "nvmf_create_transport", "params": {"trtype": "TCP"}},
+  {"method": "nvmf_create_subsystem", "params": {"nqn": "$SPDK_NQN", "allow_any_host": true, "serial_number": "SPDK0001"}},
+  {"method": "nvmf_subsystem_add_ns", "params": {"nqn": "$SPDK_NQN", "namespace": {"bdev_name": "M0"}}},
+  {"method": "nvmf_subsystem_add_listener", "params": {"nqn": "$SPDK_NQN",
+    "listen_address": {"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": "$SPDK_PORT"}}}]}]}
+EOF
+
+TARGET_PID=""
+start_target() { # spdk | ff | ffalways -> TARGET_PID, T_PORT, T_NQN
+	case $1 in
+	spdk)
+		"$TGT" -m 0x1 --no-huge -s 2048 -r "$TMP/spdk.sock" --json "$TMP/spdk.json" >"$TMP/spdk-tgt.log" 2>&1 &
+		T_PORT=$SPDK_PORT T_NQN=$SPDK_NQN
+		;;
+	ff | ffalways)
+		local extra=()
+		[[ $1 = ffalways ]] && extra=(--poll always)
+		taskset -c 0 "$FF" serve --ram 1G --listen "127.0.0.1:$PORT" --log-level warn "${extra[@]}" \
+			>"$TMP/ff.log" 2>&1 &
+		T_PORT=$PORT T_NQN=$FF_NQN
+		;;
+	esac
+	TARGET_PID=$!
+	PIDS+=("$TARGET_PID")
+	wait_listen "$T_PORT"
+}
+stop_target() {
+	kill -TERM "$TARGET_PID" 2>/dev/null || true
+	wait "$TARGET_PID" 2>/dev/null || true
+	TARGET_PID=""
+}
+
+# ---- initiators -----------------------------------------------------------------
+# initiator spdk|ff RW BS QD -> "iops" ; the target's CPU ticks over the run in $TMP/ticks
+run_initiator() {
+	local ini=$1 rw=$2 bs=$3 qd=$4 t0 t1
+	t0=$(cpu_ticks "$TARGET_PID")
+	if [[ $ini = spdk ]]; then
+		local mix=()
+		[[ $rw = randrw ]] && mix=(-M 50)
+		"$SPERF" --no-huge -s 1024 -c 0x2 -q "$qd" -o "$bs" -w "$rw" "${mix[@]}" -t "$RUNTIME" \
+			-r "trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:$T_PORT subnqn:$T_NQN" \
+			>"$TMP/sperf.log" 2>&1 || die "spdk_nvme_perf $rw $bs QD $qd failed: $(tail -5 "$TMP/sperf.log")"
+		t1=$(cpu_ticks "$TARGET_PID")
+		awk '/^Total/ {print $3; found = 1} END {exit !found}' "$TMP/sperf.log" ||
+			die "no Total line from spdk_nvme_perf: $(tail -5 "$TMP/sperf.log")"
+	else
+		"$FF" perf -t tcp -a 127.0.0.1 -s "$T_PORT" -n "$T_NQN" --rw "$rw" --bs "$bs" --iodepth "$qd" \
+			--runtime "$RUNTIME" --cpus-allowed 1 --output-format=json >"$TMP/fperf.json" ||
+			die "farflash perf $rw $bs QD $qd failed"
+		t1=$(cpu_ticks "$TARGET_PID")
+		py "import json; a = json.load(open('$TMP/fperf.json'))['aggregate']; print(a['read']['iops'] + a['write']['iops'])"
+	fi
+	echo $((t1 - t0)) >"$TMP/ticks"
+}
+
+# One measurement: TARGET INITIATOR RW BS QD -> "iops cpu_us_per_io"
+measure() {
+	start_target "$1"
+	local iops ticks
+	iops=$(run_initiator "$2" "$3" "$4" "$5")
+	ticks=$(cat "$TMP/ticks")
+	stop_target
+	py "print($iops, 1e6 * $ticks / $(getconf CLK_TCK) / max(1.0, $iops * $RUNTIME))"
+}
+
+# ---- rows ---------------------------------------------------------------------
+declare -A ROW_NAME=(
+	[qd1]="4 KiB randread QD 1" [qd32]="4 KiB randread QD 32" [qd128]="4 KiB randread QD 128"
+	[write32]="4 KiB randwrite QD 32" [read128k]="128 KiB read QD 8")
+declare -A ROW_ARGS=(
+	[qd1]="randread 4096 1" [qd32]="randread 4096 32" [qd128]="randread 4096 128"
+	[write32]="randwrite 4096 32" [read128k]="read 131072 8")
+declare -A BAR=([qd32]=1.2)
+# Runs per round: target x initiator.
+COMBOS=("spdk spdk" "ff spdk" "ffalways spdk" "spdk ff" "ff ff")
+
+declare -A MED     # MED[row,combo] = median IOPS;  MED[row,combo,cpu] = median CPU µs per I/O
+declare -A RATIO   # RATIO[row,name] = median per-round ratio
+RUNLOG=()
+for row in $ROWS; do
+	[[ -n ${ROW_ARGS[$row]:-} ]] || die "unknown row $row (have: ${!ROW_ARGS[*]})"
+	read -r rw bs qd <<<"${ROW_ARGS[$row]}"
+	echo "== ${ROW_NAME[$row]}"
+	declare -A V=()
+	for r in $(seq "$RUNS"); do
+		line="${ROW_NAME[$row]} round $r:"
+		for c in "${COMBOS[@]}"; do
+			read -r tg in <<<"$c"
+			read -r iops cpu < <(measure "$tg" "$in" "$rw" "$bs" "$qd")
+			V[$c,$r]=$iops V[$c,$r,cpu]=$cpu
+			line+=" ${tg}/${in} ${iops%.*} IOPS (target ${cpu:0:5} µs CPU/IO);"
+		done
+		echo "  $line"
+		RUNLOG+=("- ${line%;}")
+	done
+	for c in "${COMBOS[@]}"; do
+		vals=() cpus=()
+		for r in $(seq "$RUNS"); do vals+=("${V[$c,$r]}") cpus+=("${V[$c,$r,cpu]}"); done
+		MED[$row,$c]=$(median "${vals[@]}") MED[$row,$c,cpu]=$(median "${cpus[@]}")
+	done
+	ratio() { # NUMERATOR-COMBO DENOMINATOR-COMBO -> median of per-round ratios
+		local rs=() r
+		for r in $(seq "$RUNS"); do rs+=("$(py "print(${V[$1,$r]} / ${V[$2,$r]})")"); done
+		median "${rs[@]}"
+	}
+	RATIO[$row,tgt]=$(ratio "ff spdk" "spdk spdk")
+	RATIO[$row,tgt_always]=$(ratio "ffalways spdk" "spdk spdk")
+	RATIO[$row,adaptive]=$(ratio "ff spdk" "ffalways spdk")
+	RATIO[$row,perf]=$(ratio "spdk ff" "spdk spdk")
+	RATIO[$row,tgt_ffperf]=$(ratio "ff ff" "spdk ff")
+	unset V
+done
+
+IDLE_PCT=""
+if [[ $IDLE = 1 ]]; then
+	echo "== idle farflash target (adaptive), 4 idle hosts with keep-alives, 30 s"
+	taskset -c 0 "$FF" serve --ram 64M --listen "127.0.0.1:$PORT" --log-level warn >"$TMP/ff.log" 2>&1 &
+	TARGET_PID=$!
+	PIDS+=("$TARGET_PID")
+	wait_listen "$PORT"
+	"$IDLE_HOSTS" "127.0.0.1:$PORT" "$FF_NQN" 4 1 40 >"$TMP/idle.log" 2>&1 &
+	idle_pid=$!
+	PIDS+=("$idle_pid")
+	sleep 5
+	t0=$(cpu_ticks "$TARGET_PID")
+	sleep 30
+	t1=$(cpu_ticks "$TARGET_PID")
+	wait "$idle_pid" || die "idle hosts failed: $(cat "$TMP/idle.log")"
+	stop_target
+	IDLE_PCT=$(py "print('%.2f' % (100.0 * ($t1 - $t0) / $(getconf CLK_TCK) / 30))")
+	echo "  target CPU: $((t1 - t0)) ticks in 30 s = $IDLE_PCT % of one core"
+fi
+
+# ---- report -------------------------------------------------------------------
+f2() { py "print('%.2f' % $1)"; }
+met() { py "print('yes' if $1 else 'no')"; }
+TABLE=$(
+	echo "| row | SPDK target, IOPS | farflash target, IOPS | farflash / SPDK | bar | met | always-poll / SPDK | adaptive / always (≥ 0.95) | target CPU µs per I/O, SPDK / farflash |"
+	echo "|---|---|---|---|---|---|---|---|---|"
+	for row in $ROWS; do
+		bar=${BAR[$row]:-1.0}
+		r=${RATIO[$row,tgt]} a=${RATIO[$row,adaptive]}
+		echo "| ${ROW_NAME[$row]} | $(py "print('%.0f' % ${MED[$row,spdk spdk]})") | $(py "print('%.0f' % ${MED[$row,ff spdk]})") | $(f2 "$r") | ≥ $bar | $(met "$r >= $bar") | $(f2 "${RATIO[$row,tgt_always]}") | $(f2 "$a") $(met "$a >= 0.95") | $(py "print('%.2f / %.2f' % (${MED[$row,spdk spdk,cpu]}, ${MED[$row,ff spdk,cpu]}))") |"
+	done
+)
+TABLE2=$(
+	echo "| row | spdk_nvme_perf → SPDK, IOPS | farflash perf → SPDK, IOPS | farflash perf / spdk_nvme_perf (≥ 1.0) | farflash perf → farflash, IOPS | farflash / SPDK target under farflash perf |"
+	echo "|---|---|---|---|---|---|"
+	for row in $ROWS; do
+		p=${RATIO[$row,perf]}
+		echo "| ${ROW_NAME[$row]} | $(py "print('%.0f' % ${MED[$row,spdk spdk]})") | $(py "print('%.0f' % ${MED[$row,spdk ff]})") | $(f2 "$p") $(met "$p >= 1.0") | $(py "print('%.0f' % ${MED[$row,ff ff]})") | $(f2 "${RATIO[$row,tgt_ffperf]}") |"
+	done
+)
+echo
+echo "$TABLE"
+echo
+echo "$TABLE2"
+[[ -n $IDLE_PCT ]] && echo && echo "idle target, 4 idle hosts: $IDLE_PCT % of a core"
+
+if [[ -n $OUT ]]; then
+	COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+	DIRTY=$(git diff --quiet HEAD -- crates src benches examples 2>/dev/null || echo " (with uncommitted changes)")
+	CPU=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+	{
+		echo "## farflash's target against SPDK's"
+		echo
+		echo "Written by \`benches/vs-spdk.sh\`; do not edit by hand. Re-run it to refresh."
+		echo
+		echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+		echo "- machine: $(nproc) CPUs, ${CPU:-unknown CPU}, $(uname -r);" \
+			"load average $LOAD_START at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end"
+		echo "- commit: $COMMIT$DIRTY; SPDK $SPDK_VERSION"
+		echo "- SPDK target: \`nvmf_tgt -m 0x1 --no-huge -s 2048\`, TCP transport defaults, 1 GiB malloc bdev"
+		echo "  (512-byte blocks); farflash target: \`taskset -c 0 farflash serve --ram 1G\` with its defaults"
+		echo "  (adaptive polling, one event loop per allowed CPU), and \`--poll always\` for the always-poll column"
+		echo "- initiators on core 1: \`spdk_nvme_perf --no-huge -s 1024 -c 0x2 -t $RUNTIME\`, \`farflash perf"
+		echo "  --cpus-allowed 1 --runtime $RUNTIME\` (busy-poll); every target runs alone, started for each run"
+		echo "- $RUNS rounds; in a round each row runs its five pairings back to back; ratios are medians of"
+		echo "  the per-round ratios, IOPS and CPU medians over rounds"
+		echo "- target CPU per I/O: the target's user+system time during the run over the I/Os counted"
+		echo "  (this VM exposes no cycle counters); SPDK's reactor spins, so its figure is its wall time"
+		echo
+		echo "### Under SPDK's initiator (spdk_nvme_perf)"
+		echo
+		echo "$TABLE"
+		echo
+		echo "### The initiators against SPDK's target, and both targets under farflash perf"
+		echo
+		echo "$TABLE2"
+		echo
+		if [[ -n $IDLE_PCT ]]; then
+			echo "Idle farflash target (adaptive polling), 4 idle hosts connected with keep-alives, 30 s:"
+			echo "$IDLE_PCT % of a core (bar: < 1 %: $(met "$IDLE_PCT < 1"))."
+			echo
+		fi
+		echo "### Per round"
+		echo
+		printf '%s\n' "${RUNLOG[@]}"
+	} | write_section "$OUT" vs-spdk.sh
+	echo
+	echo "wrote the vs-spdk.sh section of $OUT"
+fi
