@@ -202,7 +202,9 @@ impl IoQueue {
         let before = out.len();
         out.append(&mut self.held);
         self.conn.flush()?;
-        self.conn.recv_all()?;
+        if self.conn.readable()? {
+            self.conn.recv_all()?;
+        }
         self.conn.qp.take_completions(out);
         let n = out.len() - before;
         if n > 0 || self.outstanding() == 0 {

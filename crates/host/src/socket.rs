@@ -171,6 +171,29 @@ impl Conn {
         Ok(())
     }
 
+    /// Whether a `recv` would find data (or the peer's close): `poll(2)`
+    /// with no wait. Unlike an empty `recv`, it does not take the socket
+    /// lock, which the peer's loopback transmit needs to deliver into this
+    /// socket: a busy-polling host that spins on `recv` slows its target.
+    pub fn readable(&self) -> Result<bool> {
+        let mut p = libc::pollfd {
+            fd: self.stream.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: `p` is one valid, initialized pollfd that outlives the call,
+        // and we pass a count of exactly 1.
+        let r = unsafe { libc::poll(&mut p, 1, 0) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                return Ok(false);
+            }
+            return Err(e.into());
+        }
+        Ok(r > 0)
+    }
+
     /// `poll(2)` on the socket for up to `ms` milliseconds; true when ready.
     pub fn poll_fd(&self, ms: i32) -> Result<bool> {
         let mut events = libc::POLLIN;

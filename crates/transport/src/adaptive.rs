@@ -46,6 +46,11 @@ impl IdleWindow {
         self.cur
     }
 
+    /// The longest the window can grow to.
+    pub(crate) fn max(&self) -> Duration {
+        self.max
+    }
+
     /// The loop slept and work woke it `gap` after the previous work.
     pub(crate) fn woke_after(&mut self, gap: Duration) {
         if gap < self.max {
