@@ -19,7 +19,8 @@
 #             --cpus-allowed 1 (busy-poll)
 # Per round and row, back to back: SPDK target x spdk_nvme_perf, farflash x
 # spdk_nvme_perf, farflash always-poll x spdk_nvme_perf, SPDK target x
-# farflash perf, farflash x farflash perf. Every target runs alone (SPDK's
+# farflash perf, farflash x farflash perf, in an order that rotates by one
+# from round to round. Every target runs alone (SPDK's
 # reactor spins on core 0). A ratio is the median over rounds of the
 # per-round ratios. Target CPU per I/O = its user+system time over the run
 # divided by the I/Os the initiator counted (this VM has no cycle counters).
@@ -154,7 +155,11 @@ for row in $ROWS; do
 	declare -A V=()
 	for r in $(seq "$RUNS"); do
 		line="${ROW_NAME[$row]} round $r:"
-		for c in "${COMBOS[@]}"; do
+		# The order rotates from round to round: no configuration always runs
+		# first (right after SPDK's target has freed its memory, say).
+		n=${#COMBOS[@]}
+		for k in $(seq 0 $((n - 1))); do
+			c=${COMBOS[$(((k + r - 1) % n))]}
 			read -r tg in <<<"$c"
 			read -r iops cpu < <(measure "$tg" "$in" "$rw" "$bs" "$qd")
 			V[$c,$r]=$iops V[$c,$r,cpu]=$cpu
@@ -202,7 +207,7 @@ if [[ $IDLE = 1 ]]; then
 fi
 
 # ---- report -------------------------------------------------------------------
-f2() { py "print('%.2f' % $1)"; }
+f2() { py "print('%.3f' % $1)"; }
 met() { py "print('yes' if $1 else 'no')"; }
 TABLE=$(
 	echo "| row | SPDK target, IOPS | farflash target, IOPS | farflash / SPDK | bar | met | always-poll / SPDK | adaptive / always (≥ 0.95) | target CPU µs per I/O, SPDK / farflash |"
@@ -245,8 +250,9 @@ if [[ -n $OUT ]]; then
 		echo "  (adaptive polling, one event loop per allowed CPU), and \`--poll always\` for the always-poll column"
 		echo "- initiators on core 1: \`spdk_nvme_perf --no-huge -s 1024 -c 0x2 -t $RUNTIME\`, \`farflash perf"
 		echo "  --cpus-allowed 1 --runtime $RUNTIME\` (busy-poll); every target runs alone, started for each run"
-		echo "- $RUNS rounds; in a round each row runs its five pairings back to back; ratios are medians of"
-		echo "  the per-round ratios, IOPS and CPU medians over rounds"
+		echo "- $RUNS rounds; in a round each row runs its five pairings back to back, in an order that"
+		echo "  rotates from round to round; ratios are medians of the per-round ratios, IOPS and CPU"
+		echo "  medians over rounds"
 		echo "- target CPU per I/O: the target's user+system time during the run over the I/Os counted"
 		echo "  (this VM exposes no cycle counters); SPDK's reactor spins, so its figure is its wall time"
 		echo

@@ -150,8 +150,8 @@ pub fn build_namespace(
     let (backend, describe) = match nc.backend {
         BackendKind::Ram => {
             let sz = size.unwrap_or(0);
-            // Commit up front (in the background) what fits comfortably in
-            // memory, as SPDK's malloc bdev does; larger namespaces stay sparse.
+            // Commit up front what fits comfortably in memory, as SPDK's
+            // malloc bdev does; larger namespaces stay sparse.
             let commit = mem_available().is_some_and(|avail| sz <= avail / 2);
             let open = if commit { open_ram_committed } else { open_ram };
             (
