@@ -176,22 +176,7 @@ impl Conn {
     /// lock, which the peer's loopback transmit needs to deliver into this
     /// socket: a busy-polling host that spins on `recv` slows its target.
     pub fn readable(&self) -> Result<bool> {
-        let mut p = libc::pollfd {
-            fd: self.stream.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: `p` is one valid, initialized pollfd that outlives the call,
-        // and we pass a count of exactly 1.
-        let r = unsafe { libc::poll(&mut p, 1, 0) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                return Ok(false);
-            }
-            return Err(e.into());
-        }
-        Ok(r > 0)
+        self.poll_events(libc::POLLIN, 0)
     }
 
     /// `poll(2)` on the socket for up to `ms` milliseconds; true when ready.
@@ -200,6 +185,12 @@ impl Conn {
         if self.qp.tx_pending() > 0 {
             events |= libc::POLLOUT;
         }
+        self.poll_events(events, ms)
+    }
+
+    /// `poll(2)` on the socket for `events`, up to `ms` milliseconds; true
+    /// when one of them (or an error or hang-up) is reported.
+    fn poll_events(&self, events: libc::c_short, ms: i32) -> Result<bool> {
         let mut p = libc::pollfd {
             fd: self.stream.as_raw_fd(),
             events,

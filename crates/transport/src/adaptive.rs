@@ -9,9 +9,9 @@
 //!
 //! So the window learns from the sleeps that should not have happened: when
 //! work wakes the loop less than `max` after the last work, the window grows
-//! to twice that gap (the next such gap is spun through). A sleep that lasts
-//! longer than `max`, or a window that expires `DECAY_AFTER` times in a row
-//! without its wake-up coming early, halves it again, down to `base`. An idle
+//! to twice that gap (the next such gap is spun through). `DECAY_AFTER`
+//! sleeps in a row that each last longer than `max` halve it again, down to
+//! `base`. An idle
 //! target therefore spins `base` after each stray event (a keep-alive), and a
 //! host whose gaps exceed `max` is served from sleep, which at that rate costs
 //! little.

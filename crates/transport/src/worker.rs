@@ -3,9 +3,10 @@
 //! Waiting: with [`PollMode::Adaptive`] the loop polls without sleeping
 //! while work keeps arriving and for a window after the last of it (from
 //! `poll_idle` up to `IDLE_MAX_FACTOR` times that, learnt from the gaps the
-//! hosts leave: [`IdleWindow`]), then sleeps in `epoll_wait` until the next
-//! event or tick; `Always` never sleeps and `Never` always does. Polling spins on the sockets of the few
-//! connections that worked lately (`recv` straight away, as a polled target
+//! hosts leave: [`IdleWindow`]), or while a connection's output is blocked
+//! and still moving, then sleeps in `epoll_wait` until the next event or
+//! tick; `Always` never sleeps and `Never` always does. Polling spins on the
+//! sockets of the few connections that worked lately (`recv` straight away, as a polled target
 //! would), with an `epoll_wait(0)` every `DIRECT_SPINS` rounds for the rest.
 
 use crate::adaptive::IdleWindow;
