@@ -51,7 +51,9 @@ TGT=$SPDK_DIR/build/bin/nvmf_tgt
 SPERF=$SPDK_DIR/build/bin/spdk_nvme_perf
 [[ -x $TGT && -x $SPERF ]] || die "no SPDK build in SPDK_DIR=$SPDK_DIR (want build/bin/nvmf_tgt and spdk_nvme_perf)"
 export LD_LIBRARY_PATH=$SPDK_DIR/build/lib:$SPDK_DIR/isa-l/.libs:$SPDK_DIR/isa-l-crypto/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-SPDK_VERSION=$(sed -n 's/^#define SPDK_VERSION_STRING[[:space:]]*"\(.*\)"/\1/p' "$SPDK_DIR/include/spdk/version.h" 2>/dev/null || true)
+SPDK_VERSION=$(awk '$1 == "#define" && $2 == "SPDK_VERSION_MAJOR" {ma = $3}
+	$1 == "#define" && $2 == "SPDK_VERSION_MINOR" {mi = $3}
+	END {if (ma != "") printf "v%d.%02d", ma, mi}' "$SPDK_DIR/include/spdk/version.h" 2>/dev/null || true)
 [[ -n $SPDK_VERSION ]] || SPDK_VERSION=$(git -C "$SPDK_DIR" describe --tags 2>/dev/null || echo "unknown version")
 
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
