@@ -58,3 +58,21 @@ open(tmp, "w").write(new)
 os.replace(tmp, path)
 PY
 }
+
+# idle_cpu_pct TARGET_PID PORT NQN IDLE_HOSTS_BINARY: connects 4 idle hosts
+# (examples/idle_hosts: admin + 1 I/O queue each, keep-alives) to the target,
+# lets them settle 5 s, and prints the target's CPU over the next 30 s in %
+# of one core.
+idle_cpu_pct() {
+	local target=$1 hosts t0 t1
+	"$4" "127.0.0.1:$2" "$3" 4 1 40 >"$TMP/idle.log" 2>&1 &
+	hosts=$!
+	PIDS+=("$hosts")
+	sleep 5
+	t0=$(cpu_ticks "$target")
+	sleep 30
+	t1=$(cpu_ticks "$target")
+	wait "$hosts" || die "idle hosts failed: $(cat "$TMP/idle.log")"
+	echo "  target CPU: $((t1 - t0)) ticks in 30 s" >&2
+	python3 -c "print('%.2f' % (100.0 * ($t1 - $t0) / $(getconf CLK_TCK) / 30))"
+}

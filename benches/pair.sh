@@ -142,15 +142,9 @@ idle_hosts() {
 
 echo "== idle target (adaptive), 4 idle hosts with keep-alives, 30 s"
 serve --ram 64M
-idle_hosts 4 1 40 "$TMP/idle.log"
-sleep 5
-t0=$(cpu_ticks "$SERVE_PID")
-sleep 30
-t1=$(cpu_ticks "$SERVE_PID")
-wait "$IDLE_PID" || die "idle hosts failed: $(cat "$TMP/idle.log")"
+IDLE_PCT=$(idle_cpu_pct "$SERVE_PID" "$PORT" "$NQN" "$IDLE")
 stop_serve
-IDLE_PCT=$(py "print('%.2f' % (100.0 * ($t1 - $t0) / $(getconf CLK_TCK) / 30))")
-echo "  target CPU: $((t1 - t0)) ticks in 30 s = $IDLE_PCT % of one core"
+echo "  = $IDLE_PCT % of one core"
 
 echo "== memory with 1,000 idle queue pairs (250 controllers x (admin + 3 I/O queues))"
 rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }

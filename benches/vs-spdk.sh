@@ -195,17 +195,9 @@ if [[ $IDLE = 1 ]]; then
 	TARGET_PID=$!
 	PIDS+=("$TARGET_PID")
 	wait_listen "$PORT"
-	"$IDLE_HOSTS" "127.0.0.1:$PORT" "$FF_NQN" 4 1 40 >"$TMP/idle.log" 2>&1 &
-	idle_pid=$!
-	PIDS+=("$idle_pid")
-	sleep 5
-	t0=$(cpu_ticks "$TARGET_PID")
-	sleep 30
-	t1=$(cpu_ticks "$TARGET_PID")
-	wait "$idle_pid" || die "idle hosts failed: $(cat "$TMP/idle.log")"
+	IDLE_PCT=$(idle_cpu_pct "$TARGET_PID" "$PORT" "$FF_NQN" "$IDLE_HOSTS")
 	stop_target
-	IDLE_PCT=$(py "print('%.2f' % (100.0 * ($t1 - $t0) / $(getconf CLK_TCK) / 30))")
-	echo "  target CPU: $((t1 - t0)) ticks in 30 s = $IDLE_PCT % of one core"
+	echo "  = $IDLE_PCT % of one core"
 fi
 
 # ---- report -------------------------------------------------------------------

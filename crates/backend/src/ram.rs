@@ -235,28 +235,28 @@ impl Mapping {
     }
 
     /// Faults in the pages of `offset..offset+len` for writing without
-    /// changing their contents (MADV_POPULATE_WRITE, Linux 5.14).
+    /// changing their contents (MADV_POPULATE_WRITE, Linux 5.14): populating
+    /// reads and writes no byte, so even a racing write or discard keeps its
+    /// effect.
     fn populate(&self, offset: usize, len: usize) -> io::Result<()> {
-        let addr = self.at(offset, len)?;
-        // SAFETY: a page-aligned range inside our own mapping (callers pass
-        // offset 0); populating reads and writes no byte of it, so even a
-        // racing write or discard would keep its effect.
-        let rc = unsafe { libc::madvise(addr.cast(), len, libc::MADV_POPULATE_WRITE) };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
-        }
+        self.advise(offset, len, libc::MADV_POPULATE_WRITE)
     }
 
     /// Drops the pages of a page-aligned range: a private anonymous mapping
-    /// reads back zero-filled pages afterwards.
+    /// reads back zero-filled pages afterwards (MADV_DONTNEED only replaces
+    /// the contents with zero pages, which every reader tolerates: no
+    /// references into the mapping exist).
     fn discard(&self, offset: usize, len: usize) -> io::Result<()> {
+        self.advise(offset, len, libc::MADV_DONTNEED)
+    }
+
+    /// `madvise(advice)` on a page-aligned range of the mapping.
+    fn advise(&self, offset: usize, len: usize, advice: libc::c_int) -> io::Result<()> {
         let addr = self.at(offset, len)?;
-        // SAFETY: page-aligned range inside our own mapping; MADV_DONTNEED
-        // only replaces its contents with zero pages, which every reader
-        // tolerates (no references into the mapping exist).
-        let rc = unsafe { libc::madvise(addr.cast(), len, libc::MADV_DONTNEED) };
+        // SAFETY: a range inside our own mapping (checked by `at`; callers
+        // pass page-aligned ranges); the two advices used change no byte a
+        // reader could not already see (see `populate` and `discard`).
+        let rc = unsafe { libc::madvise(addr.cast(), len, advice) };
         if rc == 0 {
             Ok(())
         } else {
