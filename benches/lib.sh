@@ -23,6 +23,22 @@ if [[ ${NEED_FLOOR:-0} = 1 ]]; then
 	gcc -O2 -o "$TCP_RR" "$LIMITS"
 fi
 
+# The load when the script started, for run_facts.
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# run_facts [COMMIT-SUFFIX]: the "- date", "- machine" and "- commit" lines
+# that head a section of docs/benchmarks.md (SUFFIX follows the commit).
+run_facts() {
+	local commit dirty cpu
+	commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+	dirty=$(git -C "$ROOT" diff --quiet HEAD -- crates src benches examples 2>/dev/null || echo " (with uncommitted changes)")
+	cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+	echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+	echo "- machine: $(nproc) CPUs, ${cpu:-unknown CPU}, $(uname -r);" \
+		"load average $LOAD_START at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end"
+	echo "- commit: $commit$dirty${1:-}"
+}
+
 median() { python3 -c 'import sys,statistics; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
 
 # Waits until something accepts on 127.0.0.1:PORT.

@@ -39,7 +39,6 @@ NEED_FLOOR=1
 # shellcheck source=benches/lib.sh
 source "$ROOT/benches/lib.sh"
 
-LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "== building (release)"
 cargo build -q --release --bin farflash --example idle_hosts
 FF=$ROOT/target/release/farflash
@@ -207,19 +206,13 @@ echo
 echo "$TABLE"
 
 if [[ -n $OUT ]]; then
-	COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-	DIRTY=$(git diff --quiet HEAD -- crates src benches examples 2>/dev/null || echo " (with uncommitted changes)")
-	CPU=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 	{
 		echo "## farflash serve + farflash perf against the kernel-TCP floor"
 		echo
 		echo "Written by \`benches/pair.sh\`; do not edit by hand. Re-run it to refresh."
 		echo "What the rows mean and where the time goes: docs/performance.md."
 		echo
-		echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-		echo "- machine: $(nproc) CPUs, ${CPU:-unknown CPU}, $(uname -r);" \
-			"load average $LOAD_START at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end"
-		echo "- commit: $COMMIT$DIRTY"
+		run_facts
 		echo "- target: \`farflash serve --$BACKEND $SIZE --threads 1 --cpus-allowed 0\` (adaptive polling unless said);"
 		echo "  perf on core 1 (\`--cpus-allowed 1\`, busy-poll), ${RUNTIME} s per run after ${RAMP} s ramp"
 		echo "- floor: \`tcp_rr\` (../shared/limits) with SPIN=1, server core 0, client core 1, run right"

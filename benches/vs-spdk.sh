@@ -56,7 +56,6 @@ SPDK_VERSION=$(awk '$1 == "#define" && $2 == "SPDK_VERSION_MAJOR" {ma = $3}
 	END {if (ma != "") printf "v%d.%02d", ma, mi}' "$SPDK_DIR/include/spdk/version.h" 2>/dev/null || true)
 [[ -n $SPDK_VERSION ]] || SPDK_VERSION=$(git -C "$SPDK_DIR" describe --tags 2>/dev/null || echo "unknown version")
 
-LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "== building (release)"
 cargo build -q --release --bin farflash --example idle_hosts
 FF=$ROOT/target/release/farflash
@@ -227,18 +226,12 @@ echo "$TABLE2"
 [[ -n $IDLE_PCT ]] && echo && echo "idle target, 4 idle hosts: $IDLE_PCT % of a core"
 
 if [[ -n $OUT ]]; then
-	COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-	DIRTY=$(git diff --quiet HEAD -- crates src benches examples 2>/dev/null || echo " (with uncommitted changes)")
-	CPU=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 	{
 		echo "## farflash's target against SPDK's"
 		echo
 		echo "Written by \`benches/vs-spdk.sh\`; do not edit by hand. Re-run it to refresh."
 		echo
-		echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-		echo "- machine: $(nproc) CPUs, ${CPU:-unknown CPU}, $(uname -r);" \
-			"load average $LOAD_START at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end"
-		echo "- commit: $COMMIT$DIRTY; SPDK $SPDK_VERSION"
+		run_facts "; SPDK $SPDK_VERSION"
 		echo "- SPDK target: \`nvmf_tgt -m 0x1 --no-huge -s 2048\`, TCP transport defaults, 1 GiB malloc bdev"
 		echo "  (512-byte blocks); farflash target: \`taskset -c 0 farflash serve --ram 1G\` with its defaults"
 		echo "  (adaptive polling, one event loop per allowed CPU), and \`--poll always\` for the always-poll column"
