@@ -25,30 +25,35 @@ use std::sync::Arc;
 /// `size_bytes` must be a non-zero multiple of `block_size`, which must be
 /// 512 or 4096 (`InvalidInput` otherwise). Memory is committed lazily.
 pub fn open_ram(size_bytes: u64, block_size: u32) -> io::Result<SharedBackend> {
-    validate_geometry(size_bytes, block_size)?;
-    let len =
-        usize::try_from(size_bytes).map_err(|_| invalid("RAM size exceeds the address space"))?;
-    let map = Arc::new(Mapping::new(len)?);
+    let map = checked_mapping(size_bytes, block_size)?;
     tracing::debug!(size_bytes, block_size, "opened RAM backend");
-    Ok(Arc::new(RamBackend { map, block_size }))
+    Ok(Arc::new(RamBackend {
+        map: Arc::new(map),
+        block_size,
+    }))
 }
 
 /// [`open_ram`], with every page committed before it returns (see the
 /// module note). On a kernel without `MADV_POPULATE_WRITE` (before 5.14)
 /// memory stays lazily committed.
 pub fn open_ram_committed(size_bytes: u64, block_size: u32) -> io::Result<SharedBackend> {
-    validate_geometry(size_bytes, block_size)?;
-    let len =
-        usize::try_from(size_bytes).map_err(|_| invalid("RAM size exceeds the address space"))?;
-    let map = Mapping::new(len)?;
-    match map.populate(0, len) {
-        Ok(()) => tracing::debug!(bytes = len, "RAM namespace committed"),
+    let map = checked_mapping(size_bytes, block_size)?;
+    match map.populate(0, map.len) {
+        Ok(()) => tracing::debug!(size_bytes, block_size, "opened RAM backend, committed"),
         Err(e) => tracing::debug!("RAM namespace stays lazily committed: {e}"),
     }
     Ok(Arc::new(RamBackend {
         map: Arc::new(map),
         block_size,
     }))
+}
+
+/// A lazily committed mapping of `size_bytes`, after checking the geometry.
+fn checked_mapping(size_bytes: u64, block_size: u32) -> io::Result<Mapping> {
+    validate_geometry(size_bytes, block_size)?;
+    let len =
+        usize::try_from(size_bytes).map_err(|_| invalid("RAM size exceeds the address space"))?;
+    Mapping::new(len)
 }
 
 /// Checks the size/block size pair shared by the RAM and null backends.

@@ -6,8 +6,9 @@
 //! hosts leave: [`IdleWindow`]), or while a connection's output is blocked
 //! and still moving, then sleeps in `epoll_wait` until the next event or
 //! tick; `Always` never sleeps and `Never` always does. Polling spins on the
-//! sockets of the few connections that worked lately (`recv` straight away, as a polled target
-//! would), with an `epoll_wait(0)` every `DIRECT_SPINS` rounds for the rest.
+//! sockets of the few connections that worked lately (`recv` straight away,
+//! as a polled target would), with an `epoll_wait(0)` every `DIRECT_SPINS`
+//! rounds for the rest.
 
 use crate::adaptive::IdleWindow;
 use crate::{LoopOptions, PollMode};
@@ -74,8 +75,8 @@ pub(crate) struct Worker {
     mode: PollMode,
     /// Adaptive polling: how long to spin after the last work.
     idle: IdleWindow,
-    /// Connections whose output the socket did not take: the host is
-    /// reading, so the loop keeps polling (sleeping until EPOLLOUT, which
+    /// Connections whose output the socket did not take: while their output
+    /// still moves the loop keeps polling (sleeping until EPOLLOUT, which
     /// comes only once a third of the send buffer is free, cost deep queues
     /// a quarter of their speed).
     blocked: usize,
