@@ -2,7 +2,7 @@
 # benches/vs-spdk.sh -- farflash's NVMe/TCP target against SPDK's, side by side.
 #
 #   SPDK_DIR=/path/to/spdk bash benches/vs-spdk.sh
-#   RUNS=3 RUNTIME=5 ROWS="qd1 qd32" SPDK_DIR=... bash benches/vs-spdk.sh
+#   RUNS=3 RUNTIME=5 WARMUP=2 ROWS="qd1 qd32" SPDK_DIR=... bash benches/vs-spdk.sh
 #
 # SPDK_DIR is an SPDK build (v25.09: ../shared/tools/build-spdk.sh makes one
 # in ../anchors/spdk, the default here) with build/bin/nvmf_tgt and
@@ -17,17 +17,22 @@
 #             same with --poll always
 #   initiators: spdk_nvme_perf -c 0x2 --no-huge, and farflash perf
 #             --cpus-allowed 1 (busy-poll)
+# Each initiator runs WARMUP seconds before it measures (spdk_nvme_perf -a,
+# farflash perf --ramp_time): a freshly started target is slow for its first
+# second or so (SPDK's faults in its --no-huge memory), and both initiators
+# then skip the same transient.
 # Per round and row, back to back: SPDK target x spdk_nvme_perf, farflash x
 # spdk_nvme_perf, farflash always-poll x spdk_nvme_perf, SPDK target x
 # farflash perf, farflash x farflash perf, in an order that rotates by one
 # from round to round. Every target runs alone (SPDK's
 # reactor spins on core 0). A ratio is the median over rounds of the
 # per-round ratios. Target CPU per I/O = its user+system time over the run
-# divided by the I/Os the initiator counted (this VM has no cycle counters).
+# (warm-up included) divided by the I/Os the initiator's rate gives for the
+# same time (this VM has no cycle counters).
 # Then: idle farflash target with 4 idle hosts (30 s), adaptive polling.
 #
 # Writes its section of docs/benchmarks.md (OUT= to change, empty to skip).
-# Environment: SPDK_DIR, RUNS (5), RUNTIME seconds (3), ROWS (all: qd1 qd32
+# Environment: SPDK_DIR, RUNS (5), RUNTIME seconds (3), WARMUP seconds (1), ROWS (all: qd1 qd32
 # qd128 write32 read128k), IDLE (1: measure idle CPU), PORT (4520),
 # SPDK_PORT (4521), OUT.
 set -euo pipefail
@@ -36,7 +41,7 @@ ROOT=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
 cd "$ROOT"
 NAME=vs-spdk.sh
 SPDK_DIR=${SPDK_DIR:-$ROOT/../anchors/spdk}
-RUNS=${RUNS:-5} RUNTIME=${RUNTIME:-3} IDLE=${IDLE:-1}
+RUNS=${RUNS:-5} RUNTIME=${RUNTIME:-3} WARMUP=${WARMUP:-1} IDLE=${IDLE:-1}
 ROWS=${ROWS:-qd1 qd32 qd128 write32 read128k}
 PORT=${PORT:-4520} SPDK_PORT=${SPDK_PORT:-4521}
 OUT=${OUT-docs/benchmarks.md}
@@ -109,7 +114,7 @@ run_initiator() {
 	if [[ $ini = spdk ]]; then
 		local mix=()
 		[[ $rw = randrw ]] && mix=(-M 50)
-		"$SPERF" --no-huge -s 1024 -c 0x2 -q "$qd" -o "$bs" -w "$rw" "${mix[@]}" -t "$RUNTIME" \
+		"$SPERF" --no-huge -s 1024 -c 0x2 -q "$qd" -o "$bs" -w "$rw" "${mix[@]}" -t "$RUNTIME" -a "$WARMUP" \
 			-r "trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:$T_PORT subnqn:$T_NQN" \
 			>"$TMP/sperf.log" 2>&1 || die "spdk_nvme_perf $rw $bs QD $qd failed: $(tail -5 "$TMP/sperf.log")"
 		t1=$(cpu_ticks "$TARGET_PID")
@@ -117,7 +122,7 @@ run_initiator() {
 			die "no Total line from spdk_nvme_perf: $(tail -5 "$TMP/sperf.log")"
 	else
 		"$FF" perf -t tcp -a 127.0.0.1 -s "$T_PORT" -n "$T_NQN" --rw "$rw" --bs "$bs" --iodepth "$qd" \
-			--runtime "$RUNTIME" --cpus-allowed 1 --output-format=json >"$TMP/fperf.json" ||
+			--runtime "$RUNTIME" --ramp_time "$WARMUP" --cpus-allowed 1 --output-format=json >"$TMP/fperf.json" ||
 			die "farflash perf $rw $bs QD $qd failed"
 		t1=$(cpu_ticks "$TARGET_PID")
 		py "import json; a = json.load(open('$TMP/fperf.json'))['aggregate']; print(a['read']['iops'] + a['write']['iops'])"
@@ -132,7 +137,8 @@ measure() {
 	iops=$(run_initiator "$2" "$3" "$4" "$5")
 	ticks=$(cat "$TMP/ticks")
 	stop_target
-	py "print($iops, 1e6 * $ticks / $(getconf CLK_TCK) / max(1.0, $iops * $RUNTIME))"
+	# The ticks cover the warm-up too: the rate is taken as steady over both.
+	py "print($iops, 1e6 * $ticks / $(getconf CLK_TCK) / max(1.0, $iops * ($RUNTIME + $WARMUP)))"
 }
 
 # ---- rows ---------------------------------------------------------------------
@@ -235,12 +241,14 @@ if [[ -n $OUT ]]; then
 		echo "- SPDK target: \`nvmf_tgt -m 0x1 --no-huge -s 2048\`, TCP transport defaults, 1 GiB malloc bdev"
 		echo "  (512-byte blocks); farflash target: \`taskset -c 0 farflash serve --ram 1G\` with its defaults"
 		echo "  (adaptive polling, one event loop per allowed CPU), and \`--poll always\` for the always-poll column"
-		echo "- initiators on core 1: \`spdk_nvme_perf --no-huge -s 1024 -c 0x2 -t $RUNTIME\`, \`farflash perf"
-		echo "  --cpus-allowed 1 --runtime $RUNTIME\` (busy-poll); every target runs alone, started for each run"
+		echo "- initiators on core 1: \`spdk_nvme_perf --no-huge -s 1024 -c 0x2 -t $RUNTIME -a $WARMUP\`, \`farflash perf"
+		echo "  --cpus-allowed 1 --runtime $RUNTIME --ramp_time $WARMUP\` (busy-poll; both measure after the warm-up);"
+		echo "  every target runs alone, started for each run"
 		echo "- $RUNS rounds; in a round each row runs its five pairings back to back, in an order that"
 		echo "  rotates from round to round; ratios are medians of the per-round ratios, IOPS and CPU"
 		echo "  medians over rounds"
-		echo "- target CPU per I/O: the target's user+system time during the run over the I/Os counted"
+		echo "- target CPU per I/O: the target's user+system time during warm-up and run over the I/Os"
+		echo "  the measured rate gives for that time"
 		echo "  (this VM exposes no cycle counters); SPDK's reactor spins, so its figure is its wall time"
 		echo
 		echo "### Under SPDK's initiator (spdk_nvme_perf)"
