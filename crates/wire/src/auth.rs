@@ -23,6 +23,17 @@ pub const SECP_DHCHAP: u8 = 0xE9;
 pub const SPSP0_DHCHAP: u8 = 0x01;
 pub const SPSP1_DHCHAP: u8 = 0x01;
 
+/// Connect response DW0 AUTHREQ bits (Fabrics §6.3, TP 8006): ATR, the
+/// host must authenticate (Linux `NVME_CONNECT_AUTHREQ_ATR`); ASCR, secure
+/// channel concatenation is required.
+pub const CONNECT_AUTHREQ_ATR: u32 = 1 << 17;
+pub const CONNECT_AUTHREQ_ASCR: u32 = 1 << 18;
+/// Authentication Required: SCT 1h (command specific), SC 91h (Base §4.2,
+/// Linux `NVME_SC_AUTH_REQUIRED` = 191h), for commands on a queue that has
+/// not authenticated.
+pub const SCT_COMMAND_SPECIFIC: u8 = 0x1;
+pub const SC_AUTH_REQUIRED: u8 = 0x91;
+
 /// AUTH-TYPE: common messages (negotiate, failures) (Base §8.13.4).
 pub const AUTH_TYPE_COMMON: u8 = 0x00;
 /// AUTH-TYPE: DH-HMAC-CHAP messages (Base §8.13.5).

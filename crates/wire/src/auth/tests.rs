@@ -220,11 +220,22 @@ fn auth_command_fields() {
     assert_eq!(AuthCmd::from_sqe(&Sqe::decode(&b)), c);
     assert_eq!(c.to_sqe(9, false).fctype(), fctype::AUTH_RECEIVE);
     assert_eq!(c.check_dhchap(), Ok(()));
-    for (i, f) in [(0, "SECP"), (1, "SPSP0"), (2, "SPSP1")] {
-        let mut bad = c;
-        [&mut bad.secp, &mut bad.spsp0, &mut bad.spsp1][i].clone_from(&0);
+    assert_eq!(
+        (CONNECT_AUTHREQ_ATR, CONNECT_AUTHREQ_ASCR),
+        (0x2_0000, 0x4_0000)
+    );
+    assert_eq!(
+        (SCT_COMMAND_SPECIFIC as u16) << 8 | SC_AUTH_REQUIRED as u16,
+        0x191
+    );
+    let bad = [
+        ("SECP", AuthCmd { secp: 0, ..c }),
+        ("SPSP0", AuthCmd { spsp0: 0, ..c }),
+        ("SPSP1", AuthCmd { spsp1: 0, ..c }),
+    ];
+    for (f, cmd) in bad {
         assert!(
-            matches!(bad.check_dhchap(), Err(AuthWireError::Field { field, .. }) if field == f)
+            matches!(cmd.check_dhchap(), Err(AuthWireError::Field { field, .. }) if field == f)
         );
     }
 }
