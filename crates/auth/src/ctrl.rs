@@ -156,9 +156,7 @@ impl CtrlAuth {
             .map_err(|e| AuthFailure::local(e.explanation(), "malformed message"))?;
         match (&self.state, msg) {
             (_, Message::Negotiate(n)) => self.negotiate(&n, rng),
-            (State::Idle, Message::Failure2(_)) => {
-                Err(AuthFailure::message("message out of order"))
-            }
+            // The host gave up (in any state, also after a success1 it refused).
             (_, Message::Failure2(f)) => Err(AuthFailure::peer(&f)),
             (State::AwaitReply, Message::Reply(r)) => {
                 self.check_t_id(r.t_id)?;

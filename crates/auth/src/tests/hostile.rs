@@ -283,3 +283,30 @@ fn failures_never_show_secrets() {
     let key = &s.to_dhhc()[10..30];
     assert!(!text.contains(key) && !text.contains("171, 171"), "{text}");
 }
+
+#[test]
+fn host_refusing_success1_unauthenticates_the_queue() {
+    let mut rng = TestRng(11);
+    let (mut h, mut c) = pair(false, HashId::Sha256, DhGroup::Null);
+    c.send(&h.negotiate().encode(), &mut rng);
+    let HostStep::Send(reply) = h.receive(&c.receive().unwrap().encode(), &mut rng) else {
+        panic!()
+    };
+    assert_eq!(c.send(&reply.encode(), &mut rng), CtrlEvent::Authenticated);
+    let Some(Message::Success1(mut s1)) = c.receive() else {
+        panic!()
+    };
+    s1.hl = 48;
+    let step = h.receive(&Message::Success1(s1).encode(), &mut rng);
+    let HostStep::Failed {
+        failure,
+        send: Some(f2),
+    } = step
+    else {
+        panic!("{step:?}")
+    };
+    assert_eq!(failure.explanation, ex::HASH_UNUSABLE);
+    assert!(matches!(c.send(&f2.encode(), &mut rng), CtrlEvent::Failed(f) if f.from_peer));
+    assert!(!c.authenticated());
+    assert_eq!(c.receive(), None);
+}
