@@ -24,12 +24,13 @@ cd "$here"
 export RUSTC_BOOTSTRAP=1
 san=${SANITIZER:-address}
 nice_lvl=${NICE:-10}
-all=(pdu_framing command_decode target_connection host_connection)
+all=(pdu_framing command_decode target_connection host_connection auth_exchange)
 
 max_len() {
     case $1 in
     pdu_framing) echo 2048 ;;
     command_decode) echo 4200 ;;
+    auth_exchange) echo 4096 ;;
     *) echo 65536 ;;
     esac
 }

@@ -27,6 +27,10 @@ enum Command {
     Perf(cli::perf::PerfArgs),
     /// Run a local-vs-remote study (plan of perf runs) and write results, plots and a report.
     Sweep(cli::sweep::SweepArgs),
+    /// Generate a DH-HMAC-CHAP host key (like `nvme gen-dhchap-key`).
+    GenDhchapKey(cli::dhchap::GenArgs),
+    /// Check a DH-HMAC-CHAP key (like `nvme check-dhchap-key`).
+    CheckDhchapKey(cli::dhchap::CheckArgs),
 }
 
 fn main() {
@@ -39,6 +43,8 @@ fn main() {
         Some(Command::Identify(a)) => cli::identify::run(a),
         Some(Command::Perf(a)) => cli::perf::run(a),
         Some(Command::Sweep(a)) => cli::sweep::run(a),
+        Some(Command::GenDhchapKey(a)) => cli::dhchap::run_gen(a),
+        Some(Command::CheckDhchapKey(a)) => cli::dhchap::run_check(a),
     };
     if let Err(e) = result {
         eprintln!("farflash: error: {e:#}");

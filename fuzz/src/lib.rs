@@ -3,6 +3,7 @@
 //! replay the corpus and the regression inputs on a stable toolchain,
 //! without libFuzzer or sanitizers (see `tests/replay.rs`).
 
+pub mod auth_exchange;
 pub mod build;
 pub mod command_decode;
 pub mod host_connection;
@@ -36,9 +37,10 @@ pub fn tolerate(name: &str) -> bool {
 /// A harness: runs one input, panics on a finding.
 pub type Harness = fn(&[u8]);
 
-pub const TARGETS: [(&str, Harness); 4] = [
+pub const TARGETS: [(&str, Harness); 5] = [
     ("pdu_framing", pdu_framing::run),
     ("command_decode", command_decode::run),
     ("target_connection", target_connection::run),
     ("host_connection", host_connection::run),
+    ("auth_exchange", auth_exchange::run),
 ];
