@@ -12,7 +12,7 @@
 
 use crate::adaptive::IdleWindow;
 use crate::{LoopOptions, PollMode};
-use farflash_target::{QueuePair, Target};
+use farflash_core::{QueuePair, Target};
 use mio::net::TcpStream;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
