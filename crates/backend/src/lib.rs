@@ -23,6 +23,7 @@ mod buf;
 mod check;
 mod file;
 mod null;
+mod queue_set;
 mod ram;
 mod sync_queue;
 
@@ -33,6 +34,7 @@ pub use buf::{BufPool, IoBuf, IO_ALIGN};
 pub use check::dealloc_buf;
 pub use file::{open_file, DirectMode, FileOptions};
 pub use null::open_null;
+pub use queue_set::QueueSet;
 pub use ram::{open_ram, open_ram_committed};
 
 use std::io;

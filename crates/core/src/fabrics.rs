@@ -37,7 +37,7 @@ pub(crate) fn execute(q: &mut QueuePair, idx: usize) -> Outcome {
     match sqe.fctype() {
         fctype::CONNECT => connect(q, idx, &sqe),
         fctype::PROPERTY_GET => property_get(q, &sqe),
-        fctype::PROPERTY_SET => property_set(q, &sqe),
+        fctype::PROPERTY_SET => property_set(q, idx, &sqe),
         fctype::DISCONNECT => {
             // Fabrics §6.? : the queue is deleted after the response.
             q.close();
@@ -189,8 +189,10 @@ fn property_get(q: &mut QueuePair, sqe: &Sqe) -> Outcome {
 }
 
 /// Property Set (Fabrics §6.5): only CC is writable. Enable sets CSTS.RDY at
-/// once; clearing EN resets the controller; SHN completes shutdown at once.
-fn property_set(q: &mut QueuePair, sqe: &Sqe) -> Outcome {
+/// once; clearing EN resets the controller; SHN emits one Flush per
+/// namespace and the command completes (CSTS.SHST 01b -> 10b) when they have
+/// (Base §3.6.2): no sync ever runs on the event loop.
+fn property_set(q: &mut QueuePair, idx: usize, sqe: &Sqe) -> Outcome {
     let p = PropertyCmd::from_sqe(sqe);
     if p.offset != props::CC || p.size8 {
         return Outcome::Done(Status::INVALID_FIELD.dnr(), 0);
@@ -218,19 +220,40 @@ fn property_set(q: &mut QueuePair, sqe: &Sqe) -> Outcome {
             ctrl.reset_io_queues(&mut st);
         }
         if cc::shn(new) != 0 && cc::shn(old) == 0 {
-            st.csts = (st.csts & !csts::SHST_MASK) | csts::SHST_COMPLETE;
+            st.csts = (st.csts & !csts::SHST_MASK) | csts::SHST_OCCURRING;
             flush = true;
         }
     }
     if flush {
         // Normal shutdown: make completed writes durable before reporting it.
-        if let Some(sub) = ctrl.subsystem() {
-            for ns in sub.namespaces().iter() {
-                if let Err(e) = ns.backend.sync_all() {
-                    tracing::error!(nsid = ns.nsid, "flush at controller shutdown failed: {e}");
-                }
-            }
+        for pos in 0..q.ns.live_count() {
+            let Some(key) = q.ns.live_key_at(pos) else {
+                break;
+            };
+            let buf = q.pool.get(0);
+            let req = farflash_backend::IoRequest {
+                tag: idx as u64,
+                op: farflash_backend::IoOp::Flush,
+                buf,
+            };
+            // `submit` fails only for a namespace that is not live.
+            let _ = q.submit(idx, key, req);
         }
+        if q.slots[idx].pending > 0 {
+            return Outcome::Pending;
+        }
+        shutdown_complete(q);
     }
     Outcome::Done(Status::SUCCESS, 0)
+}
+
+/// The shutdown's Flushes have completed (failed ones are logged by the
+/// completion path): CSTS.SHST = 10b.
+pub(crate) fn shutdown_complete(q: &mut QueuePair) {
+    if let Some(ctrl) = &q.ctrl {
+        let mut st = ctrl.lock();
+        if st.csts & csts::SHST_MASK == csts::SHST_OCCURRING {
+            st.csts = (st.csts & !csts::SHST_MASK) | csts::SHST_COMPLETE;
+        }
+    }
 }

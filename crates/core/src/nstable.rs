@@ -1,19 +1,18 @@
-//! A queue pair's view of its subsystem's namespaces, with the backend queue
-//! it opened on each.
+//! A queue pair's view of its subsystem's namespaces.
 //!
 //! Keys are stable for the life of the connection: a command keeps the key it
 //! was classified with even if the subsystem's namespaces change meanwhile.
-//! A removed namespace stays as a tombstone until its in-flight requests
-//! have completed, so nothing submitted is ever lost.
+//! A removed namespace stays as a tombstone until the storage requests
+//! already emitted for it have been handed to the event loop's queues
+//! ([`NsTable::collect`]), so nothing emitted is ever lost. The queues
+//! themselves belong to the event loop (one per namespace per thread).
 
 use crate::subsystem::Namespace;
-use farflash_backend::{BackendQueue, IoCompletion};
-use std::os::fd::RawFd;
+use farflash_backend::SharedBackend;
 use std::sync::Arc;
 
 pub(crate) struct NsEntry {
     pub ns: Option<Arc<Namespace>>,
-    bq: Option<Box<dyn BackendQueue>>,
     live: bool,
 }
 
@@ -31,7 +30,7 @@ impl NsTable {
     }
 
     /// Adopts a new namespace list: entries whose namespace is unchanged keep
-    /// their key and backend queue; others become tombstones.
+    /// their key; others become tombstones until [`NsTable::collect`].
     pub fn load(&mut self, list: &[Arc<Namespace>], generation: u64) {
         self.generation = generation;
         self.index.clear();
@@ -51,7 +50,6 @@ impl NsTable {
                 None => {
                     self.entries.push(NsEntry {
                         ns: Some(ns.clone()),
-                        bq: None,
                         live: true,
                     });
                     self.entries.len() - 1
@@ -60,14 +58,12 @@ impl NsTable {
             self.index.push((ns.nsid, key));
         }
         self.index.sort_unstable();
-        self.collect();
     }
 
-    /// Drops tombstones that have nothing in flight.
-    fn collect(&mut self) {
+    /// Releases tombstones (call when no emitted request names them).
+    pub fn collect(&mut self) {
         for e in &mut self.entries {
-            if !e.live && e.bq.as_ref().is_none_or(|b| b.in_flight() == 0) {
-                e.bq = None;
+            if !e.live {
                 e.ns = None;
             }
         }
@@ -88,6 +84,14 @@ impl NsTable {
             .and_then(|e| e.ns.as_ref())
     }
 
+    /// The backend under `key`, live or tombstone.
+    pub fn backend(&self, key: usize) -> Option<&SharedBackend> {
+        self.entries
+            .get(key)
+            .and_then(|e| e.ns.as_ref())
+            .map(|ns| &ns.backend)
+    }
+
     /// How many namespaces are live.
     pub fn live_count(&self) -> usize {
         self.index.len()
@@ -100,53 +104,6 @@ impl NsTable {
 
     pub fn nsids(&self) -> impl Iterator<Item = u32> + '_ {
         self.index.iter().map(|&(n, _)| n)
-    }
-
-    /// The backend queue of the live namespace `key`, opened on first use.
-    pub fn queue(&mut self, key: usize, depth: u32) -> std::io::Result<&mut Box<dyn BackendQueue>> {
-        let e = self
-            .entries
-            .get_mut(key)
-            .filter(|e| e.live)
-            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENODEV))?;
-        if e.bq.is_none() {
-            let ns =
-                e.ns.as_ref()
-                    .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENODEV))?;
-            e.bq = Some(ns.backend.open_queue(depth)?);
-        }
-        e.bq.as_mut()
-            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENODEV))
-    }
-
-    pub fn commit(&mut self) -> Vec<std::io::Error> {
-        let mut errs = Vec::new();
-        for b in self.entries.iter_mut().filter_map(|e| e.bq.as_mut()) {
-            if let Err(e) = b.commit() {
-                errs.push(e);
-            }
-        }
-        errs
-    }
-
-    pub fn reap(&mut self, out: &mut Vec<IoCompletion>) {
-        let mut dead = false;
-        for e in &mut self.entries {
-            if let Some(b) = e.bq.as_mut() {
-                b.reap(out);
-                dead |= !e.live;
-            }
-        }
-        if dead {
-            self.collect();
-        }
-    }
-
-    pub fn notify_fds(&self) -> impl Iterator<Item = RawFd> + '_ {
-        self.entries
-            .iter()
-            .filter_map(|e| e.bq.as_ref())
-            .filter_map(|b| b.notify_fd())
     }
 }
 
@@ -174,14 +131,20 @@ mod tests {
         let mut t = NsTable::default();
         t.load(&[a.clone(), b.clone()], 1);
         let kb = t.key(2).unwrap();
-        assert!(t.queue(kb, 4).is_ok());
+        let ka = t.key(1).unwrap();
         t.load(&[b.clone(), c.clone()], 2);
+        assert!(
+            t.backend(ka).is_some(),
+            "a tombstone keeps its backend until collected"
+        );
+        assert!(t.get(ka).is_none());
+        t.collect();
         assert_eq!(t.key(2), Some(kb), "unchanged namespace keeps its key");
         assert!(t.key(1).is_none());
         assert!(t.get(t.key(3).unwrap()).is_some());
         assert_eq!(t.nsids().collect::<Vec<_>>(), vec![2, 3]);
         assert_eq!(t.generation(), 2);
-        // The removed namespace's Arc is released once nothing is in flight.
+        // The removed namespace's Arc is released once collected.
         assert_eq!(Arc::strong_count(&a), 1);
     }
 }

@@ -3,8 +3,12 @@
 //! The transport reads socket bytes into [`QueuePair::rx_space`] and calls
 //! [`QueuePair::on_received`]; the queue cuts them into PDUs (TCP §3.6),
 //! runs the commands, and leaves PDUs to send in [`QueuePair::output`].
-//! Backend completions come in through [`QueuePair::poll_backends`]. Nothing
-//! here touches a socket, so every path can be driven from a unit test.
+//! Storage requests are outputs too: the event loop takes them with
+//! [`QueuePair::take_storage`], runs them on its own per-thread queues and
+//! hands each completion back through [`QueuePair::on_storage_completion`]
+//! (`commit` / `poll_backends` do the same on a private queue set for tests,
+//! fuzzers and benchmarks). Nothing here touches a socket or a storage
+//! queue, so every path can be driven from a unit test.
 
 use crate::controller::Controller;
 use crate::nstable::NsTable;
@@ -18,7 +22,7 @@ mod budget;
 mod rx;
 mod transport;
 mod tx;
-use farflash_backend::{BufPool, IoBuf, IoCompletion, IoRequest};
+use farflash_backend::{BufPool, IoBuf, IoCompletion, IoRequest, QueueSet, SharedBackend};
 use farflash_wire::cqe::{Cqe, CQE_SIZE};
 use farflash_wire::log::ErrorEntry;
 use farflash_wire::opcode::admin as aop;
@@ -29,7 +33,6 @@ use farflash_wire::pdu::{
 use farflash_wire::sqe::{sgl, SQE_SIZE};
 use farflash_wire::{digest, Sqe, Status};
 use std::net::SocketAddr;
-use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -138,9 +141,15 @@ pub struct QueuePair {
     pub(crate) slots: Vec<Slot>,
     free: Vec<u16>,
     cid_busy: Vec<u64>,
-    /// The subsystem's namespaces as this queue sees them, with backend queues.
+    /// The subsystem's namespaces as this queue sees them.
     pub(crate) ns: NsTable,
     pub(crate) pool: BufPool,
+    /// Storage requests emitted and not yet taken: (namespace key, request
+    /// tagged with its slot).
+    storage_out: Vec<(usize, IoRequest)>,
+    /// Standalone use only (`commit` / `poll_backends`): a private queue set
+    /// and its completion scratch.
+    own_storage: Option<Box<QueueSet>>,
     completions: Vec<IoCompletion>,
     pub(crate) stats: Option<Arc<QueueStats>>,
     /// Admin queue: when the last Keep Alive arrived.
@@ -190,6 +199,8 @@ impl QueuePair {
             cid_busy: vec![0; 1024],
             ns: NsTable::default(),
             pool: BufPool::new(),
+            storage_out: Vec::new(),
+            own_storage: None,
             completions: Vec::new(),
             stats: None,
             last_keep_alive: now,

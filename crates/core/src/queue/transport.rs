@@ -90,40 +90,49 @@ impl QueuePair {
         self.closing && self.out.is_empty() && self.in_flight == 0
     }
 
-    /// File descriptors to watch for backend completions.
-    pub fn notify_fds(&self) -> impl Iterator<Item = RawFd> + '_ {
-        self.ns.notify_fds()
-    }
-
-    /// Backend requests in flight.
+    /// Storage requests emitted and not yet completed.
     pub fn in_flight(&self) -> usize {
         self.in_flight
     }
 
-    /// Hands queued backend requests to the kernel (one call per batch).
+    /// Standalone use (tests, fuzzers, benchmarks; the event loop uses its
+    /// shared per-thread queues instead): runs the emitted storage requests
+    /// on a private queue set and hands them to the kernel.
     pub fn commit(&mut self) {
-        for e in self.ns.commit() {
-            tracing::warn!(peer = %self.peer, "backend submit failed: {e}");
+        let mut set = self
+            .own_storage
+            .take()
+            .unwrap_or_else(|| Box::new(QueueSet::new(1024)));
+        let mut failed = std::mem::take(&mut self.completions);
+        self.take_storage(|be, req| set.submit(be, req, &mut failed));
+        set.commit();
+        self.own_storage = Some(set);
+        for c in failed.drain(..) {
+            self.on_storage_completion(c);
         }
+        self.completions = failed;
     }
 
-    /// Reaps backend completions and turns them into responses. Returns
-    /// whether anything completed.
+    /// Standalone use: reaps the private queue set and turns completions
+    /// into responses. Returns whether anything completed.
     pub fn poll_backends(&mut self) -> bool {
         let mut any = false;
         // Completing a command can start others (budget freed, waiting
         // commands resumed); synchronous backends finish those at once.
         while self.in_flight > 0 {
+            let Some(mut set) = self.own_storage.take() else {
+                break;
+            };
             let mut comps = std::mem::take(&mut self.completions);
-            self.ns.reap(&mut comps);
+            set.reap(&mut comps);
+            self.own_storage = Some(set);
             if comps.is_empty() {
                 self.completions = comps;
                 break;
             }
             any = true;
             for c in comps.drain(..) {
-                self.in_flight -= 1;
-                self.on_backend_completion(c);
+                self.on_storage_completion(c);
             }
             self.completions = comps;
             self.commit();
