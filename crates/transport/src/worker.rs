@@ -95,6 +95,8 @@ pub(crate) struct Worker {
     conns: Vec<Option<Conn>>,
     free: Vec<usize>,
     ready: Vec<usize>,
+    /// The other half of `ready`'s double buffer (no allocation per round).
+    spare: Vec<usize>,
     /// Connections that worked within `poll_idle` (at most `HOT_MAX`): while
     /// spinning, the loop `recv`s on these directly, which saves the
     /// `epoll_wait` round between a command's arrival and its read.
@@ -148,6 +150,7 @@ impl Worker {
             conns: Vec::new(),
             free: Vec::new(),
             ready: Vec::new(),
+            spare: Vec::new(),
             hot: Vec::with_capacity(HOT_MAX),
             storage: QueueSet::new(STORAGE_DEPTH),
             storage_fds: Vec::new(),
@@ -215,7 +218,10 @@ impl Worker {
                 }
             }
             if !self.ready.is_empty() {
-                let mut ready = std::mem::take(&mut self.ready);
+                // Connections queued while these are driven (a completion
+                // routed to them) land in `self.ready` for the next round.
+                let spare = std::mem::take(&mut self.spare);
+                let mut ready = std::mem::replace(&mut self.ready, spare);
                 ready.sort_unstable();
                 ready.dedup();
                 let mut worked = false;
@@ -226,7 +232,7 @@ impl Worker {
                     }
                 }
                 ready.clear();
-                self.ready = ready;
+                self.spare = ready;
                 if worked {
                     if slept && self.mode == PollMode::Adaptive {
                         self.idle.woke_after(now.duration_since(last_work));

@@ -340,3 +340,4 @@ mod connect;
 mod hostile;
 mod namespaces;
 mod protocol;
+mod storage;
