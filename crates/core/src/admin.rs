@@ -7,7 +7,6 @@ use farflash_wire::identify::{IDENTIFY_LEN, OAES_DISCOVERY_CHANGE, OAES_NS_ATTR}
 use farflash_wire::log::{self as wlog, GetLogPage, Smart, ERROR_ENTRY_LEN};
 use farflash_wire::opcode::{admin as op, cns, feature as fid, log_id};
 use farflash_wire::{Sqe, Status};
-use std::time::Instant;
 
 /// Largest log page transfer we build in one command.
 const MAX_LOG_LEN: u64 = 4 << 20;
@@ -46,7 +45,7 @@ pub(crate) fn execute(q: &mut QueuePair, idx: usize) -> Outcome {
         op::SET_FEATURES => set_features(q, &ctrl, &sqe),
         op::GET_FEATURES => get_features(q, &ctrl, &sqe),
         op::KEEP_ALIVE => {
-            q.last_keep_alive = Instant::now();
+            q.note_keep_alive();
             Outcome::Done(Status::SUCCESS, 0)
         }
         op::ASYNC_EVENT_REQUEST => {
@@ -73,7 +72,7 @@ pub(crate) fn deliver_events(q: &mut QueuePair) {
         let ev = ctrl.lock().events.pop_front();
         let Some(dw0) = ev else { break };
         let idx = q.aers.remove(0) as usize;
-        q.finish(idx, Status::SUCCESS, dw0);
+        q.finish(idx, Status::SUCCESS, dw0.into());
     }
 }
 
@@ -178,7 +177,9 @@ fn get_log_page(q: &mut QueuePair, idx: usize, ctrl: &Controller, sqe: &Sqe) -> 
                 host_read_commands: t.read_cmds as u128,
                 host_write_commands: t.write_cmds as u128,
                 power_cycles: 1,
-                power_on_hours: (q.target.started.elapsed().as_secs() / 3600) as u128,
+                power_on_hours: q.clock.map_or(0, |c| {
+                    c.saturating_duration_since(q.target.started).as_secs() / 3600
+                }) as u128,
                 media_errors: t.media_errors as u128,
                 error_log_entries: errors as u128,
                 ..Smart::default()
@@ -238,11 +239,11 @@ fn set_features(q: &mut QueuePair, ctrl: &Controller, sqe: &Sqe) -> Outcome {
             st.io_queues_granted = granted as u16;
             st.io_queues_set = true;
             let v = granted - 1;
-            Outcome::Done(Status::SUCCESS, v | v << 16)
+            Outcome::Done(Status::SUCCESS, (v | v << 16).into())
         }
         fid::KEEP_ALIVE_TIMER => {
             st.kato_ms = sqe.cdw11;
-            q.last_keep_alive = Instant::now();
+            q.note_keep_alive();
             Outcome::Done(Status::SUCCESS, 0)
         }
         fid::ASYNC_EVENT_CONFIG => {
@@ -285,7 +286,7 @@ fn get_features(q: &mut QueuePair, ctrl: &Controller, sqe: &Sqe) -> Outcome {
                 | fid::NUMBER_OF_QUEUES
                 | fid::VOLATILE_WRITE_CACHE
         );
-        return Outcome::Done(Status::SUCCESS, (changeable as u32) << 2);
+        return Outcome::Done(Status::SUCCESS, u64::from(changeable) << 2);
     }
     let st = ctrl.lock();
     let v = match f {
@@ -313,5 +314,5 @@ fn get_features(q: &mut QueuePair, ctrl: &Controller, sqe: &Sqe) -> Outcome {
         fid::TEMPERATURE_THRESHOLD if !disc => 273 + 80,
         _ => return Outcome::Done(Status::INVALID_FIELD.dnr(), 0),
     };
-    Outcome::Done(Status::SUCCESS, v)
+    Outcome::Done(Status::SUCCESS, v.into())
 }

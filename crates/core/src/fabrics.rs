@@ -50,7 +50,7 @@ pub(crate) fn execute(q: &mut QueuePair, idx: usize) -> Outcome {
 fn invalid(in_data: bool, offset: u16) -> Outcome {
     Outcome::Done(
         Status::CONNECT_INVALID_PARAMETERS.dnr(),
-        connect_invalid_param_dw0(in_data, offset),
+        connect_invalid_param_dw0(in_data, offset).into(),
     )
 }
 
@@ -114,7 +114,7 @@ fn connect(q: &mut QueuePair, idx: usize, sqe: &Sqe) -> Outcome {
         let cntlid = ctrl.cntlid as u32;
         q.set_connected(ctrl, 0, c.sqsize, disable_flow, crate::queue::ADMIN_ICD);
         q.grow_slots(entries as usize);
-        return Outcome::Done(Status::SUCCESS, cntlid);
+        return Outcome::Done(Status::SUCCESS, cntlid.into());
     }
     // I/O queue: must join a live controller of the same subsystem and host.
     let Some(ctrl) = t.controller(data.cntlid) else {
@@ -155,7 +155,7 @@ fn connect(q: &mut QueuePair, idx: usize, sqe: &Sqe) -> Outcome {
     let icd = t.transport.in_capsule_data_size as usize;
     q.set_connected(ctrl, c.qid, c.sqsize, disable_flow, icd);
     q.grow_slots(entries as usize);
-    Outcome::Done(Status::SUCCESS, cntlid)
+    Outcome::Done(Status::SUCCESS, cntlid.into())
 }
 
 /// CAP for this target (Base §3.1.3.1).
@@ -181,11 +181,9 @@ fn property_get(q: &mut QueuePair, sqe: &Sqe) -> Outcome {
         _ => return Outcome::Done(Status::INVALID_FIELD.dnr(), 0),
     };
     drop(st);
-    // The 8-byte value spans CQE DW0 (low) and DW1 (high).
-    if p.size8 {
-        q.respond_dw1 = (v >> 32) as u32;
-    }
-    Outcome::Done(Status::SUCCESS, v as u32)
+    // The 8-byte value spans CQE DW0 (low) and DW1 (high); a 4-byte one DW0.
+    let v = if p.size8 { v } else { v & 0xFFFF_FFFF };
+    Outcome::Done(Status::SUCCESS, v)
 }
 
 /// Property Set (Fabrics §6.5): only CC is writable. Enable sets CSTS.RDY at

@@ -33,147 +33,159 @@ fn ns_index(q: &QueuePair, nsid: u32) -> Result<usize, Status> {
         .ok_or(Status::INVALID_NAMESPACE.dnr())
 }
 
-pub(crate) fn classify(q: &QueuePair, sqe: &Sqe) -> Result<(Xfer, usize), Status> {
+/// An I/O command parsed once, at capsule arrival: its namespace key and
+/// byte range already checked, carried into execution unchanged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum IoCmd {
+    Read {
+        ns: usize,
+        offset: u64,
+        len: u32,
+    },
+    Write {
+        ns: usize,
+        offset: u64,
+        len: u32,
+        fua: bool,
+    },
+    /// `ns: None`: every namespace (NSID FFFFFFFFh).
+    Flush {
+        ns: Option<usize>,
+    },
+    WriteZeroes {
+        ns: usize,
+        offset: u64,
+        len: u64,
+        fua: bool,
+    },
+    /// `nr` ranges of 16 bytes in the data; `deallocate`: attribute AD.
+    Dsm {
+        ns: usize,
+        nr: u32,
+        deallocate: bool,
+    },
+}
+
+impl IoCmd {
+    /// Whether a finished command counts as a read or write (SMART log).
+    fn counted(&self) -> Option<(bool, u32)> {
+        match *self {
+            IoCmd::Read { len, .. } => Some((false, len)),
+            IoCmd::Write { len, .. } => Some((true, len)),
+            _ => None,
+        }
+    }
+}
+
+/// Parses and checks an I/O command before any data moves.
+pub(crate) fn classify(q: &QueuePair, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status> {
     match sqe.opcode {
         op::READ | op::WRITE => {
-            let ns_idx = ns_index(q, sqe.nsid)?;
-            let (_, len) = range(q, ns_idx, sqe.slba(), sqe.nlb() as u64 + 1)?;
+            let ns = ns_index(q, sqe.nsid)?;
+            let (offset, len) = range(q, ns, sqe.slba(), sqe.nlb() as u64 + 1)?;
             if len > q.target.transport.max_io_size as u64 {
                 // Base §? : a transfer beyond MDTS is an invalid field.
                 return Err(Status::INVALID_FIELD.dnr());
             }
             let len = len as u32;
-            Ok((
-                if sqe.opcode == op::READ {
-                    Xfer::C2H(len)
-                } else {
-                    Xfer::H2C(len)
-                },
-                ns_idx,
-            ))
+            Ok(if sqe.opcode == op::READ {
+                (Xfer::C2H(len), IoCmd::Read { ns, offset, len })
+            } else {
+                let fua = sqe.fua();
+                (
+                    Xfer::H2C(len),
+                    IoCmd::Write {
+                        ns,
+                        offset,
+                        len,
+                        fua,
+                    },
+                )
+            })
         }
         op::FLUSH => {
-            if sqe.nsid == NSID_ALL {
-                Ok((Xfer::None, 0))
+            let ns = if sqe.nsid == NSID_ALL {
+                None
             } else {
-                Ok((Xfer::None, ns_index(q, sqe.nsid)?))
-            }
+                Some(ns_index(q, sqe.nsid)?)
+            };
+            Ok((Xfer::None, IoCmd::Flush { ns }))
         }
         op::WRITE_ZEROES => {
-            let ns_idx = ns_index(q, sqe.nsid)?;
-            range(q, ns_idx, sqe.slba(), sqe.nlb() as u64 + 1)?;
-            Ok((Xfer::None, ns_idx))
+            let ns = ns_index(q, sqe.nsid)?;
+            let (offset, len) = range(q, ns, sqe.slba(), sqe.nlb() as u64 + 1)?;
+            let fua = sqe.fua();
+            Ok((
+                Xfer::None,
+                IoCmd::WriteZeroes {
+                    ns,
+                    offset,
+                    len,
+                    fua,
+                },
+            ))
         }
         op::DATASET_MANAGEMENT => {
-            let ns_idx = ns_index(q, sqe.nsid)?;
+            let ns = ns_index(q, sqe.nsid)?;
             let nr = (sqe.cdw10 & 0xFF) + 1;
-            Ok((Xfer::H2C(nr * DSM_RANGE_LEN), ns_idx))
+            let deallocate = sqe.cdw11 & DSM_AD != 0;
+            Ok((
+                Xfer::H2C(nr * DSM_RANGE_LEN),
+                IoCmd::Dsm { ns, nr, deallocate },
+            ))
         }
         _ => Err(Status::INVALID_OPCODE.dnr()),
     }
 }
 
-pub(crate) fn execute(q: &mut QueuePair, idx: usize) -> Outcome {
-    let sqe = q.slots[idx].sqe;
-    let ns_idx = q.slots[idx].ns_idx;
+/// Runs a parsed I/O command: storage requests out, tagged with the slot.
+pub(crate) fn execute(q: &mut QueuePair, idx: usize, cmd: IoCmd) -> Outcome {
     let tag = idx as u64;
-    let result = match sqe.opcode {
-        op::READ => {
-            let (offset, len) = match range(q, ns_idx, sqe.slba(), sqe.nlb() as u64 + 1) {
-                Ok(r) => r,
-                Err(st) => return Outcome::Done(st, 0),
-            };
+    let result = match cmd {
+        IoCmd::Read { ns, offset, len } => {
             let buf = q.pool.get(len as usize);
             q.slots[idx].reply = true;
-            q.submit(
-                idx,
-                ns_idx,
-                IoRequest {
-                    tag,
-                    op: IoOp::Read {
-                        offset,
-                        len: len as u32,
-                    },
-                    buf,
-                },
-            )
+            let op = IoOp::Read { offset, len };
+            q.submit(idx, ns, IoRequest { tag, op, buf })
         }
-        op::WRITE => {
-            let (offset, len) = match range(q, ns_idx, sqe.slba(), sqe.nlb() as u64 + 1) {
-                Ok(r) => r,
-                Err(st) => return Outcome::Done(st, 0),
-            };
+        IoCmd::Write {
+            ns,
+            offset,
+            len,
+            fua,
+        } => {
             let Some(buf) = q.slots[idx].buf.take() else {
                 return Outcome::Done(Status::INTERNAL_ERROR, 0);
             };
-            q.submit(
-                idx,
-                ns_idx,
-                IoRequest {
-                    tag,
-                    op: IoOp::Write {
-                        offset,
-                        len: len as u32,
-                        fua: sqe.fua(),
-                    },
-                    buf,
-                },
-            )
+            let op = IoOp::Write { offset, len, fua };
+            q.submit(idx, ns, IoRequest { tag, op, buf })
         }
-        op::FLUSH => {
+        IoCmd::Flush { ns } => {
             // One Flush per namespace for NSID FFFFFFFFh (Base §3.2.1.2), by
             // position in the live list: no allocation per command.
-            let count = if sqe.nsid == NSID_ALL {
-                q.ns.live_count()
-            } else {
-                1
-            };
-            if count == 0 {
-                return Outcome::Done(Status::SUCCESS, 0);
-            }
+            let count = if ns.is_none() { q.ns.live_count() } else { 1 };
             let mut r = Ok(());
             for pos in 0..count {
-                let key = if sqe.nsid == NSID_ALL {
-                    q.ns.live_key_at(pos)
-                } else {
-                    Some(ns_idx)
+                let Some(key) = ns.or_else(|| q.ns.live_key_at(pos)) else {
+                    break;
                 };
-                let Some(key) = key else { break };
                 let buf = q.pool.get(0);
-                r = r.and(q.submit(
-                    idx,
-                    key,
-                    IoRequest {
-                        tag,
-                        op: IoOp::Flush,
-                        buf,
-                    },
-                ));
+                let op = IoOp::Flush;
+                r = r.and(q.submit(idx, key, IoRequest { tag, op, buf }));
             }
             r
         }
-        op::WRITE_ZEROES => {
-            let (offset, len) = match range(q, ns_idx, sqe.slba(), sqe.nlb() as u64 + 1) {
-                Ok(r) => r,
-                Err(st) => return Outcome::Done(st, 0),
-            };
+        IoCmd::WriteZeroes {
+            ns,
+            offset,
+            len,
+            fua,
+        } => {
             let buf = q.pool.get(0);
-            q.submit(
-                idx,
-                ns_idx,
-                IoRequest {
-                    tag,
-                    op: IoOp::WriteZeroes {
-                        offset,
-                        len,
-                        fua: sqe.fua(),
-                    },
-                    buf,
-                },
-            )
+            let op = IoOp::WriteZeroes { offset, len, fua };
+            q.submit(idx, ns, IoRequest { tag, op, buf })
         }
-        op::DATASET_MANAGEMENT => return dsm(q, idx, &sqe, ns_idx),
-        _ => Err(Status::INVALID_OPCODE.dnr()),
+        IoCmd::Dsm { ns, nr, deallocate } => return dsm(q, idx, ns, nr, deallocate),
     };
     match result {
         Ok(()) if q.slots[idx].pending > 0 => Outcome::Pending,
@@ -192,11 +204,11 @@ pub(crate) fn execute(q: &mut QueuePair, idx: usize) -> Outcome {
 
 /// Dataset Management (NVM Command Set §3.2.3): only Deallocate acts;
 /// the other attributes are hints a RAM or file backend cannot use.
-fn dsm(q: &mut QueuePair, idx: usize, sqe: &Sqe, ns_idx: usize) -> Outcome {
-    if sqe.cdw11 & DSM_AD == 0 {
+fn dsm(q: &mut QueuePair, idx: usize, ns_idx: usize, nr: u32, deallocate: bool) -> Outcome {
+    if !deallocate {
         return Outcome::Done(Status::SUCCESS, 0);
     }
-    let nr = ((sqe.cdw10 & 0xFF) + 1) as usize;
+    let nr = nr as usize;
     let Some(data) = q.slots[idx].buf.take() else {
         return Outcome::Done(Status::INTERNAL_ERROR, 0);
     };
@@ -250,16 +262,14 @@ pub(crate) fn account(q: &mut QueuePair, idx: usize) {
     if !s.status.is_success() {
         return;
     }
-    let Some(st) = &q.stats else { return };
-    match s.sqe.opcode {
-        op::READ => {
-            QueueStats::bump(&st.read_cmds, 1);
-            QueueStats::bump(&st.read_bytes, s.len as u64);
-        }
-        op::WRITE => {
-            QueueStats::bump(&st.write_cmds, 1);
-            QueueStats::bump(&st.write_bytes, s.len as u64);
-        }
-        _ => {}
+    let (Some(st), Some((write, len))) = (&q.stats, s.io.and_then(|c| c.counted())) else {
+        return;
+    };
+    if write {
+        QueueStats::bump(&st.write_cmds, 1);
+        QueueStats::bump(&st.write_bytes, len as u64);
+    } else {
+        QueueStats::bump(&st.read_cmds, 1);
+        QueueStats::bump(&st.read_bytes, len as u64);
     }
 }

@@ -63,8 +63,10 @@ pub enum Xfer {
 /// What running a command did.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// Send the completion now (with the slot's reply data, if any).
-    Done(Status, u32),
+    /// Send the completion now (with the slot's reply data, if any): status
+    /// and the command-specific result, CQE DW0 in the low and DW1 in the
+    /// high half (Base §4.2.1; Linux nvmet's `union nvme_result`).
+    Done(Status, u64),
     /// Backend requests are in flight; they complete the command.
     Pending,
     /// Held until an event (AER).
@@ -91,7 +93,8 @@ pub(crate) struct Slot {
     pub buf: Option<IoBuf>,
     /// Data bytes: expected (H2C) or to send (C2H reply).
     pub len: u32,
-    pub ns_idx: usize,
+    /// The parsed I/O command (I/O queues; `None` until classified).
+    pub io: Option<io::IoCmd>,
     /// Backend requests still in flight.
     pub pending: u16,
     pub status: Status,
@@ -108,7 +111,7 @@ impl Slot {
             phase: Phase::Free,
             buf: None,
             len: 0,
-            ns_idx: 0,
+            io: None,
             pending: 0,
             status: Status::SUCCESS,
             reply: false,
@@ -132,7 +135,10 @@ pub struct QueuePair {
     rx_end: usize,
     out: OutQueue,
     closing: bool,
-    started: Instant,
+    /// The time of the first tick (the core reads no clock: `tick` brings it).
+    started: Option<Instant>,
+    /// The time of the last tick.
+    pub(crate) clock: Option<Instant>,
     pub(crate) qid: u16,
     pub(crate) ctrl: Option<Arc<Controller>>,
     pub(crate) sqsize: u16,
@@ -152,8 +158,10 @@ pub struct QueuePair {
     own_storage: Option<Box<QueueSet>>,
     completions: Vec<IoCompletion>,
     pub(crate) stats: Option<Arc<QueueStats>>,
-    /// Admin queue: when the last Keep Alive arrived.
-    pub(crate) last_keep_alive: Instant,
+    /// Admin queue: the tick at or after the last Keep Alive.
+    last_keep_alive: Option<Instant>,
+    /// A Keep Alive (or Connect, or a new KATO) arrived since the last tick.
+    keep_alive_seen: bool,
     /// Admin queue: slots holding parked AERs.
     pub(crate) aers: Vec<u16>,
     in_flight: usize,
@@ -167,14 +175,11 @@ pub struct QueuePair {
     /// A C2HTermReq went out: nothing may follow it (TCP §3.6.2.5); commands
     /// still finish internally so their buffers and backend I/O drain.
     term_sent: bool,
-    /// CQE DW1 of the next response (8-byte Property Get).
-    pub(crate) respond_dw1: u32,
 }
 
 impl QueuePair {
     pub fn new(target: Arc<Target>, local: SocketAddr, peer: SocketAddr) -> QueuePair {
         let maxh2cdata = target.transport.max_h2c_data;
-        let now = Instant::now();
         let mut q = QueuePair {
             target,
             local,
@@ -188,7 +193,8 @@ impl QueuePair {
             rx_end: 0,
             out: OutQueue::default(),
             closing: false,
-            started: now,
+            started: None,
+            clock: None,
             qid: 0,
             ctrl: None,
             sqsize: PRE_CONNECT_SLOTS as u16 - 1,
@@ -203,14 +209,14 @@ impl QueuePair {
             own_storage: None,
             completions: Vec::new(),
             stats: None,
-            last_keep_alive: now,
+            last_keep_alive: None,
+            keep_alive_seen: false,
             aers: Vec::new(),
             in_flight: 0,
             epoch: 0,
             charged: 0,
             waiting: std::collections::VecDeque::new(),
             term_sent: false,
-            respond_dw1: 0,
         };
         q.resize_slots(PRE_CONNECT_SLOTS);
         q.neg.max_data = (ADMIN_ICD as u32).max(maxh2cdata);
@@ -260,7 +266,7 @@ impl QueuePair {
             self.stats = Some(sub.stats.register());
         }
         self.ctrl = Some(ctrl);
-        self.last_keep_alive = Instant::now();
+        self.keep_alive_seen = true;
     }
 
     /// Grows the slot table to the connected queue's size; the Connect
@@ -271,6 +277,11 @@ impl QueuePair {
             self.slots.extend((old..n).map(|_| Slot::empty()));
             self.free.extend((old as u16..n as u16).rev());
         }
+    }
+
+    /// A Keep Alive (Base §5.27) or a new KATO: the timer restarts at the next tick.
+    pub(crate) fn note_keep_alive(&mut self) {
+        self.keep_alive_seen = true;
     }
 
     pub(crate) fn namespace_index(&self, nsid: u32) -> Option<usize> {

@@ -175,7 +175,7 @@ impl QueuePair {
         s.sqe = sqe;
         s.phase = Phase::Exec;
         s.len = 0;
-        s.ns_idx = 0;
+        s.io = None;
         s.pending = 0;
         s.status = Status::SUCCESS;
         s.reply = false;
@@ -270,8 +270,8 @@ impl QueuePair {
         if self.qid == 0 {
             admin::classify(self, &sqe)
         } else {
-            let (x, ns_idx) = io::classify(self, &sqe)?;
-            self.slots[idx].ns_idx = ns_idx;
+            let (x, cmd) = io::classify(self, &sqe)?;
+            self.slots[idx].io = Some(cmd);
             Ok(x)
         }
     }
@@ -280,10 +280,12 @@ impl QueuePair {
         let sqe = self.slots[idx].sqe;
         let outcome = if sqe.opcode == aop::FABRICS {
             fabrics::execute(self, idx)
+        } else if let Some(cmd) = self.slots[idx].io {
+            io::execute(self, idx, cmd)
         } else if self.qid == 0 {
             admin::execute(self, idx)
         } else {
-            io::execute(self, idx)
+            Outcome::Done(Status::INVALID_OPCODE.dnr(), 0)
         };
         match outcome {
             Outcome::Done(st, dw0) => self.finish(idx, st, dw0),

@@ -142,11 +142,17 @@ impl QueuePair {
 
     /// Periodic work: keep-alive expiry, AER delivery, teardown, timeouts.
     pub fn tick(&mut self, now: Instant) {
+        self.clock = Some(now);
+        let started = *self.started.get_or_insert(now);
+        if self.keep_alive_seen || self.last_keep_alive.is_none() {
+            self.keep_alive_seen = false;
+            self.last_keep_alive = Some(now);
+        }
         if self.closing {
             return;
         }
         let Some(ctrl) = self.ctrl.clone() else {
-            if now.duration_since(self.started) > CONNECT_TIMEOUT {
+            if now.saturating_duration_since(started) > CONNECT_TIMEOUT {
                 tracing::info!(peer = %self.peer, "no ICReq and Connect within {CONNECT_TIMEOUT:?}; closing");
                 self.closing = true;
             }
@@ -162,7 +168,8 @@ impl QueuePair {
             // Base §3.9: no Keep Alive within KATO ends the association. A
             // little grace absorbs a slow host's timer jitter.
             let limit = Duration::from_millis(kato as u64) + KEEP_ALIVE_GRACE;
-            if kato > 0 && now.duration_since(self.last_keep_alive) > limit {
+            let since = now.saturating_duration_since(self.last_keep_alive.unwrap_or(now));
+            if kato > 0 && since > limit {
                 tracing::warn!(peer = %self.peer, cntlid = ctrl.cntlid, "keep-alive timeout ({kato} ms); tearing the controller down");
                 self.target.remove_controller(&ctrl);
                 self.closing = true;

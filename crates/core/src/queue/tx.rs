@@ -8,7 +8,7 @@ impl QueuePair {
     /// disabled SQ flow control, a successful data transfer whose CQE would
     /// carry nothing but the CID ends with a SUCCESS C2HData instead of a
     /// CapsuleResp (TCP §3.6.2.9 / Fabrics §6.3 CATTR: SQHD is not needed).
-    pub(crate) fn finish(&mut self, idx: usize, status: Status, dw0: u32) {
+    pub(crate) fn finish(&mut self, idx: usize, status: Status, result: u64) {
         let (cid, reply, len, sqe) = {
             let s = &self.slots[idx];
             (s.sqe.cid, s.reply, s.len, s.sqe)
@@ -16,7 +16,7 @@ impl QueuePair {
         let mut responded = false;
         if status.is_success() && reply && len > 0 {
             if let Some(buf) = self.slots[idx].buf.take() {
-                let success = !self.sq_flow_control && dw0 == 0 && self.respond_dw1 == 0;
+                let success = !self.sq_flow_control && result == 0;
                 self.send_c2h(cid, buf, len as usize, success);
                 responded = success;
             }
@@ -34,7 +34,7 @@ impl QueuePair {
             }
         }
         if !responded {
-            self.respond(cid, status, dw0);
+            self.respond(cid, status, result);
         }
         let s = &mut self.slots[idx];
         if let Some(b) = s.buf.take() {
@@ -49,13 +49,14 @@ impl QueuePair {
     }
 
     /// Sends a CapsuleResp (TCP §3.6.2.7).
-    pub(crate) fn respond(&mut self, cid: u16, status: Status, dw0: u32) {
+    /// `result`: CQE DW0 (low half) and DW1 (high half).
+    pub(crate) fn respond(&mut self, cid: u16, status: Status, result: u64) {
         if self.term_sent {
             return;
         }
         let cqe = Cqe {
-            dw0,
-            dw1: std::mem::take(&mut self.respond_dw1),
+            dw0: result as u32,
+            dw1: (result >> 32) as u32,
             // Fabrics §? : SQHD is FFFFh when SQ flow control is disabled.
             sqhd: if self.sq_flow_control {
                 self.sqhd
