@@ -1,7 +1,8 @@
 //! Admin commands (Base §5) for I/O and discovery controllers.
 
+use crate::command::{Outcome, Xfer};
 use crate::controller::{Controller, AER_LIMIT};
-use crate::queue::{Outcome, QueuePair, Xfer};
+use crate::queue::NvmeQueue;
 use crate::{discovery, identify};
 use farflash_wire::identify::{IDENTIFY_LEN, OAES_DISCOVERY_CHANGE, OAES_NS_ATTR};
 use farflash_wire::log::{self as wlog, GetLogPage, Smart, ERROR_ENTRY_LEN};
@@ -11,11 +12,11 @@ use farflash_wire::{Sqe, Status};
 /// Largest log page transfer we build in one command.
 const MAX_LOG_LEN: u64 = 4 << 20;
 
-fn is_discovery(q: &QueuePair) -> bool {
+fn is_discovery(q: &NvmeQueue) -> bool {
     q.ctrl.as_ref().is_some_and(|c| c.is_discovery())
 }
 
-pub(crate) fn classify(q: &QueuePair, sqe: &Sqe) -> Result<Xfer, Status> {
+pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<Xfer, Status> {
     let disc = is_discovery(q);
     match sqe.opcode {
         op::IDENTIFY => Ok(Xfer::C2H(IDENTIFY_LEN as u32)),
@@ -34,7 +35,7 @@ pub(crate) fn classify(q: &QueuePair, sqe: &Sqe) -> Result<Xfer, Status> {
     }
 }
 
-pub(crate) fn execute(q: &mut QueuePair, idx: usize) -> Outcome {
+pub(crate) fn execute(q: &mut NvmeQueue, idx: usize) -> Outcome {
     let sqe = q.slots[idx].sqe;
     let Some(ctrl) = q.ctrl.clone() else {
         return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR.dnr(), 0);
@@ -53,7 +54,7 @@ pub(crate) fn execute(q: &mut QueuePair, idx: usize) -> Outcome {
                 return Outcome::Done(Status::AER_LIMIT_EXCEEDED, 0);
             }
             q.aers.push(idx as u16);
-            deliver_events(q);
+            q.deliver_events();
             Outcome::Parked
         }
         op::ABORT => {
@@ -65,18 +66,7 @@ pub(crate) fn execute(q: &mut QueuePair, idx: usize) -> Outcome {
     }
 }
 
-/// Completes parked AERs with pending events (Base §5.2).
-pub(crate) fn deliver_events(q: &mut QueuePair) {
-    let Some(ctrl) = q.ctrl.clone() else { return };
-    while !q.aers.is_empty() {
-        let ev = ctrl.lock().events.pop_front();
-        let Some(dw0) = ev else { break };
-        let idx = q.aers.remove(0) as usize;
-        q.finish(idx, Status::SUCCESS, dw0.into());
-    }
-}
-
-fn identify_cmd(q: &mut QueuePair, idx: usize, ctrl: &Controller, sqe: &Sqe) -> Outcome {
+fn identify_cmd(q: &mut NvmeQueue, idx: usize, ctrl: &Controller, sqe: &Sqe) -> Outcome {
     let cns_v = sqe.cdw10 as u8;
     let csi = (sqe.cdw11 >> 24) as u8;
     let disc = ctrl.is_discovery();
@@ -145,7 +135,7 @@ fn identify_cmd(q: &mut QueuePair, idx: usize, ctrl: &Controller, sqe: &Sqe) -> 
     Outcome::Done(st, 0)
 }
 
-fn get_log_page(q: &mut QueuePair, idx: usize, ctrl: &Controller, sqe: &Sqe) -> Outcome {
+fn get_log_page(q: &mut NvmeQueue, idx: usize, ctrl: &Controller, sqe: &Sqe) -> Outcome {
     let g = GetLogPage::from_sqe(sqe);
     let disc = ctrl.is_discovery();
     let page: Vec<u8> = match g.lid {
@@ -220,7 +210,7 @@ fn get_log_page(q: &mut QueuePair, idx: usize, ctrl: &Controller, sqe: &Sqe) -> 
     Outcome::Done(Status::SUCCESS, 0)
 }
 
-fn set_features(q: &mut QueuePair, ctrl: &Controller, sqe: &Sqe) -> Outcome {
+fn set_features(q: &mut NvmeQueue, ctrl: &Controller, sqe: &Sqe) -> Outcome {
     let f = sqe.cdw10 as u8;
     if sqe.cdw10 & (1 << 31) != 0 {
         // SV: nothing here is saved across power cycles.
@@ -273,7 +263,7 @@ fn set_features(q: &mut QueuePair, ctrl: &Controller, sqe: &Sqe) -> Outcome {
     }
 }
 
-fn get_features(q: &mut QueuePair, ctrl: &Controller, sqe: &Sqe) -> Outcome {
+fn get_features(q: &mut NvmeQueue, ctrl: &Controller, sqe: &Sqe) -> Outcome {
     let f = sqe.cdw10 as u8;
     let sel = (sqe.cdw10 >> 8) & 7;
     let disc = ctrl.is_discovery();

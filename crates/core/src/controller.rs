@@ -97,6 +97,16 @@ impl Controller {
         self.epoch.load(Ordering::Acquire)
     }
 
+    /// The Flushes of a normal shutdown completed: CSTS.SHST 01b -> 10b
+    /// (Base §3.6.2).
+    pub fn shutdown_complete(&self) {
+        use farflash_wire::props::csts;
+        let mut st = self.lock();
+        if st.csts & csts::SHST_MASK == csts::SHST_OCCURRING {
+            st.csts = (st.csts & !csts::SHST_MASK) | csts::SHST_COMPLETE;
+        }
+    }
+
     /// A controller reset: the I/O queues of the association go away.
     pub fn reset_io_queues(&self, st: &mut CtrlState) {
         self.epoch.fetch_add(1, Ordering::AcqRel);

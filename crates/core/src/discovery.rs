@@ -3,7 +3,7 @@
 //! listener, plus the discovery subsystem itself on each listener.
 
 use crate::controller::Controller;
-use crate::queue::QueuePair;
+use crate::queue::NvmeQueue;
 use farflash_wire::discovery::{self as d, DiscEntry};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -29,7 +29,7 @@ fn entry(addr: &SocketAddr, portid: u16, subtype: u8, nqn: &str, asqsz: u16) -> 
     }
 }
 
-pub(crate) fn log_page(q: &QueuePair, ctrl: &Controller) -> Vec<u8> {
+pub(crate) fn log_page(q: &NvmeQueue, ctrl: &Controller) -> Vec<u8> {
     let t = &q.target;
     let asqsz = 32;
     let mut entries = Vec::new();

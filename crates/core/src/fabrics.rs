@@ -1,7 +1,8 @@
 //! Fabrics commands (Fabrics §6): Connect, Property Get/Set, Disconnect.
 
+use crate::command::{Outcome, Xfer};
 use crate::controller::Kind;
-use crate::queue::{Outcome, QueuePair, Xfer};
+use crate::queue::NvmeQueue;
 use farflash_wire::fabrics::{
     connect_data_off as doff, connect_invalid_param_dw0, connect_sqe_off as soff, ConnectCmd,
     ConnectData, PropertyCmd, CATTR_DISABLE_SQ_FLOW_CONTROL, CNTLID_DYNAMIC, CONNECT_DATA_LEN,
@@ -15,7 +16,7 @@ const MAX_ADMIN_QUEUE_DEPTH: u32 = 128;
 /// CAP.TO: 500 ms units the host may wait for CSTS.RDY (we are ready at once).
 const CAP_TIMEOUT: u8 = 20;
 
-pub(crate) fn classify(q: &QueuePair, sqe: &Sqe) -> Result<Xfer, Status> {
+pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<Xfer, Status> {
     match sqe.fctype() {
         fctype::CONNECT => Ok(Xfer::H2C(CONNECT_DATA_LEN as u32)),
         fctype::PROPERTY_GET | fctype::PROPERTY_SET if q.ctrl.is_none() => {
@@ -32,7 +33,7 @@ pub(crate) fn classify(q: &QueuePair, sqe: &Sqe) -> Result<Xfer, Status> {
     }
 }
 
-pub(crate) fn execute(q: &mut QueuePair, idx: usize) -> Outcome {
+pub(crate) fn execute(q: &mut NvmeQueue, idx: usize) -> Outcome {
     let sqe = q.slots[idx].sqe;
     match sqe.fctype() {
         fctype::CONNECT => connect(q, idx, &sqe),
@@ -56,7 +57,7 @@ fn invalid(in_data: bool, offset: u16) -> Outcome {
 
 /// Connect (Fabrics §6.3): creates a controller (admin queue, CNTLID FFFFh)
 /// or binds an I/O queue to one.
-fn connect(q: &mut QueuePair, idx: usize, sqe: &Sqe) -> Outcome {
+fn connect(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
     if q.ctrl.is_some() {
         // A queue connects once.
         return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR.dnr(), 0);
@@ -112,8 +113,7 @@ fn connect(q: &mut QueuePair, idx: usize, sqe: &Sqe) -> Outcome {
         };
         tracing::info!(peer = %q.peer, cntlid = ctrl.cntlid, subnqn = %data.subnqn, hostnqn = %data.hostnqn, kato_ms = c.kato, sq_flow_control = !disable_flow, "controller created");
         let cntlid = ctrl.cntlid as u32;
-        q.set_connected(ctrl, 0, c.sqsize, disable_flow, crate::queue::ADMIN_ICD);
-        q.grow_slots(entries as usize);
+        q.set_connected(ctrl, 0, c.sqsize, disable_flow);
         return Outcome::Done(Status::SUCCESS, cntlid.into());
     }
     // I/O queue: must join a live controller of the same subsystem and host.
@@ -152,20 +152,18 @@ fn connect(q: &mut QueuePair, idx: usize, sqe: &Sqe) -> Outcome {
     }
     tracing::debug!(peer = %q.peer, cntlid = ctrl.cntlid, qid = c.qid, depth = entries, sq_flow_control = !disable_flow, "I/O queue connected");
     let cntlid = ctrl.cntlid as u32;
-    let icd = t.transport.in_capsule_data_size as usize;
-    q.set_connected(ctrl, c.qid, c.sqsize, disable_flow, icd);
-    q.grow_slots(entries as usize);
+    q.set_connected(ctrl, c.qid, c.sqsize, disable_flow);
     Outcome::Done(Status::SUCCESS, cntlid.into())
 }
 
 /// CAP for this target (Base §3.1.3.1).
-pub(crate) fn cap(q: &QueuePair) -> u64 {
+pub(crate) fn cap(q: &NvmeQueue) -> u64 {
     let mqes = q.target.transport.max_queue_depth.min(65536) - 1;
     props::cap(mqes as u16, CAP_TIMEOUT)
 }
 
 /// Property Get (Fabrics §6.4): CAP (8 bytes), VS, CC, CSTS (4 bytes).
-fn property_get(q: &mut QueuePair, sqe: &Sqe) -> Outcome {
+fn property_get(q: &mut NvmeQueue, sqe: &Sqe) -> Outcome {
     let p = PropertyCmd::from_sqe(sqe);
     let Some(ctrl) = q.ctrl.clone() else {
         return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR.dnr(), 0);
@@ -190,7 +188,7 @@ fn property_get(q: &mut QueuePair, sqe: &Sqe) -> Outcome {
 /// once; clearing EN resets the controller; SHN emits one Flush per
 /// namespace and the command completes (CSTS.SHST 01b -> 10b) when they have
 /// (Base §3.6.2): no sync ever runs on the event loop.
-fn property_set(q: &mut QueuePair, idx: usize, sqe: &Sqe) -> Outcome {
+fn property_set(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
     let p = PropertyCmd::from_sqe(sqe);
     if p.offset != props::CC || p.size8 {
         return Outcome::Done(Status::INVALID_FIELD.dnr(), 0);
@@ -240,18 +238,7 @@ fn property_set(q: &mut QueuePair, idx: usize, sqe: &Sqe) -> Outcome {
         if q.slots[idx].pending > 0 {
             return Outcome::Pending;
         }
-        shutdown_complete(q);
+        ctrl.shutdown_complete();
     }
     Outcome::Done(Status::SUCCESS, 0)
-}
-
-/// The shutdown's Flushes have completed (failed ones are logged by the
-/// completion path): CSTS.SHST = 10b.
-pub(crate) fn shutdown_complete(q: &mut QueuePair) {
-    if let Some(ctrl) = &q.ctrl {
-        let mut st = ctrl.lock();
-        if st.csts & csts::SHST_MASK == csts::SHST_OCCURRING {
-            st.csts = (st.csts & !csts::SHST_MASK) | csts::SHST_COMPLETE;
-        }
-    }
 }

@@ -3,7 +3,7 @@
 //! `nvme_check_ctrl_fabric_info`, host/tcp.c) are pinned by the tests below.
 
 use crate::controller::{Controller, AER_LIMIT, ERROR_LOG_ENTRIES};
-use crate::queue::QueuePair;
+use crate::queue::NvmeQueue;
 use crate::subsystem::Namespace;
 use farflash_wire::identify::{self as wid, IdCtrl, IdNs};
 use farflash_wire::props;
@@ -12,7 +12,7 @@ pub const FIRMWARE_REVISION: &str = env!("CARGO_PKG_VERSION");
 /// Keep Alive Support granularity unit: 100 ms (Base §5.17.2.1 KAS).
 const KAS_UNIT_MS: u32 = 100;
 
-pub(crate) fn controller(q: &QueuePair, ctrl: &Controller) -> IdCtrl {
+pub(crate) fn controller(q: &NvmeQueue, ctrl: &Controller) -> IdCtrl {
     let t = &q.target.transport;
     let kas = (t.keep_alive_granularity_ms / KAS_UNIT_MS).clamp(1, u16::MAX as u32) as u16;
     let mut c = IdCtrl {

@@ -3,8 +3,8 @@
 //! data moves (so no R2T goes out for a command that will fail); `execute`
 //! turns it into backend requests.
 
-use crate::queue::{Outcome, QueuePair, Xfer};
-use crate::stats::QueueStats;
+use crate::command::{IoCmd, Outcome, Xfer};
+use crate::queue::NvmeQueue;
 use farflash_backend::{IoOp, IoRequest};
 use farflash_wire::opcode::io as op;
 use farflash_wire::{Sqe, Status};
@@ -18,7 +18,7 @@ const DSM_AD: u32 = 1 << 2;
 
 /// Byte offset and length of an LBA range, checked against the namespace
 /// (NVM Command Set §3.2.? "LBA Out of Range").
-fn range(q: &QueuePair, ns_idx: usize, slba: u64, nlb: u64) -> Result<(u64, u64), Status> {
+fn range(q: &NvmeQueue, ns_idx: usize, slba: u64, nlb: u64) -> Result<(u64, u64), Status> {
     let Some(ns) = q.ns.get(ns_idx) else {
         return Err(Status::INVALID_NAMESPACE.dnr());
     };
@@ -28,57 +28,13 @@ fn range(q: &QueuePair, ns_idx: usize, slba: u64, nlb: u64) -> Result<(u64, u64)
     }
 }
 
-fn ns_index(q: &QueuePair, nsid: u32) -> Result<usize, Status> {
+fn ns_index(q: &NvmeQueue, nsid: u32) -> Result<usize, Status> {
     q.namespace_index(nsid)
         .ok_or(Status::INVALID_NAMESPACE.dnr())
 }
 
-/// An I/O command parsed once, at capsule arrival: its namespace key and
-/// byte range already checked, carried into execution unchanged.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum IoCmd {
-    Read {
-        ns: usize,
-        offset: u64,
-        len: u32,
-    },
-    Write {
-        ns: usize,
-        offset: u64,
-        len: u32,
-        fua: bool,
-    },
-    /// `ns: None`: every namespace (NSID FFFFFFFFh).
-    Flush {
-        ns: Option<usize>,
-    },
-    WriteZeroes {
-        ns: usize,
-        offset: u64,
-        len: u64,
-        fua: bool,
-    },
-    /// `nr` ranges of 16 bytes in the data; `deallocate`: attribute AD.
-    Dsm {
-        ns: usize,
-        nr: u32,
-        deallocate: bool,
-    },
-}
-
-impl IoCmd {
-    /// Whether a finished command counts as a read or write (SMART log).
-    fn counted(&self) -> Option<(bool, u32)> {
-        match *self {
-            IoCmd::Read { len, .. } => Some((false, len)),
-            IoCmd::Write { len, .. } => Some((true, len)),
-            _ => None,
-        }
-    }
-}
-
 /// Parses and checks an I/O command before any data moves.
-pub(crate) fn classify(q: &QueuePair, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status> {
+pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status> {
     match sqe.opcode {
         op::READ | op::WRITE => {
             let ns = ns_index(q, sqe.nsid)?;
@@ -139,7 +95,7 @@ pub(crate) fn classify(q: &QueuePair, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status
 }
 
 /// Runs a parsed I/O command: storage requests out, tagged with the slot.
-pub(crate) fn execute(q: &mut QueuePair, idx: usize, cmd: IoCmd) -> Outcome {
+pub(crate) fn execute(q: &mut NvmeQueue, idx: usize, cmd: IoCmd) -> Outcome {
     let tag = idx as u64;
     let result = match cmd {
         IoCmd::Read { ns, offset, len } => {
@@ -204,7 +160,7 @@ pub(crate) fn execute(q: &mut QueuePair, idx: usize, cmd: IoCmd) -> Outcome {
 
 /// Dataset Management (NVM Command Set §3.2.3): only Deallocate acts;
 /// the other attributes are hints a RAM or file backend cannot use.
-fn dsm(q: &mut QueuePair, idx: usize, ns_idx: usize, nr: u32, deallocate: bool) -> Outcome {
+fn dsm(q: &mut NvmeQueue, idx: usize, ns_idx: usize, nr: u32, deallocate: bool) -> Outcome {
     if !deallocate {
         return Outcome::Done(Status::SUCCESS, 0);
     }
@@ -253,23 +209,5 @@ fn dsm(q: &mut QueuePair, idx: usize, ns_idx: usize, nr: u32, deallocate: bool) 
     ) {
         Ok(()) => Outcome::Pending,
         Err(st) => Outcome::Done(st, 0),
-    }
-}
-
-/// Counts a finished Read or Write in the queue's statistics (SMART log).
-pub(crate) fn account(q: &mut QueuePair, idx: usize) {
-    let s = &q.slots[idx];
-    if !s.status.is_success() {
-        return;
-    }
-    let (Some(st), Some((write, len))) = (&q.stats, s.io.and_then(|c| c.counted())) else {
-        return;
-    };
-    if write {
-        QueueStats::bump(&st.write_cmds, 1);
-        QueueStats::bump(&st.write_bytes, len as u64);
-    } else {
-        QueueStats::bump(&st.read_cmds, 1);
-        QueueStats::bump(&st.read_bytes, len as u64);
     }
 }

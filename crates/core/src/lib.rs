@@ -1,31 +1,37 @@
-//! The farflash NVMe over Fabrics target core, with no I/O of its own.
+//! The farflash NVMe over Fabrics command layer: transport-neutral, with no
+//! I/O of its own (no socket, no storage call, no clock read).
 //!
 //! - [`config`]: what to export (flags and TOML build the same [`config::Config`]).
 //! - [`subsystem`], [`target`], [`controller`]: subsystems, namespaces and
 //!   the controllers of live associations.
-//! - [`queue::QueuePair`]: one NVMe/TCP connection as a state machine fed
-//!   bytes; it runs fabrics, admin and I/O commands (`fabrics`, `admin`,
-//!   `io`) and talks to storage only through `farflash_backend` queues.
+//! - [`NvmeQueue`]: one NVMe queue. A transport binding (NVMe/TCP:
+//!   `farflash-tcp`) hands it commands ([`NvmeQueue::begin`],
+//!   [`NvmeQueue::execute`], `exec.rs`) and sends the [`Completion`]s it
+//!   returns; storage work leaves as tagged requests and comes back through
+//!   [`NvmeQueue::on_storage_completion`] (`queue/storage.rs`).
+//! - Command sets: `fabrics`, `admin` (with `identify`, `discovery`), `io`.
 //!
-//! The transport event loop lives in `farflash-transport`.
+//! The event loops live in `farflash-transport`.
 
 pub mod config;
 pub mod controller;
-pub mod queue;
 pub mod reload;
 pub mod stats;
 pub mod subsystem;
 pub mod target;
 
 mod admin;
+mod command;
 mod discovery;
+mod exec;
 mod fabrics;
 mod identify;
 mod io;
 mod nstable;
-mod outq;
+mod queue;
 
-pub use queue::QueuePair;
+pub use command::{Begin, Completion, Connected, Outcome, Xfer};
+pub use queue::NvmeQueue;
 pub use target::Target;
 
 #[cfg(test)]

@@ -20,7 +20,8 @@
 use crate::adaptive::IdleWindow;
 use crate::{LoopOptions, PollMode};
 use farflash_backend::{IoCompletion, QueueSet};
-use farflash_core::{QueuePair, Target};
+use farflash_core::Target;
+use farflash_tcp::QueuePair;
 use mio::net::TcpStream;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};

@@ -39,13 +39,13 @@ fn namespace_change_completes_the_aer_and_reaches_io_queues() {
     let ram = |nsid: u32| ram_ns(Some(nsid));
     sc.namespaces = vec![ram(1), ram(2)];
     cfg.subsystems.push(sc.clone());
-    let r = crate::reload::apply(&t, &cfg).unwrap();
+    let r = farflash_core::reload::apply(&t, &cfg).unwrap();
     assert_eq!(r.changed, vec![(NQN.to_owned(), vec![2])]);
     // Namespace 1 was kept as it was (same configuration): its data survives.
     a.q.tick(std::time::Instant::now());
     let rx = a.recv_all();
     assert!(
-        matches!(rx[..], [Rx::Resp(c)] if c.dw0 == crate::target::AEN_NS_ATTR_CHANGED),
+        matches!(rx[..], [Rx::Resp(c)] if c.dw0 == farflash_core::target::AEN_NS_ATTR_CHANGED),
         "{rx:?}"
     );
     let mut glp = admin_sqe(admin::GET_LOG_PAGE, u32::MAX, 4096);
@@ -69,7 +69,7 @@ fn namespace_change_completes_the_aer_and_reaches_io_queues() {
     // Remove namespace 1: I/O to it now fails with Invalid Namespace.
     cfg.subsystems[0].namespaces = vec![ram(2)];
     assert_eq!(
-        crate::reload::apply(&t, &cfg).unwrap().changed,
+        farflash_core::reload::apply(&t, &cfg).unwrap().changed,
         vec![(NQN.to_owned(), vec![1])]
     );
     assert_eq!(
@@ -77,5 +77,8 @@ fn namespace_change_completes_the_aer_and_reaches_io_queues() {
         Status::INVALID_NAMESPACE.dnr()
     );
     // A reload that changes nothing reports nothing.
-    assert!(crate::reload::apply(&t, &cfg).unwrap().changed.is_empty());
+    assert!(farflash_core::reload::apply(&t, &cfg)
+        .unwrap()
+        .changed
+        .is_empty());
 }

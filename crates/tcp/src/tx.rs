@@ -1,51 +1,59 @@
-//! The transmit path: completions, CapsuleResp, R2T, C2HData, C2HTermReq.
+//! The transmit path: completions as C2HData + CapsuleResp, R2T,
+//! C2HTermReq.
 
-use super::*;
+use crate::queue::{Phase, QueuePair};
+use farflash_backend::IoBuf;
+use farflash_core::Completion;
+use farflash_wire::cqe::{Cqe, CQE_SIZE};
+use farflash_wire::pdu::{
+    flags, write_header, DataHeader, Fatal, PduType, TermReq, CH_LEN, DIGEST_LEN,
+};
+use farflash_wire::{digest, Status};
 
 impl QueuePair {
-    /// Completes the command in `idx`: reply data (if any and successful) as
-    /// C2HData PDUs, then the CapsuleResp; frees the slot. When the host
-    /// disabled SQ flow control, a successful data transfer whose CQE would
-    /// carry nothing but the CID ends with a SUCCESS C2HData instead of a
-    /// CapsuleResp (TCP §3.6.2.9 / Fabrics §6.3 CATTR: SQHD is not needed).
-    pub(crate) fn finish(&mut self, idx: usize, status: Status, result: u64) {
-        let (cid, reply, len, sqe) = {
-            let s = &self.slots[idx];
-            (s.sqe.cid, s.reply, s.len, s.sqe)
-        };
-        let mut responded = false;
-        if status.is_success() && reply && len > 0 {
-            if let Some(buf) = self.slots[idx].buf.take() {
-                let success = !self.sq_flow_control && result == 0;
-                self.send_c2h(cid, buf, len as usize, success);
-                responded = success;
-            }
+    /// Sends every completion the command layer has, then starts commands
+    /// that waited for the buffer budget they freed (which may complete
+    /// more). Called after every call into the command layer.
+    pub(crate) fn flush_completions(&mut self) {
+        if let Some(c) = self.core.take_connected() {
+            // Before the Connect's own completion: it already follows the
+            // new queue's SQ flow control setting.
+            self.apply_connect(c);
         }
-        if !status.is_success() {
-            if let Some(c) = &self.ctrl {
-                c.record_error(ErrorEntry {
-                    sqid: self.qid,
-                    cid,
-                    status: status.to_cqe_field(false),
-                    nsid: sqe.nsid,
-                    trtype: farflash_wire::discovery::TRTYPE_TCP,
-                    ..ErrorEntry::default()
-                });
+        loop {
+            self.core.take_completions(&mut self.done);
+            if self.done.is_empty() {
+                break;
             }
+            let mut done = std::mem::take(&mut self.done);
+            for c in done.drain(..) {
+                self.send_completion(c);
+            }
+            self.done = done;
+            self.resume_waiting();
+        }
+    }
+
+    /// One completion: reply data (if any) as C2HData PDUs, then the
+    /// CapsuleResp. When the host disabled SQ flow control, a successful
+    /// data transfer whose CQE would carry nothing but the CID ends with a
+    /// SUCCESS C2HData instead of a CapsuleResp (TCP §3.6.2.9 / Fabrics §6.3
+    /// CATTR: SQHD is not needed).
+    fn send_completion(&mut self, c: Completion) {
+        if let Some(cmd) = c.slot.and_then(|s| self.cmds.get_mut(s as usize)) {
+            self.charged -= cmd.charged as usize;
+            cmd.charged = 0;
+            cmd.phase = Phase::Free;
+        }
+        let mut responded = false;
+        if let Some((buf, len)) = c.data {
+            let success = !self.sq_flow_control && c.result == 0;
+            self.send_c2h(c.cid, buf, len as usize, success);
+            responded = success;
         }
         if !responded {
-            self.respond(cid, status, result);
+            self.respond(c.cid, c.status, c.result);
         }
-        let s = &mut self.slots[idx];
-        if let Some(b) = s.buf.take() {
-            self.pool.put(b);
-        }
-        s.phase = Phase::Free;
-        self.charged -= s.charged as usize;
-        s.charged = 0;
-        self.cid_clear(cid);
-        self.free.push(idx as u16);
-        self.resume_waiting();
     }
 
     /// Sends a CapsuleResp (TCP §3.6.2.7).
@@ -63,7 +71,7 @@ impl QueuePair {
             } else {
                 0xFFFF
             },
-            sqid: self.qid,
+            sqid: self.core.qid(),
             cid,
             status,
         };
@@ -78,7 +86,7 @@ impl QueuePair {
         farflash_wire::pdu::seal_header(b, PduType::CapsuleResp, hd);
     }
 
-    pub(super) fn send_r2t(&mut self, cid: u16, ttag: u16, offset: u32, len: u32) {
+    pub(crate) fn send_r2t(&mut self, cid: u16, ttag: u16, offset: u32, len: u32) {
         if self.term_sent {
             return;
         }
@@ -97,9 +105,9 @@ impl QueuePair {
     /// (TCP §3.6.2.9); `success` sets SUCCESS on the last one (no
     /// CapsuleResp follows). The data is not copied: the output queue holds
     /// the buffer until the socket has taken it.
-    pub(super) fn send_c2h(&mut self, cid: u16, buf: IoBuf, len: usize, success: bool) {
+    pub(crate) fn send_c2h(&mut self, cid: u16, buf: IoBuf, len: usize, success: bool) {
         if self.term_sent {
-            self.pool.put(buf);
+            self.core.pool().put(buf);
             return;
         }
         let chunk = self.target.transport.max_c2h_data as usize;
@@ -146,7 +154,7 @@ impl QueuePair {
     }
 
     /// Sends a C2HTermReq and closes (TCP §3.6.2.5).
-    pub(super) fn fatal(&mut self, e: Fatal, bad_header: &[u8]) {
+    pub(crate) fn fatal(&mut self, e: Fatal, bad_header: &[u8]) {
         tracing::warn!(peer = %self.peer, fes = e.fes, fei = e.fei, "fatal transport error; sending C2HTermReq");
         let mut b = [0u8; 24 + 128];
         let n = TermReq {

@@ -1,9 +1,10 @@
 //! Drives a `QueuePair` with crafted PDUs, no socket: the protocol paths a
 //! real host takes, and the hostile inputs it must survive.
 
-use crate::config::{Config, NamespaceConfig, Size, SubsystemConfig, TransportConfig};
-use crate::subsystem::build_subsystems;
-use crate::{QueuePair, Target};
+use crate::QueuePair;
+use farflash_core::config::{Config, NamespaceConfig, Size, SubsystemConfig, TransportConfig};
+use farflash_core::subsystem::build_subsystems;
+use farflash_core::Target;
 use farflash_wire::fabrics::{ConnectCmd, ConnectData, PropertyCmd, CNTLID_DYNAMIC};
 use farflash_wire::identify::IdCtrl;
 use farflash_wire::opcode::{admin, cns, fctype, io};
@@ -21,7 +22,7 @@ pub(super) const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:test-host";
 pub(super) fn ram_ns(nsid: Option<u32>) -> NamespaceConfig {
     NamespaceConfig {
         nsid,
-        backend: crate::config::BackendKind::Ram,
+        backend: farflash_core::config::BackendKind::Ram,
         path: None,
         size: Some(Size(8 << 20)),
         block_size: Some(512),

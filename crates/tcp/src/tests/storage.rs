@@ -2,8 +2,8 @@
 //! scripted backend: no io_uring, no clock in the queue pair.
 
 use super::*;
-use crate::subsystem::Namespace;
 use farflash_backend::{open_scripted, OpKind, Script};
+use farflash_core::subsystem::Namespace;
 
 /// The test target with namespace 1 on a 1 MiB scripted backend.
 fn scripted_target() -> (Arc<Target>, Arc<Script>) {

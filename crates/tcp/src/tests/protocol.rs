@@ -180,7 +180,7 @@ fn digests_are_generated_and_checked() {
     q.feed(&b);
     let rx = q.recv_all();
     assert!(
-        matches!(rx[..], [Rx::Resp(c)] if c.status.code() == crate::queue::TRANSIENT_TRANSPORT_ERROR),
+        matches!(rx[..], [Rx::Resp(c)] if c.status.code() == crate::TRANSIENT_TRANSPORT_ERROR),
         "{rx:?}"
     );
     // A corrupted header digest is fatal.
