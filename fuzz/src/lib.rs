@@ -5,6 +5,7 @@
 
 pub mod build;
 pub mod command_decode;
+pub mod command_layer;
 pub mod host_connection;
 pub mod input;
 pub mod opcodes;
@@ -36,9 +37,10 @@ pub fn tolerate(name: &str) -> bool {
 /// A harness: runs one input, panics on a finding.
 pub type Harness = fn(&[u8]);
 
-pub const TARGETS: [(&str, Harness); 4] = [
+pub const TARGETS: [(&str, Harness); 5] = [
     ("pdu_framing", pdu_framing::run),
     ("command_decode", command_decode::run),
+    ("command_layer", command_layer::run),
     ("target_connection", target_connection::run),
     ("host_connection", host_connection::run),
 ];

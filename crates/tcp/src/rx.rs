@@ -12,6 +12,36 @@ use farflash_wire::sqe::{sgl, SQE_SIZE};
 use farflash_wire::{digest, Sqe, Status};
 
 impl QueuePair {
+    /// Space to receive into; at least 16 KiB.
+    pub fn rx_space(&mut self) -> &mut [u8] {
+        if self.rx_start == self.rx_end {
+            self.rx_start = 0;
+            self.rx_end = 0;
+        }
+        if self.rx.len() - self.rx_end < 16 * 1024 {
+            self.compact_rx();
+            if self.rx.len() - self.rx_end < 16 * 1024 {
+                let want = self.rx.len() * 2;
+                self.rx.resize(want, 0);
+            }
+        }
+        &mut self.rx[self.rx_end..]
+    }
+
+    pub(crate) fn compact_rx(&mut self) {
+        if self.rx_start > 0 {
+            self.rx.copy_within(self.rx_start..self.rx_end, 0);
+            self.rx_end -= self.rx_start;
+            self.rx_start = 0;
+        }
+    }
+
+    /// `n` bytes were written into [`Self::rx_space`]: process every whole PDU.
+    pub fn on_received(&mut self, n: usize) {
+        self.rx_end = (self.rx_end + n).min(self.rx.len());
+        self.process_rx();
+    }
+
     pub(crate) fn process_rx(&mut self) {
         let rx = std::mem::take(&mut self.rx);
         // PLEN of a validated PDU header whose body has not fully arrived.

@@ -1,8 +1,9 @@
-//! The transmit path: completions as C2HData + CapsuleResp, R2T,
-//! C2HTermReq.
+//! The transmit path: output for the event loop's `writev`, storage
+//! requests out and their completions in, completions as C2HData +
+//! CapsuleResp, R2T, C2HTermReq.
 
 use crate::queue::{Phase, QueuePair};
-use farflash_backend::IoBuf;
+use farflash_backend::{IoBuf, IoCompletion, IoRequest, SharedBackend};
 use farflash_core::Completion;
 use farflash_wire::cqe::{Cqe, CQE_SIZE};
 use farflash_wire::pdu::{
@@ -11,6 +12,67 @@ use farflash_wire::pdu::{
 use farflash_wire::{digest, Status};
 
 impl QueuePair {
+    /// Bytes waiting to be sent.
+    pub fn output_len(&self) -> usize {
+        self.out.len()
+    }
+
+    /// How many `iovec`s the waiting output takes.
+    pub fn output_segments(&self) -> usize {
+        self.out.segments()
+    }
+
+    /// Fills `iov` with what is waiting to be sent (for one `writev`);
+    /// returns how many slices were filled.
+    pub fn output_slices<'a>(&'a self, iov: &mut [std::io::IoSlice<'a>]) -> usize {
+        self.out.slices(iov)
+    }
+
+    /// `n` bytes of the output were sent.
+    pub fn consume_output(&mut self, n: usize) {
+        self.out.consume(n, self.core.pool());
+        if !self.waiting.is_empty() {
+            self.resume_waiting();
+            self.flush_completions();
+        }
+        // Reading may have stopped at the high-water mark.
+        if self.rx_end > self.rx_start && self.wants_read() {
+            self.process_rx();
+        }
+    }
+
+    /// Everything waiting to be sent, as one buffer, consumed (tests, fuzzers).
+    pub fn take_output(&mut self) -> Vec<u8> {
+        let v = self.out.take_all(self.core.pool());
+        if !self.waiting.is_empty() {
+            self.resume_waiting();
+            self.flush_completions();
+        }
+        if self.rx_end > self.rx_start && self.wants_read() {
+            self.process_rx();
+        }
+        v
+    }
+
+    /// Whether storage requests wait to be taken.
+    pub fn has_storage_requests(&self) -> bool {
+        self.core.has_storage_requests()
+    }
+
+    /// Hands the emitted storage requests to `run` (see
+    /// [`farflash_core::NvmeQueue::take_storage`]).
+    pub fn take_storage(&mut self, run: impl FnMut(&SharedBackend, IoRequest)) {
+        self.core.take_storage(run);
+        // Requests for a namespace that vanished complete at once.
+        self.flush_completions();
+    }
+
+    /// A storage request finished: its command completes into the output.
+    pub fn on_storage_completion(&mut self, c: IoCompletion) {
+        self.core.on_storage_completion(c);
+        self.flush_completions();
+    }
+
     /// Sends every completion the command layer has, then starts commands
     /// that waited for the buffer budget they freed (which may complete
     /// more). Called after every call into the command layer.
