@@ -440,17 +440,23 @@ impl Worker {
     fn pump(&mut self, i: usize) -> bool {
         let mut any = false;
         loop {
-            if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
-                if c.qp.has_storage_requests() {
-                    let hi = (i as u64) << 32;
-                    let (set, failed) = (&mut self.storage, &mut self.comps);
-                    c.qp.take_storage(|backend, mut req| {
-                        req.tag |= hi;
-                        set.submit(backend, req, failed);
-                    });
-                    if self.storage.len() != self.storage_opened {
-                        self.sync_storage_fds();
-                    }
+            let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+                return any;
+            };
+            if c.qp.in_flight() == 0 {
+                // Nothing of this connection's to reap: others' completions
+                // wake the loop through the queues' eventfds.
+                return any;
+            }
+            if c.qp.has_storage_requests() {
+                let hi = (i as u64) << 32;
+                let (set, failed) = (&mut self.storage, &mut self.comps);
+                c.qp.take_storage(|backend, mut req| {
+                    req.tag |= hi;
+                    set.submit(backend, req, failed);
+                });
+                if self.storage.len() != self.storage_opened {
+                    self.sync_storage_fds();
                 }
             }
             self.storage.commit();
