@@ -5,9 +5,10 @@
 //!
 //! cargo bench --bench queue_pair            (prints ns per command)
 
-use farflash_target::config::{BackendKind, Config, NamespaceConfig, Size, SubsystemConfig};
-use farflash_target::subsystem::build_subsystems;
-use farflash_target::{QueuePair, Target};
+use farflash_core::config::{BackendKind, Config, NamespaceConfig, Size, SubsystemConfig};
+use farflash_core::subsystem::build_subsystems;
+use farflash_core::Target;
+use farflash_tcp::QueuePair;
 use farflash_wire::fabrics::{ConnectCmd, ConnectData, PropertyCmd, CNTLID_DYNAMIC};
 use farflash_wire::opcode::{fctype, io};
 use farflash_wire::pdu::{self, IcReq, PduType};

@@ -14,7 +14,7 @@
 //! While the rows run, a well-behaved host (the farflash host library) does
 //! verified I/O on its own connection and must see no error and no stall.
 //! Where the specifications leave a choice, the row asserts the target's
-//! documented choice (crates/target/src/{queue,fabrics,io}.rs).
+//! documented choice (crates/tcp/src/rx.rs, crates/core/src/{exec,fabrics,io}.rs).
 
 mod common;
 

@@ -6,6 +6,7 @@
 pub mod auth_exchange;
 pub mod build;
 pub mod command_decode;
+pub mod command_layer;
 pub mod host_connection;
 pub mod input;
 pub mod opcodes;
@@ -40,6 +41,7 @@ pub type Harness = fn(&[u8]);
 pub const TARGETS: [(&str, Harness); 5] = [
     ("pdu_framing", pdu_framing::run),
     ("command_decode", command_decode::run),
+    ("command_layer", command_layer::run),
     ("target_connection", target_connection::run),
     ("host_connection", host_connection::run),
     ("auth_exchange", auth_exchange::run),

@@ -6,7 +6,8 @@
 use crate::build::{self, Digests};
 use crate::input::Rng;
 use crate::stream::{Event, PduStream};
-use farflash_target::{QueuePair, Target};
+use farflash_core::Target;
+use farflash_tcp::QueuePair;
 use farflash_wire::pdu::DataHeader;
 use farflash_wire::Cqe;
 use std::io::IoSlice;

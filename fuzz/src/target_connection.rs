@@ -25,7 +25,7 @@ use crate::input::{Input, Rng};
 use crate::target_cmds;
 use crate::target_conn::{Clock, Conn};
 use crate::target_setup::{self, Shape};
-use farflash_target::Target;
+use farflash_core::Target;
 use farflash_wire::pdu::DataHeader;
 use std::sync::Arc;
 

@@ -2,11 +2,11 @@
 //! null) namespaces and small transport limits, chosen by one fuzz byte.
 
 use crate::build::SUBNQN;
-use farflash_target::config::{
+use farflash_core::config::{
     BackendKind, Config, NamespaceConfig, Size, SubsystemConfig, TransportConfig,
 };
-use farflash_target::subsystem::build_subsystems;
-use farflash_target::Target;
+use farflash_core::subsystem::build_subsystems;
+use farflash_core::Target;
 use std::sync::Arc;
 
 /// What the harness needs to know about the target it built.

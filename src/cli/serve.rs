@@ -5,12 +5,12 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{ArgMatches, Args, FromArgMatches};
-use farflash_target::config::{
+use farflash_core::config::{
     parse_cpu_list, BackendKind, Config, NamespaceConfig, PollMode, Size, SubsystemConfig,
     DEFAULT_NQN,
 };
-use farflash_target::subsystem::{build_subsystems, human};
-use farflash_target::Target;
+use farflash_core::subsystem::{build_subsystems, human};
+use farflash_core::Target;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -274,7 +274,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let t = target
         .subsystems
         .iter()
-        .fold(farflash_target::stats::Totals::default(), |mut a, s| {
+        .fold(farflash_core::stats::Totals::default(), |mut a, s| {
             a += s.stats.totals();
             a
         });
@@ -301,7 +301,7 @@ fn spawn_reloader(target: Arc<Target>, args: ServeArgs) -> Result<signal_hook::i
         for _ in signals.forever() {
             let result = args
                 .to_config()
-                .and_then(|cfg| Ok(farflash_target::reload::apply(&target, &cfg)?));
+                .and_then(|cfg| Ok(farflash_core::reload::apply(&target, &cfg)?));
             match result {
                 Ok(r) => {
                     for (nqn, ids) in &r.changed {

@@ -3,9 +3,11 @@
 //! A regular file (optionally created or extended to a given size) or a
 //! block device, opened with `O_DIRECT` when the file system supports it.
 //! Each queue is its own io_uring ring ([`uring`]); when io_uring cannot be
-//! set up, queues fall back to blocking `pread`/`pwrite` ([`blocking`]).
+//! set up, queues fall back to blocking `pread`/`pwrite` ([`blocking`]) run
+//! on a helper thread per queue ([`pool`]), never on the caller's thread.
 
 mod blocking;
+mod pool;
 mod slab;
 mod sys;
 mod uring;
@@ -238,10 +240,20 @@ impl FileInner {
 struct FileBackend(Arc<FileInner>);
 
 impl FileBackend {
-    /// A queue on the blocking engine, whatever io_uring's availability.
+    /// A queue on the blocking engine, whatever io_uring's availability: on
+    /// a helper thread of its own, or (if no thread can be started) inline.
     fn blocking_queue(&self, depth: u32) -> Box<dyn BackendQueue> {
         let engine = blocking::BlockingEngine(Arc::clone(&self.0));
-        Box::new(SyncQueue::new(engine, depth))
+        match pool::PoolQueue::new(engine) {
+            Ok(q) => Box::new(q),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start a file I/O thread; blocking I/O runs inline");
+                Box::new(SyncQueue::new(
+                    blocking::BlockingEngine(Arc::clone(&self.0)),
+                    depth,
+                ))
+            }
+        }
     }
 }
 
@@ -267,7 +279,7 @@ impl Backend for FileBackend {
             Err(e) => {
                 if !self.0.fallback_logged.swap(true, Ordering::Relaxed) {
                     tracing::warn!(path = %self.0.path.display(), error = %e,
-                        "io_uring unavailable; using synchronous pread/pwrite");
+                        "io_uring unavailable; using pread/pwrite on a helper thread");
                 }
                 Ok(self.blocking_queue(depth))
             }

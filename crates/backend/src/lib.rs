@@ -17,13 +17,17 @@
 //!
 //! Backends: [`open_ram`] (lazily committed memory), [`open_null`] (zeroes,
 //! discards writes), [`open_file`] (regular file or block device, io_uring,
-//! `O_DIRECT` when available).
+//! `O_DIRECT` when available); with the `testing` feature, [`open_scripted`]
+//! (completions held, reordered, delayed or failed on a test's command).
 
 mod buf;
 mod check;
 mod file;
 mod null;
+mod queue_set;
 mod ram;
+#[cfg(any(test, feature = "testing"))]
+mod scripted;
 mod sync_queue;
 
 #[cfg(test)]
@@ -33,7 +37,10 @@ pub use buf::{BufPool, IoBuf, IO_ALIGN};
 pub use check::dealloc_buf;
 pub use file::{open_file, DirectMode, FileOptions};
 pub use null::open_null;
+pub use queue_set::QueueSet;
 pub use ram::{open_ram, open_ram_committed};
+#[cfg(any(test, feature = "testing"))]
+pub use scripted::{open_scripted, OpKind, Script};
 
 use std::io;
 use std::os::fd::RawFd;

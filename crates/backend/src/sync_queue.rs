@@ -18,6 +18,18 @@ pub(crate) trait SyncEngine {
     fn execute(&self, op: IoOp, buf: &mut IoBuf) -> io::Result<()>;
 }
 
+/// Validates and executes one request on `engine`.
+pub(crate) fn run_sync<E: SyncEngine>(engine: &E, req: IoRequest) -> IoCompletion {
+    let IoRequest { tag, op, mut buf } = req;
+    let result = engine.geometry().validate(&op, &buf).and_then(|()| {
+        if let IoOp::Read { len, .. } = op {
+            buf.set_len(len as usize);
+        }
+        engine.execute(op, &mut buf)
+    });
+    IoCompletion { tag, buf, result }
+}
+
 /// A [`BackendQueue`] over a [`SyncEngine`].
 pub(crate) struct SyncQueue<E> {
     engine: E,
@@ -35,14 +47,8 @@ impl<E: SyncEngine> SyncQueue<E> {
 
 impl<E: SyncEngine> BackendQueue for SyncQueue<E> {
     fn submit(&mut self, req: IoRequest) {
-        let IoRequest { tag, op, mut buf } = req;
-        let result = self.engine.geometry().validate(&op, &buf).and_then(|()| {
-            if let IoOp::Read { len, .. } = op {
-                buf.set_len(len as usize);
-            }
-            self.engine.execute(op, &mut buf)
-        });
-        self.done.push(IoCompletion { tag, buf, result });
+        let c = run_sync(&self.engine, req);
+        self.done.push(c);
     }
 
     fn commit(&mut self) -> io::Result<()> {

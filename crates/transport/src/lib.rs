@@ -10,8 +10,8 @@
 mod adaptive;
 mod worker;
 
-pub use farflash_target::config::PollMode;
-use farflash_target::Target;
+pub use farflash_core::config::PollMode;
+use farflash_core::Target;
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token, Waker};
 use std::io;

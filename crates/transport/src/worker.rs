@@ -9,10 +9,19 @@
 //! sockets of the few connections that worked lately (`recv` straight away,
 //! as a polled target would), with an `epoll_wait(0)` every `DIRECT_SPINS`
 //! rounds for the rest.
+//!
+//! Storage: the worker owns one queue per namespace ([`QueueSet`]), shared
+//! by all its connections. A connection's storage requests are taken after
+//! each receive, tagged `connection << 32 | slot`, and their completions are
+//! routed back by that tag. A connection closed with requests in flight stays
+//! as a zombie (socket shut down) until they have completed, so its index is
+//! never reused while a completion may still name it.
 
 use crate::adaptive::IdleWindow;
 use crate::{LoopOptions, PollMode};
-use farflash_target::{QueuePair, Target};
+use farflash_backend::{IoCompletion, QueueSet};
+use farflash_core::Target;
+use farflash_tcp::QueuePair;
 use mio::net::TcpStream;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
@@ -25,8 +34,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub(crate) const WAKE_TOKEN: Token = Token(usize::MAX);
-/// Tokens at or above this are backend eventfds: `FD_BIT | connection`.
-const FD_BIT: usize = 1 << 40;
+/// The eventfds of the worker's storage queues.
+const STORAGE_TOKEN: Token = Token(usize::MAX - 1);
+/// Depth the shared storage queues are opened with (io_uring rings of this
+/// many entries; requests beyond it wait in the queue's overflow list).
+const STORAGE_DEPTH: u32 = 1024;
 /// Periodic work (keep-alive, teardown) at least this often.
 const TICK: Duration = Duration::from_millis(100);
 /// Connections spun on directly (`recv` without asking epoll first) while
@@ -51,8 +63,8 @@ pub(crate) struct NewConn {
 struct Conn {
     sock: TcpStream,
     qp: QueuePair,
-    /// Backend eventfds already registered with the poller.
-    fds: Vec<RawFd>,
+    /// Closed, waiting for its storage requests to complete.
+    zombie: bool,
     /// The peer closed its side: nothing more to read, but what we owe it
     /// (a response, a TermReq) is still sent if the socket takes it.
     eof: bool,
@@ -84,10 +96,20 @@ pub(crate) struct Worker {
     conns: Vec<Option<Conn>>,
     free: Vec<usize>,
     ready: Vec<usize>,
+    /// The other half of `ready`'s double buffer (no allocation per round).
+    spare: Vec<usize>,
     /// Connections that worked within `poll_idle` (at most `HOT_MAX`): while
     /// spinning, the loop `recv`s on these directly, which saves the
     /// `epoll_wait` round between a command's arrival and its read.
     hot: Vec<usize>,
+    /// One storage queue per namespace, shared by every connection here.
+    storage: QueueSet,
+    /// Storage eventfds registered with the poller.
+    storage_fds: Vec<RawFd>,
+    /// Queues open when `storage_fds` was last brought up to date.
+    storage_opened: usize,
+    /// Completion scratch (reused: no allocation per batch).
+    comps: Vec<IoCompletion>,
 }
 
 /// Pins the calling thread to one CPU.
@@ -129,7 +151,12 @@ impl Worker {
             conns: Vec::new(),
             free: Vec::new(),
             ready: Vec::new(),
+            spare: Vec::new(),
             hot: Vec::with_capacity(HOT_MAX),
+            storage: QueueSet::new(STORAGE_DEPTH),
+            storage_fds: Vec::new(),
+            storage_opened: 0,
+            comps: Vec::new(),
         }
     }
 
@@ -158,7 +185,9 @@ impl Worker {
                 self.ready.extend_from_slice(&self.hot);
             } else {
                 direct_spins = 0;
-                let timeout = if spin {
+                // Connections queued by a completion routed last round are
+                // driven without sleeping first.
+                let timeout = if spin || !self.ready.is_empty() {
                     Duration::ZERO
                 } else {
                     slept = true;
@@ -175,6 +204,9 @@ impl Worker {
             let now = Instant::now();
             if now.duration_since(last_tick) >= TICK {
                 last_tick = now;
+                if self.storage.collect() {
+                    self.sync_storage_fds();
+                }
                 for i in 0..self.conns.len() {
                     if let Some(c) = self.conns[i].as_mut() {
                         c.qp.tick(now);
@@ -187,7 +219,10 @@ impl Worker {
                 }
             }
             if !self.ready.is_empty() {
-                let mut ready = std::mem::take(&mut self.ready);
+                // Connections queued while these are driven (a completion
+                // routed to them) land in `self.ready` for the next round.
+                let spare = std::mem::take(&mut self.spare);
+                let mut ready = std::mem::replace(&mut self.ready, spare);
                 ready.sort_unstable();
                 ready.dedup();
                 let mut worked = false;
@@ -198,7 +233,7 @@ impl Worker {
                     }
                 }
                 ready.clear();
-                self.ready = ready;
+                self.spare = ready;
                 if worked {
                     if slept && self.mode == PollMode::Adaptive {
                         self.idle.woke_after(now.duration_since(last_work));
@@ -229,9 +264,11 @@ impl Worker {
             let t = ev.token();
             if t == WAKE_TOKEN {
                 self.accept_new();
+            } else if t == STORAGE_TOKEN {
+                self.route_completions(usize::MAX);
             } else {
-                let i = t.0 & (FD_BIT - 1);
-                if t.0 & FD_BIT == 0 && ev.is_read_closed() {
+                let i = t.0;
+                if ev.is_read_closed() {
                     // EPOLLRDHUP: the peer's FIN may sit right behind the
                     // last data; read on to the EOF instead of stopping
                     // at a short read.
@@ -289,7 +326,7 @@ impl Worker {
             self.conns[i] = Some(Conn {
                 sock,
                 qp,
-                fds: Vec::new(),
+                zombie: false,
                 eof: false,
                 dead: false,
                 want_write: false,
@@ -303,11 +340,20 @@ impl Worker {
     /// Moves a connection forward as far as it goes without blocking; returns
     /// whether anything moved.
     fn drive(&mut self, i: usize) -> bool {
-        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
-            return false;
-        };
+        match self.conns.get(i).and_then(Option::as_ref) {
+            None => return false,
+            Some(c) if c.zombie => {
+                self.pump(i);
+                self.close(i);
+                return false;
+            }
+            Some(_) => {}
+        }
         let mut worked = false;
         loop {
+            let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+                return worked;
+            };
             // Receive: everything the socket has, PDUs processed as they complete.
             // `more` is set when a read filled the buffer (the socket may hold more)
             // or when reading stopped because our output backed up.
@@ -335,8 +381,10 @@ impl Worker {
                     Err(_) => c.dead = true,
                 }
             }
-            c.qp.commit();
-            worked |= c.qp.poll_backends();
+            worked |= self.pump(i);
+            let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+                return worked;
+            };
             // Send: all PDUs this pass produced, in as few writes as the socket
             // takes (a deep queue's batch needs more iovecs than a shallow one's).
             let blocked = if c.qp.output_segments() <= SMALL_IOV {
@@ -368,29 +416,17 @@ impl Worker {
                     Err(_) => c.dead = true,
                 }
             }
+            let dead = c.dead;
             // Sending may have freed buffer budget and started waiting commands.
-            c.qp.commit();
-            let completed = c.qp.poll_backends();
+            let completed = self.pump(i);
             worked |= completed;
-            if !(more || completed) || blocked || c.dead {
+            if !(more || completed) || blocked || dead {
                 break;
             }
         }
-        // Watch new backend eventfds (opened lazily at a namespace's first I/O).
-        if c.qp.notify_fds().count() != c.fds.len() {
-            let new: Vec<RawFd> = c.qp.notify_fds().filter(|fd| !c.fds.contains(fd)).collect();
-            for fd in new {
-                let token = Token(FD_BIT | i);
-                match self
-                    .poll
-                    .registry()
-                    .register(&mut SourceFd(&fd), token, Interest::READABLE)
-                {
-                    Ok(()) => c.fds.push(fd),
-                    Err(e) => tracing::warn!("cannot watch backend eventfd: {e}"),
-                }
-            }
-        }
+        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+            return worked;
+        };
         let drained = c.qp.output_len() == 0 && c.qp.in_flight() == 0;
         if c.dead || c.qp.finished() || (c.eof && drained) {
             self.close(i);
@@ -398,25 +434,109 @@ impl Worker {
         worked
     }
 
+    /// Hands connection `i`'s storage requests to the worker's queues and
+    /// routes every completion that is ready, until none comes back; returns
+    /// whether anything completed.
+    fn pump(&mut self, i: usize) -> bool {
+        let mut any = false;
+        loop {
+            let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+                return any;
+            };
+            if c.qp.in_flight() == 0 {
+                // Nothing of this connection's to reap: others' completions
+                // wake the loop through the queues' eventfds.
+                return any;
+            }
+            if c.qp.has_storage_requests() {
+                let hi = (i as u64) << 32;
+                let (set, failed) = (&mut self.storage, &mut self.comps);
+                c.qp.take_storage(|backend, mut req| {
+                    req.tag |= hi;
+                    set.submit(backend, req, failed);
+                });
+                if self.storage.len() != self.storage_opened {
+                    self.sync_storage_fds();
+                }
+            }
+            self.storage.commit();
+            if !self.route_completions(i) {
+                return any;
+            }
+            any = true;
+        }
+    }
+
+    /// Reaps the storage queues and hands each completion to the connection
+    /// its tag names; connections other than `current` are queued for a
+    /// pass. Returns whether anything was routed.
+    fn route_completions(&mut self, current: usize) -> bool {
+        let mut comps = std::mem::take(&mut self.comps);
+        self.storage.reap(&mut comps);
+        let any = !comps.is_empty();
+        for c in comps.drain(..) {
+            let j = (c.tag >> 32) as usize;
+            match self.conns.get_mut(j).and_then(Option::as_mut) {
+                Some(conn) => {
+                    conn.qp.on_storage_completion(c);
+                    if j != current {
+                        self.ready.push(j);
+                    }
+                }
+                // Zombies keep their index until their requests complete.
+                None => tracing::error!(tag = c.tag, "storage completion for no connection"),
+            }
+        }
+        self.comps = comps;
+        any
+    }
+
+    /// Registers the eventfds of newly opened storage queues (closed ones
+    /// left epoll when their fd closed).
+    fn sync_storage_fds(&mut self) {
+        let fds: Vec<RawFd> = self.storage.notify_fds().collect();
+        for fd in &fds {
+            if self.storage_fds.contains(fd) {
+                continue;
+            }
+            if let Err(e) =
+                self.poll
+                    .registry()
+                    .register(&mut SourceFd(fd), STORAGE_TOKEN, Interest::READABLE)
+            {
+                tracing::warn!("cannot watch a storage queue's eventfd: {e}");
+            }
+        }
+        self.storage_fds = fds;
+        self.storage_opened = self.storage.len();
+    }
+
+    /// Closes connection `i`; one with storage requests in flight becomes a
+    /// zombie (socket shut down, index kept) until they complete.
     fn close(&mut self, i: usize) {
-        let Some(mut c) = self.conns.get_mut(i).and_then(Option::take) else {
+        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
             return;
         };
-        for fd in &c.fds {
-            let _ = self.poll.registry().deregister(&mut SourceFd(fd));
-        }
-        let _ = self.poll.registry().deregister(&mut c.sock);
-        if c.want_write {
-            self.blocked -= 1;
+        if !c.zombie {
+            let _ = self.poll.registry().deregister(&mut c.sock);
+            if c.want_write {
+                c.want_write = false;
+                self.blocked -= 1;
+            }
         }
         if c.qp.in_flight() > 0 {
-            // The backend queue waits for its in-flight requests when dropped.
-            tracing::debug!(
-                in_flight = c.qp.in_flight(),
-                "closing a connection with backend I/O in flight"
-            );
+            if !c.zombie {
+                tracing::debug!(
+                    in_flight = c.qp.in_flight(),
+                    "closing a connection with storage requests in flight"
+                );
+                c.zombie = true;
+                c.dead = true;
+                let _ = c.sock.shutdown(std::net::Shutdown::Both);
+            }
+            return;
         }
-        drop(c);
+        self.conns[i] = None;
         self.live.fetch_sub(1, Ordering::AcqRel);
         self.free.push(i);
     }

@@ -59,6 +59,8 @@ pub mod cc {
 pub mod csts {
     pub const RDY: u32 = 1;
     pub const CFS: u32 = 1 << 1;
+    /// Shutdown Status: 01b = shutdown processing occurring.
+    pub const SHST_OCCURRING: u32 = 1 << 2;
     /// Shutdown Status: 10b = shutdown processing complete.
     pub const SHST_COMPLETE: u32 = 2 << 2;
     pub const SHST_MASK: u32 = 3 << 2;

@@ -1,0 +1,308 @@
+//! Admin commands (Base §5) for I/O and discovery controllers.
+
+use crate::command::{Outcome, Xfer};
+use crate::controller::{Controller, AER_LIMIT};
+use crate::queue::NvmeQueue;
+use crate::{discovery, identify};
+use farflash_wire::identify::{IDENTIFY_LEN, OAES_DISCOVERY_CHANGE, OAES_NS_ATTR};
+use farflash_wire::log::{self as wlog, GetLogPage, Smart, ERROR_ENTRY_LEN};
+use farflash_wire::opcode::{admin as op, cns, feature as fid, log_id};
+use farflash_wire::{Sqe, Status};
+
+/// Largest log page transfer we build in one command.
+const MAX_LOG_LEN: u64 = 4 << 20;
+
+fn is_discovery(q: &NvmeQueue) -> bool {
+    q.ctrl.as_ref().is_some_and(|c| c.is_discovery())
+}
+
+pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<Xfer, Status> {
+    let disc = is_discovery(q);
+    match sqe.opcode {
+        op::IDENTIFY => Ok(Xfer::C2H(IDENTIFY_LEN as u32)),
+        op::GET_LOG_PAGE => {
+            let g = GetLogPage::from_sqe(sqe);
+            if g.len > MAX_LOG_LEN {
+                return Err(Status::INVALID_FIELD.dnr());
+            }
+            Ok(Xfer::C2H(g.len as u32))
+        }
+        op::GET_FEATURES | op::SET_FEATURES | op::KEEP_ALIVE | op::ASYNC_EVENT_REQUEST => {
+            Ok(Xfer::None)
+        }
+        op::ABORT if !disc => Ok(Xfer::None),
+        _ => Err(Status::INVALID_OPCODE.dnr()),
+    }
+}
+
+pub(crate) fn execute(q: &mut NvmeQueue, idx: usize) -> Outcome {
+    let sqe = q.slots[idx].sqe;
+    let Some(ctrl) = q.ctrl.clone() else {
+        return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR.dnr(), 0);
+    };
+    match sqe.opcode {
+        op::IDENTIFY => identify_cmd(q, idx, &ctrl, &sqe),
+        op::GET_LOG_PAGE => get_log_page(q, idx, &ctrl, &sqe),
+        op::SET_FEATURES => set_features(q, &ctrl, &sqe),
+        op::GET_FEATURES => get_features(q, &ctrl, &sqe),
+        op::KEEP_ALIVE => {
+            q.note_keep_alive();
+            Outcome::Done(Status::SUCCESS, 0)
+        }
+        op::ASYNC_EVENT_REQUEST => {
+            if q.aers.len() >= AER_LIMIT {
+                return Outcome::Done(Status::AER_LIMIT_EXCEEDED, 0);
+            }
+            q.aers.push(idx as u16);
+            q.deliver_events();
+            Outcome::Parked
+        }
+        op::ABORT => {
+            // A minimal Abort (Base §5.1): commands in flight are not aborted;
+            // DW0 bit 0 = 1 says so, and the host lets them finish.
+            Outcome::Done(Status::SUCCESS, 1)
+        }
+        _ => Outcome::Done(Status::INVALID_OPCODE.dnr(), 0),
+    }
+}
+
+fn identify_cmd(q: &mut NvmeQueue, idx: usize, ctrl: &Controller, sqe: &Sqe) -> Outcome {
+    let cns_v = sqe.cdw10 as u8;
+    let csi = (sqe.cdw11 >> 24) as u8;
+    let disc = ctrl.is_discovery();
+    if disc && cns_v != cns::CONTROLLER {
+        return Outcome::Done(Status::INVALID_FIELD.dnr(), 0);
+    }
+    let nsid = sqe.nsid;
+    let ns = q.namespace_index(nsid).and_then(|i| q.ns.get(i)).cloned();
+    let st = match cns_v {
+        cns::CONTROLLER => {
+            let c = identify::controller(q, ctrl);
+            c.encode(q.reply_buf(idx, IDENTIFY_LEN));
+            Status::SUCCESS
+        }
+        cns::NAMESPACE => match ns {
+            Some(ns) => {
+                identify::namespace(&ns).encode(q.reply_buf(idx, IDENTIFY_LEN));
+                Status::SUCCESS
+            }
+            // Base §5.17.2.1: an inactive but valid NSID returns zeroes.
+            None if nsid != 0 && nsid != u32::MAX => {
+                q.reply_buf(idx, IDENTIFY_LEN);
+                Status::SUCCESS
+            }
+            None => Status::INVALID_NAMESPACE.dnr(),
+        },
+        cns::ACTIVE_NS_LIST | cns::CSI_ACTIVE_NS_LIST => {
+            if nsid >= 0xFFFF_FFFE || (cns_v == cns::CSI_ACTIVE_NS_LIST && csi != 0) {
+                Status::INVALID_FIELD.dnr()
+            } else {
+                let ids: Vec<u32> = q.ns.nsids().collect();
+                farflash_wire::identify::encode_active_ns_list(
+                    q.reply_buf(idx, IDENTIFY_LEN),
+                    ids.into_iter(),
+                    nsid,
+                );
+                Status::SUCCESS
+            }
+        }
+        cns::NS_ID_DESCRIPTORS => match ns {
+            Some(ns) => {
+                farflash_wire::identify::encode_ns_descriptors(
+                    q.reply_buf(idx, IDENTIFY_LEN),
+                    &ns.nguid,
+                    &ns.uuid,
+                );
+                Status::SUCCESS
+            }
+            None => Status::INVALID_NAMESPACE.dnr(),
+        },
+        // I/O Command Set specific structures for the NVM command set (CSI 0):
+        // no limits beyond the common ones, so all fields are zero.
+        cns::CSI_CONTROLLER if csi == 0 => {
+            q.reply_buf(idx, IDENTIFY_LEN);
+            Status::SUCCESS
+        }
+        cns::CSI_NAMESPACE if csi == 0 => match ns {
+            Some(_) => {
+                q.reply_buf(idx, IDENTIFY_LEN);
+                Status::SUCCESS
+            }
+            None => Status::INVALID_NAMESPACE.dnr(),
+        },
+        _ => Status::INVALID_FIELD.dnr(),
+    };
+    Outcome::Done(st, 0)
+}
+
+fn get_log_page(q: &mut NvmeQueue, idx: usize, ctrl: &Controller, sqe: &Sqe) -> Outcome {
+    let g = GetLogPage::from_sqe(sqe);
+    let disc = ctrl.is_discovery();
+    let page: Vec<u8> = match g.lid {
+        log_id::DISCOVERY if disc => discovery::log_page(q, ctrl),
+        log_id::ERROR => {
+            let st = ctrl.lock();
+            let mut v = vec![0u8; ERROR_ENTRY_LEN * crate::controller::ERROR_LOG_ENTRIES];
+            for (i, e) in st.errors.iter().enumerate() {
+                e.encode(&mut v[i * ERROR_ENTRY_LEN..]);
+            }
+            v
+        }
+        log_id::SMART if !disc => {
+            if sqe.nsid != 0 && sqe.nsid != u32::MAX {
+                // LPA bit 0 is clear: no per-namespace SMART data.
+                return Outcome::Done(Status::INVALID_FIELD.dnr(), 0);
+            }
+            let t = ctrl
+                .subsystem()
+                .map(|s| s.stats.totals())
+                .unwrap_or_default();
+            let errors = ctrl.lock().error_count;
+            let smart = Smart {
+                temperature: 273 + 35,
+                available_spare: 100,
+                spare_threshold: 10,
+                data_units_read: Smart::data_units(t.read_bytes),
+                data_units_written: Smart::data_units(t.write_bytes),
+                host_read_commands: t.read_cmds as u128,
+                host_write_commands: t.write_cmds as u128,
+                power_cycles: 1,
+                power_on_hours: q.clock.map_or(0, |c| {
+                    c.saturating_duration_since(q.target.started).as_secs() / 3600
+                }) as u128,
+                media_errors: t.media_errors as u128,
+                error_log_entries: errors as u128,
+                ..Smart::default()
+            };
+            let mut v = vec![0u8; wlog::SMART_LEN];
+            smart.encode(&mut v);
+            v
+        }
+        log_id::FIRMWARE_SLOT if !disc => {
+            let mut v = vec![0u8; wlog::FW_SLOT_LEN];
+            wlog::encode_fw_slot(&mut v, identify::FIRMWARE_REVISION);
+            v
+        }
+        log_id::CHANGED_NS_LIST if !disc => {
+            let mut st = ctrl.lock();
+            let mut v = vec![0u8; wlog::CHANGED_NS_LEN];
+            if st.changed_ns.len() > 1024 {
+                // Base §5.16.1.5: more than 1024 changes → first entry FFFFFFFFh.
+                v[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+            } else {
+                for (i, id) in st.changed_ns.iter().enumerate() {
+                    v[i * 4..i * 4 + 4].copy_from_slice(&id.to_le_bytes());
+                }
+            }
+            st.changed_ns.clear();
+            v
+        }
+        _ => return Outcome::Done(Status::INVALID_LOG_PAGE.dnr(), 0),
+    };
+    if !g.offset.is_multiple_of(4) || g.offset > page.len() as u64 {
+        // Base §5.16: an offset beyond the log page is an invalid field.
+        return Outcome::Done(Status::INVALID_FIELD.dnr(), 0);
+    }
+    let start = g.offset as usize;
+    let n = (page.len() - start).min(g.len as usize);
+    let out = q.reply_buf(idx, g.len as usize);
+    out[..n].copy_from_slice(&page[start..start + n]);
+    Outcome::Done(Status::SUCCESS, 0)
+}
+
+fn set_features(q: &mut NvmeQueue, ctrl: &Controller, sqe: &Sqe) -> Outcome {
+    let f = sqe.cdw10 as u8;
+    if sqe.cdw10 & (1 << 31) != 0 {
+        // SV: nothing here is saved across power cycles.
+        return Outcome::Done(Status::FEATURE_NOT_SAVEABLE.dnr(), 0);
+    }
+    let disc = ctrl.is_discovery();
+    let mut st = ctrl.lock();
+    match f {
+        fid::NUMBER_OF_QUEUES if !disc => {
+            let (nsqr, ncqr) = (sqe.cdw11 & 0xFFFF, sqe.cdw11 >> 16);
+            if nsqr == 0xFFFF || ncqr == 0xFFFF {
+                return Outcome::Done(Status::INVALID_FIELD.dnr(), 0);
+            }
+            let max = q.target.transport.max_io_queues;
+            let granted = (nsqr.max(ncqr) + 1).min(max);
+            st.io_queues_granted = granted as u16;
+            st.io_queues_set = true;
+            let v = granted - 1;
+            Outcome::Done(Status::SUCCESS, (v | v << 16).into())
+        }
+        fid::KEEP_ALIVE_TIMER => {
+            st.kato_ms = sqe.cdw11;
+            q.note_keep_alive();
+            Outcome::Done(Status::SUCCESS, 0)
+        }
+        fid::ASYNC_EVENT_CONFIG => {
+            let supported = if disc {
+                OAES_DISCOVERY_CHANGE
+            } else {
+                OAES_NS_ATTR
+            };
+            st.aec = sqe.cdw11 & (supported | 0xFF);
+            Outcome::Done(Status::SUCCESS, 0)
+        }
+        fid::VOLATILE_WRITE_CACHE if !disc => {
+            st.vwc_enabled = sqe.cdw11 & 1 != 0;
+            Outcome::Done(Status::SUCCESS, 0)
+        }
+        fid::ARBITRATION
+        | fid::POWER_MANAGEMENT
+        | fid::TEMPERATURE_THRESHOLD
+        | fid::ERROR_RECOVERY
+        | fid::INTERRUPT_COALESCING
+        | fid::WRITE_ATOMICITY
+            if !disc =>
+        {
+            Outcome::Done(Status::FEATURE_NOT_CHANGEABLE.dnr(), 0)
+        }
+        _ => Outcome::Done(Status::INVALID_FIELD.dnr(), 0),
+    }
+}
+
+fn get_features(q: &mut NvmeQueue, ctrl: &Controller, sqe: &Sqe) -> Outcome {
+    let f = sqe.cdw10 as u8;
+    let sel = (sqe.cdw10 >> 8) & 7;
+    let disc = ctrl.is_discovery();
+    if sel == 3 {
+        // Supported capabilities: changeable where Set Features accepts it.
+        let changeable = matches!(
+            f,
+            fid::KEEP_ALIVE_TIMER
+                | fid::ASYNC_EVENT_CONFIG
+                | fid::NUMBER_OF_QUEUES
+                | fid::VOLATILE_WRITE_CACHE
+        );
+        return Outcome::Done(Status::SUCCESS, u64::from(changeable) << 2);
+    }
+    let st = ctrl.lock();
+    let v = match f {
+        fid::NUMBER_OF_QUEUES if !disc => {
+            let n = if st.io_queues_set {
+                st.io_queues_granted as u32
+            } else {
+                q.target.transport.max_io_queues
+            } - 1;
+            n | n << 16
+        }
+        fid::KEEP_ALIVE_TIMER => st.kato_ms,
+        fid::ASYNC_EVENT_CONFIG => st.aec,
+        fid::VOLATILE_WRITE_CACHE if !disc => st.vwc_enabled as u32,
+        fid::ARBITRATION
+        | fid::POWER_MANAGEMENT
+        | fid::ERROR_RECOVERY
+        | fid::INTERRUPT_COALESCING
+        | fid::WRITE_ATOMICITY
+            if !disc =>
+        {
+            0
+        }
+        // Over-temperature threshold: 80 °C in kelvins.
+        fid::TEMPERATURE_THRESHOLD if !disc => 273 + 80,
+        _ => return Outcome::Done(Status::INVALID_FIELD.dnr(), 0),
+    };
+    Outcome::Done(Status::SUCCESS, v.into())
+}

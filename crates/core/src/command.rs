@@ -1,0 +1,134 @@
+//! The vocabulary between the command layer and a transport binding: what
+//! data a command moves, typed I/O commands (parsed once), what executing a
+//! command did, and the completions the binding sends.
+
+use farflash_backend::IoBuf;
+use farflash_wire::Status;
+
+/// Where a command's data goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Xfer {
+    None,
+    /// Host to controller, this many bytes.
+    H2C(u32),
+    /// Controller to host, at most this many bytes.
+    C2H(u32),
+}
+
+impl Xfer {
+    /// Bytes moved (0 for `None`).
+    pub fn len(self) -> u32 {
+        match self {
+            Xfer::None => 0,
+            Xfer::H2C(n) | Xfer::C2H(n) => n,
+        }
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What the binding does with a command that just arrived
+/// ([`crate::NvmeQueue::begin`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Begin {
+    /// No free slot: the host sent more commands than the queue has entries
+    /// (a transport-level protocol error).
+    Overrun,
+    /// The queue was deleted (its controller is gone or was reset): close.
+    Deleted,
+    /// Already answered: its completion is queued.
+    Answered,
+    /// Parsed and checked; runs in `slot` once its data (`xfer`) is in place
+    /// ([`crate::NvmeQueue::execute`]).
+    Ready { slot: u16, xfer: Xfer },
+}
+
+/// What running a command did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Complete now: status and the command-specific result, CQE DW0 in the
+    /// low and DW1 in the high half (Base §4.2.1; Linux nvmet's
+    /// `union nvme_result`). Reply data, if any, is in the slot.
+    Done(Status, u64),
+    /// Storage requests are in flight; they complete the command.
+    Pending,
+    /// Held until an event (AER).
+    Parked,
+}
+
+/// A finished command, for the binding to send.
+#[derive(Debug)]
+pub struct Completion {
+    pub cid: u16,
+    pub status: Status,
+    /// CQE DW0 (low half) and DW1 (high half).
+    pub result: u64,
+    /// The slot it ran in (`None`: refused before it had one, e.g. a CID
+    /// already in flight). The slot is free again.
+    pub slot: Option<u16>,
+    /// Data for the host, sent before the completion (a successful read,
+    /// Identify, a log page): the buffer and how many bytes of it.
+    pub data: Option<(IoBuf, u32)>,
+}
+
+/// Sent to the binding once a Connect succeeded, before its completion:
+/// what the queue became (Fabrics §6.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Connected {
+    pub qid: u16,
+    /// 0's based queue size.
+    pub sqsize: u16,
+    /// The host disabled SQ flow control (Connect CATTR bit 2).
+    pub disable_sq_flow: bool,
+}
+
+/// An I/O command parsed once, at arrival: namespace key and byte range
+/// checked, carried into execution unchanged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum IoCmd {
+    Read {
+        ns: usize,
+        offset: u64,
+        len: u32,
+    },
+    Write {
+        ns: usize,
+        offset: u64,
+        len: u32,
+        fua: bool,
+    },
+    /// `ns: None`: every namespace (NSID FFFFFFFFh).
+    Flush {
+        ns: Option<usize>,
+    },
+    WriteZeroes {
+        ns: usize,
+        offset: u64,
+        len: u64,
+        fua: bool,
+    },
+    /// `nr` ranges of 16 bytes in the data; `deallocate`: attribute AD.
+    Dsm {
+        ns: usize,
+        nr: u32,
+        deallocate: bool,
+    },
+}
+
+impl IoCmd {
+    /// For the SMART log: `Some((is_write, bytes))` for a Read or Write.
+    pub(crate) fn counted(&self) -> Option<(bool, u32)> {
+        match *self {
+            IoCmd::Read { len, .. } => Some((false, len)),
+            IoCmd::Write { len, .. } => Some((true, len)),
+            _ => None,
+        }
+    }
+
+    /// Whether the command modifies the medium (an EIO is then a write fault).
+    pub(crate) fn writes(&self) -> bool {
+        matches!(self, IoCmd::Write { .. } | IoCmd::WriteZeroes { .. })
+    }
+}

@@ -1,0 +1,165 @@
+//! Controllers (Fabrics §3.? dynamic controller model): one per association,
+//! created by an admin-queue Connect and shared by that association's queue
+//! pairs. Only the admin path and Connects take its lock; the I/O path reads
+//! only the `alive` flag.
+
+use crate::subsystem::Subsystem;
+use farflash_wire::log::ErrorEntry;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Error Log entries kept (ELPE + 1).
+pub const ERROR_LOG_ENTRIES: usize = 64;
+/// Asynchronous Event Requests a host may keep outstanding (AERL + 1).
+pub const AER_LIMIT: usize = 4;
+
+/// What kind of controller an association has.
+#[derive(Clone)]
+pub enum Kind {
+    Io(Arc<Subsystem>),
+    Discovery,
+}
+
+pub struct Controller {
+    pub cntlid: u16,
+    pub kind: Kind,
+    pub hostnqn: String,
+    pub hostid: [u8; 16],
+    alive: AtomicBool,
+    /// Bumped by every controller reset (CC.EN 1 -> 0): I/O queues connected
+    /// under an older epoch are deleted (Base §3.7.2).
+    epoch: AtomicU32,
+    state: Mutex<CtrlState>,
+}
+
+/// Mutable controller state, behind the controller's lock.
+#[derive(Default)]
+pub struct CtrlState {
+    /// Controller Configuration and Status properties.
+    pub cc: u32,
+    pub csts: u32,
+    /// I/O queues granted by Set Features Number of Queues (count, not 0's based).
+    pub io_queues_granted: u16,
+    /// Whether Set Features Number of Queues has been issued.
+    pub io_queues_set: bool,
+    /// I/O QIDs currently connected.
+    pub io_qids: Vec<u16>,
+    /// Asynchronous Event Configuration (Set Features 0Bh).
+    pub aec: u32,
+    /// Volatile Write Cache enable (Set Features 06h).
+    pub vwc_enabled: bool,
+    /// Keep Alive Timeout in ms (Connect KATO, Set Features 0Fh).
+    pub kato_ms: u32,
+    /// Asynchronous events waiting for an AER (completion DW0 values).
+    pub events: VecDeque<u32>,
+    /// Changed Namespace List (log 04h) not read yet.
+    pub changed_ns: Vec<u32>,
+    /// Newest first.
+    pub errors: VecDeque<ErrorEntry>,
+    pub error_count: u64,
+}
+
+impl Controller {
+    pub fn new(
+        cntlid: u16,
+        kind: Kind,
+        hostnqn: String,
+        hostid: [u8; 16],
+        kato_ms: u32,
+    ) -> Controller {
+        Controller {
+            cntlid,
+            kind,
+            hostnqn,
+            hostid,
+            alive: AtomicBool::new(true),
+            epoch: AtomicU32::new(0),
+            state: Mutex::new(CtrlState {
+                kato_ms,
+                vwc_enabled: true,
+                ..CtrlState::default()
+            }),
+        }
+    }
+
+    /// Locks the state; a poisoned lock (a panic elsewhere) still yields the data.
+    pub fn lock(&self) -> MutexGuard<'_, CtrlState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    /// The current reset epoch.
+    pub fn epoch(&self) -> u32 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// The Flushes of a normal shutdown completed: CSTS.SHST 01b -> 10b
+    /// (Base §3.6.2).
+    pub fn shutdown_complete(&self) {
+        use farflash_wire::props::csts;
+        let mut st = self.lock();
+        if st.csts & csts::SHST_MASK == csts::SHST_OCCURRING {
+            st.csts = (st.csts & !csts::SHST_MASK) | csts::SHST_COMPLETE;
+        }
+    }
+
+    /// A controller reset: the I/O queues of the association go away.
+    pub fn reset_io_queues(&self, st: &mut CtrlState) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        st.io_qids.clear();
+        st.io_queues_set = false;
+    }
+
+    /// Ends the association: every queue of this controller closes at its next tick.
+    pub fn kill(&self) {
+        self.alive.store(false, Ordering::Release);
+    }
+
+    pub fn subsystem(&self) -> Option<&Arc<Subsystem>> {
+        match &self.kind {
+            Kind::Io(s) => Some(s),
+            Kind::Discovery => None,
+        }
+    }
+
+    pub fn is_discovery(&self) -> bool {
+        matches!(self.kind, Kind::Discovery)
+    }
+
+    /// Records a failed command in the Error Information log (Base §5.16.1.2).
+    pub fn record_error(&self, mut e: ErrorEntry) {
+        let mut st = self.lock();
+        st.error_count += 1;
+        e.error_count = st.error_count;
+        st.errors.push_front(e);
+        st.errors.truncate(ERROR_LOG_ENTRIES);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_log_is_bounded_and_newest_first() {
+        let c = Controller::new(1, Kind::Discovery, "h".into(), [0; 16], 0);
+        for i in 0..100u16 {
+            c.record_error(ErrorEntry {
+                cid: i,
+                ..ErrorEntry::default()
+            });
+        }
+        let st = c.lock();
+        assert_eq!(st.errors.len(), ERROR_LOG_ENTRIES);
+        assert_eq!(st.errors[0].cid, 99);
+        assert_eq!(st.errors[0].error_count, 100);
+        drop(st);
+        assert!(c.is_alive());
+        c.kill();
+        assert!(!c.is_alive());
+    }
+}

@@ -1,0 +1,244 @@
+//! Fabrics commands (Fabrics §6): Connect, Property Get/Set, Disconnect.
+
+use crate::command::{Outcome, Xfer};
+use crate::controller::Kind;
+use crate::queue::NvmeQueue;
+use farflash_wire::fabrics::{
+    connect_data_off as doff, connect_invalid_param_dw0, connect_sqe_off as soff, ConnectCmd,
+    ConnectData, PropertyCmd, CATTR_DISABLE_SQ_FLOW_CONTROL, CNTLID_DYNAMIC, CONNECT_DATA_LEN,
+};
+use farflash_wire::opcode::fctype;
+use farflash_wire::props::{self, cc, csts};
+use farflash_wire::{Sqe, Status, DISCOVERY_NQN};
+
+/// Admin queue entries we accept (Linux asks for 32, SPDK's minimum is 32).
+const MAX_ADMIN_QUEUE_DEPTH: u32 = 128;
+/// CAP.TO: 500 ms units the host may wait for CSTS.RDY (we are ready at once).
+const CAP_TIMEOUT: u8 = 20;
+
+pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<Xfer, Status> {
+    match sqe.fctype() {
+        fctype::CONNECT => Ok(Xfer::H2C(CONNECT_DATA_LEN as u32)),
+        fctype::PROPERTY_GET | fctype::PROPERTY_SET if q.ctrl.is_none() => {
+            Err(Status::COMMAND_SEQUENCE_ERROR.dnr())
+        }
+        // Property Get/Set only on the admin queue (Fabrics §6.4).
+        fctype::PROPERTY_GET | fctype::PROPERTY_SET if q.qid != 0 => {
+            Err(Status::INVALID_OPCODE.dnr())
+        }
+        fctype::PROPERTY_GET | fctype::PROPERTY_SET => Ok(Xfer::None),
+        fctype::DISCONNECT if q.ctrl.is_none() => Err(Status::COMMAND_SEQUENCE_ERROR.dnr()),
+        fctype::DISCONNECT => Ok(Xfer::None),
+        _ => Err(Status::INVALID_OPCODE.dnr()),
+    }
+}
+
+pub(crate) fn execute(q: &mut NvmeQueue, idx: usize) -> Outcome {
+    let sqe = q.slots[idx].sqe;
+    match sqe.fctype() {
+        fctype::CONNECT => connect(q, idx, &sqe),
+        fctype::PROPERTY_GET => property_get(q, &sqe),
+        fctype::PROPERTY_SET => property_set(q, idx, &sqe),
+        fctype::DISCONNECT => {
+            // Fabrics §6.? : the queue is deleted after the response.
+            q.close();
+            Outcome::Done(Status::SUCCESS, 0)
+        }
+        _ => Outcome::Done(Status::INVALID_OPCODE.dnr(), 0),
+    }
+}
+
+fn invalid(in_data: bool, offset: u16) -> Outcome {
+    Outcome::Done(
+        Status::CONNECT_INVALID_PARAMETERS.dnr(),
+        connect_invalid_param_dw0(in_data, offset).into(),
+    )
+}
+
+/// Connect (Fabrics §6.3): creates a controller (admin queue, CNTLID FFFFh)
+/// or binds an I/O queue to one.
+fn connect(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
+    if q.ctrl.is_some() {
+        // A queue connects once.
+        return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR.dnr(), 0);
+    }
+    let c = ConnectCmd::from_sqe(sqe);
+    if c.recfmt != 0 {
+        return Outcome::Done(Status::CONNECT_INCOMPATIBLE_FORMAT.dnr(), 0);
+    }
+    let Some(data) = q.slots[idx]
+        .buf
+        .as_ref()
+        .and_then(|b| ConnectData::decode(b.as_slice()))
+    else {
+        return invalid(true, doff::SUBNQN);
+    };
+    let t = q.target.clone();
+    let discovery = data.subnqn == DISCOVERY_NQN;
+    let sub = if discovery {
+        None
+    } else {
+        t.subsystem(&data.subnqn).cloned()
+    };
+    if !discovery && sub.is_none() {
+        tracing::info!(peer = %q.peer, subnqn = %data.subnqn, "connect to an unknown subsystem");
+        return invalid(true, doff::SUBNQN);
+    }
+    if let Some(s) = &sub {
+        if !s.host_allowed(&data.hostnqn) {
+            tracing::info!(peer = %q.peer, hostnqn = %data.hostnqn, subnqn = %s.nqn, "connect refused: host not allowed");
+            return Outcome::Done(Status::CONNECT_INVALID_HOST.dnr(), 0);
+        }
+    }
+    if c.sqsize == 0 {
+        // Fabrics §6.3: SQSIZE is 0's based and at least 1.
+        return invalid(false, soff::SQSIZE);
+    }
+    let entries = c.sqsize as u32 + 1;
+    let disable_flow = c.cattr & CATTR_DISABLE_SQ_FLOW_CONTROL != 0;
+    if c.qid == 0 {
+        if data.cntlid != CNTLID_DYNAMIC {
+            return invalid(true, doff::CNTLID);
+        }
+        if entries > MAX_ADMIN_QUEUE_DEPTH {
+            return invalid(false, soff::SQSIZE);
+        }
+        let kind = match sub {
+            Some(s) => Kind::Io(s),
+            None => Kind::Discovery,
+        };
+        let Some(ctrl) = t.create_controller(kind, data.hostnqn.clone(), data.hostid, c.kato)
+        else {
+            return Outcome::Done(Status::CONNECT_CONTROLLER_BUSY, 0);
+        };
+        tracing::info!(peer = %q.peer, cntlid = ctrl.cntlid, subnqn = %data.subnqn, hostnqn = %data.hostnqn, kato_ms = c.kato, sq_flow_control = !disable_flow, "controller created");
+        let cntlid = ctrl.cntlid as u32;
+        q.set_connected(ctrl, 0, c.sqsize, disable_flow);
+        return Outcome::Done(Status::SUCCESS, cntlid.into());
+    }
+    // I/O queue: must join a live controller of the same subsystem and host.
+    let Some(ctrl) = t.controller(data.cntlid) else {
+        return invalid(true, doff::CNTLID);
+    };
+    if ctrl.is_discovery()
+        || discovery
+        || ctrl.subsystem().map(|s| s.nqn.as_str()) != Some(data.subnqn.as_str())
+    {
+        return invalid(true, doff::CNTLID);
+    }
+    if ctrl.hostnqn != data.hostnqn {
+        return invalid(true, doff::HOSTNQN);
+    }
+    if ctrl.hostid != data.hostid {
+        return invalid(true, doff::HOSTID);
+    }
+    {
+        let mut st = ctrl.lock();
+        if st.cc & cc::EN == 0 || st.csts & csts::RDY == 0 {
+            return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR.dnr(), 0);
+        }
+        let granted = if st.io_queues_set {
+            st.io_queues_granted
+        } else {
+            t.transport.max_io_queues as u16
+        };
+        if c.qid > granted || st.io_qids.contains(&c.qid) {
+            return invalid(false, soff::QID);
+        }
+        if entries > t.transport.max_queue_depth {
+            return invalid(false, soff::SQSIZE);
+        }
+        st.io_qids.push(c.qid);
+    }
+    tracing::debug!(peer = %q.peer, cntlid = ctrl.cntlid, qid = c.qid, depth = entries, sq_flow_control = !disable_flow, "I/O queue connected");
+    let cntlid = ctrl.cntlid as u32;
+    q.set_connected(ctrl, c.qid, c.sqsize, disable_flow);
+    Outcome::Done(Status::SUCCESS, cntlid.into())
+}
+
+/// CAP for this target (Base §3.1.3.1).
+pub(crate) fn cap(q: &NvmeQueue) -> u64 {
+    let mqes = q.target.transport.max_queue_depth.min(65536) - 1;
+    props::cap(mqes as u16, CAP_TIMEOUT)
+}
+
+/// Property Get (Fabrics §6.4): CAP (8 bytes), VS, CC, CSTS (4 bytes).
+fn property_get(q: &mut NvmeQueue, sqe: &Sqe) -> Outcome {
+    let p = PropertyCmd::from_sqe(sqe);
+    let Some(ctrl) = q.ctrl.clone() else {
+        return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR.dnr(), 0);
+    };
+    let st = ctrl.lock();
+    let v: u64 = match (p.offset, p.size8) {
+        (props::CAP, true) => cap(q),
+        (props::CAP, false) => cap(q) & 0xFFFF_FFFF,
+        (o, false) if o == props::CAP + 4 => cap(q) >> 32,
+        (props::VS, false) => props::VERSION_2_0 as u64,
+        (props::CC, false) => st.cc as u64,
+        (props::CSTS, false) => st.csts as u64,
+        _ => return Outcome::Done(Status::INVALID_FIELD.dnr(), 0),
+    };
+    drop(st);
+    // The 8-byte value spans CQE DW0 (low) and DW1 (high); a 4-byte one DW0.
+    let v = if p.size8 { v } else { v & 0xFFFF_FFFF };
+    Outcome::Done(Status::SUCCESS, v)
+}
+
+/// Property Set (Fabrics §6.5): only CC is writable. Enable sets CSTS.RDY at
+/// once; clearing EN resets the controller; SHN emits one Flush per
+/// namespace and the command completes (CSTS.SHST 01b -> 10b) when they have
+/// (Base §3.6.2): no sync ever runs on the event loop.
+fn property_set(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
+    let p = PropertyCmd::from_sqe(sqe);
+    if p.offset != props::CC || p.size8 {
+        return Outcome::Done(Status::INVALID_FIELD.dnr(), 0);
+    }
+    let Some(ctrl) = q.ctrl.clone() else {
+        return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR.dnr(), 0);
+    };
+    let new = p.value as u32;
+    let mut flush = false;
+    {
+        let mut st = ctrl.lock();
+        let old = st.cc;
+        st.cc = new;
+        if new & cc::EN != 0 && old & cc::EN == 0 {
+            // Base §3.5.1: an I/O controller needs 64-byte SQEs and 16-byte CQEs.
+            let bad_sizes = !ctrl.is_discovery() && (cc::iosqes(new) != 6 || cc::iocqes(new) != 4);
+            if bad_sizes || cc::mps(new) != 0 || cc::css(new) != 0 {
+                st.csts |= csts::CFS;
+            } else {
+                st.csts = csts::RDY;
+            }
+        } else if new & cc::EN == 0 && old & cc::EN != 0 {
+            // Controller reset: I/O queues of this association go away.
+            st.csts &= !(csts::RDY | csts::SHST_MASK | csts::CFS);
+            ctrl.reset_io_queues(&mut st);
+        }
+        if cc::shn(new) != 0 && cc::shn(old) == 0 {
+            st.csts = (st.csts & !csts::SHST_MASK) | csts::SHST_OCCURRING;
+            flush = true;
+        }
+    }
+    if flush {
+        // Normal shutdown: make completed writes durable before reporting it.
+        for pos in 0..q.ns.live_count() {
+            let Some(key) = q.ns.live_key_at(pos) else {
+                break;
+            };
+            let buf = q.pool.get(0);
+            let req = farflash_backend::IoRequest {
+                tag: idx as u64,
+                op: farflash_backend::IoOp::Flush,
+                buf,
+            };
+            // `submit` fails only for a namespace that is not live.
+            let _ = q.submit(idx, key, req);
+        }
+        if q.slots[idx].pending > 0 {
+            return Outcome::Pending;
+        }
+        ctrl.shutdown_complete();
+    }
+    Outcome::Done(Status::SUCCESS, 0)
+}

@@ -1,0 +1,83 @@
+//! Identify Controller / Namespace contents (Base §5.17.2). The fields the
+//! Linux host checks before it accepts a controller (host/core.c
+//! `nvme_check_ctrl_fabric_info`, host/tcp.c) are pinned by the tests below.
+
+use crate::controller::{Controller, AER_LIMIT, ERROR_LOG_ENTRIES};
+use crate::queue::NvmeQueue;
+use crate::subsystem::Namespace;
+use farflash_wire::identify::{self as wid, IdCtrl, IdNs};
+use farflash_wire::props;
+
+pub const FIRMWARE_REVISION: &str = env!("CARGO_PKG_VERSION");
+/// Keep Alive Support granularity unit: 100 ms (Base §5.17.2.1 KAS).
+const KAS_UNIT_MS: u32 = 100;
+
+pub(crate) fn controller(q: &NvmeQueue, ctrl: &Controller) -> IdCtrl {
+    let t = &q.target.transport;
+    let kas = (t.keep_alive_granularity_ms / KAS_UNIT_MS).clamp(1, u16::MAX as u32) as u16;
+    let mut c = IdCtrl {
+        vid: 0,
+        ssvid: 0,
+        fr: FIRMWARE_REVISION.to_owned(),
+        cntlid: ctrl.cntlid,
+        ver: props::VERSION_2_0,
+        ctratt: wid::CTRATT_HID128,
+        kas,
+        maxcmd: t.max_queue_depth as u16,
+        sgls: wid::SGLS_SUPPORTED | wid::SGLS_OFFSET,
+        // TCP: in-capsule data starts right after the SQE (ICDOFF 0), one SGL descriptor.
+        icdoff: 0,
+        msdbd: 1,
+        ioccsz: (64 + t.in_capsule_data_size) / 16,
+        iorcsz: 1,
+        lpa: wid::LPA_EXTENDED,
+        elpe: (ERROR_LOG_ENTRIES - 1) as u8,
+        aerl: (AER_LIMIT - 1) as u8,
+        frmw: 1 << 1 | 1, // one slot, slot 1 read-only
+        acl: 3,
+        sqes: 0x66,
+        cqes: 0x44,
+        ..IdCtrl::default()
+    };
+    match ctrl.subsystem() {
+        Some(sub) => {
+            c.sn = sub.serial.clone();
+            c.mn = sub.model.clone();
+            c.subnqn = sub.nqn.clone();
+            c.cntrltype = wid::CNTRLTYPE_IO;
+            c.cmic = wid::CMIC_MULTI_CTRL;
+            // MDTS in units of the minimum page size (4 KiB), as a power of two.
+            c.mdts = (t.max_io_size / 4096).trailing_zeros() as u8;
+            c.nn = sub.max_nsid();
+            c.oncs = wid::ONCS_DSM | wid::ONCS_WRITE_ZEROES;
+            c.oaes = wid::OAES_NS_ATTR;
+            c.vwc = sub
+                .namespaces()
+                .iter()
+                .any(|n| n.backend.volatile_write_cache()) as u8;
+        }
+        None => {
+            c.sn = "farflash-discovery".to_owned();
+            c.mn = "farflash discovery".to_owned();
+            c.subnqn = farflash_wire::DISCOVERY_NQN.to_owned();
+            c.cntrltype = wid::CNTRLTYPE_DISCOVERY;
+            c.oaes = wid::OAES_DISCOVERY_CHANGE;
+            c.maxcmd = 32;
+        }
+    }
+    c
+}
+
+pub(crate) fn namespace(ns: &Namespace) -> IdNs {
+    IdNs {
+        nsze: ns.blocks,
+        ncap: ns.blocks,
+        nuse: ns.blocks,
+        nsfeat: 0,
+        nmic: 1, // may be attached to several controllers
+        dlfeat: wid::DLFEAT_READ_ZEROES,
+        nguid: ns.nguid,
+        eui64: [0; 8],
+        lbads: ns.lba_shift as u8,
+    }
+}

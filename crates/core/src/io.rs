@@ -1,0 +1,213 @@
+//! NVM command set I/O commands (NVM Command Set §3): Read, Write, Flush,
+//! Write Zeroes, Dataset Management. `classify` checks a command before any
+//! data moves (so no R2T goes out for a command that will fail); `execute`
+//! turns it into backend requests.
+
+use crate::command::{IoCmd, Outcome, Xfer};
+use crate::queue::NvmeQueue;
+use farflash_backend::{IoOp, IoRequest};
+use farflash_wire::opcode::io as op;
+use farflash_wire::{Sqe, Status};
+
+/// NSID meaning "every namespace" (Base §3.2.1.2), valid for Flush.
+pub const NSID_ALL: u32 = 0xFFFF_FFFF;
+/// Dataset Management: at most 256 ranges of 16 bytes (NVM Command Set §3.2.3).
+const DSM_RANGE_LEN: u32 = 16;
+/// DSM attribute: Deallocate (CDW11 bit 2).
+const DSM_AD: u32 = 1 << 2;
+
+/// Byte offset and length of an LBA range, checked against the namespace
+/// (NVM Command Set §3.2.? "LBA Out of Range").
+fn range(q: &NvmeQueue, ns_idx: usize, slba: u64, nlb: u64) -> Result<(u64, u64), Status> {
+    let Some(ns) = q.ns.get(ns_idx) else {
+        return Err(Status::INVALID_NAMESPACE.dnr());
+    };
+    match slba.checked_add(nlb) {
+        Some(end) if end <= ns.blocks => Ok((slba << ns.lba_shift, nlb << ns.lba_shift)),
+        _ => Err(Status::LBA_OUT_OF_RANGE.dnr()),
+    }
+}
+
+fn ns_index(q: &NvmeQueue, nsid: u32) -> Result<usize, Status> {
+    q.namespace_index(nsid)
+        .ok_or(Status::INVALID_NAMESPACE.dnr())
+}
+
+/// Parses and checks an I/O command before any data moves.
+pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status> {
+    match sqe.opcode {
+        op::READ | op::WRITE => {
+            let ns = ns_index(q, sqe.nsid)?;
+            let (offset, len) = range(q, ns, sqe.slba(), sqe.nlb() as u64 + 1)?;
+            if len > q.target.transport.max_io_size as u64 {
+                // Base §? : a transfer beyond MDTS is an invalid field.
+                return Err(Status::INVALID_FIELD.dnr());
+            }
+            let len = len as u32;
+            Ok(if sqe.opcode == op::READ {
+                (Xfer::C2H(len), IoCmd::Read { ns, offset, len })
+            } else {
+                let fua = sqe.fua();
+                (
+                    Xfer::H2C(len),
+                    IoCmd::Write {
+                        ns,
+                        offset,
+                        len,
+                        fua,
+                    },
+                )
+            })
+        }
+        op::FLUSH => {
+            let ns = if sqe.nsid == NSID_ALL {
+                None
+            } else {
+                Some(ns_index(q, sqe.nsid)?)
+            };
+            Ok((Xfer::None, IoCmd::Flush { ns }))
+        }
+        op::WRITE_ZEROES => {
+            let ns = ns_index(q, sqe.nsid)?;
+            let (offset, len) = range(q, ns, sqe.slba(), sqe.nlb() as u64 + 1)?;
+            let fua = sqe.fua();
+            Ok((
+                Xfer::None,
+                IoCmd::WriteZeroes {
+                    ns,
+                    offset,
+                    len,
+                    fua,
+                },
+            ))
+        }
+        op::DATASET_MANAGEMENT => {
+            let ns = ns_index(q, sqe.nsid)?;
+            let nr = (sqe.cdw10 & 0xFF) + 1;
+            let deallocate = sqe.cdw11 & DSM_AD != 0;
+            Ok((
+                Xfer::H2C(nr * DSM_RANGE_LEN),
+                IoCmd::Dsm { ns, nr, deallocate },
+            ))
+        }
+        _ => Err(Status::INVALID_OPCODE.dnr()),
+    }
+}
+
+/// Runs a parsed I/O command: storage requests out, tagged with the slot.
+pub(crate) fn execute(q: &mut NvmeQueue, idx: usize, cmd: IoCmd) -> Outcome {
+    let tag = idx as u64;
+    let result = match cmd {
+        IoCmd::Read { ns, offset, len } => {
+            let buf = q.pool.get(len as usize);
+            q.slots[idx].reply = true;
+            let op = IoOp::Read { offset, len };
+            q.submit(idx, ns, IoRequest { tag, op, buf })
+        }
+        IoCmd::Write {
+            ns,
+            offset,
+            len,
+            fua,
+        } => {
+            let Some(buf) = q.slots[idx].buf.take() else {
+                return Outcome::Done(Status::INTERNAL_ERROR, 0);
+            };
+            let op = IoOp::Write { offset, len, fua };
+            q.submit(idx, ns, IoRequest { tag, op, buf })
+        }
+        IoCmd::Flush { ns } => {
+            // One Flush per namespace for NSID FFFFFFFFh (Base §3.2.1.2), by
+            // position in the live list: no allocation per command.
+            let count = if ns.is_none() { q.ns.live_count() } else { 1 };
+            let mut r = Ok(());
+            for pos in 0..count {
+                let Some(key) = ns.or_else(|| q.ns.live_key_at(pos)) else {
+                    break;
+                };
+                let buf = q.pool.get(0);
+                let op = IoOp::Flush;
+                r = r.and(q.submit(idx, key, IoRequest { tag, op, buf }));
+            }
+            r
+        }
+        IoCmd::WriteZeroes {
+            ns,
+            offset,
+            len,
+            fua,
+        } => {
+            let buf = q.pool.get(0);
+            let op = IoOp::WriteZeroes { offset, len, fua };
+            q.submit(idx, ns, IoRequest { tag, op, buf })
+        }
+        IoCmd::Dsm { ns, nr, deallocate } => return dsm(q, idx, ns, nr, deallocate),
+    };
+    match result {
+        Ok(()) if q.slots[idx].pending > 0 => Outcome::Pending,
+        Ok(()) => Outcome::Done(Status::SUCCESS, 0),
+        Err(st) => {
+            if q.slots[idx].pending > 0 {
+                // Some requests went out: let them finish, then fail the command.
+                q.slots[idx].status = st;
+                Outcome::Pending
+            } else {
+                Outcome::Done(st, 0)
+            }
+        }
+    }
+}
+
+/// Dataset Management (NVM Command Set §3.2.3): only Deallocate acts;
+/// the other attributes are hints a RAM or file backend cannot use.
+fn dsm(q: &mut NvmeQueue, idx: usize, ns_idx: usize, nr: u32, deallocate: bool) -> Outcome {
+    if !deallocate {
+        return Outcome::Done(Status::SUCCESS, 0);
+    }
+    let nr = nr as usize;
+    let Some(data) = q.slots[idx].buf.take() else {
+        return Outcome::Done(Status::INTERNAL_ERROR, 0);
+    };
+    let mut ranges = q.pool.get(nr * 16);
+    let mut n = 0usize;
+    let mut bad = None;
+    for r in data.as_slice().chunks_exact(16).take(nr) {
+        // Range: context attributes (0..4), length in LBAs (4..8), SLBA (8..16).
+        let nlb = farflash_wire::le::u32_at(r, 4) as u64;
+        let slba = farflash_wire::le::u64_at(r, 8);
+        if nlb == 0 {
+            continue;
+        }
+        match range(q, ns_idx, slba, nlb) {
+            Ok((off, len)) => {
+                let out = &mut ranges.as_mut_slice()[n * 16..n * 16 + 16];
+                out[..8].copy_from_slice(&off.to_ne_bytes());
+                out[8..].copy_from_slice(&len.to_ne_bytes());
+                n += 1;
+            }
+            Err(st) => bad = Some(st),
+        }
+    }
+    q.pool.put(data);
+    if let Some(st) = bad {
+        q.pool.put(ranges);
+        return Outcome::Done(st, 0);
+    }
+    if n == 0 {
+        q.pool.put(ranges);
+        return Outcome::Done(Status::SUCCESS, 0);
+    }
+    ranges.set_len(n * 16);
+    match q.submit(
+        idx,
+        ns_idx,
+        IoRequest {
+            tag: idx as u64,
+            op: IoOp::Deallocate { ranges: n as u32 },
+            buf: ranges,
+        },
+    ) {
+        Ok(()) => Outcome::Pending,
+        Err(st) => Outcome::Done(st, 0),
+    }
+}

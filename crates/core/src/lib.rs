@@ -1,0 +1,38 @@
+//! The farflash NVMe over Fabrics command layer: transport-neutral, with no
+//! I/O of its own (no socket, no storage call, no clock read).
+//!
+//! - [`config`]: what to export (flags and TOML build the same [`config::Config`]).
+//! - [`subsystem`], [`target`], [`controller`]: subsystems, namespaces and
+//!   the controllers of live associations.
+//! - [`NvmeQueue`]: one NVMe queue. A transport binding (NVMe/TCP:
+//!   `farflash-tcp`) hands it commands ([`NvmeQueue::begin`],
+//!   [`NvmeQueue::execute`], `exec.rs`) and sends the [`Completion`]s it
+//!   returns; storage work leaves as tagged requests and comes back through
+//!   [`NvmeQueue::on_storage_completion`] (`queue/storage.rs`).
+//! - Command sets: `fabrics`, `admin` (with `identify`, `discovery`), `io`.
+//!
+//! The event loops live in `farflash-transport`.
+
+pub mod config;
+pub mod controller;
+pub mod reload;
+pub mod stats;
+pub mod subsystem;
+pub mod target;
+
+mod admin;
+mod command;
+mod discovery;
+mod exec;
+mod fabrics;
+mod identify;
+mod io;
+mod nstable;
+mod queue;
+
+pub use command::{Begin, Completion, Connected, Outcome, Xfer};
+pub use queue::NvmeQueue;
+pub use target::Target;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,150 @@
+//! A queue pair's view of its subsystem's namespaces.
+//!
+//! Keys are stable for the life of the connection: a command keeps the key it
+//! was classified with even if the subsystem's namespaces change meanwhile.
+//! A removed namespace stays as a tombstone until the storage requests
+//! already emitted for it have been handed to the event loop's queues
+//! ([`NsTable::collect`]), so nothing emitted is ever lost. The queues
+//! themselves belong to the event loop (one per namespace per thread).
+
+use crate::subsystem::Namespace;
+use farflash_backend::SharedBackend;
+use std::sync::Arc;
+
+pub(crate) struct NsEntry {
+    pub ns: Option<Arc<Namespace>>,
+    live: bool,
+}
+
+#[derive(Default)]
+pub(crate) struct NsTable {
+    entries: Vec<NsEntry>,
+    /// Live namespaces: (NSID, key), sorted by NSID.
+    index: Vec<(u32, usize)>,
+    generation: u64,
+}
+
+impl NsTable {
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Adopts a new namespace list: entries whose namespace is unchanged keep
+    /// their key; others become tombstones until [`NsTable::collect`].
+    pub fn load(&mut self, list: &[Arc<Namespace>], generation: u64) {
+        self.generation = generation;
+        self.index.clear();
+        for e in &mut self.entries {
+            e.live = false;
+        }
+        for ns in list {
+            let key = match self
+                .entries
+                .iter()
+                .position(|e| e.ns.as_ref().is_some_and(|x| Arc::ptr_eq(x, ns)))
+            {
+                Some(k) => {
+                    self.entries[k].live = true;
+                    k
+                }
+                None => {
+                    self.entries.push(NsEntry {
+                        ns: Some(ns.clone()),
+                        live: true,
+                    });
+                    self.entries.len() - 1
+                }
+            };
+            self.index.push((ns.nsid, key));
+        }
+        self.index.sort_unstable();
+    }
+
+    /// Releases tombstones (call when no emitted request names them).
+    pub fn collect(&mut self) {
+        for e in &mut self.entries {
+            if !e.live {
+                e.ns = None;
+            }
+        }
+    }
+
+    pub fn key(&self, nsid: u32) -> Option<usize> {
+        self.index
+            .binary_search_by_key(&nsid, |&(n, _)| n)
+            .ok()
+            .map(|i| self.index[i].1)
+    }
+
+    /// The live namespace under `key`.
+    pub fn get(&self, key: usize) -> Option<&Arc<Namespace>> {
+        self.entries
+            .get(key)
+            .filter(|e| e.live)
+            .and_then(|e| e.ns.as_ref())
+    }
+
+    /// The backend under `key`, live or tombstone.
+    pub fn backend(&self, key: usize) -> Option<&SharedBackend> {
+        self.entries
+            .get(key)
+            .and_then(|e| e.ns.as_ref())
+            .map(|ns| &ns.backend)
+    }
+
+    /// How many namespaces are live.
+    pub fn live_count(&self) -> usize {
+        self.index.len()
+    }
+
+    /// The key of the `pos`-th live namespace (in NSID order).
+    pub fn live_key_at(&self, pos: usize) -> Option<usize> {
+        self.index.get(pos).map(|&(_, k)| k)
+    }
+
+    pub fn nsids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.index.iter().map(|&(n, _)| n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{BackendKind, NamespaceConfig, Size};
+
+    fn ns(nsid: u32) -> Arc<Namespace> {
+        let cfg = NamespaceConfig {
+            nsid: Some(nsid),
+            backend: BackendKind::Null,
+            path: None,
+            size: Some(Size(1 << 20)),
+            block_size: None,
+            uuid: None,
+            nguid: None,
+        };
+        Arc::new(crate::subsystem::build_namespace("nqn.t", &cfg, nsid).unwrap())
+    }
+
+    #[test]
+    fn keys_survive_reloads_and_removed_namespaces_disappear() {
+        let (a, b, c) = (ns(1), ns(2), ns(3));
+        let mut t = NsTable::default();
+        t.load(&[a.clone(), b.clone()], 1);
+        let kb = t.key(2).unwrap();
+        let ka = t.key(1).unwrap();
+        t.load(&[b.clone(), c.clone()], 2);
+        assert!(
+            t.backend(ka).is_some(),
+            "a tombstone keeps its backend until collected"
+        );
+        assert!(t.get(ka).is_none());
+        t.collect();
+        assert_eq!(t.key(2), Some(kb), "unchanged namespace keeps its key");
+        assert!(t.key(1).is_none());
+        assert!(t.get(t.key(3).unwrap()).is_some());
+        assert_eq!(t.nsids().collect::<Vec<_>>(), vec![2, 3]);
+        assert_eq!(t.generation(), 2);
+        // The removed namespace's Arc is released once collected.
+        assert_eq!(Arc::strong_count(&a), 1);
+    }
+}

@@ -1,0 +1,55 @@
+//! Time-driven work of a queue: connect timeout, keep-alive expiry (Base
+//! §3.9), AER delivery, teardown after a reset or at shutdown. The time
+//! comes from the caller: the command layer reads no clock.
+
+use super::NvmeQueue;
+use std::time::{Duration, Instant};
+
+/// A peer that has not connected by then is dropped.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Slack added to KATO before a controller is declared dead.
+const KEEP_ALIVE_GRACE: Duration = Duration::from_secs(1);
+
+impl NvmeQueue {
+    /// Periodic work (the event loop calls it every 100 ms with the time).
+    pub fn tick(&mut self, now: Instant) {
+        self.clock = Some(now);
+        let started = *self.started.get_or_insert(now);
+        if self.keep_alive_seen || self.last_keep_alive.is_none() {
+            self.keep_alive_seen = false;
+            self.last_keep_alive = Some(now);
+        }
+        if self.closing {
+            return;
+        }
+        let Some(ctrl) = self.ctrl.clone() else {
+            if now.saturating_duration_since(started) > CONNECT_TIMEOUT {
+                tracing::info!(peer = %self.peer, "not connected within {CONNECT_TIMEOUT:?}; closing");
+                self.closing = true;
+            }
+            return;
+        };
+        if !ctrl.is_alive() || self.deleted() {
+            // The association ended, or a controller reset deleted this I/O queue.
+            self.closing = true;
+            return;
+        }
+        if self.qid == 0 {
+            let kato = ctrl.lock().kato_ms;
+            // Base §3.9: no Keep Alive within KATO ends the association. A
+            // little grace absorbs a slow host's timer jitter.
+            let limit = Duration::from_millis(kato as u64) + KEEP_ALIVE_GRACE;
+            let since = now.saturating_duration_since(self.last_keep_alive.unwrap_or(now));
+            if kato > 0 && since > limit {
+                tracing::warn!(peer = %self.peer, cntlid = ctrl.cntlid, "keep-alive timeout ({kato} ms); tearing the controller down");
+                self.target.remove_controller(&ctrl);
+                self.closing = true;
+                return;
+            }
+            self.deliver_events();
+        }
+        if self.target.is_shutting_down() && self.in_flight == 0 {
+            self.closing = true;
+        }
+    }
+}

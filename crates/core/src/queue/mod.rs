@@ -1,0 +1,312 @@
+//! One NVMe queue (a submission/completion queue pair) as the command layer
+//! sees it, whatever transport carries it: command slots, the namespaces
+//! the queue can reach, its controller, its buffers.
+//!
+//! A binding (NVMe/TCP in `farflash-tcp`) hands each arriving command to
+//! [`NvmeQueue::begin`] (in `exec.rs`), puts the data in place and calls
+//! [`NvmeQueue::execute`]; finished commands come out as
+//! [`Completion`]s ([`NvmeQueue::take_completions`]) and storage work as
+//! requests ([`NvmeQueue::take_storage`], `storage.rs`). Nothing here knows
+//! a PDU, reads a clock (`tick` brings the time, `lifecycle.rs`) or
+//! performs I/O.
+
+use crate::command::{Completion, Connected, IoCmd};
+use crate::controller::Controller;
+use crate::nstable::NsTable;
+use crate::stats::QueueStats;
+use crate::target::Target;
+use farflash_backend::{BufPool, IoBuf, IoCompletion, IoRequest, QueueSet};
+use farflash_wire::{Sqe, Status};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+mod lifecycle;
+mod slots;
+mod storage;
+
+/// Slots before Connect tells the queue size.
+const PRE_CONNECT_SLOTS: usize = 4;
+
+/// One command in flight.
+pub(crate) struct Slot {
+    pub sqe: Sqe,
+    pub busy: bool,
+    /// The data buffer: host data (H2C) or the reply (C2H).
+    pub buf: Option<IoBuf>,
+    /// Data bytes: expected (H2C) or to send (C2H reply).
+    pub len: u32,
+    /// The parsed I/O command (I/O queues).
+    pub io: Option<IoCmd>,
+    /// Storage requests still in flight.
+    pub pending: u16,
+    pub status: Status,
+    /// Send `buf[..len]` to the host with the completion.
+    pub reply: bool,
+}
+
+impl Slot {
+    fn empty() -> Slot {
+        Slot {
+            sqe: Sqe::default(),
+            busy: false,
+            buf: None,
+            len: 0,
+            io: None,
+            pending: 0,
+            status: Status::SUCCESS,
+            reply: false,
+        }
+    }
+}
+
+pub struct NvmeQueue {
+    pub(crate) target: Arc<Target>,
+    /// The listener address the host reached (for the discovery log).
+    pub(crate) local: SocketAddr,
+    pub(crate) peer: SocketAddr,
+    /// Transport type for the Error log (Fabrics TRTYPE).
+    trtype: u8,
+    pub(crate) qid: u16,
+    pub(crate) ctrl: Option<Arc<Controller>>,
+    pub(crate) sqsize: u16,
+    pub(crate) slots: Vec<Slot>,
+    free: Vec<u16>,
+    cid_busy: Vec<u64>,
+    /// The subsystem's namespaces as this queue sees them.
+    pub(crate) ns: NsTable,
+    pub(crate) pool: BufPool,
+    /// Storage requests emitted and not yet taken: (namespace key, request
+    /// tagged with its slot).
+    storage_out: Vec<(usize, IoRequest)>,
+    /// Standalone use only (`commit` / `poll_backends`): a private queue set.
+    own_storage: Option<Box<QueueSet>>,
+    storage_scratch: Vec<IoCompletion>,
+    pub(crate) stats: Option<Arc<QueueStats>>,
+    /// The time of the first tick.
+    started: Option<Instant>,
+    /// The time of the last tick.
+    pub(crate) clock: Option<Instant>,
+    /// Admin queue: the tick at or after the last Keep Alive.
+    last_keep_alive: Option<Instant>,
+    /// A Keep Alive (or Connect, or a new KATO) arrived since the last tick.
+    keep_alive_seen: bool,
+    /// Admin queue: slots holding parked AERs.
+    pub(crate) aers: Vec<u16>,
+    in_flight: usize,
+    /// The controller's reset epoch when this I/O queue connected.
+    epoch: u32,
+    /// The command layer wants the queue closed (Disconnect, deleted queue,
+    /// keep-alive expiry, shutdown).
+    closing: bool,
+    connected: Option<Connected>,
+    done: Vec<Completion>,
+}
+
+impl NvmeQueue {
+    /// A queue on a new connection from `peer` to listener `local`;
+    /// `trtype` names the transport in the Error log.
+    pub fn new(target: Arc<Target>, local: SocketAddr, peer: SocketAddr, trtype: u8) -> NvmeQueue {
+        let mut q = NvmeQueue {
+            target,
+            local,
+            peer,
+            trtype,
+            qid: 0,
+            ctrl: None,
+            sqsize: PRE_CONNECT_SLOTS as u16 - 1,
+            slots: Vec::new(),
+            free: Vec::new(),
+            cid_busy: vec![0; 1024],
+            ns: NsTable::default(),
+            pool: BufPool::new(),
+            storage_out: Vec::new(),
+            own_storage: None,
+            storage_scratch: Vec::new(),
+            stats: None,
+            started: None,
+            clock: None,
+            last_keep_alive: None,
+            keep_alive_seen: false,
+            aers: Vec::new(),
+            in_flight: 0,
+            epoch: 0,
+            closing: false,
+            connected: None,
+            done: Vec::new(),
+        };
+        q.grow_slots(PRE_CONNECT_SLOTS);
+        q
+    }
+
+    pub fn target(&self) -> &Arc<Target> {
+        &self.target
+    }
+
+    pub fn qid(&self) -> u16 {
+        self.qid
+    }
+
+    /// 0's based queue size.
+    pub fn sqsize(&self) -> u16 {
+        self.sqsize
+    }
+
+    /// Whether a Connect bound the queue to a controller.
+    pub fn is_connected(&self) -> bool {
+        self.ctrl.is_some()
+    }
+
+    /// Command slots (indices a binding may use as transfer tags).
+    pub fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The queue's buffer pool (bindings return sent buffers to it).
+    pub fn pool(&mut self) -> &mut BufPool {
+        &mut self.pool
+    }
+
+    /// Allocates the data buffer of the command in `slot` (its full transfer
+    /// length) and returns it, for the binding to fill with host data.
+    pub fn data_buf(&mut self, slot: u16) -> &mut [u8] {
+        let Some(s) = self.slots.get_mut(slot as usize) else {
+            return &mut [];
+        };
+        let buf = self.pool.get(s.len as usize);
+        s.buf = Some(buf);
+        match s.buf.as_mut() {
+            Some(b) => &mut b.as_mut_slice()[..s.len as usize],
+            None => &mut [],
+        }
+    }
+
+    /// The data buffer [`NvmeQueue::data_buf`] allocated, if any.
+    pub fn data_mut(&mut self, slot: u16) -> Option<&mut [u8]> {
+        let s = self.slots.get_mut(slot as usize)?;
+        let len = s.len as usize;
+        s.buf.as_mut().map(|b| &mut b.as_mut_slice()[..len])
+    }
+
+    /// Moves finished commands to `out` (appends).
+    pub fn take_completions(&mut self, out: &mut Vec<Completion>) {
+        out.append(&mut self.done);
+    }
+
+    /// What a Connect made of the queue, once (before its completion).
+    pub fn take_connected(&mut self) -> Option<Connected> {
+        self.connected.take()
+    }
+
+    /// Stops the queue (Disconnect).
+    pub fn close(&mut self) {
+        self.closing = true;
+    }
+
+    /// Whether the command layer wants the queue closed.
+    pub fn wants_close(&self) -> bool {
+        self.closing
+    }
+
+    // ----- for the command modules -------------------------------------------
+
+    /// A zeroed reply buffer of `len` bytes for the command in `idx`; the
+    /// executor fills it, and the completion carries `min(len, transfer length)`.
+    pub(crate) fn reply_buf(&mut self, idx: usize, len: usize) -> &mut [u8] {
+        let want = self.slots[idx].len as usize;
+        let mut buf = self.pool.get(len.max(want));
+        buf.as_mut_slice().fill(0);
+        let s = &mut self.slots[idx];
+        s.len = want.min(len) as u32;
+        s.reply = true;
+        s.buf = Some(buf);
+        match s.buf.as_mut() {
+            Some(b) => &mut b.as_mut_slice()[..len],
+            None => &mut [],
+        }
+    }
+
+    pub(crate) fn set_connected(
+        &mut self,
+        ctrl: Arc<Controller>,
+        qid: u16,
+        sqsize: u16,
+        disable_sq_flow: bool,
+    ) {
+        self.qid = qid;
+        self.sqsize = sqsize;
+        self.epoch = ctrl.epoch();
+        if let Some(sub) = ctrl.subsystem() {
+            self.ns.load(&sub.namespaces(), sub.generation());
+            self.stats = Some(sub.stats.register());
+        }
+        self.ctrl = Some(ctrl);
+        self.keep_alive_seen = true;
+        self.connected = Some(Connected {
+            qid,
+            sqsize,
+            disable_sq_flow,
+        });
+        self.grow_slots(sqsize as usize + 1);
+    }
+
+    /// Grows the slot table (slots in use stay where they are).
+    fn grow_slots(&mut self, n: usize) {
+        let old = self.slots.len();
+        if n > old {
+            self.slots.extend((old..n).map(|_| Slot::empty()));
+            self.free.extend((old as u16..n as u16).rev());
+        }
+    }
+
+    /// A Keep Alive (Base §5.27) or a new KATO: the timer restarts at the next tick.
+    pub(crate) fn note_keep_alive(&mut self) {
+        self.keep_alive_seen = true;
+    }
+
+    pub(crate) fn namespace_index(&self, nsid: u32) -> Option<usize> {
+        self.ns.key(nsid)
+    }
+
+    /// Picks up namespace changes of the subsystem (a reload) between commands.
+    pub(crate) fn refresh_namespaces(&mut self) {
+        if let Some(sub) = self.ctrl.as_ref().and_then(|c| c.subsystem()) {
+            let g = sub.generation();
+            if g != self.ns.generation() {
+                let list = sub.namespaces();
+                self.ns.load(&list, g);
+            }
+        }
+    }
+
+    /// Whether the I/O queue was deleted: its controller is gone or was
+    /// reset since it connected (Base §3.7.2).
+    pub(crate) fn deleted(&self) -> bool {
+        self.qid != 0
+            && self
+                .ctrl
+                .as_ref()
+                .is_some_and(|c| !c.is_alive() || c.epoch() != self.epoch)
+    }
+}
+
+impl Drop for NvmeQueue {
+    fn drop(&mut self) {
+        if let Some(st) = &self.stats {
+            if let Some(sub) = self.ctrl.as_ref().and_then(|c| c.subsystem()) {
+                sub.stats.retire(st);
+            }
+        }
+        if let Some(c) = &self.ctrl {
+            if self.qid == 0 {
+                // The admin queue carries the association (Fabrics §3.?).
+                tracing::info!(cntlid = c.cntlid, peer = %self.peer, local = %self.local, "controller association ended");
+                self.target.remove_controller(c);
+            } else if c.epoch() == self.epoch {
+                // After a reset the QID may belong to a newer queue: leave it.
+                let mut st = c.lock();
+                st.io_qids.retain(|&q| q != self.qid);
+            }
+        }
+    }
+}

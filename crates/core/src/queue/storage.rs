@@ -1,0 +1,178 @@
+//! Storage requests (outputs) and their completions (one entry point).
+//!
+//! Commands emit requests tagged with their slot; whoever owns the storage
+//! queues (the event loop: one queue per namespace per thread) takes them
+//! with [`NvmeQueue::take_storage`] and hands every completion back through
+//! [`NvmeQueue::on_storage_completion`]. `commit` / `poll_backends` do the
+//! same on a private queue set, for tests, fuzzers and benchmarks.
+
+use super::NvmeQueue;
+use crate::stats::QueueStats;
+use farflash_backend::{IoCompletion, IoRequest, QueueSet, SharedBackend};
+use farflash_wire::opcode::admin as aop;
+use farflash_wire::Status;
+
+/// Tags carry the slot index in their low 32 bits; the event loop may use
+/// the high 32 bits (its connection index): only the low half is read here.
+const SLOT_MASK: u64 = 0xFFFF_FFFF;
+
+impl NvmeQueue {
+    /// Emits a storage request for the command in `idx` on namespace `ns_idx`.
+    pub(crate) fn submit(
+        &mut self,
+        idx: usize,
+        ns_idx: usize,
+        req: IoRequest,
+    ) -> Result<(), Status> {
+        if self.ns.get(ns_idx).is_none() {
+            // The namespace went away after the command was parsed.
+            self.pool.put(req.buf);
+            return Err(Status::INVALID_NAMESPACE.dnr());
+        }
+        self.storage_out.push((ns_idx, req));
+        self.slots[idx].pending += 1;
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    /// Storage requests emitted and not yet completed.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// Whether storage requests wait to be taken.
+    pub fn has_storage_requests(&self) -> bool {
+        !self.storage_out.is_empty()
+    }
+
+    /// Hands every emitted storage request to `run` with the backend it
+    /// targets. Each must come back, once, through
+    /// [`NvmeQueue::on_storage_completion`] (failed or not).
+    pub fn take_storage(&mut self, mut run: impl FnMut(&SharedBackend, IoRequest)) {
+        if self.storage_out.is_empty() {
+            return;
+        }
+        let mut out = std::mem::take(&mut self.storage_out);
+        let mut lost = std::mem::take(&mut self.storage_scratch);
+        for (key, req) in out.drain(..) {
+            match self.ns.backend(key) {
+                Some(be) => run(be, req),
+                // Unreachable while tombstones outlive the emitted requests;
+                // complete the request rather than lose it.
+                None => lost.push(IoCompletion {
+                    tag: req.tag,
+                    buf: req.buf,
+                    result: Err(std::io::Error::from_raw_os_error(libc::ENODEV)),
+                }),
+            }
+        }
+        self.storage_out = out;
+        self.ns.collect();
+        for c in lost.drain(..) {
+            self.on_storage_completion(c);
+        }
+        self.storage_scratch = lost;
+    }
+
+    /// A storage request finished: the one entry point for completions.
+    pub fn on_storage_completion(&mut self, c: IoCompletion) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        let idx = (c.tag & SLOT_MASK) as usize;
+        let Some(s) = self.slots.get_mut(idx).filter(|s| s.busy) else {
+            self.pool.put(c.buf);
+            return;
+        };
+        if let Err(e) = &c.result {
+            let write = s.io.is_some_and(|io| io.writes());
+            tracing::warn!(
+                cid = s.sqe.cid,
+                opcode = s.sqe.opcode,
+                "storage I/O failed: {e}"
+            );
+            s.status = match e.raw_os_error() {
+                Some(libc::ENOSPC) => Status::CAPACITY_EXCEEDED,
+                Some(libc::EIO) if write => Status::WRITE_FAULT,
+                Some(libc::EIO) => Status::UNRECOVERED_READ_ERROR,
+                _ => Status::INTERNAL_ERROR,
+            };
+            if let Some(st) = &self.stats {
+                QueueStats::bump(&st.media_errors, 1);
+            }
+        }
+        // Keep the buffer that carries a read's data; recycle the others.
+        if s.reply && s.buf.is_none() {
+            s.buf = Some(c.buf);
+        } else {
+            self.pool.put(c.buf);
+        }
+        let s = &mut self.slots[idx];
+        s.pending = s.pending.saturating_sub(1);
+        if s.pending > 0 {
+            return;
+        }
+        if s.sqe.opcode == aop::FABRICS {
+            // The Flushes of a controller shutdown (Property Set CC.SHN): a
+            // failure was logged above; the shutdown still completes.
+            if let Some(ctrl) = &self.ctrl {
+                ctrl.shutdown_complete();
+            }
+            self.complete(idx, Status::SUCCESS, 0);
+            return;
+        }
+        let st = s.status;
+        self.account(idx);
+        self.complete(idx, st, 0);
+    }
+
+    /// Counts a finished Read or Write in the queue's statistics (SMART log).
+    fn account(&self, idx: usize) {
+        let s = &self.slots[idx];
+        if !s.status.is_success() {
+            return;
+        }
+        let (Some(st), Some((write, len))) = (&self.stats, s.io.and_then(|c| c.counted())) else {
+            return;
+        };
+        if write {
+            QueueStats::bump(&st.write_cmds, 1);
+            QueueStats::bump(&st.write_bytes, len as u64);
+        } else {
+            QueueStats::bump(&st.read_cmds, 1);
+            QueueStats::bump(&st.read_bytes, len as u64);
+        }
+    }
+
+    /// Standalone use (tests, fuzzers, benchmarks; the event loop uses its
+    /// shared per-thread queues instead): runs the emitted storage requests
+    /// on a private queue set and hands them to the kernel.
+    pub fn commit(&mut self) {
+        let mut set = self
+            .own_storage
+            .take()
+            .unwrap_or_else(|| Box::new(QueueSet::new(1024)));
+        let mut failed = Vec::new();
+        self.take_storage(|be, req| set.submit(be, req, &mut failed));
+        set.commit();
+        self.own_storage = Some(set);
+        for c in failed {
+            self.on_storage_completion(c);
+        }
+    }
+
+    /// Standalone use: reaps the private queue set once and hands the
+    /// completions in. Returns whether anything completed.
+    pub fn poll_backends(&mut self) -> bool {
+        let Some(mut set) = self.own_storage.take() else {
+            return false;
+        };
+        let mut comps = std::mem::take(&mut self.storage_scratch);
+        set.reap(&mut comps);
+        self.own_storage = Some(set);
+        let any = !comps.is_empty();
+        for c in comps.drain(..) {
+            self.on_storage_completion(c);
+        }
+        self.storage_scratch = comps;
+        any
+    }
+}

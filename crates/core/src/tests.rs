@@ -1,0 +1,248 @@
+//! The command layer on its own: commands parsed, executed and completed
+//! with no PDU and no transport, storage completions out of order or failed
+//! (scripted backend).
+
+use crate::command::{Begin, Completion, Xfer};
+use crate::config::{BackendKind, Config, NamespaceConfig, Size, SubsystemConfig, TransportConfig};
+use crate::subsystem::{build_subsystems, Namespace};
+use crate::{NvmeQueue, Target};
+use farflash_backend::{open_scripted, OpKind, Script};
+use farflash_wire::fabrics::{ConnectCmd, ConnectData, PropertyCmd, CNTLID_DYNAMIC};
+use farflash_wire::opcode::{fctype, io};
+use farflash_wire::sqe::{SglDescriptor, PSDT_SGL};
+use farflash_wire::{props, Sqe, Status};
+use std::sync::Arc;
+
+const NQN: &str = "nqn.2026-11.io.farflash:core-test";
+const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:core-test";
+
+/// A target whose namespace 1 is a 1 MiB scripted backend (512-byte blocks).
+fn target() -> (Arc<Target>, Arc<Script>) {
+    let transport = TransportConfig::default();
+    let cfg = Config {
+        listen: vec!["127.0.0.1:4420".into()],
+        transport: transport.clone(),
+        subsystems: vec![SubsystemConfig {
+            nqn: NQN.into(),
+            serial: None,
+            model: None,
+            allowed_hosts: vec![],
+            namespaces: vec![NamespaceConfig {
+                nsid: Some(1),
+                backend: BackendKind::Null,
+                path: None,
+                size: Some(Size(1 << 20)),
+                block_size: Some(512),
+                uuid: None,
+                nguid: None,
+            }],
+        }],
+    };
+    let subs = build_subsystems(&cfg).unwrap();
+    let old = subs[0].namespace(1).unwrap();
+    let (backend, script) = open_scripted(1 << 20, 512);
+    subs[0].replace_namespaces(vec![Arc::new(Namespace {
+        backend,
+        describe: "scripted".into(),
+        config: old.config.clone(),
+        ..*old
+    })]);
+    let addr = "127.0.0.1:4420".parse().unwrap();
+    (Target::new(subs, transport, vec![addr]), script)
+}
+
+fn queue(t: &Arc<Target>) -> NvmeQueue {
+    let a = "127.0.0.1:4420".parse().unwrap();
+    let p = "127.0.0.1:50000".parse().unwrap();
+    NvmeQueue::new(t.clone(), a, p, farflash_wire::discovery::TRTYPE_TCP)
+}
+
+fn completions(q: &mut NvmeQueue) -> Vec<Completion> {
+    let mut v = Vec::new();
+    q.take_completions(&mut v);
+    v
+}
+
+/// Runs one command with `data` as its host data; returns its completion.
+fn run(q: &mut NvmeQueue, sqe: Sqe, data: &[u8]) -> Completion {
+    match q.begin(sqe) {
+        Begin::Ready { slot, xfer } => {
+            if let Xfer::H2C(n) = xfer {
+                assert_eq!(n as usize, data.len());
+                q.data_buf(slot).copy_from_slice(data);
+            }
+            q.execute(slot);
+        }
+        other => panic!("not runnable: {other:?}"),
+    }
+    q.commit();
+    while q.in_flight() > 0 {
+        q.poll_backends();
+    }
+    let mut c = completions(q);
+    assert_eq!(c.len(), 1, "{c:?}");
+    c.remove(0)
+}
+
+fn connect(q: &mut NvmeQueue, qid: u16, cntlid: u16) -> Completion {
+    let cmd = ConnectCmd {
+        recfmt: 0,
+        qid,
+        sqsize: 31,
+        cattr: 0,
+        kato: 5000,
+    };
+    let d = ConnectData {
+        hostid: [1; 16],
+        cntlid,
+        subnqn: NQN.into(),
+        hostnqn: HOST.into(),
+    };
+    let mut data = [0u8; 1024];
+    d.encode(&mut data);
+    run(q, cmd.to_sqe(1), &data)
+}
+
+fn rw(opcode: u8, cid: u16, slba: u64, len: u32) -> Sqe {
+    Sqe {
+        opcode,
+        flags: PSDT_SGL,
+        cid,
+        nsid: 1,
+        dptr: SglDescriptor::transport(len),
+        cdw10: slba as u32,
+        cdw11: (slba >> 32) as u32,
+        cdw12: len / 512 - 1,
+        ..Sqe::default()
+    }
+}
+
+/// An enabled controller and one connected I/O queue.
+fn io_queue(t: &Arc<Target>) -> (NvmeQueue, NvmeQueue) {
+    let mut admin = queue(t);
+    let c = connect(&mut admin, 0, CNTLID_DYNAMIC);
+    assert_eq!(c.status, Status::SUCCESS);
+    let connected = admin.take_connected().expect("Connect tells the binding");
+    assert_eq!((connected.qid, connected.sqsize), (0, 31));
+    let en = PropertyCmd {
+        size8: false,
+        offset: props::CC,
+        value: props::cc::ENABLE_DEFAULT as u64,
+    }
+    .to_sqe(2, fctype::PROPERTY_SET);
+    assert_eq!(run(&mut admin, en, &[]).status, Status::SUCCESS);
+    let mut q = queue(t);
+    assert_eq!(connect(&mut q, 1, c.result as u16).status, Status::SUCCESS);
+    (admin, q)
+}
+
+fn block(seed: u8) -> Vec<u8> {
+    (0..512u32)
+        .map(|i| (i as u8).wrapping_mul(13) ^ seed)
+        .collect()
+}
+
+#[test]
+fn reads_complete_in_the_backends_order_with_their_own_data() {
+    let (t, script) = target();
+    let (_admin, mut q) = io_queue(&t);
+    for lba in 0..3u16 {
+        let w = run(
+            &mut q,
+            rw(io::WRITE, 10 + lba, lba as u64, 512),
+            &block(lba as u8),
+        );
+        assert_eq!(w.status, Status::SUCCESS);
+    }
+    script.hold(true);
+    script.reverse(true);
+    for lba in 0..3u16 {
+        match q.begin(rw(io::READ, 20 + lba, lba as u64, 512)) {
+            Begin::Ready { slot, xfer } => {
+                assert_eq!(xfer, Xfer::C2H(512));
+                q.execute(slot);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    q.commit();
+    assert_eq!(q.in_flight(), 3);
+    assert!(completions(&mut q).is_empty());
+    script.hold(false);
+    assert!(q.poll_backends());
+    let done = completions(&mut q);
+    let cids: Vec<u16> = done.iter().map(|c| c.cid).collect();
+    assert_eq!(cids, [22, 21, 20]);
+    for c in &done {
+        assert_eq!(c.status, Status::SUCCESS);
+        let (buf, len) = c.data.as_ref().expect("read data");
+        assert_eq!(
+            &buf.as_slice()[..*len as usize],
+            &block((c.cid - 20) as u8)[..]
+        );
+    }
+}
+
+#[test]
+fn a_failed_flush_fails_its_command_and_the_queue_goes_on() {
+    let (t, script) = target();
+    let (_admin, mut q) = io_queue(&t);
+    script.fail(OpKind::Flush, libc::EIO, 1);
+    let flush = Sqe {
+        opcode: io::FLUSH,
+        flags: PSDT_SGL,
+        cid: 5,
+        nsid: 1,
+        ..Sqe::default()
+    };
+    let c = run(&mut q, flush, &[]);
+    assert_eq!(c.status, Status::UNRECOVERED_READ_ERROR);
+    assert_eq!(
+        run(&mut q, Sqe { cid: 6, ..flush }, &[]).status,
+        Status::SUCCESS
+    );
+    assert_eq!(script.submitted(), [OpKind::Flush, OpKind::Flush]);
+}
+
+#[test]
+fn parse_once_refuses_before_any_data_moves() {
+    let (t, script) = target();
+    let (_admin, mut q) = io_queue(&t);
+    // Past the last LBA: answered at arrival, nothing asked of the host.
+    assert_eq!(q.begin(rw(io::WRITE, 1, 2047, 1024)), Begin::Answered);
+    let c = completions(&mut q);
+    assert_eq!(c[0].status, Status::LBA_OUT_OF_RANGE.dnr());
+    // A CID already in flight: answered without a slot.
+    let Begin::Ready { slot, .. } = q.begin(rw(io::READ, 7, 0, 512)) else {
+        panic!("read refused");
+    };
+    assert_eq!(q.begin(rw(io::READ, 7, 1, 512)), Begin::Answered);
+    let c = completions(&mut q);
+    assert_eq!((c[0].cid, c[0].slot), (7, None));
+    assert_eq!(c[0].status, Status::CID_CONFLICT.dnr());
+    q.execute(slot);
+    q.commit();
+    q.poll_backends();
+    assert_eq!(completions(&mut q)[0].slot, Some(slot));
+    assert!(script.submitted().iter().all(|&k| k == OpKind::Read));
+}
+
+#[test]
+fn more_commands_than_entries_is_an_overrun() {
+    let (t, script) = target();
+    let (_admin, mut q) = io_queue(&t);
+    script.hold(true);
+    for cid in 0..32 {
+        let Begin::Ready { slot, .. } = q.begin(rw(io::READ, cid, 0, 512)) else {
+            panic!("command {cid} refused");
+        };
+        q.execute(slot);
+    }
+    assert_eq!(q.begin(rw(io::READ, 99, 0, 512)), Begin::Overrun);
+    q.commit();
+    script.hold(false);
+    while q.in_flight() > 0 {
+        q.poll_backends();
+    }
+    assert_eq!(completions(&mut q).len(), 32);
+}

@@ -1,0 +1,151 @@
+//! One NVMe/TCP connection = one queue pair, as a sans-I/O state machine.
+//!
+//! The transport reads socket bytes into [`QueuePair::rx_space`] and calls
+//! [`QueuePair::on_received`]; the connection cuts them into PDUs (TCP §3.6),
+//! hands commands and their data to its [`NvmeQueue`], and turns the
+//! completions into PDUs in its output queue. Storage requests pass through
+//! untouched (`conn.rs`). Nothing here touches a socket, so every path can
+//! be driven from a unit test.
+
+use crate::outq::OutQueue;
+use farflash_core::{Completion, Connected, NvmeQueue, Target};
+use farflash_wire::pdu::Negotiated;
+use farflash_wire::Status;
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// In-capsule data the admin queue accepts: the Linux host sends up to 8 KiB
+/// there whatever IOCCSZ says (host/tcp.c NVME_TCP_ADMIN_CCSZ).
+pub const ADMIN_ICD: usize = 8192;
+/// Output beyond this stops reading new PDUs until the peer drains it.
+pub(crate) const OUTPUT_HIGH_WATER: usize = 4 << 20;
+/// Transient Transport Error (Base §4.6.1.2.1, 22h): a data digest mismatch.
+pub const TRANSIENT_TRANSPORT_ERROR: Status = Status::new(0, 0x22);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Free,
+    /// Waiting for H2CData after an R2T; `got` bytes so far.
+    H2C {
+        got: u32,
+    },
+    Exec,
+    /// Waiting for data-buffer budget before its R2T (`r2t`) or its execution.
+    WaitBuf {
+        r2t: bool,
+    },
+}
+
+/// The transport's view of one command slot (indexed like the core's slots;
+/// the index is also the R2T's TTAG).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Cmd {
+    pub phase: Phase,
+    pub cid: u16,
+    /// Data bytes the command moves.
+    pub len: u32,
+    /// Data-buffer bytes charged to this command's budget.
+    pub charged: u32,
+    /// A data digest failed on its H2CData.
+    pub bad_digest: bool,
+}
+
+impl Cmd {
+    pub(crate) const FREE: Cmd = Cmd {
+        phase: Phase::Free,
+        cid: 0,
+        len: 0,
+        charged: 0,
+        bad_digest: false,
+    };
+}
+
+pub struct QueuePair {
+    pub(crate) core: NvmeQueue,
+    pub(crate) target: Arc<Target>,
+    pub(crate) peer: SocketAddr,
+    pub(crate) neg: Negotiated,
+    /// Alignment of C2HData PDO required by the host (HPDA), 0 = none.
+    pub(crate) hpda_align: usize,
+    pub(crate) icd_size: usize,
+    pub(crate) maxh2cdata: u32,
+    pub(crate) rx: Vec<u8>,
+    pub(crate) rx_start: usize,
+    pub(crate) rx_end: usize,
+    pub(crate) out: OutQueue,
+    /// The transport wants the connection closed (TermReq, peer's H2CTermReq).
+    pub(crate) closing: bool,
+    pub(crate) sq_flow_control: bool,
+    pub(crate) sqhd: u16,
+    pub(crate) cmds: Vec<Cmd>,
+    /// Data-buffer bytes charged to commands in flight (reads' data waiting
+    /// in the output queue is counted there).
+    pub(crate) charged: usize,
+    /// Commands waiting for data-buffer budget, oldest first.
+    pub(crate) waiting: VecDeque<u16>,
+    /// A C2HTermReq went out: nothing may follow it (TCP §3.6.2.5); commands
+    /// still finish internally so their buffers and storage I/O drain.
+    pub(crate) term_sent: bool,
+    /// Completion scratch (reused).
+    pub(crate) done: Vec<Completion>,
+}
+
+impl QueuePair {
+    pub fn new(target: Arc<Target>, local: SocketAddr, peer: SocketAddr) -> QueuePair {
+        let maxh2cdata = target.transport.max_h2c_data;
+        let core = NvmeQueue::new(
+            target.clone(),
+            local,
+            peer,
+            farflash_wire::discovery::TRTYPE_TCP,
+        );
+        let mut q = QueuePair {
+            cmds: vec![Cmd::FREE; core.slot_count()],
+            core,
+            target,
+            peer,
+            neg: Negotiated::default(),
+            hpda_align: 0,
+            icd_size: ADMIN_ICD,
+            maxh2cdata,
+            rx: vec![0; 16 * 1024],
+            rx_start: 0,
+            rx_end: 0,
+            out: OutQueue::default(),
+            closing: false,
+            sq_flow_control: true,
+            sqhd: 0,
+            charged: 0,
+            waiting: VecDeque::new(),
+            term_sent: false,
+            done: Vec::new(),
+        };
+        q.neg.max_data = (ADMIN_ICD as u32).max(maxh2cdata);
+        q
+    }
+
+    /// The command layer's queue (tests and tools look at it).
+    pub fn nvme(&self) -> &NvmeQueue {
+        &self.core
+    }
+
+    /// Closing for either layer's reason.
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing || self.core.wants_close()
+    }
+
+    /// A Connect succeeded: the queue's size, in-capsule data size and SQ
+    /// flow control follow it (Fabrics §6.3, TCP §3.6.2.6).
+    pub(crate) fn apply_connect(&mut self, c: Connected) {
+        self.sq_flow_control = !c.disable_sq_flow;
+        self.icd_size = if c.qid == 0 {
+            ADMIN_ICD
+        } else {
+            self.target.transport.in_capsule_data_size as usize
+        };
+        self.neg.max_data = (self.icd_size as u32).max(self.maxh2cdata);
+        self.sqhd = 1 % (c.sqsize as u32 + 1) as u16;
+        self.cmds.resize(self.core.slot_count(), Cmd::FREE);
+    }
+}

@@ -1,0 +1,285 @@
+//! The receive path: cutting bytes into PDUs (TCP §3.6), ICReq, and the
+//! data of CapsuleCmd and H2CData, checked against the command layer's view
+//! of each command before it runs.
+
+use crate::queue::{Cmd, Phase, QueuePair, OUTPUT_HIGH_WATER, TRANSIENT_TRANSPORT_ERROR};
+use farflash_core::{Begin, Xfer};
+use farflash_wire::pdu::{
+    flags, DataHeader, Fatal, Framing, IcReq, IcResp, PduType, TermReq, CH_LEN, DGST_DDGST,
+    DGST_HDGST, DIGEST_LEN, IC_HLEN,
+};
+use farflash_wire::sqe::{sgl, SQE_SIZE};
+use farflash_wire::{digest, Sqe, Status};
+
+impl QueuePair {
+    /// Space to receive into; at least 16 KiB.
+    pub fn rx_space(&mut self) -> &mut [u8] {
+        if self.rx_start == self.rx_end {
+            self.rx_start = 0;
+            self.rx_end = 0;
+        }
+        if self.rx.len() - self.rx_end < 16 * 1024 {
+            self.compact_rx();
+            if self.rx.len() - self.rx_end < 16 * 1024 {
+                let want = self.rx.len() * 2;
+                self.rx.resize(want, 0);
+            }
+        }
+        &mut self.rx[self.rx_end..]
+    }
+
+    pub(crate) fn compact_rx(&mut self) {
+        if self.rx_start > 0 {
+            self.rx.copy_within(self.rx_start..self.rx_end, 0);
+            self.rx_end -= self.rx_start;
+            self.rx_start = 0;
+        }
+    }
+
+    /// `n` bytes were written into [`Self::rx_space`]: process every whole PDU.
+    pub fn on_received(&mut self, n: usize) {
+        self.rx_end = (self.rx_end + n).min(self.rx.len());
+        self.process_rx();
+    }
+
+    pub(crate) fn process_rx(&mut self) {
+        let rx = std::mem::take(&mut self.rx);
+        // PLEN of a validated PDU header whose body has not fully arrived.
+        let mut need = 0;
+        while !self.is_closing() && self.out.len() < OUTPUT_HIGH_WATER {
+            let avail = &rx[self.rx_start..self.rx_end];
+            if avail.len() < CH_LEN {
+                break;
+            }
+            let f = match Framing::parse(&avail[..CH_LEN], &self.neg, true) {
+                Ok(f) => f,
+                Err(e) => {
+                    let n = avail.len().min(avail[2].max(CH_LEN as u8) as usize);
+                    self.fatal(e, &avail[..n]);
+                    break;
+                }
+            };
+            if avail.len() < f.plen {
+                need = f.plen;
+                break;
+            }
+            let pdu = &avail[..f.plen];
+            if let Err(e) = self.on_pdu(&f, pdu) {
+                self.fatal(e, &pdu[..f.hlen]);
+                break;
+            }
+            self.rx_start += f.plen;
+        }
+        self.rx = rx;
+        if self.rx_start == self.rx_end {
+            self.rx_start = 0;
+            self.rx_end = 0;
+        } else if need > self.rx.len() - self.rx_start {
+            // Room for the whole PDU. PLEN was bounded by Framing::parse
+            // (negotiated data limits), so this cannot be made to grow without bound.
+            self.compact_rx();
+            if need > self.rx.len() {
+                self.rx.resize(need.next_power_of_two(), 0);
+            }
+        }
+    }
+
+    pub(crate) fn on_pdu(&mut self, f: &Framing, pdu: &[u8]) -> Result<(), Fatal> {
+        if f.hdgst {
+            let want = farflash_wire::pdu::hdgst(&pdu[..f.hlen]);
+            if pdu[f.hlen..f.hlen + DIGEST_LEN] != want {
+                return Err(Fatal::hdgst());
+            }
+        }
+        let data = &pdu[f.data_off..f.data_off + f.data_len];
+        let ddgst_ok = !f.ddgst || {
+            let at = f.data_off + f.data_len;
+            digest::crc32c(data).to_le_bytes() == pdu[at..at + DIGEST_LEN]
+        };
+        match f.pdu_type {
+            PduType::IcReq => self.on_icreq(pdu),
+            PduType::H2CTermReq => {
+                let t = TermReq::decode(pdu);
+                tracing::warn!(peer = %self.peer, fes = t.fes, fei = t.fei, "host terminated the connection (H2CTermReq)");
+                self.closing = true;
+                Ok(())
+            }
+            PduType::CapsuleCmd => {
+                if f.data_len > self.icd_size {
+                    // TCP §3.6.2.6: more in-capsule data than we advertised.
+                    return Err(Fatal::limit());
+                }
+                let mut raw = [0u8; SQE_SIZE];
+                raw.copy_from_slice(&pdu[CH_LEN..CH_LEN + SQE_SIZE]);
+                self.on_capsule(Sqe::decode(&raw), data, ddgst_ok)
+            }
+            PduType::H2CData => self.on_h2c_data(f, pdu, data, ddgst_ok),
+            // Framing::parse only lets host-to-controller types through.
+            _ => Err(Fatal::field(0)),
+        }
+    }
+
+    /// ICReq → ICResp (TCP §3.6.2.2-3).
+    pub(crate) fn on_icreq(&mut self, pdu: &[u8]) -> Result<(), Fatal> {
+        let r = IcReq::decode(pdu);
+        if r.pfv != 0 {
+            return Err(Fatal::field(8));
+        }
+        if r.hpda > 31 {
+            return Err(Fatal::field(10));
+        }
+        let dgst = r.dgst & (DGST_HDGST | DGST_DDGST);
+        self.neg.initialized = true;
+        self.neg.hdgst = dgst & DGST_HDGST != 0;
+        self.neg.ddgst = dgst & DGST_DDGST != 0;
+        self.hpda_align = if r.hpda > 0 {
+            (r.hpda as usize + 1) * 4
+        } else {
+            0
+        };
+        let resp = IcResp {
+            pfv: 0,
+            cpda: 0,
+            dgst,
+            maxh2cdata: self.maxh2cdata,
+        };
+        let mut b = [0u8; IC_HLEN];
+        resp.encode(&mut b);
+        self.out.extend(&b);
+        Ok(())
+    }
+
+    /// A command capsule (TCP §3.6.2.6): the command layer parses and checks
+    /// it; its data descriptor (SGL) and data are checked here, then it runs.
+    pub(crate) fn on_capsule(&mut self, sqe: Sqe, icd: &[u8], ddgst_ok: bool) -> Result<(), Fatal> {
+        self.sqhd = (self.sqhd + 1) % (self.core.sqsize() as u32 + 1) as u16;
+        let (slot, xfer) = match self.core.begin(sqe) {
+            // More commands than the queue has entries: the host broke flow control.
+            Begin::Overrun => return Err(Fatal::sequence()),
+            Begin::Deleted => {
+                self.closing = true;
+                return Ok(());
+            }
+            Begin::Answered => {
+                self.flush_completions();
+                return Ok(());
+            }
+            Begin::Ready { slot, xfer } => (slot, xfer),
+        };
+        let idx = slot as usize;
+        if idx >= self.cmds.len() {
+            self.cmds.resize(self.core.slot_count(), Cmd::FREE);
+        }
+        self.cmds[idx] = Cmd {
+            phase: Phase::Exec,
+            cid: sqe.cid,
+            len: xfer.len(),
+            charged: 0,
+            bad_digest: false,
+        };
+        let dptr = sqe.dptr;
+        match xfer {
+            Xfer::H2C(len) => {
+                if dptr.length != len {
+                    self.core.fail(slot, Status::SGL_INVALID_DATA_LENGTH.dnr());
+                } else if dptr.sgl_type == sgl::IN_CAPSULE {
+                    if dptr.addr != 0 {
+                        self.core.fail(slot, Status::SGL_INVALID_OFFSET.dnr());
+                    } else if icd.len() != len as usize {
+                        self.core.fail(slot, Status::SGL_INVALID_DATA_LENGTH.dnr());
+                    } else if !ddgst_ok {
+                        self.core.fail(slot, TRANSIENT_TRANSPORT_ERROR);
+                    } else {
+                        self.core.data_buf(slot).copy_from_slice(icd);
+                        self.core.execute(slot);
+                    }
+                } else if dptr.sgl_type == sgl::TRANSPORT && icd.is_empty() {
+                    if self.has_budget(len) {
+                        self.start_r2t(idx);
+                    } else {
+                        self.cmds[idx].phase = Phase::WaitBuf { r2t: true };
+                        self.waiting.push_back(slot);
+                    }
+                } else {
+                    self.core.fail(slot, Status::SGL_INVALID_TYPE.dnr());
+                }
+            }
+            Xfer::C2H(len) => {
+                if !icd.is_empty() || dptr.sgl_type != sgl::TRANSPORT {
+                    self.core.fail(slot, Status::SGL_INVALID_TYPE.dnr());
+                } else if dptr.length < len {
+                    self.core.fail(slot, Status::SGL_INVALID_DATA_LENGTH.dnr());
+                } else if self.core.qid() == 0 || self.has_budget(len) {
+                    self.charge(idx, len);
+                    self.core.execute(slot);
+                } else {
+                    self.cmds[idx].phase = Phase::WaitBuf { r2t: false };
+                    self.waiting.push_back(slot);
+                }
+            }
+            Xfer::None => {
+                if !icd.is_empty() {
+                    self.core.fail(slot, Status::INVALID_FIELD.dnr());
+                } else {
+                    self.core.execute(slot);
+                }
+            }
+        }
+        self.flush_completions();
+        Ok(())
+    }
+
+    /// H2CData (TCP §3.6.2.8): data for an R2T we sent.
+    pub(crate) fn on_h2c_data(
+        &mut self,
+        f: &Framing,
+        pdu: &[u8],
+        data: &[u8],
+        ddgst_ok: bool,
+    ) -> Result<(), Fatal> {
+        let h = DataHeader::decode(pdu);
+        // The TTAG is ours: it indexes the slot (never trust the CID for this, spdk#1546).
+        let idx = h.ttag as usize;
+        let Some(c) = self.cmds.get(idx) else {
+            return Err(Fatal::field(10));
+        };
+        let Phase::H2C { got } = c.phase else {
+            return Err(Fatal::field(10));
+        };
+        if c.cid != h.cccid {
+            return Err(Fatal::field(8));
+        }
+        if h.length as usize != f.data_len {
+            return Err(Fatal::field(16));
+        }
+        if h.length > self.maxh2cdata {
+            return Err(Fatal::limit());
+        }
+        if h.offset != got || h.offset as u64 + h.length as u64 > c.len as u64 {
+            return Err(Fatal::out_of_range());
+        }
+        let end = got + h.length;
+        let last = f.flags & flags::DATA_LAST != 0;
+        if last != (end == c.len) {
+            // DATA_LAST must mark exactly the PDU that ends the R2T's data.
+            return Err(Fatal::sequence());
+        }
+        let slot = h.ttag;
+        if let Some(buf) = self.core.data_mut(slot) {
+            buf[got as usize..end as usize].copy_from_slice(data);
+        }
+        let c = &mut self.cmds[idx];
+        c.bad_digest |= !ddgst_ok;
+        c.phase = Phase::H2C { got: end };
+        if end == c.len {
+            c.phase = Phase::Exec;
+            if c.bad_digest {
+                self.core.fail(slot, TRANSIENT_TRANSPORT_ERROR);
+            } else {
+                self.core.execute(slot);
+            }
+            self.flush_completions();
+        }
+        Ok(())
+    }
+}

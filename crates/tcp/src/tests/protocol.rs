@@ -1,0 +1,301 @@
+//! The protocol paths a real host takes: ICResp, the Identify checklist,
+//! in-capsule and R2T writes, reads, digests, status codes.
+
+use super::*;
+
+#[test]
+fn icresp_fields_the_linux_host_checks() {
+    let t = target();
+    let mut h = Host::new(&t);
+    let r = h.icreq(true, true);
+    assert_eq!(r.pfv, 0);
+    assert_eq!(r.cpda, 0);
+    assert_eq!(r.dgst, 3);
+    assert!(r.maxh2cdata >= 4096 && r.maxh2cdata.is_multiple_of(4));
+    let r = Host::new(&t).icreq(false, true);
+    assert_eq!(r.dgst, 2);
+}
+
+#[test]
+fn identify_controller_passes_the_fabrics_checklist() {
+    let t = target();
+    let mut h = Host::new(&t);
+    let cntlid = h.bring_up();
+    let rx = h.cmd(
+        Sqe {
+            cdw10: cns::CONTROLLER as u32,
+            ..admin_sqe(admin::IDENTIFY, 0, 4096)
+        },
+        &[],
+    );
+    let Rx::Data(hdr, data, fl) = &rx[0] else {
+        panic!("{rx:?}")
+    };
+    assert_eq!(data.len(), 4096);
+    assert_eq!(hdr.offset, 0);
+    assert!(fl & flags::DATA_LAST != 0);
+    let id = IdCtrl::decode(data);
+    assert_eq!(id.cntlid, cntlid);
+    assert!(id.kas > 0);
+    assert!(id.ioccsz >= 4 && id.iorcsz >= 1);
+    assert_eq!(id.icdoff, 0);
+    assert!(id.sgls & 3 != 0);
+    assert!(id.maxcmd > 0);
+    assert_eq!(id.cntrltype, 1);
+    assert_eq!(id.subnqn, NQN);
+    assert_eq!(id.nn, 1);
+    assert_eq!(id.msdbd, 1);
+    assert!(matches!(rx[1], Rx::Resp(c) if c.status == Status::SUCCESS));
+}
+
+#[test]
+fn write_in_capsule_and_by_r2t_then_read_back() {
+    let t = target();
+    let mut a = Host::new(&t);
+    let cntlid = a.bring_up();
+    let mut q = io_queue(&t, cntlid);
+    // 4 KiB in capsule.
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
+    assert_eq!(
+        q.resp(rw(io::WRITE, 8, 8, 4096, true), &data).status,
+        Status::SUCCESS
+    );
+    // 192 KiB through one R2T and several H2CData PDUs (MAXH2CDATA 64 KiB).
+    let big: Vec<u8> = (0..196608u32).map(|i| (i % 251) as u8).collect();
+    let mut sqe = rw(io::WRITE, 100, 384, big.len() as u32, false);
+    sqe.cid = q.next_cid();
+    let b = q.capsule(&sqe, &[]);
+    q.feed(&b);
+    let rx = q.recv_all();
+    let Rx::R2T(r2t) = rx[0] else {
+        panic!("{rx:?}")
+    };
+    assert_eq!(
+        (r2t.cccid, r2t.offset, r2t.length),
+        (sqe.cid, 0, big.len() as u32)
+    );
+    q.send_h2c(&r2t, &big);
+    let rx = q.recv_all();
+    assert!(
+        matches!(rx[..], [Rx::Resp(c)] if c.status == Status::SUCCESS && c.cid == sqe.cid),
+        "{rx:?}"
+    );
+    // Read both back.
+    let rx = q.cmd(rw(io::READ, 8, 8, 4096, false), &[]);
+    let Rx::Data(_, d, _) = &rx[0] else {
+        panic!("{rx:?}")
+    };
+    assert_eq!(d, &data);
+    let rx = q.cmd(rw(io::READ, 100, 384, big.len() as u32, false), &[]);
+    let got = data_of(&rx);
+    assert_eq!(got, big);
+    assert!(rx.len() >= 3, "192 KiB read comes in several C2HData PDUs");
+    let totals = t.subsystems[0].stats.totals();
+    assert_eq!((totals.write_cmds, totals.read_cmds), (2, 2));
+}
+
+/// With SQ flow control disabled at Connect (CATTR bit 2), a successful read
+/// ends with a C2HData carrying LAST and SUCCESS and no CapsuleResp (TCP
+/// §3.6.2.9); failures and data-less commands still get a CapsuleResp, with
+/// SQHD FFFFh. With flow control on, every command gets its CapsuleResp.
+#[test]
+fn c2hdata_success_replaces_the_capsule_resp_without_sq_flow_control() {
+    use farflash_wire::fabrics::CATTR_DISABLE_SQ_FLOW_CONTROL;
+    let t = target_with(
+        vec![],
+        TransportConfig {
+            max_c2h_data: 8192,
+            ..TransportConfig::default()
+        },
+    );
+    let mut a = Host::new(&t);
+    let cntlid = a.bring_up();
+    let mut q = Host::new(&t);
+    q.icreq(false, false);
+    let c = q.connect_full(1, cntlid, HOST, 31, CATTR_DISABLE_SQ_FLOW_CONTROL);
+    assert_eq!(c.status, Status::SUCCESS, "{c:?}");
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 13) as u8).collect();
+    // A write has no C2HData: its CapsuleResp stays, SQHD FFFFh.
+    let w = q.resp(rw(io::WRITE, 0, 8, 4096, true), &data);
+    assert_eq!((w.status, w.sqhd), (Status::SUCCESS, 0xFFFF));
+    // 4 KiB read: one C2HData, LAST | SUCCESS, nothing after it.
+    let rx = q.cmd(rw(io::READ, 0, 8, 4096, false), &[]);
+    match &rx[..] {
+        [Rx::Data(h, d, fl)] => {
+            assert_eq!(*fl, flags::DATA_LAST | flags::DATA_SUCCESS);
+            assert_eq!((h.offset, d), (0, &data));
+        }
+        other => panic!("{other:?}"),
+    }
+    // 20 KiB read in 8 KiB PDUs: SUCCESS only on the last one.
+    let rx = q.cmd(rw(io::READ, 0, 40, 20480, false), &[]);
+    let fl: Vec<u8> = rx
+        .iter()
+        .map(|r| match r {
+            Rx::Data(_, _, f) => *f,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(fl, [0, 0, flags::DATA_LAST | flags::DATA_SUCCESS]);
+    // A failing read (LBA out of range) gets a CapsuleResp with its status.
+    let rx = q.cmd(rw(io::READ, 1 << 30, 8, 4096, false), &[]);
+    assert!(
+        matches!(rx[..], [Rx::Resp(c)] if c.status == Status::LBA_OUT_OF_RANGE.dnr() && c.sqhd == 0xFFFF),
+        "{rx:?}"
+    );
+    // Flow control on (the default): LAST only, then the CapsuleResp.
+    let mut q2 = Host::new(&t);
+    q2.icreq(false, false);
+    assert_eq!(q2.connect(2, cntlid, HOST).status, Status::SUCCESS);
+    let rx = q2.cmd(rw(io::READ, 0, 8, 4096, false), &[]);
+    assert!(
+        matches!(&rx[..], [Rx::Data(_, _, f), Rx::Resp(c)]
+            if *f == flags::DATA_LAST && c.status == Status::SUCCESS && c.sqhd != 0xFFFF),
+        "{rx:?}"
+    );
+}
+
+#[test]
+fn digests_are_generated_and_checked() {
+    let t = target();
+    let mut a = Host::new(&t);
+    let cntlid = a.bring_up();
+    let mut q = Host::new(&t);
+    q.icreq(true, true);
+    assert_eq!(q.connect(1, cntlid, HOST).status, Status::SUCCESS);
+    let data = vec![0x5Au8; 4096];
+    assert_eq!(
+        q.resp(rw(io::WRITE, 0, 8, 4096, true), &data).status,
+        Status::SUCCESS
+    );
+    // recv_all asserts both digests of the C2HData.
+    let rx = q.cmd(rw(io::READ, 0, 8, 4096, false), &[]);
+    assert!(matches!(&rx[0], Rx::Data(_, d, _) if d == &data));
+    // A corrupted data digest fails the command with Transient Transport Error.
+    let mut sqe = rw(io::WRITE, 0, 8, 4096, true);
+    sqe.cid = q.next_cid();
+    let mut b = q.capsule(&sqe, &data);
+    let n = b.len();
+    b[n - 1] ^= 0xFF;
+    q.feed(&b);
+    let rx = q.recv_all();
+    assert!(
+        matches!(rx[..], [Rx::Resp(c)] if c.status.code() == crate::TRANSIENT_TRANSPORT_ERROR),
+        "{rx:?}"
+    );
+    // A corrupted header digest is fatal.
+    let mut b = q.capsule(&sqe, &data);
+    b[72] ^= 1;
+    q.feed(&b);
+    let rx = q.recv_all();
+    assert!(
+        matches!(rx[..], [Rx::Term(t)] if t.fes == fes::HEADER_DIGEST_ERROR),
+        "{rx:?}"
+    );
+    assert!(q.q.wants_close());
+}
+
+#[test]
+fn io_status_codes() {
+    let t = target();
+    let mut a = Host::new(&t);
+    let cntlid = a.bring_up();
+    let mut q = io_queue(&t, cntlid);
+    let blocks = (8 << 20) / 512u64;
+    let st = |c: Cqe| c.status;
+    assert_eq!(
+        st(q.resp(rw(io::READ, blocks - 1, 2, 1024, false), &[])),
+        Status::LBA_OUT_OF_RANGE.dnr()
+    );
+    assert_eq!(
+        st(q.resp(rw(io::READ, u64::MAX, 1, 512, false), &[])),
+        Status::LBA_OUT_OF_RANGE.dnr()
+    );
+    let mut bad_ns = rw(io::READ, 0, 1, 512, false);
+    bad_ns.nsid = 9;
+    assert_eq!(st(q.resp(bad_ns, &[])), Status::INVALID_NAMESPACE.dnr());
+    assert_eq!(
+        st(q.resp(
+            Sqe {
+                opcode: 0x7E,
+                flags: PSDT_SGL,
+                nsid: 1,
+                ..Sqe::default()
+            },
+            &[]
+        )),
+        Status::INVALID_OPCODE.dnr()
+    );
+    // Beyond MDTS (256 KiB): 1024 blocks of 512 = 512 KiB.
+    assert_eq!(
+        st(q.resp(rw(io::READ, 0, 1024, 512 * 1024, false), &[])),
+        Status::INVALID_FIELD.dnr()
+    );
+    // SGL length disagreeing with NLB.
+    assert_eq!(
+        st(q.resp(rw(io::READ, 0, 8, 512, false), &[])),
+        Status::SGL_INVALID_DATA_LENGTH.dnr()
+    );
+    // Write Zeroes past the end; Flush of all namespaces.
+    let wz = Sqe {
+        opcode: io::WRITE_ZEROES,
+        flags: PSDT_SGL,
+        nsid: 1,
+        cdw10: blocks as u32,
+        cdw12: 0,
+        ..Sqe::default()
+    };
+    assert_eq!(st(q.resp(wz, &[])), Status::LBA_OUT_OF_RANGE.dnr());
+    let fl = Sqe {
+        opcode: io::FLUSH,
+        flags: PSDT_SGL,
+        nsid: u32::MAX,
+        ..Sqe::default()
+    };
+    assert_eq!(st(q.resp(fl, &[])), Status::SUCCESS);
+}
+
+#[test]
+fn write_zeroes_and_deallocate_read_back_zeroes() {
+    let t = target();
+    let mut a = Host::new(&t);
+    let cntlid = a.bring_up();
+    let mut q = io_queue(&t, cntlid);
+    let data = vec![0xA5u8; 8192];
+    assert_eq!(
+        q.resp(rw(io::WRITE, 0, 16, 8192, true), &data).status,
+        Status::SUCCESS
+    );
+    let wz = Sqe {
+        opcode: io::WRITE_ZEROES,
+        flags: PSDT_SGL,
+        nsid: 1,
+        cdw10: 2,
+        cdw12: 1,
+        ..Sqe::default()
+    };
+    assert_eq!(q.resp(wz, &[]).status, Status::SUCCESS);
+    let mut range = [0u8; 16];
+    range[4..8].copy_from_slice(&4u32.to_le_bytes());
+    range[8..16].copy_from_slice(&8u64.to_le_bytes());
+    let dsm = Sqe {
+        opcode: io::DATASET_MANAGEMENT,
+        flags: PSDT_SGL,
+        nsid: 1,
+        cdw10: 0,
+        cdw11: 1 << 2,
+        dptr: SglDescriptor::in_capsule(16),
+        ..Sqe::default()
+    };
+    assert_eq!(q.resp(dsm, &range).status, Status::SUCCESS);
+    let rx = q.cmd(rw(io::READ, 0, 16, 8192, false), &[]);
+    let Rx::Data(_, d, _) = &rx[0] else { panic!() };
+    let blk = |i: usize| &d[i * 512..(i + 1) * 512];
+    for i in 0..16 {
+        let zero = (2..4).contains(&i) || (8..12).contains(&i);
+        assert!(
+            blk(i).iter().all(|&b| b == if zero { 0 } else { 0xA5 }),
+            "block {i}"
+        );
+    }
+}
