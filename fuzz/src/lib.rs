@@ -38,7 +38,7 @@ pub fn tolerate(name: &str) -> bool {
 /// A harness: runs one input, panics on a finding.
 pub type Harness = fn(&[u8]);
 
-pub const TARGETS: [(&str, Harness); 5] = [
+pub const TARGETS: [(&str, Harness); 6] = [
     ("pdu_framing", pdu_framing::run),
     ("command_decode", command_decode::run),
     ("command_layer", command_layer::run),
