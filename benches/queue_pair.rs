@@ -5,7 +5,7 @@
 //!
 //! cargo bench --bench queue_pair            (prints ns per command)
 
-use farflash_core::config::{BackendKind, Config, NamespaceConfig, Size, SubsystemConfig};
+use farflash_core::config::{BackendKind, Config, NamespaceConfig, SubsystemConfig};
 use farflash_core::subsystem::build_subsystems;
 use farflash_core::Target;
 use farflash_tcp::QueuePair;
@@ -92,21 +92,13 @@ fn main() {
     let cfg = Config {
         listen: vec!["127.0.0.1:4420".into()],
         transport: Default::default(),
-        subsystems: vec![SubsystemConfig {
-            nqn: NQN.into(),
-            serial: None,
-            model: None,
-            allowed_hosts: vec![],
-            namespaces: vec![NamespaceConfig {
-                nsid: None,
-                backend: BackendKind::Null,
-                path: None,
-                size: Some(Size(1 << 30)),
+        subsystems: vec![SubsystemConfig::new(
+            NQN,
+            vec![NamespaceConfig {
                 block_size: Some(4096),
-                uuid: None,
-                nguid: None,
+                ..NamespaceConfig::sized(BackendKind::Null, 1 << 30)
             }],
-        }],
+        )],
     };
     let subs = build_subsystems(&cfg).expect("subsystem");
     let t = Target::new(subs, cfg.transport.clone(), vec![]);

@@ -3,7 +3,7 @@
 
 use crate::build::SUBNQN;
 use farflash_core::config::{
-    BackendKind, Config, NamespaceConfig, Size, SubsystemConfig, TransportConfig,
+    BackendKind, Config, NamespaceConfig, SubsystemConfig, TransportConfig,
 };
 use farflash_core::subsystem::build_subsystems;
 use farflash_core::Target;
@@ -23,12 +23,8 @@ pub struct Shape {
 fn namespace(nsid: u32, backend: BackendKind, size: u64, bs: u32) -> NamespaceConfig {
     NamespaceConfig {
         nsid: Some(nsid),
-        backend,
-        path: None,
-        size: Some(Size(size)),
         block_size: Some(bs),
-        uuid: None,
-        nguid: None,
+        ..NamespaceConfig::sized(backend, size)
     }
 }
 
@@ -68,13 +64,7 @@ pub fn build(sel: u8, ns: u8) -> (Arc<Target>, Shape) {
     let cfg = Config {
         listen: vec!["127.0.0.1:4420".into()],
         transport: transport.clone(),
-        subsystems: vec![SubsystemConfig {
-            nqn: SUBNQN.into(),
-            serial: None,
-            model: None,
-            allowed_hosts: vec![],
-            namespaces,
-        }],
+        subsystems: vec![SubsystemConfig::new(SUBNQN, namespaces)],
     };
     if let Err(e) = cfg.validate() {
         panic!("fuzz target config {sel:#x} is invalid: {e}");

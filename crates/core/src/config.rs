@@ -145,6 +145,20 @@ pub struct SubsystemConfig {
     pub namespaces: Vec<NamespaceConfig>,
 }
 
+impl SubsystemConfig {
+    /// A subsystem open to any host, with its serial number and model left
+    /// to their defaults.
+    pub fn new(nqn: impl Into<String>, namespaces: Vec<NamespaceConfig>) -> SubsystemConfig {
+        SubsystemConfig {
+            nqn: nqn.into(),
+            serial: None,
+            model: None,
+            allowed_hosts: vec![],
+            namespaces,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendKind {
@@ -175,6 +189,22 @@ pub struct NamespaceConfig {
     /// Namespace NGUID as 32 hex digits; derived like the UUID when absent.
     #[serde(default)]
     pub nguid: Option<String>,
+}
+
+impl NamespaceConfig {
+    /// A namespace of `size` bytes on a `backend` that needs no path (RAM,
+    /// null), with NSID, block size, UUID and NGUID left to their defaults.
+    pub fn sized(backend: BackendKind, size: u64) -> NamespaceConfig {
+        NamespaceConfig {
+            nsid: None,
+            backend,
+            path: None,
+            size: Some(Size(size)),
+            block_size: None,
+            uuid: None,
+            nguid: None,
+        }
+    }
 }
 
 /// A byte size written as a number or with a K/M/G/T suffix (powers of 1024).
@@ -237,21 +267,10 @@ impl Default for Config {
         Config {
             listen: default_listeners(),
             transport: TransportConfig::default(),
-            subsystems: vec![SubsystemConfig {
-                nqn: DEFAULT_NQN.to_owned(),
-                serial: None,
-                model: None,
-                allowed_hosts: vec![],
-                namespaces: vec![NamespaceConfig {
-                    nsid: None,
-                    backend: BackendKind::Ram,
-                    path: None,
-                    size: Some(Size(1 << 30)),
-                    block_size: None,
-                    uuid: None,
-                    nguid: None,
-                }],
-            }],
+            subsystems: vec![SubsystemConfig::new(
+                DEFAULT_NQN,
+                vec![NamespaceConfig::sized(BackendKind::Ram, 1 << 30)],
+            )],
         }
     }
 }

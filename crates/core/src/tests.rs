@@ -3,7 +3,7 @@
 //! (scripted backend).
 
 use crate::command::{Begin, Completion, Xfer};
-use crate::config::{BackendKind, Config, NamespaceConfig, Size, SubsystemConfig, TransportConfig};
+use crate::config::{BackendKind, Config, NamespaceConfig, SubsystemConfig, TransportConfig};
 use crate::subsystem::{build_subsystems, Namespace};
 use crate::{NvmeQueue, Target};
 use farflash_backend::{open_scripted, OpKind, Script};
@@ -22,21 +22,14 @@ fn target() -> (Arc<Target>, Arc<Script>) {
     let cfg = Config {
         listen: vec!["127.0.0.1:4420".into()],
         transport: transport.clone(),
-        subsystems: vec![SubsystemConfig {
-            nqn: NQN.into(),
-            serial: None,
-            model: None,
-            allowed_hosts: vec![],
-            namespaces: vec![NamespaceConfig {
+        subsystems: vec![SubsystemConfig::new(
+            NQN,
+            vec![NamespaceConfig {
                 nsid: Some(1),
-                backend: BackendKind::Null,
-                path: None,
-                size: Some(Size(1 << 20)),
                 block_size: Some(512),
-                uuid: None,
-                nguid: None,
+                ..NamespaceConfig::sized(BackendKind::Null, 1 << 20)
             }],
-        }],
+        )],
     };
     let subs = build_subsystems(&cfg).unwrap();
     let old = subs[0].namespace(1).unwrap();

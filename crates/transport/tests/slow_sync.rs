@@ -6,7 +6,7 @@
 
 use farflash_backend::{open_scripted, OpKind};
 use farflash_core::config::{
-    BackendKind, Config, NamespaceConfig, PollMode, Size, SubsystemConfig, TransportConfig,
+    BackendKind, Config, NamespaceConfig, PollMode, SubsystemConfig, TransportConfig,
 };
 use farflash_core::subsystem::{build_subsystems, Namespace};
 use farflash_core::Target;
@@ -24,21 +24,14 @@ fn target(addr: &str) -> (Arc<Target>, Arc<farflash_backend::Script>) {
     let cfg = Config {
         listen: vec![addr.into()],
         transport: transport.clone(),
-        subsystems: vec![SubsystemConfig {
-            nqn: NQN.into(),
-            serial: None,
-            model: None,
-            allowed_hosts: vec![],
-            namespaces: vec![NamespaceConfig {
+        subsystems: vec![SubsystemConfig::new(
+            NQN,
+            vec![NamespaceConfig {
                 nsid: Some(1),
-                backend: BackendKind::Null,
-                path: None,
-                size: Some(Size(1 << 20)),
                 block_size: Some(512),
-                uuid: None,
-                nguid: None,
+                ..NamespaceConfig::sized(BackendKind::Null, 1 << 20)
             }],
-        }],
+        )],
     };
     let subs = build_subsystems(&cfg).expect("subsystem");
     let old = subs[0].namespace(1).expect("namespace 1");

@@ -2,7 +2,7 @@
 //! real host takes, and the hostile inputs it must survive.
 
 use crate::QueuePair;
-use farflash_core::config::{Config, NamespaceConfig, Size, SubsystemConfig, TransportConfig};
+use farflash_core::config::{Config, NamespaceConfig, SubsystemConfig, TransportConfig};
 use farflash_core::subsystem::build_subsystems;
 use farflash_core::Target;
 use farflash_wire::fabrics::{ConnectCmd, ConnectData, PropertyCmd, CNTLID_DYNAMIC};
@@ -22,12 +22,8 @@ pub(super) const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:test-host";
 pub(super) fn ram_ns(nsid: Option<u32>) -> NamespaceConfig {
     NamespaceConfig {
         nsid,
-        backend: farflash_core::config::BackendKind::Ram,
-        path: None,
-        size: Some(Size(8 << 20)),
         block_size: Some(512),
-        uuid: None,
-        nguid: None,
+        ..NamespaceConfig::sized(farflash_core::config::BackendKind::Ram, 8 << 20)
     }
 }
 
@@ -36,11 +32,8 @@ pub(super) fn target_with(allowed: Vec<String>, transport: TransportConfig) -> A
         listen: vec!["127.0.0.1:4420".into()],
         transport: transport.clone(),
         subsystems: vec![SubsystemConfig {
-            nqn: NQN.into(),
-            serial: None,
-            model: None,
             allowed_hosts: allowed,
-            namespaces: vec![ram_ns(None)],
+            ..SubsystemConfig::new(NQN, vec![ram_ns(None)])
         }],
     };
     let subs = build_subsystems(&cfg).unwrap();

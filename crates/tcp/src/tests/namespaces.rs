@@ -29,13 +29,7 @@ fn namespace_change_completes_the_aer_and_reaches_io_queues() {
         transport: t.transport.clone(),
         subsystems: vec![],
     };
-    let mut sc = SubsystemConfig {
-        nqn: NQN.into(),
-        serial: None,
-        model: None,
-        allowed_hosts: vec![],
-        namespaces: vec![],
-    };
+    let mut sc = SubsystemConfig::new(NQN, vec![]);
     let ram = |nsid: u32| ram_ns(Some(nsid));
     sc.namespaces = vec![ram(1), ram(2)];
     cfg.subsystems.push(sc.clone());
