@@ -17,14 +17,16 @@
 #             same with --poll always
 #   initiators: spdk_nvme_perf -c 0x2 --no-huge, and farflash perf
 #             --cpus-allowed 1 (busy-poll)
-# Each initiator runs WARMUP seconds before it measures (spdk_nvme_perf -a,
-# farflash perf --ramp_time): a freshly started target is slow for its first
-# second or so (SPDK's faults in its --no-huge memory), and both initiators
-# then skip the same transient.
+# Every target is preconditioned first: one sequential 128 KiB write pass over
+# the whole namespace (farflash perf), so no run measures first-touch page
+# faults. Each initiator then runs WARMUP seconds before it measures
+# (spdk_nvme_perf -a, farflash perf --ramp_time): both skip the same start-up
+# transient of a fresh connection.
 # Per round and row, back to back: SPDK target x spdk_nvme_perf, farflash x
 # spdk_nvme_perf, farflash always-poll x spdk_nvme_perf, SPDK target x
-# farflash perf, farflash x farflash perf, in an order that rotates by one
-# from round to round. Every target runs alone (SPDK's
+# farflash perf, farflash x farflash perf, and the initiator's ceiling
+# (spdk_nvme_perf x farflash --null), in an order that rotates
+# by one from round to round. Every target runs alone (SPDK's
 # reactor spins on core 0). A ratio is the median over rounds of the
 # per-round ratios. Target CPU per I/O = its user+system time over the run
 # (warm-up included) divided by the I/Os the initiator's rate gives for the
@@ -33,7 +35,8 @@
 #
 # Writes its section of docs/benchmarks.md (OUT= to change, empty to skip).
 # Environment: SPDK_DIR, RUNS (5), RUNTIME seconds (3), WARMUP seconds (1), ROWS (all: qd1 qd32
-# qd128 write32 read128k), IDLE (1: measure idle CPU), PORT (4520),
+# qd128 write32 read128k), IDLE (1: measure idle CPU), PREFILL (1: precondition each target
+# with one sequential write pass before its run, see prefill()), PORT (4520),
 # SPDK_PORT (4521), OUT.
 set -euo pipefail
 
@@ -41,7 +44,7 @@ ROOT=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
 cd "$ROOT"
 NAME=vs-spdk.sh
 SPDK_DIR=${SPDK_DIR:-$ROOT/../anchors/spdk}
-RUNS=${RUNS:-5} RUNTIME=${RUNTIME:-3} WARMUP=${WARMUP:-1} IDLE=${IDLE:-1}
+RUNS=${RUNS:-5} RUNTIME=${RUNTIME:-3} WARMUP=${WARMUP:-1} IDLE=${IDLE:-1} PREFILL=${PREFILL:-1}
 ROWS=${ROWS:-qd1 qd32 qd128 write32 read128k}
 PORT=${PORT:-4520} SPDK_PORT=${SPDK_PORT:-4521}
 OUT=${OUT-docs/benchmarks.md}
@@ -88,10 +91,11 @@ start_target() { # spdk | ff | ffalways -> TARGET_PID, T_PORT, T_NQN
 		"$TGT" -m 0x1 --no-huge -s 2048 -r "$TMP/spdk.sock" --json "$TMP/spdk.json" >"$TMP/spdk-tgt.log" 2>&1 &
 		T_PORT=$SPDK_PORT T_NQN=$SPDK_NQN
 		;;
-	ff | ffalways)
-		local extra=()
-		[[ $1 = ffalways ]] && extra=(--poll always)
-		taskset -c 0 "$FF" serve --ram 1G --listen "127.0.0.1:$PORT" --log-level warn "${extra[@]}" \
+	ff | ffalways | ffnull)
+		local extra=(--ram 1G)
+		[[ $1 = ffalways ]] && extra=(--ram 1G --poll always)
+		[[ $1 = ffnull ]] && extra=(--null 1G)
+		taskset -c 0 "$FF" serve --listen "127.0.0.1:$PORT" --log-level warn "${extra[@]}" \
 			>"$TMP/ff.log" 2>&1 &
 		T_PORT=$PORT T_NQN=$FF_NQN
 		;;
@@ -130,9 +134,21 @@ run_initiator() {
 	echo $((t1 - t0)) >"$TMP/ticks"
 }
 
+# Preconditions the running target: one sequential 128 KiB write pass over
+# its whole namespace (farflash perf with no runtime stops after one pass).
+# Both targets keep their data in memory that is only backed on first touch
+# (SPDK's --no-huge malloc bdev is shared memory: a page fault, a page
+# allocation and a clearing per first access; 25 % of its time at QD 128
+# in the first seconds), so without it every run measures page faults.
+prefill() {
+	"$FF" perf -t tcp -a 127.0.0.1 -s "$T_PORT" -n "$T_NQN" --rw write --bs 128k --iodepth 16 \
+		--cpus-allowed 1 --output-format=json >"$TMP/prefill.json" || die "prefill of $T_NQN failed"
+}
+
 # One measurement: TARGET INITIATOR RW BS QD -> "iops cpu_us_per_io"
 measure() {
 	start_target "$1"
+	[[ $PREFILL = 1 && $1 != ffnull ]] && prefill
 	local iops ticks
 	iops=$(run_initiator "$2" "$3" "$4" "$5")
 	ticks=$(cat "$TMP/ticks")
@@ -150,7 +166,9 @@ declare -A ROW_ARGS=(
 	[write32]="randwrite 4096 32" [read128k]="read 131072 8")
 declare -A BAR=([qd32]=1.2)
 # Runs per round: target x initiator.
-COMBOS=("spdk spdk" "ff spdk" "ffalways spdk" "spdk ff" "ff ff")
+# "ffnull spdk" is the initiator's ceiling: spdk_nvme_perf against a target
+# that does no storage work (farflash --null, default polling).
+COMBOS=("spdk spdk" "ff spdk" "ffalways spdk" "spdk ff" "ff ff" "ffnull spdk")
 
 declare -A MED     # MED[row,combo] = median IOPS;  MED[row,combo,cpu] = median CPU µs per I/O
 declare -A RATIO   # RATIO[row,name] = median per-round ratio
@@ -190,6 +208,8 @@ for row in $ROWS; do
 	RATIO[$row,adaptive]=$(ratio "ff spdk" "ffalways spdk")
 	RATIO[$row,perf]=$(ratio "spdk ff" "spdk spdk")
 	RATIO[$row,tgt_ffperf]=$(ratio "ff ff" "spdk ff")
+	RATIO[$row,ceiling]=$(ratio "ff spdk" "ffnull spdk")
+	RATIO[$row,spdk_ceiling]=$(ratio "spdk spdk" "ffnull spdk")
 	unset V
 done
 
@@ -209,12 +229,12 @@ fi
 f2() { py "print('%.3f' % $1)"; }
 met() { py "print('yes' if $1 else 'no')"; }
 TABLE=$(
-	echo "| row | SPDK target, IOPS | farflash target, IOPS | farflash / SPDK | bar | met | always-poll / SPDK | adaptive / always (≥ 0.95) | target CPU µs per I/O, SPDK / farflash |"
-	echo "|---|---|---|---|---|---|---|---|---|"
+	echo "| row | SPDK target, IOPS | farflash target, IOPS | farflash / SPDK | bar | met | always-poll / SPDK | adaptive / always (≥ 0.95) | target CPU µs per I/O, SPDK / farflash | initiator ceiling, IOPS | SPDK, farflash / ceiling |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|"
 	for row in $ROWS; do
 		bar=${BAR[$row]:-1.0}
 		r=${RATIO[$row,tgt]} a=${RATIO[$row,adaptive]}
-		echo "| ${ROW_NAME[$row]} | $(py "print('%.0f' % ${MED[$row,spdk spdk]})") | $(py "print('%.0f' % ${MED[$row,ff spdk]})") | $(f2 "$r") | ≥ $bar | $(met "$r >= $bar") | $(f2 "${RATIO[$row,tgt_always]}") | $(f2 "$a") $(met "$a >= 0.95") | $(py "print('%.2f / %.2f' % (${MED[$row,spdk spdk,cpu]}, ${MED[$row,ff spdk,cpu]}))") |"
+		echo "| ${ROW_NAME[$row]} | $(py "print('%.0f' % ${MED[$row,spdk spdk]})") | $(py "print('%.0f' % ${MED[$row,ff spdk]})") | $(f2 "$r") | ≥ $bar | $(met "$r >= $bar") | $(f2 "${RATIO[$row,tgt_always]}") | $(f2 "$a") $(met "$a >= 0.95") | $(py "print('%.2f / %.2f' % (${MED[$row,spdk spdk,cpu]}, ${MED[$row,ff spdk,cpu]}))") | $(py "print('%.0f' % ${MED[$row,ffnull spdk]})") | $(f2 "${RATIO[$row,spdk_ceiling]}"), $(f2 "${RATIO[$row,ceiling]}") |"
 	done
 )
 TABLE2=$(
@@ -243,10 +263,19 @@ if [[ -n $OUT ]]; then
 		echo "  (adaptive polling, one event loop per allowed CPU), and \`--poll always\` for the always-poll column"
 		echo "- initiators on core 1: \`spdk_nvme_perf --no-huge -s 1024 -c 0x2 -t $RUNTIME -a $WARMUP\`, \`farflash perf"
 		echo "  --cpus-allowed 1 --runtime $RUNTIME --ramp_time $WARMUP\` (busy-poll; both measure after the warm-up);"
-		echo "  every target runs alone, started for each run"
-		echo "- $RUNS rounds; in a round each row runs its five pairings back to back, in an order that"
+		if [[ $PREFILL = 1 ]]; then
+			echo "  every target runs alone, started for each run and preconditioned by one sequential 128 KiB"
+			echo "  write pass over its whole namespace before the warm-up (no first-touch page faults in the"
+			echo "  measurement: SPDK's \`--no-huge\` malloc bdev spends a quarter of its time in them at first)"
+		else
+			echo "  every target runs alone, started for each run (not preconditioned: PREFILL=0)"
+		fi
+		echo "- $RUNS rounds; in a round each row runs its six pairings back to back, in an order that"
 		echo "  rotates from round to round; ratios are medians of the per-round ratios, IOPS and CPU"
 		echo "  medians over rounds"
+		echo "- initiator ceiling: spdk_nvme_perf against \`farflash serve --null 1G\` (no storage"
+		echo "  work): about what one initiator core can drive at all; a target near it is"
+		echo "  limited by the initiator, and no target can beat SPDK's by more than ceiling / SPDK"
 		echo "- target CPU per I/O: the target's user+system time during warm-up and run over the I/Os"
 		echo "  the measured rate gives for that time"
 		echo "  (this VM exposes no cycle counters); SPDK's reactor spins, so its figure is its wall time"
