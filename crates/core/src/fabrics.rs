@@ -78,7 +78,7 @@ fn connect(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
     let sub = if discovery {
         None
     } else {
-        t.subsystem(&data.subnqn).cloned()
+        t.subsystem(&data.subnqn)
     };
     if !discovery && sub.is_none() {
         tracing::info!(peer = %q.peer, subnqn = %data.subnqn, "connect to an unknown subsystem");

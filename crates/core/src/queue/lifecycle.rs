@@ -22,6 +22,15 @@ impl NvmeQueue {
         if self.closing {
             return;
         }
+        let g = self.target.listeners_generation();
+        if g != self.listeners_gen {
+            self.listeners_gen = g;
+            if !self.target.serves(&self.local) {
+                tracing::info!(peer = %self.peer, local = %self.local, "listener removed; closing its connection");
+                self.closing = true;
+                return;
+            }
+        }
         let Some(ctrl) = self.ctrl.clone() else {
             if now.saturating_duration_since(started) > CONNECT_TIMEOUT {
                 tracing::info!(peer = %self.peer, "not connected within {CONNECT_TIMEOUT:?}; closing");
@@ -42,6 +51,9 @@ impl NvmeQueue {
             let since = now.saturating_duration_since(self.last_keep_alive.unwrap_or(now));
             if kato > 0 && since > limit {
                 tracing::warn!(peer = %self.peer, cntlid = ctrl.cntlid, "keep-alive timeout ({kato} ms); tearing the controller down");
+                self.target
+                    .keep_alive_expiries
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 self.target.remove_controller(&ctrl);
                 self.closing = true;
                 return;
