@@ -411,6 +411,37 @@ pub fn render(registry: &Registry) -> String {
     out
 }
 
+/// The Prometheus text format (0.0.4) of an OpenMetrics exposition, for
+/// scrapers that do not ask for OpenMetrics (curl, `promtool check
+/// metrics`): counter families are named with their `_total` suffix, and
+/// the `# UNIT` and `# EOF` lines go.
+pub fn to_prometheus_text(om: &str) -> String {
+    let counters: std::collections::HashSet<&str> = om
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(om.len());
+    for l in om.lines() {
+        if l.starts_with("# UNIT ") || l == "# EOF" {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|p| {
+            let rest = l.strip_prefix(p)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{p}{name}_total {tail}"))
+        });
+        match renamed {
+            Some(r) => out.push_str(&r),
+            None => out.push_str(l),
+        }
+        out.push('\n');
+    }
+    out
+}
+
 /// A running metrics listener; dropping it stops the thread.
 pub struct MetricsServer {
     pub addr: SocketAddr,
@@ -503,12 +534,24 @@ fn serve_http(mut s: TcpStream, reg: &Registry) -> io::Result<()> {
     match (method, path) {
         ("GET", "/metrics") => {
             let body = render(reg);
-            respond(
-                &mut s,
-                "200 OK",
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                body.as_bytes(),
-            )
+            // Prometheus asks for OpenMetrics; anyone else gets the classic text format.
+            let head = String::from_utf8_lossy(&req).to_ascii_lowercase();
+            if head.contains("application/openmetrics-text") {
+                respond(
+                    &mut s,
+                    "200 OK",
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    body.as_bytes(),
+                )
+            } else {
+                let text = to_prometheus_text(&body);
+                respond(
+                    &mut s,
+                    "200 OK",
+                    "text/plain; version=0.0.4; charset=utf-8",
+                    text.as_bytes(),
+                )
+            }
         }
         ("GET", "/") => respond(
             &mut s,
@@ -534,4 +577,18 @@ fn respond(s: &mut TcpStream, status: &str, ctype: &str, body: &[u8]) -> io::Res
     )?;
     s.write_all(body)?;
     s.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classic_text_names_counters_with_total() {
+        let om = "# HELP a_x Help.\n# TYPE a_x counter\na_x_total{l=\"1\"} 3\n# HELP g G.\n# TYPE g gauge\n# UNIT g bytes\ng 1\n# EOF\n";
+        assert_eq!(
+            to_prometheus_text(om),
+            "# HELP a_x_total Help.\n# TYPE a_x_total counter\na_x_total{l=\"1\"} 3\n# HELP g G.\n# TYPE g gauge\ng 1\n"
+        );
+    }
 }
