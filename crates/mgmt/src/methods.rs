@@ -455,3 +455,39 @@ fn write_private(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schema_documents_every_method_and_error_code() {
+        let doc: Value =
+            serde_json::from_str(include_str!("../../../docs/rpc-schema.json")).unwrap();
+        let names: Vec<&str> = doc["methods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, METHODS);
+        let codes: Vec<i64> = doc["components"]["errors"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|e| e["code"].as_i64().unwrap())
+            .collect();
+        for c in [
+            jsonrpc::PARSE_ERROR,
+            jsonrpc::INVALID_REQUEST,
+            jsonrpc::METHOD_NOT_FOUND,
+            jsonrpc::INVALID_PARAMS,
+            jsonrpc::NOT_FOUND,
+            jsonrpc::EXISTS,
+            jsonrpc::INVALID_CONFIG,
+            jsonrpc::FAILED,
+        ] {
+            assert!(codes.contains(&c), "{c} undocumented");
+        }
+    }
+}
