@@ -198,14 +198,16 @@ pub(crate) fn apply_locked(
     }
 
     // 3. Commit.
+    // Lists change before controllers are swept: a Connect racing with
+    // this checks the lists again after creating its controller.
     let mut discovery = false;
+    target.set_subsystems(plans.iter().map(|(s, _)| s.clone()).collect());
     for sub in current.iter() {
         if report.subsystems_removed.contains(&sub.nqn) {
             report.disconnected += target.disconnect_subsystem_hosts(sub, None);
             discovery = true;
         }
     }
-    target.set_subsystems(plans.iter().map(|(s, _)| s.clone()).collect());
     for ((sub, new), sc) in plans.into_iter().zip(&cfg.subsystems) {
         let Some(new) = new else {
             discovery = true;

@@ -470,8 +470,10 @@ pub fn start(target: Arc<Target>, addr: SocketAddr) -> io::Result<MetricsServer>
     let thread = std::thread::Builder::new()
         .name("farflash-metrics".into())
         .spawn(move || {
+            use std::os::fd::AsRawFd;
             let clients = Arc::new(AtomicUsize::new(0));
             while !st.load(Ordering::Acquire) {
+                crate::server::wait_readable(l.as_raw_fd(), 250);
                 match l.accept() {
                     Ok((s, _)) => {
                         if clients.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
@@ -489,9 +491,7 @@ pub fn start(target: Arc<Target>, addr: SocketAddr) -> io::Result<MetricsServer>
                             clients.fetch_sub(1, Ordering::AcqRel);
                         }
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(Duration::from_millis(50))
-                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(_) => std::thread::sleep(Duration::from_millis(50)),
                 }
             }

@@ -22,7 +22,19 @@ use std::time::Duration;
 pub const MAX_CLIENTS: usize = 16;
 pub const IDLE: Duration = Duration::from_secs(60);
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
-const ACCEPT_POLL: Duration = Duration::from_millis(50);
+/// How often an idle accept loop looks at its stop flag.
+const ACCEPT_POLL_MS: i32 = 250;
+
+/// Waits until `fd` is readable or `ms` pass (no busy loop while idle).
+pub(crate) fn wait_readable(fd: std::os::fd::RawFd, ms: i32) {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the duration of the call.
+    unsafe { libc::poll(&mut p, 1, ms) };
+}
 
 /// The default socket: `$XDG_RUNTIME_DIR/farflash.sock`, else
 /// `/run/farflash.sock` for root, else `/tmp/farflash-UID.sock`.
@@ -120,8 +132,10 @@ pub fn start(api: Arc<Api>, path: &Path) -> io::Result<RpcServer> {
 }
 
 fn accept_loop(listener: UnixListener, api: Arc<Api>, stop: Arc<AtomicBool>) {
+    use std::os::fd::AsRawFd;
     let clients = Arc::new(AtomicUsize::new(0));
     while !stop.load(Ordering::Acquire) {
+        wait_readable(listener.as_raw_fd(), ACCEPT_POLL_MS);
         match listener.accept() {
             Ok((mut s, _)) => {
                 let _ = s.set_nonblocking(false);
@@ -146,11 +160,12 @@ fn accept_loop(listener: UnixListener, api: Arc<Api>, stop: Arc<AtomicBool>) {
                     clients.fetch_sub(1, Ordering::AcqRel);
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::sleep(ACCEPT_POLL),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e)
+                if e.kind() == io::ErrorKind::WouldBlock
+                    || e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {
                 tracing::warn!("management socket: accept failed: {e}");
-                std::thread::sleep(ACCEPT_POLL);
+                std::thread::sleep(Duration::from_millis(50));
             }
         }
     }

@@ -14,6 +14,7 @@ impl NvmeQueue {
     /// Periodic work (the event loop calls it every 100 ms with the time).
     pub fn tick(&mut self, now: Instant) {
         self.clock = Some(now);
+        self.timing = self.target.latency_timing();
         let started = *self.started.get_or_insert(now);
         if self.keep_alive_seen || self.last_keep_alive.is_none() {
             self.keep_alive_seen = false;

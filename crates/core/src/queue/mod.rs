@@ -107,6 +107,9 @@ pub struct NvmeQueue {
     /// The target's listener generation last seen (a removed listener
     /// closes the connections that came through it).
     listeners_gen: u64,
+    /// Latency samples are taken (a metrics listener runs); the target's
+    /// flag, copied at each tick so the I/O path reads nothing shared.
+    pub(crate) timing: bool,
 }
 
 impl NvmeQueue {
@@ -114,8 +117,10 @@ impl NvmeQueue {
     /// `trtype` names the transport in the Error log.
     pub fn new(target: Arc<Target>, local: SocketAddr, peer: SocketAddr, trtype: u8) -> NvmeQueue {
         let listeners_gen = target.listeners_generation();
+        let timing = target.latency_timing();
         let mut q = NvmeQueue {
             listeners_gen,
+            timing,
             target,
             local,
             peer,

@@ -24,7 +24,7 @@ impl NvmeQueue {
         if self.qid != 0 {
             if let Some(st) = &self.stats {
                 QueueStats::bump(&st.outstanding, 1);
-                if self.target.latency_timing() {
+                if self.timing {
                     // The one clock read of the command layer: latency
                     // samples, only while a metrics listener asks for them.
                     s.t0 = Some(std::time::Instant::now());
