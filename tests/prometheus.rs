@@ -240,6 +240,41 @@ fn prometheus_scrapes_what_perf_did() {
         String::from_utf8_lossy(&r.stdout),
         String::from_utf8_lossy(&r.stderr)
     );
+
+    // Every query of the Grafana dashboard is valid PromQL for this
+    // Prometheus, and every metric it names is in the exposition.
+    let dash: Value =
+        serde_json::from_str(&std::fs::read_to_string("docs/grafana-dashboard.json").unwrap())
+            .unwrap();
+    let mut n = 0;
+    for panel in dash["panels"].as_array().unwrap() {
+        for t in panel["targets"].as_array().unwrap() {
+            let expr = t["expr"].as_str().unwrap();
+            let q = expr
+                .replace("$__rate_interval", "1m")
+                .replace("$subsystem", ".*")
+                .replace("$host", ".*")
+                .replace("$job", ".*");
+            let body = http_get(&paddr, &format!("/api/v1/query?query={}", encode(&q)))
+                .unwrap_or_else(|| panic!("Prometheus refused the dashboard query {q}"));
+            let v: Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(v["status"], "success", "{q}: {body}");
+            for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if word.starts_with("farflash_") || word.starts_with("process_") {
+                    let family = word
+                        .trim_end_matches("_bucket")
+                        .trim_end_matches("_total")
+                        .to_owned();
+                    assert!(
+                        text.contains(&format!("# TYPE {family}")),
+                        "the dashboard names {word}, which /metrics does not have"
+                    );
+                }
+            }
+            n += 1;
+        }
+    }
+    assert!(n >= 10, "{n} dashboard queries");
     drop(prom);
     drop(serve);
     let _ = std::fs::remove_dir_all(&dir);

@@ -44,9 +44,6 @@ impl Enc<'_, '_> {
         unit: Option<&Unit>,
         rows: &[(Labels<'_>, u64)],
     ) -> Result<(), std::fmt::Error> {
-        if rows.is_empty() {
-            return Ok(());
-        }
         let mut m = self
             .0
             .encode_descriptor(name, help, unit, MetricType::Counter)?;
@@ -66,9 +63,6 @@ impl Enc<'_, '_> {
         unit: Option<&Unit>,
         rows: &[(Labels<'_>, i64)],
     ) -> Result<(), std::fmt::Error> {
-        if rows.is_empty() {
-            return Ok(());
-        }
         let mut m = self
             .0
             .encode_descriptor(name, help, unit, MetricType::Gauge)?;
