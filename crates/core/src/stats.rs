@@ -204,6 +204,13 @@ impl std::ops::AddAssign for Totals {
     }
 }
 
+/// Host NQNs whose closed queues are remembered apart; beyond that (hosts
+/// inventing NQNs) what they did is kept under [`OTHER_HOSTS`], so memory
+/// stays bounded.
+pub const MAX_RETIRED_HOSTS: usize = 1024;
+/// The host label of the counters of hosts beyond [`MAX_RETIRED_HOSTS`].
+pub const OTHER_HOSTS: &str = "(other)";
+
 /// The counters of a subsystem: live queues plus what closed queues left,
 /// by host NQN.
 #[derive(Default, Debug)]
@@ -231,10 +238,13 @@ impl StatsRegistry {
         if let Ok(mut g) = self.inner.lock() {
             if let Some(i) = g.live.iter().position(|x| Arc::ptr_eq(x, s)) {
                 let q = g.live.swap_remove(i);
-                g.retired
-                    .entry(q.host.clone())
-                    .or_default()
-                    .add_queue(&q, false);
+                let key = if g.retired.len() < MAX_RETIRED_HOSTS || g.retired.contains_key(&q.host)
+                {
+                    q.host.clone()
+                } else {
+                    OTHER_HOSTS.to_owned()
+                };
+                g.retired.entry(key).or_default().add_queue(&q, false);
             }
         }
     }
@@ -292,6 +302,20 @@ mod tests {
         assert_eq!(h["h1"].errors.get(&0x0281), Some(&1));
         assert_eq!(h["h1"].lat[0][lat_bucket(1500)], 1);
         assert_eq!(h["h2"].ns[0][3], 4096, "NSID 40 is counted in slot 0");
+    }
+
+    #[test]
+    fn hosts_inventing_nqns_cannot_grow_the_totals_without_bound() {
+        let r = StatsRegistry::default();
+        for i in 0..MAX_RETIRED_HOSTS + 50 {
+            let q = r.register(&format!("nqn.h{i}"));
+            QueueStats::bump(&q.ns(1).read_cmds, 1);
+            r.retire(&q);
+        }
+        let h = r.by_host();
+        assert_eq!(h.len(), MAX_RETIRED_HOSTS + 1);
+        assert_eq!(h[OTHER_HOSTS].ns[1][0], 50);
+        assert_eq!(r.totals().read_cmds, MAX_RETIRED_HOSTS as u64 + 50);
     }
 
     #[test]
