@@ -31,9 +31,67 @@ enum Command {
     GenDhchapKey(cli::dhchap::GenArgs),
     /// Check a DH-HMAC-CHAP key (like `nvme check-dhchap-key`).
     CheckDhchapKey(cli::dhchap::CheckArgs),
+    /// Manage a running target through its management socket.
+    Ctl(cli::ctl::CtlArgs),
+    /// Send one JSON-RPC method to a running target (raw; see docs/rpc-schema.json).
+    Rpc(cli::ctl::RpcArgs),
+}
+
+/// Whether `e` (or what caused it) is a write into a closed pipe, and the
+/// closed pipe is our standard output (not, say, a host's TCP connection).
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    }) && stdout_closed()
+}
+
+/// The reader of standard output is gone (a pipe's write end reports
+/// POLLERR then).
+fn stdout_closed() -> bool {
+    let mut p = libc::pollfd {
+        fd: 1,
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no timeout.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n == 1 && p.revents & libc::POLLERR != 0
+}
+
+/// Ends the process as one killed by SIGPIPE, like nvme-cli and any C
+/// program writing into a closed pipe (`farflash identify ... | head`):
+/// no message, status 141 in the shell.
+fn die_of_sigpipe() -> ! {
+    // SAFETY: resetting SIGPIPE to its default action and raising it has no
+    // preconditions; the process ends there.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        libc::raise(libc::SIGPIPE);
+    }
+    std::process::exit(141)
+}
+
+/// `println!` into a closed pipe panics; such a panic ends the process
+/// quietly instead of printing a backtrace.
+fn quiet_on_closed_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.contains("failed printing to stdout") && msg.contains("Broken pipe") {
+            die_of_sigpipe();
+        }
+        default(info);
+    }));
 }
 
 fn main() {
+    quiet_on_closed_pipe();
     let cli = Cli::parse();
     let result = match cli.command {
         // No subcommand: the main job, a target with the embedded default config.
@@ -45,8 +103,13 @@ fn main() {
         Some(Command::Sweep(a)) => cli::sweep::run(a),
         Some(Command::GenDhchapKey(a)) => cli::dhchap::run_gen(a),
         Some(Command::CheckDhchapKey(a)) => cli::dhchap::run_check(a),
+        Some(Command::Ctl(a)) => cli::ctl::run(a),
+        Some(Command::Rpc(a)) => cli::ctl::run_rpc(a),
     };
     if let Err(e) = result {
+        if is_broken_pipe(&e) {
+            die_of_sigpipe();
+        }
         eprintln!("farflash: error: {e:#}");
         std::process::exit(1);
     }

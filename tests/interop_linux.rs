@@ -551,9 +551,12 @@ fn linux_host_vs_farflash_serve() {
     );
 }
 
-/// Namespaces added and removed while the Linux host is connected (config
-/// file + SIGHUP) reach it through an asynchronous event: the Changed
-/// Namespace List is read and the block device appears, then disappears.
+/// Namespaces changed while the Linux host is connected and fio verify runs
+/// on another one: NSID 4 added and NSID 2 (a file) grown through the
+/// management API (`farflash ctl`), then NSID 4 removed by the configuration
+/// file and SIGHUP. The host hears of each change through an asynchronous
+/// event: the Changed Namespace List is read, the block device appears, the
+/// new size shows, the device disappears; fio never sees an error.
 #[test]
 #[ignore = "boots a QEMU VM; run by tests/run.sh"]
 fn linux_host_sees_namespaces_change_at_run_time() {
@@ -564,21 +567,46 @@ fn linux_host_sees_namespaces_change_at_run_time() {
     let nqn = "nqn.2026-11.io.farflash:aen";
     let config = tmp.path().join("aen.toml");
     let config_path = config.clone();
-    let write_config = move |namespaces: usize| {
-        let mut t = format!("listen = [\"127.0.0.1:{port}\"]\n[[subsystem]]\nnqn = \"{nqn}\"\n");
-        for nsid in 1..=namespaces {
-            t += &format!(
-                "[[subsystem.namespace]]\nnsid = {nsid}\nbackend = \"ram\"\nsize = \"16M\"\n"
-            );
-        }
+    let sock = tmp.path().join("rpc.sock");
+    let img = tmp.path().join("ns2.img");
+    fs::File::create(&img)
+        .and_then(|f| f.set_len(16 << 20))
+        .expect("create the file namespace");
+    let img_s = img.display().to_string();
+    // NSIDs 1-3; NSID 2 at `ns2_size` (the file only grows).
+    let write_config = move |ns2_size: &str| {
+        let ram = |nsid: u32| {
+            format!("[[subsystem.namespace]]\nnsid = {nsid}\nbackend = \"ram\"\nsize = \"16M\"\n")
+        };
+        let t = format!(
+            "listen = [\"127.0.0.1:{port}\"]\n[[subsystem]]\nnqn = \"{nqn}\"\n{}[[subsystem.namespace]]\nnsid = 2\nbackend = \"file\"\npath = \"{img_s}\"\nsize = \"{ns2_size}\"\n{}",
+            ram(1),
+            ram(3)
+        );
         fs::write(&config, t).expect("write the config");
     };
-    write_config(1);
+    write_config("16M");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_farflash"));
     cmd.args(["serve", "--log-level", "info", "--config"])
-        .arg(&config_path);
+        .arg(&config_path)
+        .arg("--rpc-socket")
+        .arg(&sock);
     let mut target = Proc::spawn("farflash serve", "[farflash] ", &mut cmd, false);
     target.wait_for_line("listening on", Duration::from_secs(60));
+    let ctl = move |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_farflash"))
+            .arg("ctl")
+            .arg("--rpc-socket")
+            .arg(&sock)
+            .args(args)
+            .output()
+            .expect("run farflash ctl");
+        assert!(
+            out.status.success(),
+            "farflash ctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
 
     // The host side of the exchange: act on the guest's requests.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -591,8 +619,14 @@ fn linux_host_sees_namespaces_change_at_run_time() {
                 let req = fs::read_to_string(share.join("request")).unwrap_or_default();
                 let req = req.trim().to_string();
                 if !req.is_empty() && req != done {
-                    write_config(if req == "add" { 2 } else { 1 });
-                    send_signal(target_pid, 1); // SIGHUP: reload
+                    if req == "add" {
+                        ctl(&["namespace", "add", nqn, "--nsid", "4", "--ram", "16M"]);
+                        ctl(&["namespace", "resize", nqn, "2", "32M"]);
+                    } else {
+                        // The file as the target now is, without NSID 4.
+                        write_config("32M");
+                        send_signal(target_pid, 1); // SIGHUP: reload
+                    }
                     done = req;
                 }
                 thread::sleep(Duration::from_millis(50));

@@ -6,7 +6,8 @@
 #   1. cargo fmt --all --check
 #   2. cargo clippy --workspace --all-targets -- -D warnings
 #   3. cargo test --workspace, the backend's block-device test on a loop
-#      device (tests/block-device.sh), and the fuzz corpus replay
+#      device (tests/block-device.sh), a real Prometheus (Debian's package)
+#      scraping farflash serve (tests/prometheus.rs), and the fuzz corpus replay
 #   4. cargo test --test interop_linux --test host_kernel_target -- --ignored
 #      --test-threads=1 --nocapture
 #      (the Linux kernel host in QEMU VMs against the kernel's nvmet target
@@ -94,7 +95,7 @@ summary() {
 section "prerequisites"
 missing=()
 for pair in qemu-system-x86_64=qemu-system-x86 busybox=busybox-static cpio=cpio \
-	nvme=nvme-cli fio=fio socat=socat xz=xz-utils; do
+	nvme=nvme-cli fio=fio socat=socat xz=xz-utils prometheus=prometheus promtool=prometheus; do
 	command -v "${pair%%=*}" >/dev/null || missing+=("${pair#*=}")
 done
 command -v cc >/dev/null || missing+=(gcc libc6-dev) # the linker cargo uses
@@ -133,6 +134,8 @@ step "cargo clippy --workspace --all-targets -- -D warnings" 2400 \
 	cargo clippy --workspace --all-targets -- -D warnings
 step "cargo test --workspace" 2400 cargo test --workspace
 step "backend on a real block device (tests/block-device.sh)" 900 bash tests/block-device.sh
+step "Prometheus scrapes farflash serve (cargo test --test prometheus -- --ignored)" 600 \
+	cargo test --test prometheus -- --ignored --nocapture
 step "fuzz corpus and regression replay (cargo test --manifest-path fuzz/Cargo.toml)" 1200 \
 	cargo test --manifest-path fuzz/Cargo.toml
 if [[ ${FARFLASH_SKIP_INTEROP:-0} = 1 ]]; then

@@ -11,6 +11,7 @@ pub mod host_connection;
 pub mod input;
 pub mod opcodes;
 pub mod pdu_framing;
+pub mod rpc_request;
 pub mod stream;
 pub mod target_cmds;
 pub mod target_conn;
@@ -38,11 +39,12 @@ pub fn tolerate(name: &str) -> bool {
 /// A harness: runs one input, panics on a finding.
 pub type Harness = fn(&[u8]);
 
-pub const TARGETS: [(&str, Harness); 6] = [
+pub const TARGETS: [(&str, Harness); 7] = [
     ("pdu_framing", pdu_framing::run),
     ("command_decode", command_decode::run),
     ("command_layer", command_layer::run),
     ("target_connection", target_connection::run),
     ("host_connection", host_connection::run),
     ("auth_exchange", auth_exchange::run),
+    ("rpc_request", rpc_request::run),
 ];

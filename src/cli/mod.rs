@@ -1,5 +1,6 @@
 //! Subcommands. Each module owns its clap arguments and a `run` function.
 
+pub mod ctl;
 pub mod dhchap;
 pub mod discover;
 pub mod identify;

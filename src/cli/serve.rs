@@ -61,6 +61,15 @@ pub struct ServeFlags {
     /// Adaptive polling: microseconds of quiet before an event loop sleeps.
     #[arg(long = "poll-idle-us", value_name = "US")]
     pub poll_idle_us: Option<u32>,
+    /// Management socket (JSON-RPC 2.0, mode 0600; `farflash ctl`). Default:
+    /// $XDG_RUNTIME_DIR/farflash.sock, /run/farflash.sock for root,
+    /// /tmp/farflash-UID.sock otherwise; "none" turns it off.
+    #[arg(long = "rpc-socket", value_name = "PATH")]
+    pub rpc_socket: Option<PathBuf>,
+    /// Serve Prometheus metrics over HTTP on ADDR:PORT (a bare PORT means
+    /// 127.0.0.1:PORT). Off by default.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<String>,
 }
 
 /// Serve arguments plus the order in which namespace flags were given
@@ -248,22 +257,68 @@ pub fn run(args: ServeArgs) -> Result<()> {
         drain: DRAIN,
         max_connections: cfg.transport.max_connections as usize,
     };
-    let target = Target::new(subsystems, cfg.transport.clone(), addrs.clone());
+    let target = Target::with_listeners(
+        subsystems,
+        cfg.transport.clone(),
+        cfg.listen
+            .iter()
+            .zip(&addrs)
+            .map(|(c, a)| farflash_core::target::Listener {
+                config: c.clone(),
+                addr: *a,
+            })
+            .collect(),
+    );
+    let (listener_ctl, listener_rx) = farflash_transport::listener_control();
+    let api = Arc::new(farflash_mgmt::Api {
+        target: target.clone(),
+        listeners: Some(Box::new(listener_ctl.clone())),
+    });
+    let rpc = start_rpc(&args.flags, api)?;
+    let metrics = match &args.flags.metrics {
+        Some(a) => {
+            let sa = metrics_addr(a)?;
+            let m = farflash_mgmt::metrics::start(target.clone(), sa)
+                .with_context(|| format!("cannot serve metrics on {sa}"))?;
+            Some(m)
+        }
+        None => None,
+    };
 
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
     }
     print_banner(&target, &addrs, &loop_opts);
-    let reloader = spawn_reloader(target.clone(), args.clone())?;
-    let served =
-        farflash_transport::serve(target.clone(), listeners, &loop_opts, stop).context("serving");
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        if let Some(r) = &rpc {
+            let _ = writeln!(out, "management socket {}", r.path().display());
+        }
+        if let Some(m) = &metrics {
+            let _ = writeln!(out, "metrics on http://{}/metrics", m.addr);
+        }
+        let _ = out.flush();
+    }
+    notify_ready();
+    let reloader = spawn_reloader(target.clone(), args.clone(), listener_ctl)?;
+    let served = farflash_transport::serve_with(
+        target.clone(),
+        listeners,
+        &loop_opts,
+        stop,
+        Some(listener_rx),
+    )
+    .context("serving");
     reloader.close();
+    drop(rpc);
+    drop(metrics);
     served?;
 
     // Acknowledged writes must survive: flush every file backend before exit.
     let mut failed = false;
-    for sub in &target.subsystems {
+    for sub in target.subsystems().iter() {
         for ns in sub.namespaces().iter() {
             if let Err(e) = ns.backend.sync_all() {
                 tracing::error!(subnqn = %sub.nqn, nsid = ns.nsid, "flush at shutdown failed: {e}");
@@ -272,7 +327,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         }
     }
     let t = target
-        .subsystems
+        .subsystems()
         .iter()
         .fold(farflash_core::stats::Totals::default(), |mut a, s| {
             a += s.stats.totals();
@@ -291,34 +346,135 @@ pub fn run(args: ServeArgs) -> Result<()> {
     Ok(())
 }
 
-/// On SIGHUP, re-reads the configuration (the file and the flags) and applies
-/// namespace changes to the running target; hosts get an asynchronous event.
-fn spawn_reloader(target: Arc<Target>, args: ServeArgs) -> Result<signal_hook::iterator::Handle> {
+/// `--metrics`: ADDR:PORT, or a bare PORT on the loopback address.
+fn metrics_addr(a: &str) -> Result<SocketAddr> {
+    if let Ok(port) = a.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    a.to_socket_addrs()
+        .with_context(|| format!("bad --metrics address {a:?} (want ADDR:PORT or PORT)"))?
+        .next()
+        .with_context(|| format!("--metrics address {a:?} resolves to nothing"))
+}
+
+/// Starts the management socket: at `--rpc-socket` (an error if it cannot
+/// be had), or at the default path (a warning if another target holds it).
+fn start_rpc(
+    f: &ServeFlags,
+    api: Arc<farflash_mgmt::Api>,
+) -> Result<Option<farflash_mgmt::server::RpcServer>> {
+    match &f.rpc_socket {
+        Some(p) if p.as_os_str() == "none" => Ok(None),
+        Some(p) => farflash_mgmt::server::start(api, p)
+            .map(Some)
+            .with_context(|| format!("management socket {}", p.display())),
+        None => {
+            let p = farflash_mgmt::server::default_socket_path();
+            match farflash_mgmt::server::start(api, &p) {
+                Ok(s) => Ok(Some(s)),
+                Err(e) => {
+                    tracing::warn!(
+                        "no management socket: {}: {e} (use --rpc-socket PATH)",
+                        p.display()
+                    );
+                    Ok(None)
+                }
+            }
+        }
+    }
+}
+
+/// Tells systemd (Type=notify) that the target serves: `READY=1` on
+/// $NOTIFY_SOCKET, when it is set.
+fn notify_ready() {
+    notify("READY=1");
+}
+
+fn notify(msg: &str) {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let Ok(sock) = std::os::unix::net::UnixDatagram::unbound() else {
+        return;
+    };
+    let bytes = path.as_encoded_bytes();
+    let r = if let Some(name) = bytes.strip_prefix(b"@") {
+        use std::os::linux::net::SocketAddrExt;
+        std::os::unix::net::SocketAddr::from_abstract_name(name)
+            .and_then(|a| sock.send_to_addr(msg.as_bytes(), &a))
+    } else {
+        sock.send_to(msg.as_bytes(), &path)
+    };
+    if let Err(e) = r {
+        tracing::warn!("sd_notify {msg}: {e}");
+    }
+}
+
+/// On SIGHUP, re-reads the configuration (the file and the flags) and
+/// applies the whole of it to the running target (subsystems, hosts,
+/// namespaces, listeners) through the code `load_config` runs.
+fn spawn_reloader(
+    target: Arc<Target>,
+    args: ServeArgs,
+    listeners: farflash_transport::ListenerHandle,
+) -> Result<signal_hook::iterator::Handle> {
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP])
         .context("installing SIGHUP handler")?;
     let handle = signals.handle();
-    std::thread::Builder::new().name("farflash-reload".into()).spawn(move || {
-        for _ in signals.forever() {
-            let result = args
-                .to_config()
-                .and_then(|cfg| Ok(farflash_core::reload::apply(&target, &cfg)?));
-            match result {
-                Ok(r) => {
-                    for (nqn, ids) in &r.changed {
-                        tracing::info!(subnqn = %nqn, nsids = ?ids, "reload: namespaces changed");
-                    }
-                    for what in &r.ignored {
-                        tracing::warn!("reload: not applied: {what}");
-                    }
-                    if r.changed.is_empty() && r.ignored.is_empty() {
-                        tracing::info!("reload: nothing changed");
-                    }
+    std::thread::Builder::new()
+        .name("farflash-reload".into())
+        .spawn(move || {
+            for _ in signals.forever() {
+                notify("RELOADING=1");
+                let result = args.to_config().and_then(|cfg| {
+                    Ok(farflash_core::reload::apply_with(
+                        &target,
+                        &cfg,
+                        Some(&listeners),
+                    )?)
+                });
+                match result {
+                    Ok(r) => log_report("reload", &r),
+                    Err(e) => tracing::error!("reload failed, nothing changed: {e:#}"),
                 }
-                Err(e) => tracing::error!("reload failed, nothing changed: {e:#}"),
+                notify("READY=1");
             }
-        }
-    })?;
+        })?;
     Ok(handle)
+}
+
+/// Logs what a configuration change did.
+pub fn log_report(what: &str, r: &farflash_core::reload::ReloadReport) {
+    for (nqn, ids) in &r.changed {
+        tracing::info!(subnqn = %nqn, nsids = ?ids, "{what}: namespaces changed");
+    }
+    for n in &r.subsystems_added {
+        tracing::info!(subnqn = %n, "{what}: subsystem added");
+    }
+    for n in &r.subsystems_removed {
+        tracing::info!(subnqn = %n, "{what}: subsystem removed");
+    }
+    for n in &r.hosts_changed {
+        tracing::info!(subnqn = %n, "{what}: allowed hosts changed");
+    }
+    if r.disconnected > 0 {
+        tracing::info!(
+            controllers = r.disconnected,
+            "{what}: controllers disconnected"
+        );
+    }
+    for a in &r.listeners_added {
+        tracing::info!(%a, "{what}: listener added");
+    }
+    for a in &r.listeners_removed {
+        tracing::info!(%a, "{what}: listener removed");
+    }
+    for w in &r.ignored {
+        tracing::warn!("{what}: not applied: {w}");
+    }
+    if r.is_empty() {
+        tracing::info!("{what}: nothing changed");
+    }
 }
 
 fn print_banner(target: &Target, addrs: &[SocketAddr], lo: &farflash_transport::LoopOptions) {
@@ -336,11 +492,12 @@ fn print_banner(target: &Target, addrs: &[SocketAddr], lo: &farflash_transport::
             format!(", CPUs {:?}", lo.cpus)
         }
     );
-    for sub in &target.subsystems {
-        let hosts = if sub.allowed_hosts.is_empty() {
+    for sub in target.subsystems().iter() {
+        let allowed = sub.allowed_hosts();
+        let hosts = if allowed.is_empty() {
             "any host".to_owned()
         } else {
-            sub.allowed_hosts.join(", ")
+            allowed.join(", ")
         };
         let _ = writeln!(out, "subsystem {} (allowed: {hosts})", sub.nqn);
         for ns in sub.namespaces().iter() {
@@ -363,7 +520,7 @@ fn print_banner(target: &Target, addrs: &[SocketAddr], lo: &farflash_transport::
     for a in addrs {
         let _ = writeln!(out, "listening on {a}");
     }
-    if let (Some(a), Some(sub)) = (addrs.first(), target.subsystems.first()) {
+    if let (Some(a), Some(sub)) = (addrs.first(), target.subsystems().first().cloned()) {
         let _ = writeln!(
             out,
             "connect with: nvme connect -t tcp -a {} -s {} -n {}",

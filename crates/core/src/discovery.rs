@@ -33,9 +33,11 @@ pub(crate) fn log_page(q: &NvmeQueue, ctrl: &Controller) -> Vec<u8> {
     let t = &q.target;
     let asqsz = 32;
     let mut entries = Vec::new();
-    for (i, addr) in t.listeners.iter().enumerate() {
+    let subsystems = t.subsystems();
+    for (i, l) in t.listeners().iter().enumerate() {
+        let addr = &l.addr;
         let portid = i as u16 + 1;
-        for sub in &t.subsystems {
+        for sub in subsystems.iter() {
             if sub.host_allowed(&ctrl.hostnqn) {
                 entries.push(entry(addr, portid, d::SUBTYPE_NVM, &sub.nqn, asqsz));
             }

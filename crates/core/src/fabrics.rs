@@ -10,6 +10,7 @@ use farflash_wire::fabrics::{
 use farflash_wire::opcode::fctype;
 use farflash_wire::props::{self, cc, csts};
 use farflash_wire::{Sqe, Status, DISCOVERY_NQN};
+use std::sync::Arc;
 
 /// Admin queue entries we accept (Linux asks for 32, SPDK's minimum is 32).
 const MAX_ADMIN_QUEUE_DEPTH: u32 = 128;
@@ -78,7 +79,7 @@ fn connect(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
     let sub = if discovery {
         None
     } else {
-        t.subsystem(&data.subnqn).cloned()
+        t.subsystem(&data.subnqn)
     };
     if !discovery && sub.is_none() {
         tracing::info!(peer = %q.peer, subnqn = %data.subnqn, "connect to an unknown subsystem");
@@ -111,6 +112,17 @@ fn connect(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
         else {
             return Outcome::Done(Status::CONNECT_CONTROLLER_BUSY, 0);
         };
+        // A management change may have disallowed the host or deleted the
+        // subsystem since the checks above; it changes the lists before it
+        // sweeps controllers, so checking again here leaves no controller
+        // behind either way.
+        if let Some(s) = ctrl.subsystem() {
+            let current = t.subsystem(&s.nqn).is_some_and(|c| Arc::ptr_eq(&c, s));
+            if !current || !s.host_allowed(&data.hostnqn) {
+                t.remove_controller(&ctrl);
+                return Outcome::Done(Status::CONNECT_INVALID_HOST.dnr(), 0);
+            }
+        }
         tracing::info!(peer = %q.peer, cntlid = ctrl.cntlid, subnqn = %data.subnqn, hostnqn = %data.hostnqn, kato_ms = c.kato, sq_flow_control = !disable_flow, "controller created");
         let cntlid = ctrl.cntlid as u32;
         q.set_connected(ctrl, 0, c.sqsize, disable_flow);

@@ -15,6 +15,7 @@
 
 pub mod config;
 pub mod controller;
+pub mod manage;
 pub mod reload;
 pub mod stats;
 pub mod subsystem;

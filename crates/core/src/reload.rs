@@ -1,59 +1,250 @@
-//! Applying a new configuration to a running target (`SIGHUP`): namespaces
-//! of existing subsystems are added, removed or replaced, and every connected
-//! host is told through the Changed Namespace List and an asynchronous event.
+//! Applying a configuration to a running target: the one code path of
+//! `SIGHUP`, the management API's `load_config` and every management call
+//! (each builds the whole configuration it wants and applies it here).
+//!
+//! Subsystems are created and deleted, hosts allowed and disallowed (the
+//! controllers of a disallowed host are disconnected), namespaces added,
+//! removed, replaced or resized (every controller of the subsystem is told
+//! through the Changed Namespace List and a Namespace Attribute Changed
+//! event, Base §5.16.1.5), listeners added and removed (their connections
+//! close at their next tick), and discovery controllers get a Discovery Log
+//! Page Change event when the discovery log changed. Connections that none of
+//! this concerns are not touched.
+//!
+//! Everything that can fail (opening backends, binding listeners) happens
+//! before anything changes: a bad configuration changes nothing.
 
 use crate::config::Config;
-use crate::subsystem::{build_namespaces, BuildError};
-use crate::Target;
+use crate::subsystem::{build_namespaces, build_subsystem, BuildError, Subsystem};
+use crate::target::{Listener, Target};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+
+/// A subsystem of the new configuration: kept (with its new namespace
+/// list) or new (None).
+type Plan = (
+    Arc<Subsystem>,
+    Option<Vec<Arc<crate::subsystem::Namespace>>>,
+);
+
+/// Starts and stops listeners: the event loops own the sockets.
+pub trait ListenerControl {
+    /// Binds `addr` (as configured) and starts accepting on it; returns
+    /// the bound address.
+    fn add(&self, addr: &str) -> Result<SocketAddr, String>;
+    /// Stops accepting on `addr` (connections that came through it close
+    /// at their next tick, see [`Target::serves`]).
+    fn remove(&self, addr: SocketAddr);
+}
 
 /// What a reload did.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct ReloadReport {
-    /// (subsystem NQN, changed NSIDs) for each subsystem that changed.
+    /// (subsystem NQN, changed NSIDs) for each subsystem whose namespaces changed.
     pub changed: Vec<(String, Vec<u32>)>,
-    /// Changes a reload cannot make (they need a restart).
+    pub subsystems_added: Vec<String>,
+    pub subsystems_removed: Vec<String>,
+    /// Subsystems whose allowed hosts changed.
+    pub hosts_changed: Vec<String>,
+    /// Controllers disconnected (disallowed hosts, deleted subsystems).
+    pub disconnected: usize,
+    pub listeners_added: Vec<SocketAddr>,
+    pub listeners_removed: Vec<SocketAddr>,
+    /// Changes this path cannot make (they need a restart).
     pub ignored: Vec<String>,
 }
 
-pub fn apply(target: &Target, cfg: &Config) -> Result<ReloadReport, BuildError> {
+impl ReloadReport {
+    pub fn is_empty(&self) -> bool {
+        *self == ReloadReport::default()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("{0}")]
+    Invalid(#[from] crate::config::ConfigError),
+    #[error("{0}")]
+    Build(#[from] BuildError),
+    #[error("listener {addr}: {msg}")]
+    Listener { addr: String, msg: String },
+}
+
+/// Applies `cfg` without touching listeners (a difference is reported as
+/// ignored).
+pub fn apply(target: &Target, cfg: &Config) -> Result<ReloadReport, ApplyError> {
+    apply_with(target, cfg, None)
+}
+
+/// The configuration that rebuilds the target as it is now (`save_config`).
+pub fn current_config(target: &Target) -> Config {
+    Config {
+        listen: target
+            .listeners()
+            .iter()
+            .map(|l| l.addr.to_string())
+            .collect(),
+        transport: target.transport.clone(),
+        subsystems: target.subsystems().iter().map(|s| s.to_config()).collect(),
+    }
+}
+
+/// Whether listener `l` is what `want` (an `ADDR:PORT` as configured) asks for.
+fn same_listener(l: &Listener, want: &str) -> bool {
+    if l.config == want || l.addr.to_string() == want {
+        return true;
+    }
+    want.to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .is_some_and(|a| a == l.addr)
+}
+
+/// Applies `cfg` to the running target; with `listeners`, listener
+/// changes too.
+pub fn apply_with(
+    target: &Target,
+    cfg: &Config,
+    listeners: Option<&dyn ListenerControl>,
+) -> Result<ReloadReport, ApplyError> {
+    cfg.validate()?;
+    let _serial = target.manage_lock();
+    apply_locked(target, cfg, listeners)
+}
+
+/// [`apply_with`] for a caller that holds [`Target::manage_lock`] and has
+/// validated `cfg`.
+pub(crate) fn apply_locked(
+    target: &Target,
+    cfg: &Config,
+    listeners: Option<&dyn ListenerControl>,
+) -> Result<ReloadReport, ApplyError> {
     let mut report = ReloadReport::default();
-    // Build everything first, so a bad file changes nothing.
-    let mut plans = Vec::new();
-    for sc in &cfg.subsystems {
-        match target.subsystem(&sc.nqn) {
+    let current = target.subsystems();
+
+    // 1. Build everything first, so a bad file changes nothing.
+    let mut plans: Vec<Plan> = Vec::new();
+    for (i, sc) in cfg.subsystems.iter().enumerate() {
+        match current.iter().find(|s| s.nqn == sc.nqn) {
             Some(sub) => {
                 let new = build_namespaces(sc, &sub.namespaces())?;
-                if sc.allowed_hosts != sub.allowed_hosts {
-                    report
-                        .ignored
-                        .push(format!("{}: allowed_hosts (restart to change)", sc.nqn));
-                }
-                plans.push((sub.clone(), new));
+                plans.push((sub.clone(), Some(new)));
             }
-            None => report
-                .ignored
-                .push(format!("{}: new subsystem (restart to add)", sc.nqn)),
+            None => {
+                let idx = (current.len() + i).min(255) as u8;
+                plans.push((build_subsystem(sc, idx)?, None));
+                report.subsystems_added.push(sc.nqn.clone());
+            }
         }
     }
-    for sub in &target.subsystems {
+    for sub in current.iter() {
         if !cfg.subsystems.iter().any(|s| s.nqn == sub.nqn) {
-            report.ignored.push(format!(
-                "{}: removed subsystem (restart to remove)",
-                sub.nqn
-            ));
+            report.subsystems_removed.push(sub.nqn.clone());
         }
     }
-    if cfg.listen.len() != target.listeners.len() || cfg.transport != target.transport {
+    if cfg.transport != target.transport {
         report
             .ignored
-            .push("listeners/transport (restart to change)".to_owned());
+            .push("transport settings (restart to change)".to_owned());
     }
-    for (sub, new) in plans {
+
+    // 2. Listeners: bind the new ones (undone if one fails).
+    let old_ls = target.listeners();
+    let mut new_ls: Vec<Listener> = Vec::new();
+    let mut to_remove: Vec<SocketAddr> = Vec::new();
+    let ls_differ = cfg.listen.len() != old_ls.len()
+        || cfg
+            .listen
+            .iter()
+            .any(|w| !old_ls.iter().any(|l| same_listener(l, w)));
+    match listeners {
+        Some(ctl) if ls_differ => {
+            for want in &cfg.listen {
+                if let Some(l) = old_ls.iter().find(|l| same_listener(l, want)) {
+                    if !new_ls.contains(l) {
+                        new_ls.push(l.clone());
+                    }
+                    continue;
+                }
+                match ctl.add(want) {
+                    Ok(addr) => {
+                        report.listeners_added.push(addr);
+                        new_ls.push(Listener {
+                            config: want.clone(),
+                            addr,
+                        });
+                    }
+                    Err(msg) => {
+                        for a in &report.listeners_added {
+                            ctl.remove(*a);
+                        }
+                        return Err(ApplyError::Listener {
+                            addr: want.clone(),
+                            msg,
+                        });
+                    }
+                }
+            }
+            for l in old_ls.iter() {
+                if !new_ls.contains(l) {
+                    to_remove.push(l.addr);
+                }
+            }
+        }
+        None if ls_differ => report
+            .ignored
+            .push("listeners (restart to change)".to_owned()),
+        _ => {}
+    }
+
+    // 3. Commit.
+    // Lists change before controllers are swept: a Connect racing with
+    // this checks the lists again after creating its controller.
+    let mut discovery = false;
+    target.set_subsystems(plans.iter().map(|(s, _)| s.clone()).collect());
+    for sub in current.iter() {
+        if report.subsystems_removed.contains(&sub.nqn) {
+            report.disconnected += target.disconnect_subsystem_hosts(sub, None);
+            discovery = true;
+        }
+    }
+    for ((sub, new), sc) in plans.into_iter().zip(&cfg.subsystems) {
+        let Some(new) = new else {
+            discovery = true;
+            continue;
+        };
+        if sub.allowed_hosts() != sc.allowed_hosts {
+            sub.set_allowed_hosts(sc.allowed_hosts.clone());
+            report.hosts_changed.push(sub.nqn.clone());
+            discovery = true;
+            // Fabrics §? host access control: a host no longer allowed
+            // loses its controllers now, not at its next Connect.
+            if !sc.allowed_hosts.is_empty() {
+                for c in target.controllers() {
+                    if c.subnqn == sub.nqn && !sc.allowed_hosts.contains(&c.hostnqn) {
+                        report.disconnected += usize::from(target.disconnect_controller(c.cntlid));
+                    }
+                }
+            }
+        }
         let changed = sub.replace_namespaces(new);
         if !changed.is_empty() {
             target.namespaces_changed(&sub, &changed);
             report.changed.push((sub.nqn.clone(), changed));
         }
+    }
+    if let Some(ctl) = listeners {
+        if ls_differ {
+            for a in &to_remove {
+                ctl.remove(*a);
+            }
+            report.listeners_removed = to_remove;
+            target.set_listeners(new_ls);
+            discovery = true;
+        }
+    }
+    if discovery {
+        target.discovery_changed();
     }
     Ok(report)
 }

@@ -31,8 +31,8 @@ pub struct Subsystem {
     pub nqn: String,
     pub serial: String,
     pub model: String,
-    /// Empty: any host may connect.
-    pub allowed_hosts: Vec<String>,
+    /// Empty: any host may connect. Changed by the management API.
+    allowed_hosts: RwLock<Vec<String>>,
     /// Sorted by NSID; replaced whole when the configuration is reloaded.
     namespaces: RwLock<Arc<Vec<Arc<Namespace>>>>,
     /// Bumped at every namespace change; queues compare it with their copy.
@@ -43,7 +43,33 @@ pub struct Subsystem {
 impl Subsystem {
     /// Whether `hostnqn` may connect (Fabrics §? host access control).
     pub fn host_allowed(&self, hostnqn: &str) -> bool {
-        self.allowed_hosts.is_empty() || self.allowed_hosts.iter().any(|h| h == hostnqn)
+        let h = self.allowed_hosts.read().unwrap_or_else(|p| p.into_inner());
+        h.is_empty() || h.iter().any(|h| h == hostnqn)
+    }
+    /// The allowed host NQNs (empty: any host).
+    pub fn allowed_hosts(&self) -> Vec<String> {
+        self.allowed_hosts
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+    pub(crate) fn set_allowed_hosts(&self, hosts: Vec<String>) {
+        *self
+            .allowed_hosts
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = hosts;
+    }
+    /// The configuration that rebuilds this subsystem as it is now
+    /// (`save_config`): serial number and model as reported, the allowed
+    /// hosts, each namespace's configuration with its NSID.
+    pub fn to_config(&self) -> SubsystemConfig {
+        SubsystemConfig {
+            nqn: self.nqn.clone(),
+            serial: Some(self.serial.clone()),
+            model: Some(self.model.clone()),
+            allowed_hosts: self.allowed_hosts(),
+            namespaces: self.namespaces().iter().map(|n| n.config.clone()).collect(),
+        }
     }
     /// The current namespaces, sorted by NSID.
     pub fn namespaces(&self) -> Arc<Vec<Arc<Namespace>>> {
@@ -237,25 +263,31 @@ pub fn human(bytes: u64) -> String {
 pub fn build_subsystems(cfg: &Config) -> Result<Vec<Arc<Subsystem>>, BuildError> {
     let mut out = Vec::new();
     for (i, sc) in cfg.subsystems.iter().enumerate() {
-        let namespaces = build_namespaces(sc, &[])?;
-        let serial = sc.serial.clone().unwrap_or_else(|| {
-            let id = derive_id(&sc.nqn, 0, 3);
-            format!(
-                "FF{:02X}{:02X}{:02X}{:02X}{:02X}{:02X}{:02X}",
-                id[0], id[1], id[2], id[3], id[4], id[5], i as u8
-            )
-        });
-        out.push(Arc::new(Subsystem {
-            nqn: sc.nqn.clone(),
-            serial,
-            model: sc.model.clone().unwrap_or_else(|| "farflash".to_owned()),
-            allowed_hosts: sc.allowed_hosts.clone(),
-            namespaces: RwLock::new(Arc::new(namespaces)),
-            generation: AtomicU64::new(1),
-            stats: StatsRegistry::default(),
-        }));
+        out.push(build_subsystem(sc, i as u8)?);
     }
     Ok(out)
+}
+
+/// Opens one subsystem's backends; `index` goes into the generated serial
+/// number (the subsystem's position when the target started).
+pub fn build_subsystem(sc: &SubsystemConfig, index: u8) -> Result<Arc<Subsystem>, BuildError> {
+    let namespaces = build_namespaces(sc, &[])?;
+    let serial = sc.serial.clone().unwrap_or_else(|| {
+        let id = derive_id(&sc.nqn, 0, 3);
+        format!(
+            "FF{:02X}{:02X}{:02X}{:02X}{:02X}{:02X}{:02X}",
+            id[0], id[1], id[2], id[3], id[4], id[5], index
+        )
+    });
+    Ok(Arc::new(Subsystem {
+        nqn: sc.nqn.clone(),
+        serial,
+        model: sc.model.clone().unwrap_or_else(|| "farflash".to_owned()),
+        allowed_hosts: RwLock::new(sc.allowed_hosts.clone()),
+        namespaces: RwLock::new(Arc::new(namespaces)),
+        generation: AtomicU64::new(1),
+        stats: StatsRegistry::default(),
+    }))
 }
 
 /// Builds a subsystem's namespaces, reusing those of `current` whose

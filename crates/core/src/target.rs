@@ -9,26 +9,59 @@ use farflash_wire::identify::OAES_NS_ATTR;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 
 /// AER completion DW0 for "Namespace Attribute Changed": type Notice (2),
 /// information 00h, log page 04h (Base §5.2 Figure "Asynchronous Event Information - Notice").
 pub const AEN_NS_ATTR_CHANGED: u32 = 0x0004_0002;
+/// AER completion DW0 for "Discovery Log Page Change": type Notice (2),
+/// information F0h, log page 70h (Base §5.2, Fabrics §3.1.3.?).
+pub const AEN_DISCOVERY_CHANGED: u32 = 0x0070_F002;
 
 /// Highest CNTLID of the dynamic model (Base: FFF0h..FFFFh are reserved).
 pub const MAX_CNTLID: u16 = 0xFFEF;
 
 pub struct Target {
-    pub subsystems: Vec<Arc<Subsystem>>,
+    /// Replaced whole by management changes; readers take a snapshot.
+    subsystems: RwLock<Arc<Vec<Arc<Subsystem>>>>,
     pub transport: TransportConfig,
-    /// Bound listener addresses, listed in the discovery log.
-    pub listeners: Vec<SocketAddr>,
+    /// Listeners: (the address as configured, the bound address), listed
+    /// in the discovery log.
+    listeners: RwLock<Arc<Vec<Listener>>>,
+    /// Bumped when a listener is removed; queues then check their own.
+    listeners_gen: AtomicU64,
     /// Discovery log generation counter (GENCTR).
     pub genctr: AtomicU64,
     /// When the target started (SMART power-on hours).
     pub started: std::time::Instant,
     shutting_down: AtomicBool,
+    /// Latency histograms are sampled (a metrics listener is on).
+    latency_timing: AtomicBool,
+    /// Controllers torn down for a missed Keep Alive (Base §3.9).
+    pub keep_alive_expiries: AtomicU64,
+    /// Serializes management changes (RPC, SIGHUP, load_config).
+    manage: Mutex<()>,
     ctrls: Mutex<CtrlTable>,
+}
+
+/// One listener of the target.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listener {
+    /// As configured (`listen = [...]`, `--listen`, `listeners.add`).
+    pub config: String,
+    pub addr: SocketAddr,
+}
+
+/// What the management API reports of a live controller.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ControllerInfo {
+    pub cntlid: u16,
+    /// Subsystem NQN, or the discovery NQN.
+    pub subnqn: String,
+    pub hostnqn: String,
+    pub hostid: [u8; 16],
+    pub io_queues: usize,
+    pub kato_ms: u32,
 }
 
 struct CtrlTable {
@@ -37,18 +70,38 @@ struct CtrlTable {
 }
 
 impl Target {
+    /// A target whose listeners are named by their bound addresses.
     pub fn new(
         subsystems: Vec<Arc<Subsystem>>,
         transport: TransportConfig,
         listeners: Vec<SocketAddr>,
     ) -> Arc<Target> {
+        let ls = listeners
+            .into_iter()
+            .map(|addr| Listener {
+                config: addr.to_string(),
+                addr,
+            })
+            .collect();
+        Target::with_listeners(subsystems, transport, ls)
+    }
+
+    pub fn with_listeners(
+        subsystems: Vec<Arc<Subsystem>>,
+        transport: TransportConfig,
+        listeners: Vec<Listener>,
+    ) -> Arc<Target> {
         Arc::new(Target {
-            subsystems,
+            subsystems: RwLock::new(Arc::new(subsystems)),
             transport,
-            listeners,
+            listeners: RwLock::new(Arc::new(listeners)),
+            listeners_gen: AtomicU64::new(0),
             genctr: AtomicU64::new(1),
             started: std::time::Instant::now(),
             shutting_down: AtomicBool::new(false),
+            latency_timing: AtomicBool::new(false),
+            keep_alive_expiries: AtomicU64::new(0),
+            manage: Mutex::new(()),
             ctrls: Mutex::new(CtrlTable {
                 next: 1,
                 live: HashMap::new(),
@@ -56,8 +109,73 @@ impl Target {
         })
     }
 
-    pub fn subsystem(&self, nqn: &str) -> Option<&Arc<Subsystem>> {
-        self.subsystems.iter().find(|s| s.nqn == nqn)
+    /// The current subsystems (a snapshot).
+    pub fn subsystems(&self) -> Arc<Vec<Arc<Subsystem>>> {
+        self.subsystems
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub fn subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
+        self.subsystems().iter().find(|s| s.nqn == nqn).cloned()
+    }
+
+    pub(crate) fn set_subsystems(&self, list: Vec<Arc<Subsystem>>) {
+        *self.subsystems.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(list);
+    }
+
+    /// The current listeners (a snapshot).
+    pub fn listeners(&self) -> Arc<Vec<Listener>> {
+        self.listeners
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Bound listener addresses.
+    pub fn listener_addrs(&self) -> Vec<SocketAddr> {
+        self.listeners().iter().map(|l| l.addr).collect()
+    }
+
+    pub(crate) fn set_listeners(&self, list: Vec<Listener>) {
+        let removed = {
+            let mut g = self.listeners.write().unwrap_or_else(|p| p.into_inner());
+            let removed = g.iter().any(|l| !list.contains(l));
+            *g = Arc::new(list);
+            removed
+        };
+        if removed {
+            self.listeners_gen.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Changes whenever a listener is removed.
+    pub fn listeners_generation(&self) -> u64 {
+        self.listeners_gen.load(Ordering::Acquire)
+    }
+
+    /// Whether a connection that reached `local` still has its listener.
+    pub fn serves(&self, local: &SocketAddr) -> bool {
+        self.listeners().iter().any(|l| {
+            l.addr.port() == local.port()
+                && (l.addr.ip() == local.ip() || l.addr.ip().is_unspecified())
+        })
+    }
+
+    /// Turns latency sampling on or off (a metrics listener reads them).
+    pub fn set_latency_timing(&self, on: bool) {
+        self.latency_timing.store(on, Ordering::Relaxed);
+    }
+
+    #[inline]
+    pub fn latency_timing(&self) -> bool {
+        self.latency_timing.load(Ordering::Relaxed)
+    }
+
+    /// Held by every management change, so two never interleave.
+    pub fn manage_lock(&self) -> MutexGuard<'_, ()> {
+        self.manage.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Creates a controller with a CNTLID no live controller has; `None`
@@ -120,6 +238,81 @@ impl Target {
             }
             if st.aec & OAES_NS_ATTR != 0 && !st.events.contains(&AEN_NS_ATTR_CHANGED) {
                 st.events.push_back(AEN_NS_ATTR_CHANGED);
+            }
+        }
+    }
+
+    fn all_controllers(&self) -> Vec<Arc<Controller>> {
+        let t = self.ctrls.lock().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<Arc<Controller>> = t
+            .live
+            .values()
+            .filter_map(Weak::upgrade)
+            .filter(|c| c.is_alive())
+            .collect();
+        v.sort_by_key(|c| c.cntlid);
+        v
+    }
+
+    /// The live controllers, by CNTLID.
+    pub fn controllers(&self) -> Vec<ControllerInfo> {
+        self.all_controllers()
+            .iter()
+            .map(|c| {
+                let st = c.lock();
+                ControllerInfo {
+                    cntlid: c.cntlid,
+                    subnqn: c
+                        .subsystem()
+                        .map(|s| s.nqn.clone())
+                        .unwrap_or_else(|| farflash_wire::DISCOVERY_NQN.to_owned()),
+                    hostnqn: c.hostnqn.clone(),
+                    hostid: c.hostid,
+                    io_queues: st.io_qids.len(),
+                    kato_ms: st.kato_ms,
+                }
+            })
+            .collect()
+    }
+
+    /// Ends the association of controller `cntlid`: its queues close at
+    /// their next tick. Returns whether it was live.
+    pub fn disconnect_controller(&self, cntlid: u16) -> bool {
+        match self.controller(cntlid) {
+            Some(c) => {
+                self.remove_controller(&c);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Ends every association of `sub` (all hosts when `host` is None);
+    /// returns how many.
+    pub fn disconnect_subsystem_hosts(&self, sub: &Arc<Subsystem>, host: Option<&str>) -> usize {
+        let mut n = 0;
+        for c in self.all_controllers() {
+            let same = c.subsystem().is_some_and(|s| Arc::ptr_eq(s, sub));
+            if same && host.is_none_or(|h| h == c.hostnqn) {
+                self.remove_controller(&c);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// The discovery log changed (subsystems, hosts, listeners): GENCTR
+    /// moves on and every discovery controller that enabled Discovery Log
+    /// Page Change notices gets an asynchronous event (Base §5.2,
+    /// Fabrics §5.3 persistent discovery controllers).
+    pub fn discovery_changed(&self) {
+        self.genctr.fetch_add(1, Ordering::AcqRel);
+        for c in self.all_controllers().iter().filter(|c| c.is_discovery()) {
+            let mut st = c.lock();
+            if st.aec & farflash_wire::identify::OAES_DISCOVERY_CHANGE != 0
+                && !st.events.contains(&AEN_DISCOVERY_CHANGED)
+            {
+                st.events.push_back(AEN_DISCOVERY_CHANGED);
             }
         }
     }

@@ -39,6 +39,53 @@ pub struct LoopOptions {
     pub max_connections: usize,
 }
 
+/// What the management API asks of the acceptor.
+enum ListenerCmd {
+    Add(std::net::TcpListener),
+    Remove(std::net::SocketAddr, mpsc::Sender<()>),
+}
+
+/// Starts and stops listeners of a running [`serve_with`]: binds in the
+/// caller's thread (so an error is the caller's), hands the socket to the
+/// acceptor.
+#[derive(Clone)]
+pub struct ListenerHandle {
+    tx: mpsc::Sender<ListenerCmd>,
+}
+
+/// The acceptor's end of a [`ListenerHandle`].
+pub struct ListenerControlRx(mpsc::Receiver<ListenerCmd>);
+
+/// A handle for listener changes and the receiver `serve_with` takes.
+pub fn listener_control() -> (ListenerHandle, ListenerControlRx) {
+    let (tx, rx) = mpsc::channel();
+    (ListenerHandle { tx }, ListenerControlRx(rx))
+}
+
+impl farflash_core::reload::ListenerControl for ListenerHandle {
+    fn add(&self, addr: &str) -> Result<std::net::SocketAddr, String> {
+        use std::net::ToSocketAddrs;
+        let sa = addr
+            .to_socket_addrs()
+            .map_err(|e| format!("bad address (want ADDR:PORT): {e}"))?
+            .next()
+            .ok_or_else(|| "the address resolves to nothing".to_owned())?;
+        let l = std::net::TcpListener::bind(sa).map_err(|e| format!("cannot listen: {e}"))?;
+        let bound = l.local_addr().map_err(|e| e.to_string())?;
+        self.tx
+            .send(ListenerCmd::Add(l))
+            .map_err(|_| "the target is stopping".to_owned())?;
+        Ok(bound)
+    }
+    fn remove(&self, addr: std::net::SocketAddr) {
+        let (tx, rx) = mpsc::channel();
+        if self.tx.send(ListenerCmd::Remove(addr, tx)).is_ok() {
+            // The acceptor looks every ACCEPT_POLL; when it is gone, so is the socket.
+            let _ = rx.recv_timeout(Duration::from_secs(2));
+        }
+    }
+}
+
 /// Runs the target until `stop` is set, then drains connections (bounded by
 /// `opts.drain`) and returns.
 pub fn serve(
@@ -47,15 +94,27 @@ pub fn serve(
     opts: &LoopOptions,
     stop: Arc<AtomicBool>,
 ) -> io::Result<()> {
+    serve_with(target, listeners, opts, stop, None)
+}
+
+/// [`serve`], with listeners added and removed at run time through the
+/// [`ListenerHandle`] that goes with `control`.
+pub fn serve_with(
+    target: Arc<Target>,
+    listeners: Vec<std::net::TcpListener>,
+    opts: &LoopOptions,
+    stop: Arc<AtomicBool>,
+    control: Option<ListenerControlRx>,
+) -> io::Result<()> {
     let threads = opts.threads.max(1);
     let mut poll = Poll::new()?;
-    let mut ls = Vec::new();
+    let mut ls: Vec<Option<TcpListener>> = Vec::new();
     for (i, l) in listeners.into_iter().enumerate() {
         l.set_nonblocking(true)?;
         let mut ml = TcpListener::from_std(l);
         poll.registry()
             .register(&mut ml, Token(i), Interest::READABLE)?;
-        ls.push(ml);
+        ls.push(Some(ml));
     }
     let live = Arc::new(AtomicUsize::new(0));
     let mut workers = Vec::new();
@@ -83,13 +142,50 @@ pub fn serve(
     let mut events = Events::with_capacity(64);
     let mut next = 0usize;
     while !stop.load(Ordering::Acquire) {
+        if let Some(ctl) = &control {
+            while let Ok(cmd) = ctl.0.try_recv() {
+                match cmd {
+                    ListenerCmd::Add(l) => {
+                        let mut ml = match l.set_nonblocking(true) {
+                            Ok(()) => TcpListener::from_std(l),
+                            Err(e) => {
+                                tracing::warn!("new listener: {e}");
+                                continue;
+                            }
+                        };
+                        let i = ls.len();
+                        match poll
+                            .registry()
+                            .register(&mut ml, Token(i), Interest::READABLE)
+                        {
+                            Ok(()) => {
+                                tracing::info!(addr = ?ml.local_addr().ok(), "listener added");
+                                ls.push(Some(ml));
+                            }
+                            Err(e) => tracing::warn!("new listener: {e}"),
+                        }
+                    }
+                    ListenerCmd::Remove(addr, done) => {
+                        for slot in ls.iter_mut() {
+                            if slot.as_ref().and_then(|l| l.local_addr().ok()) == Some(addr) {
+                                if let Some(mut l) = slot.take() {
+                                    let _ = poll.registry().deregister(&mut l);
+                                    tracing::info!(%addr, "listener removed");
+                                }
+                            }
+                        }
+                        let _ = done.send(());
+                    }
+                }
+            }
+        }
         match poll.poll(&mut events, Some(ACCEPT_POLL)) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         }
         for ev in events.iter() {
-            let Some(l) = ls.get(ev.token().0) else {
+            let Some(l) = ls.get(ev.token().0).and_then(Option::as_ref) else {
                 continue;
             };
             loop {

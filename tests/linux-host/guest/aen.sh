@@ -1,37 +1,90 @@
 #!/bin/sh
-# aen.sh -- guest script for run-linux-host: namespaces added and removed at
-# run time reach the Linux host through an Asynchronous Event (Namespace
-# Attribute Changed) -> Changed Namespace List -> rescan.
+# aen.sh -- guest script for run-linux-host: namespaces changed at run time
+# reach the Linux host through an Asynchronous Event (Namespace Attribute
+# Changed) -> Changed Namespace List -> rescan, while fio verify keeps
+# running on another namespace without an error.
 #
-# The host side watches $SHARE_DIR: when this script writes "add" to
-# $SHARE_DIR/request it adds namespace 2 to the target (config + SIGHUP);
-# "remove" removes it again. Prints "PASS: aen (Ns)" or "FAIL: aen: reason".
+# The target starts with NSIDs 1 (RAM), 2 (file, 16 MiB) and 3 (RAM). fio
+# writes and verifies NSID 3 in a loop the whole time. The host side watches
+# $SHARE_DIR: "add" makes it add NSID 4 and grow NSID 2 to 32 MiB through
+# the management API (farflash ctl); "remove" makes it remove NSID 4 by
+# rewriting the configuration file and sending SIGHUP.
+# Prints "PASS: aen (Ns)" or "FAIL: aen: reason".
 set -eu
 NQN=${NQN:?}
 T0=$(cut -d' ' -f1 /proc/uptime)
-fail() { echo "FAIL: aen: $*"; dmesg | grep -i nvme | tail -20; exit 1; }
+fail() {
+	echo "FAIL: aen: $*"
+	touch /tmp/fio-stop
+	cat /tmp/fio.log 2>/dev/null | tail -20
+	dmesg | grep -i nvme | tail -20
+	exit 1
+}
 ns_count() { ls /sys/block | grep -c '^nvme[0-9]*n[0-9]*$' || true; }
-wait_ns() { # COUNT WHAT
+ns_dev() { ls /sys/block | grep "^nvme[0-9]*n$1\$" | head -1; }
+wait_for() { # WHAT COMMAND...
+	what=$1
+	shift
 	i=0
-	until [ "$(ns_count)" = "$1" ]; do
+	until "$@"; do
 		i=$((i + 1))
-		[ $i -le 300 ] || fail "$2: $(ns_count) namespace devices after 30 s, want $1"
+		[ $i -le 300 ] || fail "$what: not after 30 s"
 		sleep 0.1
 	done
-	echo "  ok: $2 after $((i / 10)).$((i % 10)) s"
+	echo "  ok: $what after $((i / 10)).$((i % 10)) s"
+}
+count_is() { [ "$(ns_count)" = "$1" ]; }
+sectors_are() { # NSID SECTORS
+	d=$(ns_dev "$1")
+	[ -n "$d" ] && [ "$(cat /sys/block/"$d"/size)" = "$2" ]
 }
 [ -n "${SHARE_DIR:-}" ] || fail "needs the 9p share (-s)"
 nvme connect -t tcp -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN" >/dev/null || fail "nvme connect"
-wait_ns 1 "namespace 1 present"
+wait_for "3 namespaces present" count_is 3
+wait_for "namespace 2 is 16 MiB" sectors_are 2 32768
+fio_dev=/dev/$(ns_dev 3)
+
+# fio verify on NSID 3, in a loop until told to stop.
+rm -f /tmp/fio-stop /tmp/fio-failed
+(
+	n=0
+	while [ ! -f /tmp/fio-stop ]; do
+		n=$((n + 1))
+		if ! fio --name=verify --filename="$fio_dev" --ioengine=libaio --direct=1 \
+			--rw=randwrite --bsrange=4k-64k --size=2m --iodepth=4 \
+			--verify=crc32c --verify_fatal=1 --do_verify=1 --verify_state_save=0 \
+			--eta=never >>/tmp/fio.log 2>&1; then
+			echo "fio run $n failed" >>/tmp/fio-failed
+			break
+		fi
+		echo "$n" >/tmp/fio-runs
+	done
+) &
+fio_loop=$!
+wait_for "fio verify running" test -s /tmp/fio-runs
+
 echo add >"$SHARE_DIR/request"
-wait_ns 2 "namespace 2 appeared"
-dev=/dev/$(ls /sys/block | grep '^nvme[0-9]*n2$' | head -1)
+wait_for "namespace 4 appeared" count_is 4
+wait_for "namespace 2 grew to 32 MiB" sectors_are 2 65536
+dev=/dev/$(ns_dev 4)
 head -c 65536 /dev/urandom >/tmp/pat
 dd if=/tmp/pat of="$dev" bs=4096 oflag=direct 2>/dev/null || fail "write to $dev"
 dd if="$dev" of=/tmp/back bs=4096 count=16 iflag=direct 2>/dev/null || fail "read from $dev"
 cmp /tmp/pat /tmp/back >/dev/null || fail "data read back from the new namespace differs"
 echo "  ok: I/O on the new namespace"
+d2=/dev/$(ns_dev 2)
+dd if=/tmp/pat of="$d2" bs=4096 seek=$((16 << 20 >> 12)) oflag=direct 2>/dev/null || fail "write beyond the old end of $d2"
+echo "  ok: I/O beyond namespace 2's old end"
+
 echo remove >"$SHARE_DIR/request"
-wait_ns 1 "namespace 2 removed"
+wait_for "namespace 4 removed" count_is 3
+runs_before=$(cat /tmp/fio-runs)
+wait_for "fio verify went on after the changes" sh -c "[ \$(cat /tmp/fio-runs) -gt $runs_before ]"
+touch /tmp/fio-stop
+wait "$fio_loop" || true
+[ ! -f /tmp/fio-failed ] || fail "$(cat /tmp/fio-failed)"
+! grep -qiE 'verify failed|bad magic|bad header|crc32c: |io_u error|err= *[1-9]' /tmp/fio.log ||
+	fail "fio reported verify/I/O errors"
+echo "  ok: fio verify on namespace 3: $(cat /tmp/fio-runs) runs, no error"
 nvme disconnect -n "$NQN" >/dev/null || fail "nvme disconnect"
 echo "PASS: aen ($(awk -v a="$T0" -v b="$(cut -d' ' -f1 /proc/uptime)" 'BEGIN { printf "%.1f", b - a }')s)"

@@ -14,6 +14,7 @@ impl NvmeQueue {
     /// Periodic work (the event loop calls it every 100 ms with the time).
     pub fn tick(&mut self, now: Instant) {
         self.clock = Some(now);
+        self.timing = self.target.latency_timing();
         let started = *self.started.get_or_insert(now);
         if self.keep_alive_seen || self.last_keep_alive.is_none() {
             self.keep_alive_seen = false;
@@ -21,6 +22,15 @@ impl NvmeQueue {
         }
         if self.closing {
             return;
+        }
+        let g = self.target.listeners_generation();
+        if g != self.listeners_gen {
+            self.listeners_gen = g;
+            if !self.target.serves(&self.local) {
+                tracing::info!(peer = %self.peer, local = %self.local, "listener removed; closing its connection");
+                self.closing = true;
+                return;
+            }
         }
         let Some(ctrl) = self.ctrl.clone() else {
             if now.saturating_duration_since(started) > CONNECT_TIMEOUT {
@@ -42,6 +52,9 @@ impl NvmeQueue {
             let since = now.saturating_duration_since(self.last_keep_alive.unwrap_or(now));
             if kato > 0 && since > limit {
                 tracing::warn!(peer = %self.peer, cntlid = ctrl.cntlid, "keep-alive timeout ({kato} ms); tearing the controller down");
+                self.target
+                    .keep_alive_expiries
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 self.target.remove_controller(&ctrl);
                 self.closing = true;
                 return;

@@ -43,6 +43,8 @@ pub(crate) struct Slot {
     pub status: Status,
     /// Send `buf[..len]` to the host with the completion.
     pub reply: bool,
+    /// Arrival time, for the latency histograms (only while timing is on).
+    pub t0: Option<Instant>,
 }
 
 impl Slot {
@@ -56,6 +58,7 @@ impl Slot {
             pending: 0,
             status: Status::SUCCESS,
             reply: false,
+            t0: None,
         }
     }
 }
@@ -101,13 +104,23 @@ pub struct NvmeQueue {
     closing: bool,
     connected: Option<Connected>,
     done: Vec<Completion>,
+    /// The target's listener generation last seen (a removed listener
+    /// closes the connections that came through it).
+    listeners_gen: u64,
+    /// Latency samples are taken (a metrics listener runs); the target's
+    /// flag, copied at each tick so the I/O path reads nothing shared.
+    pub(crate) timing: bool,
 }
 
 impl NvmeQueue {
     /// A queue on a new connection from `peer` to listener `local`;
     /// `trtype` names the transport in the Error log.
     pub fn new(target: Arc<Target>, local: SocketAddr, peer: SocketAddr, trtype: u8) -> NvmeQueue {
+        let listeners_gen = target.listeners_generation();
+        let timing = target.latency_timing();
         let mut q = NvmeQueue {
+            listeners_gen,
+            timing,
             target,
             local,
             peer,
@@ -238,7 +251,7 @@ impl NvmeQueue {
         self.epoch = ctrl.epoch();
         if let Some(sub) = ctrl.subsystem() {
             self.ns.load(&sub.namespaces(), sub.generation());
-            self.stats = Some(sub.stats.register());
+            self.stats = Some(sub.stats.register(&ctrl.hostnqn));
         }
         self.ctrl = Some(ctrl);
         self.keep_alive_seen = true;

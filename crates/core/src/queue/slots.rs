@@ -4,6 +4,7 @@
 
 use super::NvmeQueue;
 use crate::command::Completion;
+use crate::stats::QueueStats;
 use farflash_wire::log::ErrorEntry;
 use farflash_wire::{Sqe, Status};
 
@@ -19,6 +20,17 @@ impl NvmeQueue {
         s.pending = 0;
         s.status = Status::SUCCESS;
         s.reply = false;
+        s.t0 = None;
+        if self.qid != 0 {
+            if let Some(st) = &self.stats {
+                QueueStats::bump(&st.outstanding, 1);
+                if self.timing {
+                    // The one clock read of the command layer: latency
+                    // samples, only while a metrics listener asks for them.
+                    s.t0 = Some(std::time::Instant::now());
+                }
+            }
+        }
         Some(idx)
     }
 
@@ -39,6 +51,14 @@ impl NvmeQueue {
         }
         s.busy = false;
         s.io = None;
+        if let Some(st) = &self.stats {
+            if self.qid != 0 {
+                QueueStats::drop_one(&st.outstanding);
+            }
+            if !status.is_success() {
+                st.error((status.sct() as u16) << 8 | status.sc() as u16);
+            }
+        }
         if !status.is_success() {
             if let Some(c) = &self.ctrl {
                 c.record_error(ErrorEntry {

@@ -133,12 +133,16 @@ impl NvmeQueue {
         let (Some(st), Some((write, len))) = (&self.stats, s.io.and_then(|c| c.counted())) else {
             return;
         };
+        let ns = st.ns(s.sqe.nsid);
         if write {
-            QueueStats::bump(&st.write_cmds, 1);
-            QueueStats::bump(&st.write_bytes, len as u64);
+            QueueStats::bump(&ns.write_cmds, 1);
+            QueueStats::bump(&ns.write_bytes, len as u64);
         } else {
-            QueueStats::bump(&st.read_cmds, 1);
-            QueueStats::bump(&st.read_bytes, len as u64);
+            QueueStats::bump(&ns.read_cmds, 1);
+            QueueStats::bump(&ns.read_bytes, len as u64);
+        }
+        if let Some(t0) = s.t0 {
+            st.latency(write, t0.elapsed().as_nanos() as u64);
         }
     }
 

@@ -128,7 +128,7 @@ fn parked_aer_cid_reused_by_property_get() {
         "{rx:?}"
     );
     // An event finds no AER to complete.
-    t.namespaces_changed(&t.subsystems[0], &[1]);
+    t.namespaces_changed(&t.subsystems()[0], &[1]);
     a.q.tick(std::time::Instant::now());
     let rx = a.recv_all();
     assert!(rx.is_empty(), "a retired AER must not complete: {rx:?}");

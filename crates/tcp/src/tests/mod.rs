@@ -332,6 +332,7 @@ impl Tap for Host {}
 mod budget;
 mod connect;
 mod hostile;
+mod manage;
 mod namespaces;
 mod protocol;
 mod storage;

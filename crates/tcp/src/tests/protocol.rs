@@ -90,7 +90,7 @@ fn write_in_capsule_and_by_r2t_then_read_back() {
     let got = data_of(&rx);
     assert_eq!(got, big);
     assert!(rx.len() >= 3, "192 KiB read comes in several C2HData PDUs");
-    let totals = t.subsystems[0].stats.totals();
+    let totals = t.subsystems()[0].stats.totals();
     assert_eq!((totals.write_cmds, totals.read_cmds), (2, 2));
 }
 

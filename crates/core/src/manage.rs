@@ -1,0 +1,233 @@
+//! Management operations (the JSON-RPC API's methods): each takes the
+//! management lock, builds the whole configuration it wants from the
+//! running one, and applies it through [`crate::reload`], the path
+//! `SIGHUP` and `load_config` take. Two calls never interleave; a call that
+//! fails changes nothing.
+
+use crate::config::{BackendKind, Config, NamespaceConfig, Size, SubsystemConfig};
+use crate::reload::{apply_locked, current_config, ApplyError, ListenerControl, ReloadReport};
+use crate::Target;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ManageError {
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Exists(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Apply(#[from] ApplyError),
+}
+
+/// Runs `change` on the running configuration and applies the result.
+pub fn modify(
+    target: &Target,
+    listeners: Option<&dyn ListenerControl>,
+    change: impl FnOnce(&mut Config) -> Result<(), ManageError>,
+) -> Result<ReloadReport, ManageError> {
+    let _serial = target.manage_lock();
+    let mut cfg = current_config(target);
+    change(&mut cfg)?;
+    cfg.validate().map_err(ApplyError::from)?;
+    Ok(apply_locked(target, &cfg, listeners)?)
+}
+
+fn subsystem<'a>(cfg: &'a mut Config, nqn: &str) -> Result<&'a mut SubsystemConfig, ManageError> {
+    cfg.subsystems
+        .iter_mut()
+        .find(|s| s.nqn == nqn)
+        .ok_or_else(|| ManageError::NotFound(format!("no subsystem {nqn}")))
+}
+
+pub fn create_subsystem(target: &Target, sc: SubsystemConfig) -> Result<ReloadReport, ManageError> {
+    modify(target, None, |cfg| {
+        if cfg.subsystems.iter().any(|s| s.nqn == sc.nqn) {
+            return Err(ManageError::Exists(format!("subsystem {} exists", sc.nqn)));
+        }
+        cfg.subsystems.push(sc);
+        Ok(())
+    })
+}
+
+pub fn delete_subsystem(target: &Target, nqn: &str) -> Result<ReloadReport, ManageError> {
+    modify(target, None, |cfg| {
+        subsystem(cfg, nqn)?;
+        cfg.subsystems.retain(|s| s.nqn != nqn);
+        if cfg.subsystems.is_empty() {
+            return Err(ManageError::Invalid(
+                "the last subsystem cannot be deleted".to_owned(),
+            ));
+        }
+        Ok(())
+    })
+}
+
+/// Adds a namespace (the next free NSID when `nc.nsid` is None); returns
+/// the report and the NSID.
+pub fn add_namespace(
+    target: &Target,
+    nqn: &str,
+    mut nc: NamespaceConfig,
+) -> Result<(ReloadReport, u32), ManageError> {
+    let mut nsid = 0;
+    let r = modify(target, None, |cfg| {
+        let s = subsystem(cfg, nqn)?;
+        let used: Vec<u32> = s.namespaces.iter().filter_map(|n| n.nsid).collect();
+        nsid = match nc.nsid {
+            Some(id) if used.contains(&id) => {
+                return Err(ManageError::Exists(format!("{nqn}: NSID {id} is in use")))
+            }
+            Some(id) => id,
+            None => used.iter().max().map_or(1, |m| m.saturating_add(1)),
+        };
+        nc.nsid = Some(nsid);
+        s.namespaces.push(nc);
+        Ok(())
+    })?;
+    Ok((r, nsid))
+}
+
+pub fn remove_namespace(
+    target: &Target,
+    nqn: &str,
+    nsid: u32,
+) -> Result<ReloadReport, ManageError> {
+    modify(target, None, |cfg| {
+        let s = subsystem(cfg, nqn)?;
+        let before = s.namespaces.len();
+        s.namespaces.retain(|n| n.nsid != Some(nsid));
+        if s.namespaces.len() == before {
+            return Err(ManageError::NotFound(format!("{nqn}: no namespace {nsid}")));
+        }
+        Ok(())
+    })
+}
+
+/// Resizes a namespace in place, keeping its data: a file namespace grows
+/// (its file is extended; shrinking would discard data), a null namespace
+/// takes any size; a RAM namespace cannot (its memory is one mapping).
+pub fn resize_namespace(
+    target: &Target,
+    nqn: &str,
+    nsid: u32,
+    size: u64,
+) -> Result<ReloadReport, ManageError> {
+    let current = target
+        .subsystem(nqn)
+        .and_then(|s| s.namespace(nsid))
+        .ok_or_else(|| ManageError::NotFound(format!("{nqn}: no namespace {nsid}")))?;
+    let capacity = current.blocks * current.block_size as u64;
+    match current.config.backend {
+        BackendKind::Ram => {
+            return Err(ManageError::Invalid(format!(
+                "{nqn}: namespace {nsid} is RAM and cannot be resized in place (remove and add it)"
+            )))
+        }
+        BackendKind::File if size < capacity => {
+            return Err(ManageError::Invalid(format!(
+                "{nqn}: namespace {nsid}: a file namespace only grows ({capacity} bytes now)"
+            )))
+        }
+        _ => {}
+    }
+    if size == 0 || !size.is_multiple_of(current.block_size as u64) {
+        return Err(ManageError::Invalid(format!(
+            "size must be a non-zero multiple of the block size ({})",
+            current.block_size
+        )));
+    }
+    modify(target, None, |cfg| {
+        let s = subsystem(cfg, nqn)?;
+        let n = s
+            .namespaces
+            .iter_mut()
+            .find(|n| n.nsid == Some(nsid))
+            .ok_or_else(|| ManageError::NotFound(format!("{nqn}: no namespace {nsid}")))?;
+        n.size = Some(Size(size));
+        Ok(())
+    })
+}
+
+pub fn allow_host(target: &Target, nqn: &str, host: &str) -> Result<ReloadReport, ManageError> {
+    check_nqn(host)?;
+    modify(target, None, |cfg| {
+        let s = subsystem(cfg, nqn)?;
+        if s.allowed_hosts.iter().any(|h| h == host) {
+            return Err(ManageError::Exists(format!(
+                "{nqn}: {host} is allowed already"
+            )));
+        }
+        s.allowed_hosts.push(host.to_owned());
+        Ok(())
+    })
+}
+
+/// Removes `host` from the allowed hosts; its controllers are disconnected.
+/// A subsystem open to any host has no list to remove it from.
+pub fn disallow_host(target: &Target, nqn: &str, host: &str) -> Result<ReloadReport, ManageError> {
+    modify(target, None, |cfg| {
+        let s = subsystem(cfg, nqn)?;
+        if !s.allowed_hosts.iter().any(|h| h == host) {
+            return Err(ManageError::NotFound(format!(
+                "{nqn}: {host} is not in the allowed hosts{}",
+                if s.allowed_hosts.is_empty() {
+                    " (the subsystem allows any host: allow hosts first)"
+                } else {
+                    ""
+                }
+            )));
+        }
+        s.allowed_hosts.retain(|h| h != host);
+        if s.allowed_hosts.is_empty() {
+            return Err(ManageError::Invalid(format!(
+                "{nqn}: removing the last allowed host would allow any host; delete the subsystem or allow another host first"
+            )));
+        }
+        Ok(())
+    })
+}
+
+/// Host NQNs (Base §4.5): "nqn." and at most 223 bytes.
+fn check_nqn(nqn: &str) -> Result<(), ManageError> {
+    if nqn.starts_with("nqn.") && nqn.len() <= 223 && !nqn.chars().any(char::is_control) {
+        Ok(())
+    } else {
+        Err(ManageError::Invalid(format!(
+            "{nqn:?} is not an NQN (\"nqn.\", at most 223 bytes)"
+        )))
+    }
+}
+
+pub fn add_listener(
+    target: &Target,
+    ctl: &dyn ListenerControl,
+    addr: &str,
+) -> Result<ReloadReport, ManageError> {
+    modify(target, Some(ctl), |cfg| {
+        cfg.listen.push(addr.to_owned());
+        Ok(())
+    })
+}
+
+pub fn remove_listener(
+    target: &Target,
+    ctl: &dyn ListenerControl,
+    addr: &str,
+) -> Result<ReloadReport, ManageError> {
+    let found = target
+        .listeners()
+        .iter()
+        .find(|l| l.config == addr || l.addr.to_string() == addr)
+        .map(|l| l.addr)
+        .ok_or_else(|| ManageError::NotFound(format!("no listener {addr}")))?;
+    modify(target, Some(ctl), |cfg| {
+        cfg.listen.retain(|l| *l != found.to_string());
+        if cfg.listen.is_empty() {
+            return Err(ManageError::Invalid(
+                "the last listener cannot be removed".to_owned(),
+            ));
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,12 @@
+//! Operating a running target: the management API (JSON-RPC 2.0 over a
+//! Unix socket, [`server`], [`methods`]) and Prometheus metrics
+//! ([`metrics`]). Neither touches the I/O path: methods go through
+//! `farflash_core::manage`, metrics read the per-queue counters at scrape
+//! time.
+
+pub mod jsonrpc;
+pub mod methods;
+pub mod metrics;
+pub mod server;
+
+pub use methods::Api;

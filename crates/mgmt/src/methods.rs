@@ -1,0 +1,493 @@
+//! The management API's methods, named after the objects they act on
+//! (`subsystem_create`, `namespace_resize`, ...). The schema is
+//! docs/rpc-schema.json; every change goes through
+//! `farflash_core::manage` (and so through the path `SIGHUP` takes).
+
+use crate::jsonrpc::{self, Request, RpcError};
+use farflash_core::config::{BackendKind, Config, NamespaceConfig, Size, SubsystemConfig};
+use farflash_core::manage::{self, ManageError};
+use farflash_core::reload::{self, ApplyError, ListenerControl, ReloadReport};
+use farflash_core::Target;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Every method, in the order `rpc_methods` lists them.
+pub const METHODS: &[&str] = &[
+    "rpc_methods",
+    "subsystem_list",
+    "subsystem_create",
+    "subsystem_delete",
+    "namespace_add",
+    "namespace_remove",
+    "namespace_resize",
+    "host_allow",
+    "host_disallow",
+    "listener_list",
+    "listener_add",
+    "listener_remove",
+    "controller_list",
+    "controller_disconnect",
+    "stats",
+    "save_config",
+    "load_config",
+];
+
+/// What the methods act on.
+pub struct Api {
+    pub target: Arc<Target>,
+    /// Listener changes (None: `listener_add`/`listener_remove` refuse).
+    pub listeners: Option<Box<dyn ListenerControl + Send + Sync>>,
+}
+
+fn params<T: DeserializeOwned>(p: &Value) -> Result<T, RpcError> {
+    T::deserialize(p).map_err(|e| RpcError::params(format!("invalid params: {e}")))
+}
+
+fn manage_err(e: ManageError) -> RpcError {
+    let code = match &e {
+        ManageError::NotFound(_) => jsonrpc::NOT_FOUND,
+        ManageError::Exists(_) => jsonrpc::EXISTS,
+        ManageError::Invalid(_) | ManageError::Apply(ApplyError::Invalid(_)) => {
+            jsonrpc::INVALID_CONFIG
+        }
+        ManageError::Apply(_) => jsonrpc::FAILED,
+    };
+    RpcError::new(code, e.to_string())
+}
+
+/// A reload report as JSON.
+pub fn report_json(r: &ReloadReport) -> Value {
+    json!({
+        "namespaces_changed": r.changed.iter().map(|(nqn, ids)| json!({"nqn": nqn, "nsids": ids})).collect::<Vec<_>>(),
+        "subsystems_added": r.subsystems_added,
+        "subsystems_removed": r.subsystems_removed,
+        "hosts_changed": r.hosts_changed,
+        "controllers_disconnected": r.disconnected,
+        "listeners_added": r.listeners_added.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+        "listeners_removed": r.listeners_removed.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+        "ignored": r.ignored,
+    })
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn uuid_str(b: &[u8; 16]) -> String {
+    let h = hex(b);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Nqn {
+    nqn: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NqnOpt {
+    #[serde(default)]
+    nqn: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateSubsystem {
+    nqn: String,
+    #[serde(default)]
+    serial: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    allowed_hosts: Vec<String>,
+    #[serde(default)]
+    namespaces: Vec<NamespaceConfig>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AddNamespace {
+    nqn: String,
+    #[serde(default)]
+    nsid: Option<u32>,
+    backend: BackendKind,
+    #[serde(default)]
+    path: Option<PathBuf>,
+    #[serde(default)]
+    size: Option<Size>,
+    #[serde(default)]
+    block_size: Option<u32>,
+    #[serde(default)]
+    uuid: Option<String>,
+    #[serde(default)]
+    nguid: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NsRef {
+    nqn: String,
+    nsid: u32,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Resize {
+    nqn: String,
+    nsid: u32,
+    size: Size,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HostRef {
+    nqn: String,
+    host: String,
+    /// Extension point for in-band authentication (issue #12): a host's
+    /// DH-HMAC-CHAP key. Refused until authentication is wired into the
+    /// target; never logged or echoed.
+    #[serde(default)]
+    dhchap_key: Option<String>,
+    #[serde(default)]
+    dhchap_ctrl_key: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Addr {
+    addr: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Cntlid {
+    cntlid: u16,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SaveConfig {
+    #[serde(default)]
+    path: Option<PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LoadConfig {
+    #[serde(default)]
+    path: Option<PathBuf>,
+    #[serde(default)]
+    toml: Option<String>,
+}
+
+impl Api {
+    pub fn new(target: Arc<Target>) -> Api {
+        Api {
+            target,
+            listeners: None,
+        }
+    }
+
+    fn listener_ctl(&self) -> Result<&dyn ListenerControl, RpcError> {
+        match &self.listeners {
+            Some(l) => Ok(l.as_ref()),
+            None => Err(RpcError::new(
+                jsonrpc::FAILED,
+                "listeners cannot be changed here",
+            )),
+        }
+    }
+
+    /// Runs one request.
+    pub fn call(&self, req: &Request) -> Result<Value, RpcError> {
+        let p = &req.params;
+        let t = &self.target;
+        let rep =
+            |r: Result<ReloadReport, ManageError>| r.map(|r| report_json(&r)).map_err(manage_err);
+        match req.method.as_str() {
+            "rpc_methods" => Ok(json!(METHODS)),
+            "subsystem_list" => {
+                let a: NqnOpt = params(p)?;
+                Ok(self.subsystem_list(a.nqn.as_deref()))
+            }
+            "subsystem_create" => {
+                let a: CreateSubsystem = params(p)?;
+                let mut sc = SubsystemConfig::new(a.nqn, a.namespaces);
+                sc.serial = a.serial;
+                sc.model = a.model;
+                sc.allowed_hosts = a.allowed_hosts;
+                rep(manage::create_subsystem(t, sc))
+            }
+            "subsystem_delete" => {
+                let a: Nqn = params(p)?;
+                rep(manage::delete_subsystem(t, &a.nqn))
+            }
+            "namespace_add" => {
+                let a: AddNamespace = params(p)?;
+                let nc = NamespaceConfig {
+                    nsid: a.nsid,
+                    backend: a.backend,
+                    path: a.path,
+                    size: a.size,
+                    block_size: a.block_size,
+                    uuid: a.uuid,
+                    nguid: a.nguid,
+                };
+                let (r, nsid) = manage::add_namespace(t, &a.nqn, nc).map_err(manage_err)?;
+                let mut v = report_json(&r);
+                v["nsid"] = json!(nsid);
+                Ok(v)
+            }
+            "namespace_remove" => {
+                let a: NsRef = params(p)?;
+                rep(manage::remove_namespace(t, &a.nqn, a.nsid))
+            }
+            "namespace_resize" => {
+                let a: Resize = params(p)?;
+                rep(manage::resize_namespace(t, &a.nqn, a.nsid, a.size.0))
+            }
+            "host_allow" => {
+                let a: HostRef = params(p)?;
+                if a.dhchap_key.is_some() || a.dhchap_ctrl_key.is_some() {
+                    return Err(RpcError::params(
+                        "host keys need in-band authentication, which this target does not serve yet",
+                    ));
+                }
+                rep(manage::allow_host(t, &a.nqn, &a.host))
+            }
+            "host_disallow" => {
+                let a: HostRef = params(p)?;
+                rep(manage::disallow_host(t, &a.nqn, &a.host))
+            }
+            "listener_list" => {
+                params::<NqnOpt>(p)?;
+                Ok(json!(t
+                    .listeners()
+                    .iter()
+                    .map(|l| json!({"addr": l.addr.to_string(), "configured": l.config, "trtype": "tcp"}))
+                    .collect::<Vec<_>>()))
+            }
+            "listener_add" => {
+                let a: Addr = params(p)?;
+                rep(manage::add_listener(t, self.listener_ctl()?, &a.addr))
+            }
+            "listener_remove" => {
+                let a: Addr = params(p)?;
+                rep(manage::remove_listener(t, self.listener_ctl()?, &a.addr))
+            }
+            "controller_list" => {
+                let a: NqnOpt = params(p)?;
+                Ok(json!(t
+                    .controllers()
+                    .iter()
+                    .filter(|c| a.nqn.as_ref().is_none_or(|n| *n == c.subnqn))
+                    .map(|c| json!({
+                        "cntlid": c.cntlid,
+                        "nqn": c.subnqn,
+                        "host": c.hostnqn,
+                        "hostid": uuid_str(&c.hostid),
+                        "io_queues": c.io_queues,
+                        "kato_ms": c.kato_ms,
+                    }))
+                    .collect::<Vec<_>>()))
+            }
+            "controller_disconnect" => {
+                let a: Cntlid = params(p)?;
+                if t.disconnect_controller(a.cntlid) {
+                    Ok(json!({"controllers_disconnected": 1}))
+                } else {
+                    Err(RpcError::new(
+                        jsonrpc::NOT_FOUND,
+                        format!("no live controller {}", a.cntlid),
+                    ))
+                }
+            }
+            "stats" => {
+                let a: NqnOpt = params(p)?;
+                Ok(self.stats(a.nqn.as_deref()))
+            }
+            "save_config" => {
+                let a: SaveConfig = params(p)?;
+                self.save_config(a.path)
+            }
+            "load_config" => {
+                let a: LoadConfig = params(p)?;
+                let cfg = match (a.path, a.toml) {
+                    (Some(path), None) => Config::load(&path),
+                    (None, Some(text)) => Config::from_toml(&text, "load_config"),
+                    _ => return Err(RpcError::params("give one of \"path\" and \"toml\"")),
+                }
+                .map_err(|e| RpcError::new(jsonrpc::INVALID_CONFIG, e.to_string()))?;
+                let ctl = self.listeners.as_deref().map(|l| l as &dyn ListenerControl);
+                reload::apply_with(t, &cfg, ctl)
+                    .map(|r| report_json(&r))
+                    .map_err(|e| manage_err(ManageError::Apply(e)))
+            }
+            m => Err(RpcError::new(
+                jsonrpc::METHOD_NOT_FOUND,
+                format!(
+                    "no method {:?} (rpc_methods lists them)",
+                    m.chars().take(64).collect::<String>()
+                ),
+            )),
+        }
+    }
+
+    fn subsystem_list(&self, nqn: Option<&str>) -> Value {
+        let ctrls = self.target.controllers();
+        let subs = self.target.subsystems();
+        let list: Vec<Value> = subs
+            .iter()
+            .filter(|s| nqn.is_none_or(|n| n == s.nqn))
+            .map(|s| {
+                json!({
+                    "nqn": s.nqn,
+                    "serial": s.serial,
+                    "model": s.model,
+                    "allowed_hosts": s.allowed_hosts(),
+                    "controllers": ctrls.iter().filter(|c| c.subnqn == s.nqn).count(),
+                    "namespaces": s.namespaces().iter().map(|n| json!({
+                        "nsid": n.nsid,
+                        "backend": n.config.backend,
+                        "path": n.config.path,
+                        "size": n.blocks * n.block_size as u64,
+                        "block_size": n.block_size,
+                        "uuid": uuid_str(&n.uuid),
+                        "nguid": hex(&n.nguid),
+                        "describe": n.describe,
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        Value::Array(list)
+    }
+
+    fn stats(&self, nqn: Option<&str>) -> Value {
+        let subs = self.target.subsystems();
+        let list: Vec<Value> = subs
+            .iter()
+            .filter(|s| nqn.is_none_or(|n| n == s.nqn))
+            .map(|s| {
+                let hosts: Vec<Value> = s
+                    .stats
+                    .by_host()
+                    .iter()
+                    .map(|(h, t)| {
+                        let tot = t.totals();
+                        json!({
+                            "host": h,
+                            "read_cmds": tot.read_cmds,
+                            "write_cmds": tot.write_cmds,
+                            "read_bytes": tot.read_bytes,
+                            "write_bytes": tot.write_bytes,
+                            "media_errors": tot.media_errors,
+                            "outstanding": t.outstanding,
+                            "errors": t.errors.iter().map(|(k, v)| (format!("0x{k:03x}"), json!(v))).collect::<serde_json::Map<_, _>>(),
+                        })
+                    })
+                    .collect();
+                json!({"nqn": s.nqn, "hosts": hosts})
+            })
+            .collect();
+        json!({
+            "subsystems": list,
+            "controllers": self.target.live_controllers(),
+            "keep_alive_expiries": self.target.keep_alive_expiries.load(std::sync::atomic::Ordering::Relaxed),
+        })
+    }
+
+    fn save_config(&self, path: Option<PathBuf>) -> Result<Value, RpcError> {
+        let cfg = {
+            let _serial = self.target.manage_lock();
+            reload::current_config(&self.target)
+        };
+        let text = toml::to_string_pretty(&cfg).map_err(|e| {
+            RpcError::new(jsonrpc::INTERNAL_ERROR, format!("cannot write TOML: {e}"))
+        })?;
+        let text = format!(
+            "# farflash configuration saved by save_config; farflash serve --config FILE\n{text}"
+        );
+        if let Some(p) = &path {
+            write_private(p, text.as_bytes()).map_err(|e| {
+                RpcError::new(
+                    jsonrpc::FAILED,
+                    format!("cannot write {}: {e}", p.display()),
+                )
+            })?;
+        }
+        Ok(json!({"toml": text, "path": path}))
+    }
+}
+
+/// Writes `data` to `path` through a temporary file and a rename, mode 0600
+/// (a configuration may name hosts and, with authentication, hold keys).
+fn write_private(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::other("not a file name"))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    let r = f.write_all(data).and_then(|_| f.sync_all());
+    if let Err(e) = r.and_then(|_| std::fs::rename(&tmp, path)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schema_documents_every_method_and_error_code() {
+        let doc: Value =
+            serde_json::from_str(include_str!("../../../docs/rpc-schema.json")).unwrap();
+        let names: Vec<&str> = doc["methods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, METHODS);
+        let codes: Vec<i64> = doc["components"]["errors"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|e| e["code"].as_i64().unwrap())
+            .collect();
+        for c in [
+            jsonrpc::PARSE_ERROR,
+            jsonrpc::INVALID_REQUEST,
+            jsonrpc::METHOD_NOT_FOUND,
+            jsonrpc::INVALID_PARAMS,
+            jsonrpc::NOT_FOUND,
+            jsonrpc::EXISTS,
+            jsonrpc::INVALID_CONFIG,
+            jsonrpc::FAILED,
+        ] {
+            assert!(codes.contains(&c), "{c} undocumented");
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! Management changes seen by connected hosts: hosts disallowed, namespaces
+//! added and resized, the discovery log changing (farflash_core::manage,
+//! the path of the JSON-RPC API and SIGHUP).
+
+use super::*;
+use farflash_core::config::BackendKind;
+use farflash_core::manage;
+use farflash_core::target::{AEN_DISCOVERY_CHANGED, AEN_NS_ATTR_CHANGED};
+use std::time::Instant;
+
+const OTHER: &str = "nqn.2014-08.org.nvmexpress:uuid:other-host";
+
+fn bring_up_as(h: &mut Host, subnqn: &str, host: &str) -> u16 {
+    h.icreq(false, false);
+    let c = ConnectCmd {
+        recfmt: 0,
+        qid: 0,
+        sqsize: 31,
+        cattr: 0,
+        kato: 5000,
+    };
+    let d = ConnectData {
+        hostid: [2; 16],
+        cntlid: CNTLID_DYNAMIC,
+        subnqn: subnqn.into(),
+        hostnqn: host.into(),
+    };
+    let mut data = [0u8; 1024];
+    d.encode(&mut data);
+    let r = h.resp(c.to_sqe(0), &data);
+    assert_eq!(r.status, Status::SUCCESS, "{r:?}");
+    assert_eq!(
+        h.prop_set_cc(props::cc::ENABLE_DEFAULT).status,
+        Status::SUCCESS
+    );
+    r.dw0 as u16
+}
+
+/// Set Features Asynchronous Event Configuration, then one parked AER.
+fn arm_aer(h: &mut Host, aec: u32) {
+    let set = Sqe {
+        opcode: admin::SET_FEATURES,
+        flags: PSDT_SGL,
+        cdw10: 0x0B,
+        cdw11: aec,
+        ..Sqe::default()
+    };
+    assert_eq!(h.resp(set, &[]).status, Status::SUCCESS);
+    let aer = Sqe {
+        opcode: admin::ASYNC_EVENT_REQUEST,
+        flags: PSDT_SGL,
+        ..Sqe::default()
+    };
+    assert!(h.cmd(aer, &[]).is_empty(), "the AER is parked");
+}
+
+fn event(h: &mut Host) -> Option<u32> {
+    h.q.tick(Instant::now());
+    h.recv_all().iter().find_map(|r| match r {
+        Rx::Resp(c) => Some(c.dw0),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_disallowed_host_loses_its_controllers_and_no_one_else_does() {
+    let t = target_with(vec![HOST.into(), OTHER.into()], TransportConfig::default());
+    let mut a = Host::new(&t);
+    let ca = a.bring_up();
+    let mut a_io = io_queue(&t, ca);
+    let mut b = Host::new(&t);
+    let cb = bring_up_as(&mut b, NQN, OTHER);
+    let r = manage::disallow_host(&t, NQN, HOST).unwrap();
+    assert_eq!(r.disconnected, 1);
+    assert_eq!(r.hosts_changed, vec![NQN.to_owned()]);
+    let now = Instant::now();
+    for h in [&mut a, &mut a_io, &mut b] {
+        h.q.tick(now);
+    }
+    assert!(
+        a.q.wants_close() && a_io.q.wants_close(),
+        "the disallowed host's queues close"
+    );
+    assert!(!b.q.wants_close(), "the other host keeps its controller");
+    assert!(t.controller(ca).is_none());
+    assert!(t.controller(cb).is_some());
+    // It cannot come back.
+    let mut again = Host::new(&t);
+    again.icreq(false, false);
+    assert_eq!(
+        again.connect(0, CNTLID_DYNAMIC, HOST).status,
+        Status::CONNECT_INVALID_HOST.dnr()
+    );
+    // The last host cannot be removed (that would open the subsystem to all).
+    assert!(manage::disallow_host(&t, NQN, OTHER).is_err());
+    assert!(t.controller(cb).is_some());
+}
+
+#[test]
+fn namespaces_added_and_resized_reach_the_host_through_one_event() {
+    let t = target();
+    let mut a = Host::new(&t);
+    let cntlid = a.bring_up();
+    let mut q = io_queue(&t, cntlid);
+    arm_aer(&mut a, farflash_wire::identify::OAES_NS_ATTR);
+    let (r, nsid) =
+        manage::add_namespace(&t, NQN, NamespaceConfig::sized(BackendKind::Null, 1 << 20)).unwrap();
+    assert_eq!(
+        (nsid, r.changed.clone()),
+        (2, vec![(NQN.to_owned(), vec![2])])
+    );
+    let r = manage::resize_namespace(&t, NQN, 2, 4 << 20).unwrap();
+    assert_eq!(r.changed, vec![(NQN.to_owned(), vec![2])]);
+    assert_eq!(event(&mut a), Some(AEN_NS_ATTR_CHANGED));
+    // The Changed Namespace List names NSID 2 once.
+    let mut glp = admin_sqe(admin::GET_LOG_PAGE, u32::MAX, 4096);
+    farflash_wire::log::GetLogPage {
+        lid: 0x04,
+        lsp: 0,
+        rae: false,
+        len: 4096,
+        offset: 0,
+    }
+    .fill_sqe(&mut glp);
+    let log = data_of(&a.cmd(glp, &[]));
+    assert_eq!(&log[..8], &[2, 0, 0, 0, 0, 0, 0, 0]);
+    // Identify Namespace reports the new size (NSZE, 512-byte blocks).
+    let mut id = admin_sqe(admin::IDENTIFY, 2, 4096);
+    id.cdw10 = cns::NAMESPACE as u32;
+    let ns = data_of(&a.cmd(id, &[]));
+    assert_eq!(
+        u64::from_le_bytes(ns[..8].try_into().unwrap()),
+        (4 << 20) / 512
+    );
+    // The I/O queue reaches the new blocks.
+    let mut rd = rw(io::READ, (4 << 20) / 512 - 1, 1, 512, false);
+    rd.nsid = 2;
+    assert_eq!(q.resp(rd, &[]).status, Status::SUCCESS);
+    // RAM cannot be resized in place; a wrong NSID is not found.
+    assert!(matches!(
+        manage::resize_namespace(&t, NQN, 1, 16 << 20),
+        Err(manage::ManageError::Invalid(_))
+    ));
+    assert!(matches!(
+        manage::remove_namespace(&t, NQN, 9),
+        Err(manage::ManageError::NotFound(_))
+    ));
+    // Removing under I/O: commands to it fail cleanly, others go on.
+    manage::remove_namespace(&t, NQN, 2).unwrap();
+    let mut rd = rw(io::READ, 0, 1, 512, false);
+    rd.nsid = 2;
+    assert_eq!(q.resp(rd, &[]).status, Status::INVALID_NAMESPACE.dnr());
+    assert_eq!(
+        q.resp(rw(io::READ, 0, 1, 512, false), &[]).status,
+        Status::SUCCESS
+    );
+}
+
+#[test]
+fn discovery_controllers_hear_of_discovery_log_changes() {
+    let t = target();
+    let mut d = Host::new(&t);
+    bring_up_as(&mut d, farflash_wire::DISCOVERY_NQN, HOST);
+    arm_aer(&mut d, farflash_wire::identify::OAES_DISCOVERY_CHANGE);
+    let mut io_host = Host::new(&t);
+    io_host.bring_up();
+    arm_aer(&mut io_host, farflash_wire::identify::OAES_NS_ATTR);
+    let before = t.genctr.load(std::sync::atomic::Ordering::Acquire);
+    let sc = SubsystemConfig::new("nqn.2026-11.io.farflash:second", vec![ram_ns(None)]);
+    let r = manage::create_subsystem(&t, sc).unwrap();
+    assert_eq!(r.subsystems_added.len(), 1);
+    assert_eq!(event(&mut d), Some(AEN_DISCOVERY_CHANGED));
+    assert_eq!(
+        event(&mut io_host),
+        None,
+        "an I/O controller has nothing to hear"
+    );
+    assert!(t.genctr.load(std::sync::atomic::Ordering::Acquire) > before);
+    // Deleting it: its hosts are disconnected.
+    let mut h2 = Host::new(&t);
+    h2.icreq(false, false);
+    let c = ConnectCmd {
+        recfmt: 0,
+        qid: 0,
+        sqsize: 31,
+        cattr: 0,
+        kato: 5000,
+    };
+    let data_in = ConnectData {
+        hostid: [3; 16],
+        cntlid: CNTLID_DYNAMIC,
+        subnqn: "nqn.2026-11.io.farflash:second".into(),
+        hostnqn: HOST.into(),
+    };
+    let mut data = [0u8; 1024];
+    data_in.encode(&mut data);
+    assert_eq!(h2.resp(c.to_sqe(0), &data).status, Status::SUCCESS);
+    let r = manage::delete_subsystem(&t, "nqn.2026-11.io.farflash:second").unwrap();
+    assert_eq!(r.disconnected, 1);
+    h2.q.tick(Instant::now());
+    assert!(h2.q.wants_close());
+    assert!(
+        manage::delete_subsystem(&t, NQN).is_err(),
+        "the last subsystem stays"
+    );
+}

@@ -1,0 +1,418 @@
+//! `farflash ctl`: manage a running `farflash serve` through its management
+//! socket, with verbs like nvmetcli's and rpc.py's; `farflash rpc` sends one
+//! raw JSON-RPC method. Human output by default, `--json` for the result as
+//! the target sent it.
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Args, Debug)]
+pub struct CtlArgs {
+    /// The target's management socket (default: as `farflash serve`'s).
+    #[arg(long = "rpc-socket", short = 's', value_name = "PATH", global = true)]
+    pub socket: Option<PathBuf>,
+    /// Print the JSON result instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub verb: Verb,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Verb {
+    /// Subsystems: list, create, delete.
+    #[command(subcommand)]
+    Subsystem(SubsystemVerb),
+    /// Namespaces: add, remove, resize.
+    #[command(subcommand)]
+    Namespace(NamespaceVerb),
+    /// Hosts allowed to connect to a subsystem.
+    #[command(subcommand)]
+    Host(HostVerb),
+    /// Listeners (ADDR:PORT).
+    #[command(subcommand)]
+    Listener(ListenerVerb),
+    /// Live controllers.
+    #[command(subcommand)]
+    Controller(ControllerVerb),
+    /// I/O statistics per subsystem and host.
+    Stats {
+        #[arg(long)]
+        nqn: Option<String>,
+    },
+    /// Write the running configuration as TOML (to PATH on the target's
+    /// side, or to standard output).
+    SaveConfig {
+        /// File the target writes (mode 0600).
+        path: Option<PathBuf>,
+    },
+    /// Apply a configuration file (the target reads PATH) or, with `-`, the
+    /// TOML on standard input.
+    LoadConfig { path: PathBuf },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SubsystemVerb {
+    List,
+    Create {
+        nqn: String,
+        #[arg(long)]
+        serial: Option<String>,
+        #[arg(long)]
+        model: Option<String>,
+        /// Allow only these hosts (repeatable; default: any host).
+        #[arg(long = "allow-host", value_name = "HOSTNQN")]
+        allow_host: Vec<String>,
+    },
+    Delete {
+        nqn: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum NamespaceVerb {
+    /// Add a namespace: one of --ram SIZE, --null SIZE, --file PATH.
+    Add {
+        nqn: String,
+        #[arg(long)]
+        nsid: Option<u32>,
+        #[arg(long, value_name = "SIZE", group = "backend")]
+        ram: Option<String>,
+        #[arg(long, value_name = "SIZE", group = "backend")]
+        null: Option<String>,
+        #[arg(long, value_name = "PATH", group = "backend")]
+        file: Option<PathBuf>,
+        /// With --file: create or extend the file to SIZE.
+        #[arg(long, value_name = "SIZE")]
+        size: Option<String>,
+        #[arg(long = "block-size", value_name = "512|4096")]
+        block_size: Option<u32>,
+        #[arg(long)]
+        uuid: Option<String>,
+        #[arg(long)]
+        nguid: Option<String>,
+    },
+    Remove {
+        nqn: String,
+        nsid: u32,
+    },
+    /// Grow a file namespace, or resize a null one (hosts are told).
+    Resize {
+        nqn: String,
+        nsid: u32,
+        size: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum HostVerb {
+    Allow {
+        nqn: String,
+        host: String,
+    },
+    /// Remove a host from the allowed list; its controllers are disconnected.
+    Disallow {
+        nqn: String,
+        host: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ListenerVerb {
+    List,
+    Add {
+        addr: String,
+    },
+    /// Stop listening; connections that came through it close.
+    Remove {
+        addr: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ControllerVerb {
+    List {
+        #[arg(long)]
+        nqn: Option<String>,
+    },
+    Disconnect {
+        cntlid: u16,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct RpcArgs {
+    #[arg(long = "rpc-socket", short = 's', value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// Method name (`rpc_methods` lists them).
+    pub method: String,
+    /// Parameters as a JSON object (default {}).
+    pub params: Option<String>,
+}
+
+fn socket(p: &Option<PathBuf>) -> PathBuf {
+    p.clone()
+        .unwrap_or_else(farflash_mgmt::server::default_socket_path)
+}
+
+/// Sends one call; a JSON-RPC error becomes an error.
+fn call(sock: &std::path::Path, method: &str, params: Value) -> Result<Value> {
+    let answer = farflash_mgmt::server::call(sock, method, params)?;
+    if let Some(e) = answer.get("error") {
+        bail!(
+            "{} (error {})",
+            e["message"].as_str().unwrap_or("?"),
+            e["code"].as_i64().unwrap_or(0)
+        );
+    }
+    Ok(answer.get("result").cloned().unwrap_or(Value::Null))
+}
+
+fn size_param(s: &str) -> Result<Value> {
+    let n: farflash_core::config::Size = s.parse().map_err(anyhow::Error::msg)?;
+    Ok(json!(n.0))
+}
+
+pub fn run_rpc(a: RpcArgs) -> Result<()> {
+    let params: Value = match &a.params {
+        Some(p) => serde_json::from_str(p).context("params must be JSON")?,
+        None => json!({}),
+    };
+    let answer = farflash_mgmt::server::call(&socket(&a.socket), &a.method, params)?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", serde_json::to_string_pretty(&answer)?)?;
+    if answer.get("error").is_some() {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+pub fn run(a: CtlArgs) -> Result<()> {
+    let sock = socket(&a.socket);
+    let (method, params) = match &a.verb {
+        Verb::Subsystem(SubsystemVerb::List) => ("subsystem_list", json!({})),
+        Verb::Subsystem(SubsystemVerb::Create {
+            nqn,
+            serial,
+            model,
+            allow_host,
+        }) => (
+            "subsystem_create",
+            json!({"nqn": nqn, "serial": serial, "model": model, "allowed_hosts": allow_host}),
+        ),
+        Verb::Subsystem(SubsystemVerb::Delete { nqn }) => ("subsystem_delete", json!({"nqn": nqn})),
+        Verb::Namespace(NamespaceVerb::Add {
+            nqn,
+            nsid,
+            ram,
+            null,
+            file,
+            size,
+            block_size,
+            uuid,
+            nguid,
+        }) => {
+            let mut p = json!({"nqn": nqn, "nsid": nsid, "block_size": block_size, "uuid": uuid, "nguid": nguid});
+            match (ram, null, file) {
+                (Some(s), None, None) => {
+                    p["backend"] = json!("ram");
+                    p["size"] = size_param(s)?;
+                }
+                (None, Some(s), None) => {
+                    p["backend"] = json!("null");
+                    p["size"] = size_param(s)?;
+                }
+                (None, None, Some(f)) => {
+                    p["backend"] = json!("file");
+                    p["path"] = json!(f);
+                    if let Some(s) = size {
+                        p["size"] = size_param(s)?;
+                    }
+                }
+                _ => bail!("give one of --ram SIZE, --null SIZE, --file PATH"),
+            }
+            ("namespace_add", p)
+        }
+        Verb::Namespace(NamespaceVerb::Remove { nqn, nsid }) => {
+            ("namespace_remove", json!({"nqn": nqn, "nsid": nsid}))
+        }
+        Verb::Namespace(NamespaceVerb::Resize { nqn, nsid, size }) => (
+            "namespace_resize",
+            json!({"nqn": nqn, "nsid": nsid, "size": size_param(size)?}),
+        ),
+        Verb::Host(HostVerb::Allow { nqn, host }) => {
+            ("host_allow", json!({"nqn": nqn, "host": host}))
+        }
+        Verb::Host(HostVerb::Disallow { nqn, host }) => {
+            ("host_disallow", json!({"nqn": nqn, "host": host}))
+        }
+        Verb::Listener(ListenerVerb::List) => ("listener_list", json!({})),
+        Verb::Listener(ListenerVerb::Add { addr }) => ("listener_add", json!({"addr": addr})),
+        Verb::Listener(ListenerVerb::Remove { addr }) => ("listener_remove", json!({"addr": addr})),
+        Verb::Controller(ControllerVerb::List { nqn }) => ("controller_list", json!({"nqn": nqn})),
+        Verb::Controller(ControllerVerb::Disconnect { cntlid }) => {
+            ("controller_disconnect", json!({"cntlid": cntlid}))
+        }
+        Verb::Stats { nqn } => ("stats", json!({"nqn": nqn})),
+        Verb::SaveConfig { path } => ("save_config", json!({"path": path})),
+        Verb::LoadConfig { path } if path.as_os_str() == "-" => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
+            ("load_config", json!({"toml": text}))
+        }
+        Verb::LoadConfig { path } => {
+            // The target reads the file: make a relative path absolute here.
+            let p = std::path::absolute(path)?;
+            ("load_config", json!({"path": p}))
+        }
+    };
+    let params = strip_nulls(params);
+    let result = call(&sock, method, params)?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&result)?)?;
+        return Ok(());
+    }
+    human(&mut out, method, &result)?;
+    Ok(())
+}
+
+/// Optional parameters left out rather than sent as null.
+fn strip_nulls(v: Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(m.into_iter().filter(|(_, v)| !v.is_null()).collect()),
+        v => v,
+    }
+}
+
+fn human(out: &mut impl Write, method: &str, r: &Value) -> Result<()> {
+    let s = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".to_owned(),
+        v => v.to_string(),
+    };
+    match method {
+        "subsystem_list" => {
+            for sub in r.as_array().into_iter().flatten() {
+                let hosts = sub["allowed_hosts"]
+                    .as_array()
+                    .map(|h| h.iter().map(&s).collect::<Vec<_>>().join(", "));
+                let hosts = match hosts {
+                    Some(h) if !h.is_empty() => h,
+                    _ => "any host".to_owned(),
+                };
+                writeln!(
+                    out,
+                    "{}  serial {}  controllers {}  allowed: {hosts}",
+                    s(&sub["nqn"]),
+                    s(&sub["serial"]),
+                    s(&sub["controllers"])
+                )?;
+                for n in sub["namespaces"].as_array().into_iter().flatten() {
+                    writeln!(
+                        out,
+                        "  nsid {:>3}  {:>14} bytes  {:>4}B blocks  {}  uuid {}",
+                        s(&n["nsid"]),
+                        s(&n["size"]),
+                        s(&n["block_size"]),
+                        s(&n["describe"]),
+                        s(&n["uuid"])
+                    )?;
+                }
+            }
+        }
+        "listener_list" => {
+            for l in r.as_array().into_iter().flatten() {
+                writeln!(out, "{} {}", s(&l["trtype"]), s(&l["addr"]))?;
+            }
+        }
+        "controller_list" => {
+            writeln!(
+                out,
+                "{:>6}  {:>9}  {:<40} host",
+                "cntlid", "io_queues", "subsystem"
+            )?;
+            for c in r.as_array().into_iter().flatten() {
+                writeln!(
+                    out,
+                    "{:>6}  {:>9}  {:<40} {}",
+                    s(&c["cntlid"]),
+                    s(&c["io_queues"]),
+                    s(&c["nqn"]),
+                    s(&c["host"])
+                )?;
+            }
+        }
+        "stats" => {
+            for sub in r["subsystems"].as_array().into_iter().flatten() {
+                writeln!(out, "{}", s(&sub["nqn"]))?;
+                for h in sub["hosts"].as_array().into_iter().flatten() {
+                    writeln!(
+                        out,
+                        "  {}: reads {} ({} bytes), writes {} ({} bytes), in flight {}, errors {}",
+                        s(&h["host"]),
+                        s(&h["read_cmds"]),
+                        s(&h["read_bytes"]),
+                        s(&h["write_cmds"]),
+                        s(&h["write_bytes"]),
+                        s(&h["outstanding"]),
+                        s(&h["errors"])
+                    )?;
+                }
+            }
+            writeln!(
+                out,
+                "controllers {}, keep-alive expiries {}",
+                s(&r["controllers"]),
+                s(&r["keep_alive_expiries"])
+            )?;
+        }
+        "save_config" => match r["path"].as_str() {
+            Some(p) => writeln!(out, "saved to {p}")?,
+            None => write!(out, "{}", r["toml"].as_str().unwrap_or(""))?,
+        },
+        _ => {
+            // A change: say what it did.
+            let mut said = false;
+            if let Some(n) = r.get("nsid") {
+                writeln!(out, "namespace {} added", s(n))?;
+                said = true;
+            }
+            for c in r["namespaces_changed"].as_array().into_iter().flatten() {
+                if r.get("nsid").is_none() {
+                    writeln!(
+                        out,
+                        "{}: namespaces changed: {}",
+                        s(&c["nqn"]),
+                        s(&c["nsids"])
+                    )?;
+                    said = true;
+                }
+            }
+            for (k, what) in [
+                ("subsystems_added", "subsystem added"),
+                ("subsystems_removed", "subsystem removed"),
+                ("hosts_changed", "allowed hosts changed"),
+                ("listeners_added", "listener added"),
+                ("listeners_removed", "listener removed"),
+                ("ignored", "not applied (restart to change)"),
+            ] {
+                for v in r[k].as_array().into_iter().flatten() {
+                    writeln!(out, "{what}: {}", s(v))?;
+                    said = true;
+                }
+            }
+            if let Some(n) = r["controllers_disconnected"].as_u64().filter(|n| *n > 0) {
+                writeln!(out, "controllers disconnected: {n}")?;
+                said = true;
+            }
+            if !said {
+                writeln!(out, "ok (nothing changed)")?;
+            }
+        }
+    }
+    Ok(())
+}
