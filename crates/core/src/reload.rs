@@ -23,6 +23,11 @@ pub fn apply(target: &Target, cfg: &Config) -> Result<ReloadReport, BuildError> 
         match target.subsystem(&sc.nqn) {
             Some(sub) => {
                 let new = build_namespaces(sc, &sub.namespaces())?;
+                if sc.hosts != sub.hosts || sc.require_auth != sub.require_auth {
+                    report
+                        .ignored
+                        .push(format!("{}: host keys (restart to change)", sc.nqn));
+                }
                 if sc.allowed_hosts != sub.allowed_hosts {
                     report
                         .ignored

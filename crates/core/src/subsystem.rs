@@ -33,6 +33,11 @@ pub struct Subsystem {
     pub model: String,
     /// Empty: any host may connect.
     pub allowed_hosts: Vec<String>,
+    /// DH-HMAC-CHAP settings per host NQN (Base §8.13), checked by
+    /// `Config::validate`.
+    pub hosts: Vec<crate::config::HostAuthConfig>,
+    /// Hosts without an entry in `hosts` are refused.
+    pub require_auth: bool,
     /// Sorted by NSID; replaced whole when the configuration is reloaded.
     namespaces: RwLock<Arc<Vec<Arc<Namespace>>>>,
     /// Bumped at every namespace change; queues compare it with their copy.
@@ -43,7 +48,23 @@ pub struct Subsystem {
 impl Subsystem {
     /// Whether `hostnqn` may connect (Fabrics §? host access control).
     pub fn host_allowed(&self, hostnqn: &str) -> bool {
-        self.allowed_hosts.is_empty() || self.allowed_hosts.iter().any(|h| h == hostnqn)
+        (self.allowed_hosts.is_empty() || self.allowed_hosts.iter().any(|h| h == hostnqn))
+            && (!self.require_auth || self.hosts.iter().any(|h| h.nqn == hostnqn))
+    }
+
+    /// What the controller needs to authenticate `hostnqn`, if it has a
+    /// secret here (the Connect response then asks for authentication).
+    pub fn auth_for(&self, hostnqn: &str) -> Option<farflash_auth::CtrlConfig> {
+        let h = self.hosts.iter().find(|h| h.nqn == hostnqn)?;
+        Some(farflash_auth::CtrlConfig {
+            subsys_nqn: self.nqn.clone(),
+            host_nqn: h.nqn.clone(),
+            host_secret: h.dhchap_key.0.clone(),
+            ctrl_secret: h.dhchap_ctrl_key.as_ref().map(|k| k.0.clone()),
+            // Config::validate checked the names.
+            hashes: h.hashes().unwrap_or_default(),
+            groups: h.groups().unwrap_or_default(),
+        })
     }
     /// The current namespaces, sorted by NSID.
     pub fn namespaces(&self) -> Arc<Vec<Arc<Namespace>>> {
@@ -250,6 +271,8 @@ pub fn build_subsystems(cfg: &Config) -> Result<Vec<Arc<Subsystem>>, BuildError>
             serial,
             model: sc.model.clone().unwrap_or_else(|| "farflash".to_owned()),
             allowed_hosts: sc.allowed_hosts.clone(),
+            hosts: sc.hosts.clone(),
+            require_auth: sc.require_auth,
             namespaces: RwLock::new(Arc::new(namespaces)),
             generation: AtomicU64::new(1),
             stats: StatsRegistry::default(),
