@@ -84,7 +84,7 @@ pub(crate) fn send(q: &mut NvmeQueue, idx: usize) -> Outcome {
     Outcome::Done(Status::SUCCESS, 0)
 }
 
-/// Authentication Receive: the next message of the transaction, cut to AL;
+/// Authentication Receive: the next message of the transaction, in AL bytes;
 /// Command Sequence Error when none is due.
 pub(crate) fn receive(q: &mut NvmeQueue, idx: usize) -> Outcome {
     let Some(auth) = q.auth.as_mut() else {
@@ -96,7 +96,11 @@ pub(crate) fn receive(q: &mut NvmeQueue, idx: usize) -> Outcome {
     q.auth_since = None;
     let failure = matches!(msg, Message::Failure1(_));
     let bytes = msg.encode();
-    q.reply_buf(idx, bytes.len()).copy_from_slice(&bytes);
+    // Zero-padded to AL, as Linux's target returns it (hosts may count
+    // on the whole allocation moving); cut to AL when shorter.
+    let al = q.slots[idx].len as usize;
+    let n = bytes.len().min(al);
+    q.reply_buf(idx, al.max(n))[..n].copy_from_slice(&bytes[..n]);
     if failure {
         fatal_if_admin(q);
     }
