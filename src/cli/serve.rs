@@ -466,6 +466,37 @@ mod tests {
     }
 
     #[test]
+    fn dhchap_flags_build_host_keys_and_errors_hide_secrets() {
+        let k = "DHHC-1:00:ia6zGodOr4SEG0Zzaw398rpY0wqipUWj4jWjUh4HWUz6aQ2n:";
+        let hk = format!("nqn.h={k}");
+        let c = parse(&[
+            "--dhchap-key",
+            &hk,
+            "--dhchap-ctrl-key",
+            &hk,
+            "--dhchap-dhgroup",
+            "ffdhe2048,null",
+            "--require-auth",
+        ])
+        .to_config()
+        .unwrap();
+        let s = &c.subsystems[0];
+        assert!(s.require_auth);
+        assert_eq!(s.hosts[0].nqn, "nqn.h");
+        assert!(s.hosts[0].dhchap_ctrl_key.is_some());
+        assert_eq!(s.hosts[0].dhchap_dhgroup, vec!["ffdhe2048", "null"]);
+        let bad = format!("nqn.h={}", k.replace("ia6z", "ib6z"));
+        for args in [
+            vec!["--dhchap-key", bad.as_str()],
+            vec!["--dhchap-ctrl-key", hk.as_str()],
+            vec!["--dhchap-key", hk.as_str(), "--dhchap-hash", "md5"],
+        ] {
+            let e = parse(&args).to_config().unwrap_err().to_string();
+            assert!(!e.contains("6zGod"), "{e}");
+        }
+    }
+
+    #[test]
     fn no_flags_is_the_embedded_default() {
         let c = parse(&[]).to_config().unwrap();
         assert_eq!(c, Config::default());
