@@ -801,12 +801,13 @@ fn cases() -> Vec<Case> {
             want: Want::Status(Status::CONNECT_INVALID_HOST.dnr()),
         },
         Case {
-            name: "the Connect demands in-band authentication (AUTHREQ)",
+            name: "the Connect demands in-band authentication (AUTHREQ ATR) and no secret is given",
             digests: false,
             fake: |f| {
                 f.init();
                 let sqe = f.capsule();
-                f.resp(sqe.cid, Status::SUCCESS, 1 | 1 << 16, 0);
+                // AUTHREQ ATR is DW0 bit 17 (Fabrics §6.3, TP 8006).
+                f.resp(sqe.cid, Status::SUCCESS, 1 | 1 << 17, 0);
             },
             want: Want::Controller,
         },

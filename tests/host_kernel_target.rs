@@ -3,7 +3,8 @@
 //! `--hostfwd` (guest port 4420 on host 127.0.0.1:PORT). Runs `farflash
 //! discover`, `farflash identify` and `farflash perf --verify=crc32c` with
 //! mixed block sizes (in-capsule and R2T writes, with and without digests),
-//! and a run longer than the Keep Alive Timeout.
+//! and a run longer than the Keep Alive Timeout; and, against the 6.12
+//! kernel's target (configfs dhchap_key etc.), DH-HMAC-CHAP.
 
 mod host_support;
 
@@ -39,6 +40,11 @@ impl Drop for Vm {
 }
 
 fn start_kernel_target(port: u16, nqn: &str) -> Vm {
+    start_kernel_target_with(port, nqn, &[])
+}
+
+/// `extra`: more run-linux-host arguments (a kernel, guest environment).
+fn start_kernel_target_with(port: u16, nqn: &str, extra: &[String]) -> Vm {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut child = Command::new(root.join("tests/linux-host/run-linux-host"))
         .args(["-t", "900", "--hostfwd", &format!("{port}:4420")])
@@ -48,6 +54,7 @@ fn start_kernel_target(port: u16, nqn: &str) -> Vm {
             "-e",
             "SERVE_NAMESPACES=ram:64M",
         ])
+        .args(extra)
         .arg(root.join("tests/linux-host/guest/kernel-target-serve.sh"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -206,4 +213,96 @@ fn farflash_host_against_linux_kernel_target() {
     assert!(ctrl.keep_alive_failure().is_none());
     drop(q);
     ctrl.shutdown().expect("CC.SHN shutdown");
+}
+
+/// DH-HMAC-CHAP against Linux 6.12's nvmet (configfs `dhchap_key`,
+/// `dhchap_ctrl_key`, `dhchap_hash` hmac(sha512), `dhchap_dhgroup`
+/// ffdhe2048): identify and perf --verify with two queues, unidirectional
+/// and bidirectional; a wrong secret and a wrong controller secret fail.
+#[test]
+#[ignore = "boots a QEMU VM with the 6.12 kernel; run by tests/run.sh"]
+fn farflash_host_authenticates_to_linux_612_target() {
+    use farflash_auth::{HashId, Secret};
+    let secret = |seed: u8, hmac| {
+        let mut key = [0u8; 64];
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut key))
+            .expect("urandom");
+        key[0] ^= seed;
+        Secret::new(&key, hmac).unwrap().to_dhhc().to_string()
+    };
+    let (hk, ck, wrong) = (
+        secret(1, Some(HashId::Sha512)),
+        secret(2, None),
+        secret(3, None),
+    );
+    let host = "nqn.2014-08.org.nvmexpress:uuid:5e1f0000-0000-4000-8000-00000000612a";
+    let port = free_port();
+    let nqn = "nqn.2014-08.io.farflash:kernel-target-auth";
+    let env = [
+        format!("SERVE_ALLOW_HOSTS={host}"),
+        format!("SERVE_DHCHAP_KEY={hk}"),
+        format!("SERVE_DHCHAP_CTRL_KEY={ck}"),
+        "SERVE_DHCHAP_HASH=hmac(sha512)".to_string(),
+        "SERVE_DHCHAP_DHGROUP=ffdhe2048".to_string(),
+    ];
+    let mut extra: Vec<String> = ["--kernel", "6.12", "--append", "cryptomgr.notests"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for e in env {
+        extra.extend(["-e".to_string(), e]);
+    }
+    let _vm = start_kernel_target_with(port, nqn, &extra);
+    let p = port.to_string();
+    let base = ["-a", "127.0.0.1", "-s", &p, "-n", nqn, "-q", host];
+
+    for bidi in [false, true] {
+        let mut id = vec!["identify"];
+        id.extend(base);
+        id.extend(["-S", &hk, "--nsid", "1", "-o", "json"]);
+        if bidi {
+            id.extend(["-C", &ck]);
+        }
+        let v = json(&cli_ok(&id));
+        assert_eq!(v["controller"]["subnqn"], nqn);
+        let mut perf = vec!["perf"];
+        perf.extend(base);
+        perf.extend([
+            "-S",
+            &hk,
+            "--rw",
+            "randwrite",
+            "--bsrange=4k-64k",
+            "--iodepth",
+            "8",
+            "--numjobs",
+            "2",
+            "--size",
+            "4M",
+            "--verify=crc32c",
+            "-o",
+            "json",
+        ]);
+        if bidi {
+            perf.extend(["-C", &ck]);
+        }
+        let v = json(&cli_ok(&perf));
+        assert_eq!(v["aggregate"]["verify_errors"], 0);
+        assert_eq!(v["aggregate"]["read"]["io_bytes"].as_u64(), Some(4 << 20));
+    }
+    for (extra, want) in [
+        (vec!["-S", &wrong], "DH-HMAC-CHAP failed"),
+        (vec!["-S", &hk, "-C", &wrong], "controller response wrong"),
+        (vec![], "--dhchap-secret"),
+    ] {
+        let mut args = vec!["identify"];
+        args.extend(base);
+        args.extend(extra.iter());
+        let o = host_support::cli(&args);
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(!err.contains("DHHC-1:"), "a secret in the error: {err}");
+    }
 }

@@ -662,3 +662,192 @@ fn linux_host_sees_namespaces_change_at_run_time() {
         "farflash serve did not exit 0 ({status:?})"
     );
 }
+
+/// A random DH-HMAC-CHAP secret of `len` bytes with transformation `hmac`
+/// (`DHHC-1:0X:...:`), as `nvme gen-dhchap-key` makes them.
+fn dhchap_secret(len: usize, hmac: Option<farflash_auth::HashId>) -> String {
+    let mut key = vec![0u8; len];
+    fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut key))
+        .expect("read /dev/urandom");
+    let s = farflash_auth::Secret::new(&key, hmac).expect("secret");
+    s.to_dhhc().to_string()
+}
+
+/// NVMe in-band authentication with the Linux 6.12 host (NVME_HOST_AUTH=y;
+/// Debian 12's 6.1 kernel has none): one VM runs `guest/auth.sh` against
+/// `farflash serve --config` with one subsystem per case: SHA-256/384/512
+/// × null/ffdhe2048/ffdhe8192 × unidirectional/bidirectional (the kernel
+/// must log the hash and group it used), fio verify on some, a wrong host
+/// secret (refused while the target keeps serving the next cases), a wrong
+/// controller secret (the host refuses), no secret for a subsystem that
+/// requires one, and re-authentication through sysfs `dhchap_secret`
+/// while fio runs. The target must log no secret.
+#[test]
+#[ignore = "boots a QEMU VM with the 6.12 kernel; run by tests/run.sh"]
+fn linux_612_host_authenticates_to_farflash_serve() {
+    use farflash_auth::HashId;
+    let tmp = TempDir::new("auth");
+    let port = free_ports(1)[0];
+    let hostnqn = random_hostnqn();
+    let prefix = "nqn.2026-11.io.farflash:auth";
+    let mut toml = format!("listen = ['127.0.0.1:{port}']\n[transport]\nmax_io_queues = 2\n");
+    let mut cases = String::new();
+    let mut secrets = Vec::new();
+    let mut add = |name: &str,
+                   expect: &str,
+                   hash: &str,
+                   group: &str,
+                   target_keys: (&str, Option<&str>),
+                   host_keys: (&str, &str)| {
+        let nqn = format!("{prefix}:{name}");
+        toml += &format!(
+            "[[subsystem]]\nnqn = '{nqn}'\nrequire_auth = true\n\
+             [[subsystem.host]]\nnqn = '{hostnqn}'\ndhchap_key = '{}'\n{}\
+             dhchap_hash = ['{hash}']\ndhchap_dhgroup = ['{group}']\n\
+             [[subsystem.namespace]]\nbackend = 'ram'\nsize = '16M'\n",
+            target_keys.0,
+            target_keys
+                .1
+                .map(|k| format!("dhchap_ctrl_key = '{k}'\n"))
+                .unwrap_or_default(),
+        );
+        cases += &format!(
+            "{name} {nqn} {expect} {hash} {group} {} {}\n",
+            host_keys.0, host_keys.1
+        );
+    };
+    let hashes = [
+        ("sha256", 32, Some(HashId::Sha256)),
+        ("sha384", 48, Some(HashId::Sha384)),
+        ("sha512", 64, Some(HashId::Sha512)),
+    ];
+    for (i, (hash, len, hmac)) in hashes.into_iter().enumerate() {
+        for group in ["null", "ffdhe2048", "ffdhe8192"] {
+            for bidi in [false, true] {
+                // Transformed and plain keys alternate.
+                let host = dhchap_secret(len, if bidi { None } else { hmac });
+                let ctrl = dhchap_secret(len, hmac);
+                let fio = (i == 0 && group == "null" && !bidi)
+                    || (i == 2 && group == "ffdhe8192" && bidi);
+                let name = format!("{hash}-{group}-{}", if bidi { "bi" } else { "uni" });
+                let expect = if fio { "fio" } else { "ok" };
+                add(
+                    &name,
+                    expect,
+                    hash,
+                    group,
+                    (&host, Some(&ctrl)),
+                    (&host, if bidi { &ctrl } else { "-" }),
+                );
+                secrets.push(host);
+                secrets.push(ctrl);
+            }
+        }
+        if i == 0 {
+            // Failures between the successes: the target goes on serving.
+            let (good, wrong) = (dhchap_secret(32, None), dhchap_secret(32, None));
+            let ctrl = dhchap_secret(32, None);
+            add(
+                "wrong-host-secret",
+                "refused",
+                hash,
+                "ffdhe2048",
+                (&good, None),
+                (&wrong, "-"),
+            );
+            add(
+                "wrong-ctrl-secret",
+                "refused",
+                hash,
+                "null",
+                (&good, Some(&ctrl)),
+                (&good, &wrong),
+            );
+            add(
+                "no-secret",
+                "refused",
+                hash,
+                "null",
+                (&good, None),
+                ("-", "-"),
+            );
+            secrets.extend([good, wrong, ctrl]);
+        }
+    }
+    let re = dhchap_secret(48, Some(HashId::Sha384));
+    add(
+        "reauth-sysfs",
+        "reauth",
+        "sha384",
+        "ffdhe2048",
+        (&re, None),
+        (&re, "-"),
+    );
+    secrets.push(re);
+    let config = tmp.path().join("auth.toml");
+    fs::write(&config, &toml).expect("write the config");
+    let case_file = tmp.path().join("auth-cases");
+    fs::write(&case_file, &cases).expect("write the cases");
+
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_farflash"));
+    cmd.args(["serve", "--config"])
+        .arg(&config)
+        .args(["--log-level", "info"]);
+    let mut target = Proc::spawn("farflash serve", "[farflash] ", &mut cmd, false);
+    target.wait_for_line("listening on", Duration::from_secs(60));
+
+    let names: Vec<String> = cases
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect();
+    let args: Vec<String> = [
+        "-t",
+        &VM_TIMEOUT_SECS.to_string(),
+        "--kernel",
+        "6.12",
+        "--append",
+        "cryptomgr.notests",
+        "-p",
+        &format!("{port}:{port}"),
+        "--hostnqn",
+        &hostnqn,
+        "-f",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([
+        case_file.display().to_string(),
+        guest_script("auth.sh").display().to_string(),
+    ])
+    .collect();
+    run_vm_scenarios(
+        "Linux 6.12 host VM -> farflash serve (DH-HMAC-CHAP)",
+        &args,
+        &names,
+        Some(&mut target),
+    );
+    assert!(target.running(), "farflash serve exited during the run");
+    let log = target.output();
+    // Every I/O queue 1 authenticated once per successful case, and once
+    // more when the sysfs write re-authenticated it under fio.
+    let ok_cases = cases.lines().filter(|l| !l.contains(" refused ")).count();
+    let qid1 = (log.lines())
+        .filter(|l| l.contains("host authenticated") && l.contains("qid=1"))
+        .count();
+    assert!(
+        qid1 > ok_cases,
+        "I/O queue 1 authenticated {qid1} times for {ok_cases} connects: no re-authentication"
+    );
+    assert!(target.has_line("authentication failed"));
+    for s in &secrets {
+        // The base64 part alone must not appear either.
+        let b64 = s.trim_end_matches(':').rsplit(':').next().unwrap_or(s);
+        assert!(!log.contains(b64), "a secret reached the target's log");
+    }
+    let status = target.terminate(Duration::from_secs(20));
+    assert!(
+        matches!(status, Some(s) if s.success()),
+        "farflash serve did not exit 0 within 20 s of SIGTERM ({status:?})"
+    );
+}

@@ -11,7 +11,10 @@
 #   4. cargo test --test interop_linux --test host_kernel_target -- --ignored
 #      --test-threads=1 --nocapture
 #      (the Linux kernel host in QEMU VMs against the kernel's nvmet target
-#      and against farflash serve; see tests/linux-host/README.md)
+#      and against farflash serve; see tests/linux-host/README.md). Debian
+#      12's 6.1 kernel for most; the newest 6.12 kernel Debian 12 ships
+#      (linux-image-6.12.N+deb12-amd64, downloaded by the harness with
+#      apt-get download) for in-band authentication, which 6.1 lacks.
 # Every step runs even if an earlier one failed; the exit status is non-zero
 # if any step failed.  A summary with timings is printed at the end.
 #
@@ -145,6 +148,8 @@ else
 	# build (or verify the cache of) the VM image first, in its own section
 	step "Linux host VM image (tests/linux-host/run-linux-host --build-only)" 900 \
 		tests/linux-host/run-linux-host --build-only
+	step "Linux 6.12 host VM image (tests/linux-host/run-linux-host --kernel 6.12 --build-only)" 900 \
+		tests/linux-host/run-linux-host --kernel 6.12 --build-only
 	step "cargo test --test interop_linux --test host_kernel_target -- --ignored --test-threads=1 --nocapture" 2400 \
 		cargo test --test interop_linux --test host_kernel_target -- --ignored --test-threads=1 --nocapture
 fi

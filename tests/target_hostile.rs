@@ -245,3 +245,318 @@ fn a_fin_right_behind_the_last_bytes_closes_promptly() {
         );
     }
 }
+
+/// Hostile DH-HMAC-CHAP peers (Base §8.13) against `serve --dhchap-key`:
+/// every bad message gets the spec's AUTH_Failure1 reason code explanation
+/// and ends that association; commands before authentication get
+/// Authentication Required; a flood of re-authentications and all of it
+/// leave a host without a key doing verified I/O undisturbed; no secret
+/// reaches the log.
+#[test]
+fn hostile_authentication_gets_failure_reasons_and_disturbs_nobody() {
+    use common::raw::{Peer, HOSTID, HOSTNQN};
+    use farflash_auth::{DhGroup, HostAuth, HostConfig, HostStep, OsRandom, Secret};
+    use farflash_wire::auth::{
+        explanation as ex, AuthCmd, Failure, Message, Negotiate, Reply, AUTHID_DHCHAP,
+        CONNECT_AUTHREQ_ATR,
+    };
+    use farflash_wire::sqe::SglDescriptor;
+    use farflash_wire::{Sqe, Status};
+
+    let secret = Secret::new(&[0x42; 32], None).unwrap();
+    let dhhc = secret.to_dhhc().to_string();
+    let log =
+        std::env::temp_dir().join(format!("farflash-auth-hostile-{}.log", std::process::id()));
+    let serve = Serve::start_logged(
+        &[
+            "--ram",
+            "32M",
+            "--dhchap-key",
+            &format!("{HOSTNQN}={dhhc}"),
+            "--dhchap-dhgroup",
+            "ffdhe2048,null",
+        ],
+        "info",
+        &log,
+    );
+    let addr = serve.addr.clone();
+    let io = common::VerifiedIo::start(ConnectOptions::new(addr.clone(), NQN), 0, 4096);
+
+    let send = |p: &mut Peer, b: &[u8]| -> Status {
+        let (c, _) = p.call(AuthCmd::dhchap(b.len() as u32).to_sqe(0, true), b);
+        c.status
+    };
+    let receive = |p: &mut Peer| -> (Status, Vec<u8>) {
+        let mut sqe = AuthCmd::dhchap(4096).to_sqe(0, false);
+        sqe.dptr = SglDescriptor::transport(4096);
+        let (c, d) = p.call(sqe, &[]);
+        (c.status, d)
+    };
+    let negotiate = |t_id: u16, hashes: &[u8], groups: &[u8]| {
+        Message::Negotiate(Negotiate {
+            t_id,
+            sc_c: 0,
+            napd: 1,
+            authid: AUTHID_DHCHAP,
+            hash_ids: hashes.to_vec(),
+            dh_ids: groups.to_vec(),
+        })
+        .encode()
+    };
+    let admin = || {
+        let mut p = Peer::ic(&addr, false, false);
+        let c = p.admin_connect(5000);
+        assert!(c.status.is_success());
+        assert_ne!(c.dw0 & CONNECT_AUTHREQ_ATR, 0, "ATR set for a keyed host");
+        p
+    };
+    // Each row: what the host sends after an optional honest negotiate;
+    // the Failure1 explanation that must follow; then the association ends.
+    let expect_failure1 = |p: &mut Peer, want: u8, row: &str| {
+        let (st, d) = receive(p);
+        assert_eq!(st, Status::SUCCESS, "{row}");
+        match Message::decode(&d) {
+            Ok(Message::Failure1(Failure { explanation, .. })) => {
+                assert_eq!(explanation, want, "{row}: explanation")
+            }
+            other => panic!("{row}: expected AUTH_Failure1, got {other:?}"),
+        }
+        p.expect_closed(Duration::from_secs(3))
+            .unwrap_or_else(|e| panic!("{row}: the association did not end: {e}"));
+    };
+    let challenge = |p: &mut Peer, t_id: u16, group: u8| -> farflash_wire::auth::Challenge {
+        assert_eq!(send(p, &negotiate(t_id, &[1], &[group])), Status::SUCCESS);
+        let (st, d) = receive(p);
+        assert_eq!(st, Status::SUCCESS);
+        match Message::decode(&d) {
+            Ok(Message::Challenge(c)) => c,
+            other => panic!("expected a challenge, got {other:?}"),
+        }
+    };
+    let reply = |c: &farflash_wire::auth::Challenge, t_id: u16, dhv: Vec<u8>| {
+        Message::Reply(Reply {
+            t_id,
+            cvalid: false,
+            seqnum: 0,
+            response: vec![0; c.c1.len()],
+            c2: vec![0; c.c1.len()],
+            dhv,
+        })
+        .encode()
+    };
+
+    // Commands before authentication: Authentication Required (1h/91h).
+    let mut p = admin();
+    let (c, _) = p.call(
+        Sqe {
+            opcode: farflash_wire::opcode::admin::IDENTIFY,
+            cdw10: 1,
+            dptr: SglDescriptor::transport(4096),
+            ..Sqe::default()
+        },
+        &[],
+    );
+    assert_eq!(c.status.code(), Status::AUTH_REQUIRED);
+    // Field errors: SECP, TL 0, AL 0; receive with nothing under way.
+    let mut bad = AuthCmd::dhchap(8).to_sqe(0, true);
+    bad.cdw10 &= 0x00FF_FFFF;
+    assert_eq!(p.call(bad, &[0; 8]).0.status.code(), Status::INVALID_FIELD);
+    let tl0 = AuthCmd::dhchap(0).to_sqe(0, true);
+    assert_eq!(p.call(tl0, &[]).0.status.code(), Status::INVALID_FIELD);
+    let al0 = AuthCmd::dhchap(0).to_sqe(0, false);
+    assert_eq!(p.call(al0, &[]).0.status.code(), Status::INVALID_FIELD);
+    assert_eq!(receive(&mut p).0.code(), Status::COMMAND_SEQUENCE_ERROR);
+    drop(p);
+
+    type Row<'a> = (&'a str, Box<dyn Fn(&mut Peer) + 'a>, u8);
+    let rows: Vec<Row> = vec![
+        (
+            "short message",
+            Box::new(|p| assert_eq!(send(p, &[0, 0, 1, 0]), Status::SUCCESS)),
+            ex::INCORRECT_PAYLOAD,
+        ),
+        (
+            "unknown AUTH-TYPE",
+            Box::new(|p| assert_eq!(send(p, &[9; 16]), Status::SUCCESS)),
+            ex::INCORRECT_PROTOCOL_MESSAGE,
+        ),
+        (
+            "unknown hash IDs",
+            Box::new(|p| assert_eq!(send(p, &negotiate(1, &[0x7f], &[0])), Status::SUCCESS)),
+            ex::HASH_UNUSABLE,
+        ),
+        (
+            "unknown DH group IDs",
+            Box::new(|p| assert_eq!(send(p, &negotiate(1, &[1], &[0x7e])), Status::SUCCESS)),
+            ex::DHGROUP_UNUSABLE,
+        ),
+        (
+            "reply before negotiate",
+            Box::new(|p| {
+                let c = farflash_wire::auth::Challenge {
+                    t_id: 1,
+                    hash_id: 1,
+                    dhgid: 0,
+                    seqnum: 1,
+                    c1: vec![0; 32],
+                    dhv: vec![],
+                };
+                assert_eq!(send(p, &reply(&c, 1, vec![])), Status::SUCCESS)
+            }),
+            ex::INCORRECT_PROTOCOL_MESSAGE,
+        ),
+        (
+            "wrong transaction ID",
+            Box::new(|p| {
+                let c = challenge(p, 5, 0);
+                assert_eq!(send(p, &reply(&c, 6, vec![])), Status::SUCCESS)
+            }),
+            ex::INCORRECT_PAYLOAD,
+        ),
+        (
+            "empty DH value",
+            Box::new(|p| {
+                let c = challenge(p, 5, 1);
+                assert_eq!(send(p, &reply(&c, 5, vec![])), Status::SUCCESS)
+            }),
+            ex::INCORRECT_PAYLOAD,
+        ),
+        (
+            "oversized DH value",
+            Box::new(|p| {
+                let c = challenge(p, 5, 1);
+                assert_eq!(send(p, &reply(&c, 5, vec![7; 300])), Status::SUCCESS)
+            }),
+            ex::DHGROUP_UNUSABLE,
+        ),
+        (
+            "DH value 0",
+            Box::new(|p| {
+                let c = challenge(p, 5, 1);
+                assert_eq!(send(p, &reply(&c, 5, vec![0; 256])), Status::SUCCESS)
+            }),
+            ex::DHGROUP_UNUSABLE,
+        ),
+        (
+            "DH value 1",
+            Box::new(|p| {
+                let c = challenge(p, 5, 1);
+                let mut one = vec![0; 256];
+                one[255] = 1;
+                assert_eq!(send(p, &reply(&c, 5, one)), Status::SUCCESS)
+            }),
+            ex::DHGROUP_UNUSABLE,
+        ),
+        (
+            "DH value p-1",
+            Box::new(|p| {
+                let c = challenge(p, 5, 1);
+                let mut pm1 = DhGroup::Ffdhe2048.prime_bytes().unwrap();
+                pm1[255] -= 1;
+                assert_eq!(send(p, &reply(&c, 5, pm1)), Status::SUCCESS)
+            }),
+            ex::DHGROUP_UNUSABLE,
+        ),
+        (
+            "wrong response (secret)",
+            Box::new(|p| {
+                let c = challenge(p, 5, 0);
+                assert_eq!(send(p, &reply(&c, 5, vec![])), Status::SUCCESS)
+            }),
+            ex::FAILED,
+        ),
+        (
+            "replayed reply",
+            Box::new(|p| {
+                let mut h = HostAuth::new(
+                    HostConfig::new(HOSTNQN, NQN, Secret::new(&[0x42; 32], None).unwrap(), None),
+                    9,
+                );
+                assert_eq!(send(p, &h.negotiate().encode()), Status::SUCCESS);
+                let (_, d) = receive(p);
+                let HostStep::Send(r) = h.receive(&d, &mut OsRandom) else {
+                    panic!("no reply")
+                };
+                assert_eq!(send(p, &r.encode()), Status::SUCCESS);
+                let (_, d) = receive(p);
+                assert!(matches!(h.receive(&d, &mut OsRandom), HostStep::Done(None)));
+                assert_eq!(send(p, &r.encode()), Status::SUCCESS);
+            }),
+            ex::INCORRECT_PROTOCOL_MESSAGE,
+        ),
+    ];
+    for (row, act, want) in &rows {
+        let mut p = admin();
+        act(&mut p);
+        expect_failure1(&mut p, *want, row);
+    }
+
+    // Authentication on another host's controller: its I/O queue Connect
+    // as a different host NQN is refused.
+    let mut a = Peer::ic(&addr, false, false);
+    let cntlid = a.admin_connect(5000).dw0 as u16;
+    let mut other = Peer::ic(&addr, false, false);
+    let d = Peer::connect_data(cntlid, NQN, "nqn.2014-08.org.nvmexpress:uuid:0ther", HOSTID);
+    let (c, _) = other.call(Peer::connect_sqe(1, 31, 0), &d);
+    assert_eq!(c.status.code(), Status::CONNECT_INVALID_PARAMETERS);
+    // A flood of re-authentications on one authenticated queue (ffdhe2048
+    // each): answered in turn, while the other host's I/O goes on.
+    let mut h = HostAuth::new(HostConfig::new(HOSTNQN, NQN, secret.clone(), None), 100);
+    let run = |p: &mut Peer, h: &mut HostAuth| {
+        assert_eq!(send(p, &h.negotiate().encode()), Status::SUCCESS);
+        loop {
+            let (st, d) = receive(p);
+            assert_eq!(st, Status::SUCCESS);
+            match h.receive(&d, &mut OsRandom) {
+                HostStep::Send(m) => assert_eq!(send(p, &m.encode()), Status::SUCCESS),
+                HostStep::Done(_) => return,
+                f => panic!("{f:?}"),
+            }
+        }
+    };
+    run(&mut a, &mut h);
+    let t0 = Instant::now();
+    for t_id in 101..141u16 {
+        let mut h = HostAuth::new(HostConfig::new(HOSTNQN, NQN, secret.clone(), None), t_id);
+        run(&mut a, &mut h);
+    }
+    let flood = t0.elapsed();
+    // Authentication commands on a queue that needs none: the other host.
+    let _ = other;
+    let mut free = Peer::ic(&addr, false, false);
+    let d = Peer::connect_data(
+        0xFFFF,
+        NQN,
+        "nqn.2014-08.org.nvmexpress:uuid:no-key",
+        HOSTID,
+    );
+    let (c, _) = free.call(Peer::connect_sqe(0, 31, 5000), &d);
+    assert!(c.status.is_success());
+    assert_eq!(c.dw0 & CONNECT_AUTHREQ_ATR, 0);
+    assert_eq!(
+        send(&mut free, &negotiate(1, &[1], &[0])).code(),
+        Status::COMMAND_SEQUENCE_ERROR
+    );
+
+    let stats = io
+        .finish()
+        .expect("the host without a key kept doing verified I/O");
+    assert!(stats.ops > 0);
+    println!(
+        "40 re-authentications (ffdhe2048) in {flood:?}; other host: {} ops, slowest {:?}",
+        stats.ops, stats.max_op
+    );
+    assert!(
+        stats.max_op < Duration::from_secs(2),
+        "the other host's I/O stalled for {:?}",
+        stats.max_op
+    );
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let b64 = dhhc.trim_end_matches(':').rsplit(':').next().unwrap();
+    assert!(!text.contains(b64), "the secret reached the log");
+    assert!(
+        text.contains("authentication failed"),
+        "failures are logged"
+    );
+    let _ = std::fs::remove_file(&log);
+}

@@ -44,6 +44,39 @@ pub struct FabricsArgs {
     /// and the target may then complete reads without a CapsuleResp.
     #[arg(long = "sqflow")]
     pub sqflow: bool,
+    /// DH-HMAC-CHAP secret (`DHHC-1:0X:...:`): authenticate when the
+    /// controller asks (as `nvme connect --dhchap-secret`).
+    #[arg(short = 'S', long = "dhchap-secret", value_name = "SECRET")]
+    pub dhchap_secret: Option<SecretArg>,
+    /// The controller's DH-HMAC-CHAP secret: the controller must prove it
+    /// (bidirectional authentication), else the connect fails.
+    #[arg(short = 'C', long = "dhchap-ctrl-secret", value_name = "SECRET")]
+    pub dhchap_ctrl_secret: Option<SecretArg>,
+}
+
+/// A secret as given on the command line: parsed only in
+/// [`FabricsArgs::options`], so that no error (clap's included) and no
+/// `Debug` output ever repeats it.
+#[derive(Clone, Default)]
+pub struct SecretArg(zeroize::Zeroizing<String>);
+
+impl std::fmt::Debug for SecretArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SecretArg(..)")
+    }
+}
+
+impl std::str::FromStr for SecretArg {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<SecretArg, Self::Err> {
+        Ok(SecretArg(zeroize::Zeroizing::new(s.to_owned())))
+    }
+}
+
+impl SecretArg {
+    fn parse(&self, flag: &str) -> anyhow::Result<farflash_auth::Secret> {
+        farflash_auth::Secret::parse(self.0.trim()).map_err(|e| anyhow::anyhow!("{flag}: {e}"))
+    }
 }
 
 impl FabricsArgs {
@@ -76,6 +109,15 @@ impl FabricsArgs {
         o.hdr_digest = self.hdr_digest;
         o.data_digest = self.data_digest;
         o.disable_sqflow = !self.sqflow;
+        if let Some(s) = &self.dhchap_secret {
+            o.dhchap_secret = Some(s.parse("--dhchap-secret")?);
+        }
+        if let Some(s) = &self.dhchap_ctrl_secret {
+            if o.dhchap_secret.is_none() {
+                bail!("--dhchap-ctrl-secret needs --dhchap-secret");
+            }
+            o.dhchap_ctrl_secret = Some(s.parse("--dhchap-ctrl-secret")?);
+        }
         if let Some(k) = self.keep_alive_tmo {
             o.kato_ms = k.saturating_mul(1000);
         }

@@ -6,8 +6,8 @@
 use anyhow::{bail, Context, Result};
 use clap::{ArgMatches, Args, FromArgMatches};
 use farflash_core::config::{
-    parse_cpu_list, BackendKind, Config, NamespaceConfig, PollMode, Size, SubsystemConfig,
-    DEFAULT_NQN,
+    parse_cpu_list, BackendKind, Config, DhchapKey, HostAuthConfig, NamespaceConfig, PollMode,
+    Size, SubsystemConfig, DEFAULT_NQN,
 };
 use farflash_core::subsystem::{build_subsystems, human};
 use farflash_core::Target;
@@ -43,6 +43,25 @@ pub struct ServeFlags {
     /// Only these host NQNs may connect (repeatable; default: any host).
     #[arg(long = "allow-host", value_name = "HOSTNQN")]
     pub allow_host: Vec<String>,
+    /// DH-HMAC-CHAP: HOSTNQN must authenticate with SECRET
+    /// (`DHHC-1:0X:...:`, from gen-dhchap-key) (repeatable).
+    #[arg(long = "dhchap-key", value_name = "HOSTNQN=SECRET")]
+    pub dhchap_key: Vec<String>,
+    /// DH-HMAC-CHAP: the controller's SECRET for HOSTNQN, which then may ask
+    /// for bidirectional authentication (repeatable).
+    #[arg(long = "dhchap-ctrl-key", value_name = "HOSTNQN=SECRET")]
+    pub dhchap_ctrl_key: Vec<String>,
+    /// DH-HMAC-CHAP hashes for the --dhchap-key hosts, preferred first
+    /// (default sha256,sha384,sha512).
+    #[arg(long = "dhchap-hash", value_name = "LIST", value_delimiter = ',')]
+    pub dhchap_hash: Vec<String>,
+    /// DH-HMAC-CHAP groups for the --dhchap-key hosts, preferred first
+    /// (null, ffdhe2048 ... ffdhe8192; default null first, then all).
+    #[arg(long = "dhchap-dhgroup", value_name = "LIST", value_delimiter = ',')]
+    pub dhchap_dhgroup: Vec<String>,
+    /// Refuse hosts without a --dhchap-key (Connect Invalid Host).
+    #[arg(long = "require-auth")]
+    pub require_auth: bool,
     /// TOML configuration file (see docs/farflash.example.toml).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -177,21 +196,27 @@ impl ServeArgs {
                 }
             })
             .collect();
-        let touches_subsystem =
-            !flag_ns.is_empty() || f.nqn.is_some() || !f.allow_host.is_empty() || bs.is_some();
+        let hosts = host_keys(f)?;
+        let touches_subsystem = !flag_ns.is_empty()
+            || f.nqn.is_some()
+            || !f.allow_host.is_empty()
+            || bs.is_some()
+            || !hosts.is_empty()
+            || f.require_auth;
         if f.config.is_some() {
             if touches_subsystem {
                 // Flags describe one more subsystem beside the file's.
                 if flag_ns.is_empty() {
-                    bail!("with --config, --nqn/--allow-host/--block-size need namespaces (--ram/--file/--null)");
+                    bail!("with --config, --nqn/--allow-host/--block-size/--dhchap-* need namespaces (--ram/--file/--null)");
                 }
-                cfg.subsystems.push(SubsystemConfig {
-                    nqn: f.nqn.clone().unwrap_or_else(|| DEFAULT_NQN.to_owned()),
-                    serial: None,
-                    model: None,
-                    allowed_hosts: f.allow_host.clone(),
-                    namespaces: flag_ns,
-                });
+                let mut sub = SubsystemConfig::new(
+                    f.nqn.clone().unwrap_or_else(|| DEFAULT_NQN.to_owned()),
+                    flag_ns,
+                );
+                sub.allowed_hosts = f.allow_host.clone();
+                sub.hosts = hosts;
+                sub.require_auth = f.require_auth;
+                cfg.subsystems.push(sub);
             }
         } else {
             let sub = &mut cfg.subsystems[0];
@@ -199,6 +224,8 @@ impl ServeArgs {
                 sub.nqn = n.clone();
             }
             sub.allowed_hosts = f.allow_host.clone();
+            sub.hosts = hosts;
+            sub.require_auth = f.require_auth;
             if !flag_ns.is_empty() {
                 sub.namespaces = flag_ns;
             } else if let Some(b) = bs {
@@ -208,6 +235,45 @@ impl ServeArgs {
         cfg.validate()?;
         Ok(cfg)
     }
+}
+
+/// The `--dhchap-key` / `--dhchap-ctrl-key` hosts. Errors name the host,
+/// never the secret.
+fn host_keys(f: &ServeFlags) -> Result<Vec<HostAuthConfig>> {
+    let split = |flag: &str, v: &str| -> Result<(String, DhchapKey)> {
+        let Some((nqn, secret)) = v.split_once('=') else {
+            bail!("{flag} takes HOSTNQN=SECRET");
+        };
+        let key = secret
+            .parse::<DhchapKey>()
+            .map_err(|e| anyhow::anyhow!("{flag} for {nqn}: {e}"))?;
+        Ok((nqn.to_owned(), key))
+    };
+    let mut hosts: Vec<HostAuthConfig> = Vec::new();
+    for v in &f.dhchap_key {
+        let (nqn, key) = split("--dhchap-key", v)?;
+        if hosts.iter().any(|h| h.nqn == nqn) {
+            bail!("--dhchap-key for {nqn} is given twice");
+        }
+        hosts.push(HostAuthConfig {
+            nqn,
+            dhchap_key: key,
+            dhchap_ctrl_key: None,
+            dhchap_hash: f.dhchap_hash.clone(),
+            dhchap_dhgroup: f.dhchap_dhgroup.clone(),
+        });
+    }
+    for v in &f.dhchap_ctrl_key {
+        let (nqn, key) = split("--dhchap-ctrl-key", v)?;
+        let Some(h) = hosts.iter_mut().find(|h| h.nqn == nqn) else {
+            bail!("--dhchap-ctrl-key for {nqn} needs a --dhchap-key for that host");
+        };
+        h.dhchap_ctrl_key = Some(key);
+    }
+    if hosts.is_empty() && (!f.dhchap_hash.is_empty() || !f.dhchap_dhgroup.is_empty()) {
+        bail!("--dhchap-hash/--dhchap-dhgroup need a --dhchap-key");
+    }
+    Ok(hosts)
 }
 
 fn init_logging(level: &str) -> Result<()> {
@@ -493,13 +559,20 @@ fn print_banner(target: &Target, addrs: &[SocketAddr], lo: &farflash_transport::
         }
     );
     for sub in target.subsystems().iter() {
-        let allowed = sub.allowed_hosts();
-        let hosts = if allowed.is_empty() {
+        let access = sub.access();
+        let hosts = if access.allowed_hosts.is_empty() {
             "any host".to_owned()
         } else {
-            allowed.join(", ")
+            access.allowed_hosts.join(", ")
         };
-        let _ = writeln!(out, "subsystem {} (allowed: {hosts})", sub.nqn);
+        let auth = match (access.hosts.len(), access.require_auth) {
+            (0, false) => String::new(),
+            (n, req) => format!(
+                "; DH-HMAC-CHAP keys for {n} host(s){}",
+                if req { ", required" } else { "" }
+            ),
+        };
+        let _ = writeln!(out, "subsystem {} (allowed: {hosts}{auth})", sub.nqn);
         for ns in sub.namespaces().iter() {
             let _ = writeln!(
                 out,
@@ -547,6 +620,37 @@ mod tests {
         T::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
             .unwrap()
             .a
+    }
+
+    #[test]
+    fn dhchap_flags_build_host_keys_and_errors_hide_secrets() {
+        let k = "DHHC-1:00:ia6zGodOr4SEG0Zzaw398rpY0wqipUWj4jWjUh4HWUz6aQ2n:";
+        let hk = format!("nqn.h={k}");
+        let c = parse(&[
+            "--dhchap-key",
+            &hk,
+            "--dhchap-ctrl-key",
+            &hk,
+            "--dhchap-dhgroup",
+            "ffdhe2048,null",
+            "--require-auth",
+        ])
+        .to_config()
+        .unwrap();
+        let s = &c.subsystems[0];
+        assert!(s.require_auth);
+        assert_eq!(s.hosts[0].nqn, "nqn.h");
+        assert!(s.hosts[0].dhchap_ctrl_key.is_some());
+        assert_eq!(s.hosts[0].dhchap_dhgroup, vec!["ffdhe2048", "null"]);
+        let bad = format!("nqn.h={}", k.replace("ia6z", "ib6z"));
+        for args in [
+            vec!["--dhchap-key", bad.as_str()],
+            vec!["--dhchap-ctrl-key", hk.as_str()],
+            vec!["--dhchap-key", hk.as_str(), "--dhchap-hash", "md5"],
+        ] {
+            let e = parse(&args).to_config().unwrap_err().to_string();
+            assert!(!e.contains("6zGod"), "{e}");
+        }
     }
 
     #[test]

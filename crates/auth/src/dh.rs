@@ -98,6 +98,12 @@ impl DhGroup {
         BigUint::parse_bytes(hex.as_bytes(), 16)
     }
 
+    /// The group's prime p, big-endian (`value_len` bytes); None for the
+    /// null group. Public: tests build hostile values (p - 1, p) from it.
+    pub fn prime_bytes(self) -> Option<Vec<u8>> {
+        Some(pad(&self.prime()?, self.value_len()))
+    }
+
     /// A fresh key pair: the private exponent and g^x mod p, padded.
     /// None for the null group.
     pub fn keypair(self, rng: &mut dyn Random) -> Option<KeyPair> {

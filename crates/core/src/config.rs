@@ -1,6 +1,7 @@
 //! Target configuration: what `--config FILE` (TOML) describes and what the
 //! command-line flags build. One struct, so flags and file are one code path.
 
+use farflash_auth::{DhGroup, HashId, Secret};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -141,8 +142,101 @@ pub struct SubsystemConfig {
     /// Host NQNs allowed to connect; empty means any host.
     #[serde(default)]
     pub allowed_hosts: Vec<String>,
+    /// In-band authentication secrets per host (`[[subsystem.host]]`).
+    #[serde(default, rename = "host", skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<HostAuthConfig>,
+    /// Refuse hosts that have no `dhchap_key` here (Connect Invalid Host).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub require_auth: bool,
     #[serde(default, rename = "namespace")]
     pub namespaces: Vec<NamespaceConfig>,
+}
+
+/// DH-HMAC-CHAP settings of one host (Base 2.0 §8.13.5), named as Linux's
+/// nvmet configfs names them (`hosts/<NQN>/dhchap_key` etc.).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostAuthConfig {
+    /// The host NQN.
+    pub nqn: String,
+    /// The host's secret, `DHHC-1:0X:<base64>:` (`nvme gen-dhchap-key`).
+    pub dhchap_key: DhchapKey,
+    /// The controller's secret for bidirectional authentication.
+    #[serde(default)]
+    pub dhchap_ctrl_key: Option<DhchapKey>,
+    /// Hashes the controller may select, preferred first: "sha256",
+    /// "sha384", "sha512" (also "hmac(sha256)" as configfs spells them).
+    /// Empty: all, SHA-256 first (as Linux's default).
+    #[serde(default)]
+    pub dhchap_hash: Vec<String>,
+    /// DH groups, preferred first: "null", "ffdhe2048" … "ffdhe8192".
+    /// Empty: all, null first (Linux nvmet's default group).
+    #[serde(default)]
+    pub dhchap_dhgroup: Vec<String>,
+}
+
+impl HostAuthConfig {
+    /// The hashes, preferred first.
+    pub fn hashes(&self) -> Result<Vec<HashId>, String> {
+        if self.dhchap_hash.is_empty() {
+            return Ok(HashId::ALL.to_vec());
+        }
+        (self.dhchap_hash.iter())
+            .map(|h| {
+                let name = h.trim().trim_start_matches("hmac(").trim_end_matches(')');
+                HashId::ALL
+                    .into_iter()
+                    .find(|x| x.name().eq_ignore_ascii_case(name))
+                    .ok_or_else(|| format!("unknown dhchap_hash {h:?} (sha256, sha384, sha512)"))
+            })
+            .collect()
+    }
+
+    /// The DH groups, preferred first.
+    pub fn groups(&self) -> Result<Vec<DhGroup>, String> {
+        if self.dhchap_dhgroup.is_empty() {
+            return Ok(DhGroup::ALL.to_vec());
+        }
+        (self.dhchap_dhgroup.iter())
+            .map(|g| {
+                DhGroup::ALL
+                    .into_iter()
+                    .find(|x| x.name().eq_ignore_ascii_case(g.trim()))
+                    .ok_or_else(|| {
+                        format!("unknown dhchap_dhgroup {g:?} (null, ffdhe2048 … ffdhe8192)")
+                    })
+            })
+            .collect()
+    }
+}
+
+/// A DH-HMAC-CHAP secret in the configuration: parsed when read, printed
+/// only redacted (`Debug` shows `Secret(DHHC-1:0X, N bytes)`), compared in
+/// constant time. Serializing writes the secret back (the file holds it).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DhchapKey(pub Secret);
+
+impl std::str::FromStr for DhchapKey {
+    type Err = String;
+    fn from_str(s: &str) -> Result<DhchapKey, String> {
+        // The error names what is wrong, never the text.
+        Secret::parse(s.trim())
+            .map(DhchapKey)
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl Serialize for DhchapKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0.to_dhhc())
+    }
+}
+
+impl<'de> Deserialize<'de> for DhchapKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<DhchapKey, D::Error> {
+        let s = zeroize::Zeroizing::new(String::deserialize(d)?);
+        s.parse().map_err(serde::de::Error::custom)
+    }
 }
 
 impl SubsystemConfig {
@@ -154,6 +248,8 @@ impl SubsystemConfig {
             serial: None,
             model: None,
             allowed_hosts: vec![],
+            hosts: vec![],
+            require_auth: false,
             namespaces,
         }
     }
@@ -279,10 +375,13 @@ impl Default for Config {
 pub enum ConfigError {
     #[error("config: {0}")]
     Invalid(String),
-    #[error("config file {path}: {source}")]
+    /// The message and position only: TOML's own text quotes the line,
+    /// which may hold a secret.
+    #[error("config file {path}: line {line}: {message}")]
     Parse {
         path: String,
-        source: toml::de::Error,
+        line: usize,
+        message: String,
     },
     #[error("config file {path}: {source}")]
     Read {
@@ -293,9 +392,14 @@ pub enum ConfigError {
 
 impl Config {
     pub fn from_toml(text: &str, path: &str) -> Result<Config, ConfigError> {
-        let c: Config = toml::from_str(text).map_err(|source| ConfigError::Parse {
+        let c: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_owned(),
-            source,
+            line: e
+                .span()
+                .and_then(|s| text.get(..s.start))
+                .map(|t| t.matches('\n').count() + 1)
+                .unwrap_or(0),
+            message: e.message().to_owned(),
         })?;
         c.validate()?;
         Ok(c)
@@ -363,6 +467,23 @@ impl Config {
             }
             if !nqns.insert(&s.nqn) {
                 return bad(format!("subsystem {} is listed twice", s.nqn));
+            }
+            let mut hosts = std::collections::HashSet::new();
+            for h in &s.hosts {
+                if !hosts.insert(&h.nqn) {
+                    return bad(format!("{}: host {} is listed twice", s.nqn, h.nqn));
+                }
+                if !s.allowed_hosts.is_empty() && !s.allowed_hosts.contains(&h.nqn) {
+                    return bad(format!(
+                        "{}: host {} has a dhchap_key but is not in allowed_hosts",
+                        s.nqn, h.nqn
+                    ));
+                }
+                let hashes = h.hashes().map_err(ConfigError::Invalid)?;
+                let groups = h.groups().map_err(ConfigError::Invalid)?;
+                if hashes.is_empty() || groups.is_empty() {
+                    return bad(format!("{}: host {}: no hash or DH group", s.nqn, h.nqn));
+                }
             }
             let mut ids = std::collections::HashSet::new();
             let mut next = 1u32;
@@ -432,6 +553,32 @@ mod tests {
         let c = Config::from_toml(text, "example").unwrap();
         assert_eq!(c.subsystems.len(), 2);
         assert_eq!(c.subsystems[0].namespaces[0].size, Some(Size(1 << 30)));
+    }
+
+    #[test]
+    fn host_keys_parse_and_never_print() {
+        let key = "DHHC-1:00:ia6zGodOr4SEG0Zzaw398rpY0wqipUWj4jWjUh4HWUz6aQ2n:";
+        let text = format!(
+            "[[subsystem]]\nnqn='nqn.a'\nrequire_auth=true\n[[subsystem.host]]\nnqn='nqn.h'\ndhchap_key='{key}'\ndhchap_hash=['hmac(sha512)']\ndhchap_dhgroup=['ffdhe8192','null']\n[[subsystem.namespace]]\nbackend='ram'\nsize='1M'\n"
+        );
+        let c = Config::from_toml(&text, "t").unwrap();
+        let h = &c.subsystems[0].hosts[0];
+        assert_eq!(h.hashes().unwrap(), vec![HashId::Sha512]);
+        assert_eq!(h.groups().unwrap(), vec![DhGroup::Ffdhe8192, DhGroup::Null]);
+        assert!(c.subsystems[0].require_auth);
+        assert!(
+            !format!("{c:?}").contains("ia6zGod"),
+            "Debug shows no secret"
+        );
+        // A bad key's error does not repeat it; unknown names are refused.
+        let bad = text.replace("ia6zGodOr4", "ia6zGodOr5");
+        let e = Config::from_toml(&bad, "t").unwrap_err().to_string();
+        assert!(e.contains("CRC") && !e.contains("zGodOr"), "{e}");
+        assert!(e.contains("line 6"), "{e}");
+        assert!(Config::from_toml(&text.replace("ffdhe8192", "ffdhe1"), "t").is_err());
+        // A keyed host outside allowed_hosts could never connect.
+        let outside = text.replace("require_auth=true", "allowed_hosts=['nqn.other']");
+        assert!(Config::from_toml(&outside, "t").is_err());
     }
 
     #[test]

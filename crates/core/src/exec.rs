@@ -93,6 +93,11 @@ impl NvmeQueue {
             // Nothing but Connect before the queue is connected (Fabrics §3.?).
             return Err(Status::COMMAND_SEQUENCE_ERROR.dnr());
         }
+        if self.needs_auth() {
+            // Base §8.13 (Linux `nvmet_check_auth_status`): only Fabrics
+            // commands until the queue has authenticated.
+            return Err(Status::AUTH_REQUIRED.dnr());
+        }
         if self.qid == 0 {
             admin::classify(self, &sqe)
         } else {

@@ -1,4 +1,5 @@
-//! Fabrics commands (Fabrics §6): Connect, Property Get/Set, Disconnect.
+//! Fabrics commands (Fabrics §6): Connect, Property Get/Set, Disconnect,
+//! Authentication Send/Receive (`auth.rs`).
 
 use crate::command::{Outcome, Xfer};
 use crate::controller::Kind;
@@ -30,6 +31,7 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<Xfer, Status> {
         fctype::PROPERTY_GET | fctype::PROPERTY_SET => Ok(Xfer::None),
         fctype::DISCONNECT if q.ctrl.is_none() => Err(Status::COMMAND_SEQUENCE_ERROR.dnr()),
         fctype::DISCONNECT => Ok(Xfer::None),
+        fctype::AUTH_SEND | fctype::AUTH_RECEIVE => crate::auth::classify(q, sqe),
         _ => Err(Status::INVALID_OPCODE.dnr()),
     }
 }
@@ -45,6 +47,8 @@ pub(crate) fn execute(q: &mut NvmeQueue, idx: usize) -> Outcome {
             q.close();
             Outcome::Done(Status::SUCCESS, 0)
         }
+        fctype::AUTH_SEND => crate::auth::send(q, idx),
+        fctype::AUTH_RECEIVE => crate::auth::receive(q, idx),
         _ => Outcome::Done(Status::INVALID_OPCODE.dnr(), 0),
     }
 }
@@ -125,8 +129,9 @@ fn connect(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
         }
         tracing::info!(peer = %q.peer, cntlid = ctrl.cntlid, subnqn = %data.subnqn, hostnqn = %data.hostnqn, kato_ms = c.kato, sq_flow_control = !disable_flow, "controller created");
         let cntlid = ctrl.cntlid as u32;
+        let auth = ctrl.subsystem().and_then(|s| s.auth_for(&data.hostnqn));
         q.set_connected(ctrl, 0, c.sqsize, disable_flow);
-        return Outcome::Done(Status::SUCCESS, cntlid.into());
+        return Outcome::Done(Status::SUCCESS, with_auth(q, auth, cntlid));
     }
     // I/O queue: must join a live controller of the same subsystem and host.
     let Some(ctrl) = t.controller(data.cntlid) else {
@@ -164,8 +169,24 @@ fn connect(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
     }
     tracing::debug!(peer = %q.peer, cntlid = ctrl.cntlid, qid = c.qid, depth = entries, sq_flow_control = !disable_flow, "I/O queue connected");
     let cntlid = ctrl.cntlid as u32;
+    let auth = ctrl.subsystem().and_then(|s| s.auth_for(&data.hostnqn));
     q.set_connected(ctrl, c.qid, c.sqsize, disable_flow);
-    Outcome::Done(Status::SUCCESS, cntlid.into())
+    Outcome::Done(Status::SUCCESS, with_auth(q, auth, cntlid))
+}
+
+/// The Connect response DW0 (Fabrics §6.3): CNTLID, and AUTHREQ ATR when
+/// the host has a secret here; the queue then must authenticate (every
+/// queue, as Linux's `nvmet_execute_admin_connect` / `_io_connect` ask).
+/// ASCR is never set: secure channel concatenation is not offered.
+fn with_auth(q: &mut NvmeQueue, auth: Option<farflash_auth::CtrlConfig>, cntlid: u32) -> u64 {
+    match auth {
+        Some(cfg) => {
+            q.auth = Some(Box::new(farflash_auth::CtrlAuth::new(cfg)));
+            q.auth_since = None;
+            (cntlid | farflash_wire::auth::CONNECT_AUTHREQ_ATR).into()
+        }
+        None => cntlid.into(),
+    }
 }
 
 /// CAP for this target (Base §3.1.3.1).

@@ -9,7 +9,7 @@
 //!   [`NvmeQueue::execute`], `exec.rs`) and sends the [`Completion`]s it
 //!   returns; storage work leaves as tagged requests and comes back through
 //!   [`NvmeQueue::on_storage_completion`] (`queue/storage.rs`).
-//! - Command sets: `fabrics`, `admin` (with `identify`, `discovery`), `io`.
+//! - Command sets: `fabrics` (with `auth`, in-band authentication), `admin` (with `identify`, `discovery`), `io`.
 //!
 //! The event loops live in `farflash-transport`.
 
@@ -22,6 +22,7 @@ pub mod subsystem;
 pub mod target;
 
 mod admin;
+mod auth;
 mod command;
 mod discovery;
 mod exec;

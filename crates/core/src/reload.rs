@@ -15,7 +15,7 @@
 //! before anything changes: a bad configuration changes nothing.
 
 use crate::config::Config;
-use crate::subsystem::{build_namespaces, build_subsystem, BuildError, Subsystem};
+use crate::subsystem::{build_namespaces, build_subsystem, BuildError, HostAccess, Subsystem};
 use crate::target::{Listener, Target};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
@@ -213,17 +213,18 @@ pub(crate) fn apply_locked(
             discovery = true;
             continue;
         };
-        if sub.allowed_hosts() != sc.allowed_hosts {
-            sub.set_allowed_hosts(sc.allowed_hosts.clone());
+        let access = HostAccess::of(sc);
+        if sub.access() != access {
+            sub.set_access(access);
             report.hosts_changed.push(sub.nqn.clone());
             discovery = true;
-            // Fabrics §? host access control: a host no longer allowed
-            // loses its controllers now, not at its next Connect.
-            if !sc.allowed_hosts.is_empty() {
-                for c in target.controllers() {
-                    if c.subnqn == sub.nqn && !sc.allowed_hosts.contains(&c.hostnqn) {
-                        report.disconnected += usize::from(target.disconnect_controller(c.cntlid));
-                    }
+            // Fabrics §? host access control: a host no longer allowed (not
+            // listed, or without a key where one is now required) loses its
+            // controllers now, not at its next Connect. New or changed keys
+            // apply from the next (re-)authentication, as with Linux nvmet.
+            for c in target.controllers() {
+                if c.subnqn == sub.nqn && !sub.host_allowed(&c.hostnqn) {
+                    report.disconnected += usize::from(target.disconnect_controller(c.cntlid));
                 }
             }
         }

@@ -1,7 +1,7 @@
 //! Subsystems and namespaces as the controller sees them at run time, built
 //! from [`crate::config::Config`] with their backends opened.
 
-use crate::config::{BackendKind, Config, NamespaceConfig, SubsystemConfig};
+use crate::config::{BackendKind, Config, HostAuthConfig, NamespaceConfig, SubsystemConfig};
 use crate::stats::StatsRegistry;
 use farflash_backend::{
     open_file, open_null, open_ram, open_ram_committed, FileOptions, SharedBackend,
@@ -26,13 +26,37 @@ pub struct Namespace {
     pub config: NamespaceConfig,
 }
 
+/// Who may connect to a subsystem and how they authenticate.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HostAccess {
+    /// Empty: any host may connect.
+    pub allowed_hosts: Vec<String>,
+    /// DH-HMAC-CHAP settings per host NQN (Base §8.13), checked by
+    /// `Config::validate`.
+    pub hosts: Vec<HostAuthConfig>,
+    /// Hosts without an entry in `hosts` are refused.
+    pub require_auth: bool,
+}
+
+impl HostAccess {
+    /// The access rules a subsystem's configuration asks for.
+    pub fn of(sc: &SubsystemConfig) -> HostAccess {
+        HostAccess {
+            allowed_hosts: sc.allowed_hosts.clone(),
+            hosts: sc.hosts.clone(),
+            require_auth: sc.require_auth,
+        }
+    }
+}
+
 /// One NVM subsystem.
 pub struct Subsystem {
     pub nqn: String,
     pub serial: String,
     pub model: String,
-    /// Empty: any host may connect. Changed by the management API.
-    allowed_hosts: RwLock<Vec<String>>,
+    /// Who may connect and how they authenticate; changed by a reload or
+    /// the management API (read at Connect, never per command).
+    access: RwLock<HostAccess>,
     /// Sorted by NSID; replaced whole when the configuration is reloaded.
     namespaces: RwLock<Arc<Vec<Arc<Namespace>>>>,
     /// Bumped at every namespace change; queues compare it with their copy.
@@ -43,31 +67,53 @@ pub struct Subsystem {
 impl Subsystem {
     /// Whether `hostnqn` may connect (Fabrics §? host access control).
     pub fn host_allowed(&self, hostnqn: &str) -> bool {
-        let h = self.allowed_hosts.read().unwrap_or_else(|p| p.into_inner());
-        h.is_empty() || h.iter().any(|h| h == hostnqn)
+        let a = self.access.read().unwrap_or_else(|p| p.into_inner());
+        (a.allowed_hosts.is_empty() || a.allowed_hosts.iter().any(|h| h == hostnqn))
+            && (!a.require_auth || a.hosts.iter().any(|h| h.nqn == hostnqn))
     }
     /// The allowed host NQNs (empty: any host).
     pub fn allowed_hosts(&self) -> Vec<String> {
-        self.allowed_hosts
+        self.access().allowed_hosts
+    }
+    /// Allowed hosts, host keys and whether authentication is required.
+    pub fn access(&self) -> HostAccess {
+        self.access
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
-    pub(crate) fn set_allowed_hosts(&self, hosts: Vec<String>) {
-        *self
-            .allowed_hosts
-            .write()
-            .unwrap_or_else(|p| p.into_inner()) = hosts;
+    pub(crate) fn set_access(&self, access: HostAccess) {
+        *self.access.write().unwrap_or_else(|p| p.into_inner()) = access;
     }
+
+    /// What the controller needs to authenticate `hostnqn`, if it has a
+    /// secret here (the Connect response then asks for authentication).
+    pub fn auth_for(&self, hostnqn: &str) -> Option<farflash_auth::CtrlConfig> {
+        let a = self.access.read().unwrap_or_else(|p| p.into_inner());
+        let h = a.hosts.iter().find(|h| h.nqn == hostnqn)?;
+        Some(farflash_auth::CtrlConfig {
+            subsys_nqn: self.nqn.clone(),
+            host_nqn: h.nqn.clone(),
+            host_secret: h.dhchap_key.0.clone(),
+            ctrl_secret: h.dhchap_ctrl_key.as_ref().map(|k| k.0.clone()),
+            // Config::validate checked the names.
+            hashes: h.hashes().unwrap_or_default(),
+            groups: h.groups().unwrap_or_default(),
+        })
+    }
+
     /// The configuration that rebuilds this subsystem as it is now
     /// (`save_config`): serial number and model as reported, the allowed
-    /// hosts, each namespace's configuration with its NSID.
+    /// hosts and host keys, each namespace's configuration with its NSID.
     pub fn to_config(&self) -> SubsystemConfig {
+        let a = self.access();
         SubsystemConfig {
             nqn: self.nqn.clone(),
             serial: Some(self.serial.clone()),
             model: Some(self.model.clone()),
-            allowed_hosts: self.allowed_hosts(),
+            allowed_hosts: a.allowed_hosts,
+            hosts: a.hosts,
+            require_auth: a.require_auth,
             namespaces: self.namespaces().iter().map(|n| n.config.clone()).collect(),
         }
     }
@@ -283,7 +329,7 @@ pub fn build_subsystem(sc: &SubsystemConfig, index: u8) -> Result<Arc<Subsystem>
         nqn: sc.nqn.clone(),
         serial,
         model: sc.model.clone().unwrap_or_else(|| "farflash".to_owned()),
-        allowed_hosts: RwLock::new(sc.allowed_hosts.clone()),
+        access: RwLock::new(HostAccess::of(sc)),
         namespaces: RwLock::new(Arc::new(namespaces)),
         generation: AtomicU64::new(1),
         stats: StatsRegistry::default(),

@@ -117,12 +117,23 @@ impl AdminQueue {
         let (c, _) = self.execute(sqe, DataDir::ToCtrl, &b, 0, "admin Connect")?;
         let dw0 = c.check()?;
         // Connect response DW0: CNTLID (15:0), AUTHREQ (17:16) (Fabrics §6.3).
-        if (dw0 >> 16) & 3 != 0 {
-            return Err(HostError::Controller(
-                "controller requires in-band authentication (DH-HMAC-CHAP), not supported".into(),
-            ));
+        if crate::auth::needs_auth(opts, 0, dw0)? {
+            self.authenticate(opts)?;
         }
         Ok(dw0 as u16)
+    }
+
+    /// One DH-HMAC-CHAP transaction on the admin queue (after Connect, or
+    /// to re-authenticate).
+    pub fn authenticate(&mut self, opts: &ConnectOptions) -> Result<()> {
+        let al = crate::auth::AUTH_RECEIVE_LEN;
+        crate::auth::authenticate(opts, 0, al, |sqe, data| match data {
+            Some(d) => {
+                let (c, _) = self.execute(sqe, DataDir::ToCtrl, d, 0, "Authentication Send")?;
+                c.check().map(|_| Vec::new())
+            }
+            None => self.read(sqe, al, "Authentication Receive"),
+        })
     }
 
     /// Property Get (Fabrics §6.4).

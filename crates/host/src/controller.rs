@@ -222,6 +222,12 @@ impl Controller {
         self.admin()?.run(cmd::get_features(fid), "Get Features")
     }
 
+    /// Runs a new DH-HMAC-CHAP transaction on the admin queue (Base
+    /// §8.13: a host may re-authenticate a queue at any time).
+    pub fn reauthenticate(&self) -> Result<()> {
+        self.admin()?.authenticate(&self.opts)
+    }
+
     /// Opens I/O queue `qid` (1..=io_queues) on a new connection.
     pub fn io_queue(&self, qid: u16, opts: IoQueueOptions) -> Result<IoQueue> {
         IoQueue::connect(&self.opts, &self.info, qid, opts)

@@ -112,20 +112,43 @@ impl IoQueue {
         } else {
             0
         };
-        q.execute(
-            cmd::connect_cattr(qid, o.depth, 0, cattr),
-            DataDir::ToCtrl,
-            &b,
-            0,
-        )?
-        .check()
-        .map_err(|e| match e {
-            HostError::Nvme { status, .. } => {
-                HostError::Controller(format!("I/O queue {qid} Connect failed: {status}"))
-            }
-            e => e,
-        })?;
+        let dw0 = q
+            .execute(
+                cmd::connect_cattr(qid, o.depth, 0, cattr),
+                DataDir::ToCtrl,
+                &b,
+                0,
+            )?
+            .check()
+            .map_err(|e| match e {
+                HostError::Nvme { status, .. } => {
+                    HostError::Controller(format!("I/O queue {qid} Connect failed: {status}"))
+                }
+                e => e,
+            })?;
+        if crate::auth::needs_auth(opts, qid, dw0)? {
+            q.authenticate(opts)?;
+        }
         Ok(q)
+    }
+
+    /// One DH-HMAC-CHAP transaction on this queue (after Connect, or to
+    /// re-authenticate; no other command may be in flight).
+    pub fn authenticate(&mut self, opts: &ConnectOptions) -> Result<()> {
+        // The slot buffers hold max(max_io, Connect data) bytes.
+        let buf = self.max_io.max(CONNECT_DATA_LEN as u32);
+        let al = crate::auth::AUTH_RECEIVE_LEN.min(buf);
+        let qid = self.qid;
+        crate::auth::authenticate(opts, qid, al, |sqe, data| {
+            let (dir, d, len) = match data {
+                Some(d) => (DataDir::ToCtrl, d, 0),
+                None => (DataDir::FromCtrl, &[][..], al),
+            };
+            let c = self.execute(sqe, dir, d, len)?;
+            let r = c.check();
+            let n = (c.transferred as usize).min(len as usize);
+            r.map(|_| self.buf(c.cid)[..n].to_vec())
+        })
     }
 
     pub fn qid(&self) -> u16 {

@@ -11,6 +11,8 @@
 //! - [`AdminQueue`] / [`Controller`]: the blocking admin queue and the
 //!   controller bring-up (Connect, properties, CC.EN, Identify, Number of
 //!   Queues), log pages, discovery, Keep Alive, shutdown.
+//! - [`auth`]: DH-HMAC-CHAP after each Connect that asks for it
+//!   (`ConnectOptions::dhchap_secret`, `dhchap_ctrl_secret`).
 //! - [`IoQueue`]: a poll-driven I/O queue owned by one thread (submit
 //!   CID-tagged reads/writes on preallocated slot buffers, poll completions),
 //!   plus blocking helpers for one-off commands.
@@ -43,6 +45,7 @@
 //! ```
 
 pub mod admin;
+pub mod auth;
 pub mod cmd;
 pub mod controller;
 pub mod discovery;

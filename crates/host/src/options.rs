@@ -28,6 +28,12 @@ pub struct ConnectOptions {
     /// it loses nothing, and the target may then end a successful read with
     /// a SUCCESS C2HData instead of a CapsuleResp (TCP §3.6.2.9).
     pub disable_sqflow: bool,
+    /// DH-HMAC-CHAP secret (`nvme connect --dhchap-secret`): used when a
+    /// Connect response asks for authentication (Base §8.13).
+    pub dhchap_secret: Option<farflash_auth::Secret>,
+    /// The controller's secret (`--dhchap-ctrl-secret`): the controller
+    /// must prove it too (bidirectional), else the connect fails.
+    pub dhchap_ctrl_secret: Option<farflash_auth::Secret>,
 }
 
 /// Linux's default KATO for I/O controllers (`NVME_DEFAULT_KATO`, 5 s).
@@ -48,6 +54,8 @@ impl ConnectOptions {
             command_timeout: Duration::from_secs(30),
             admin_depth: 32,
             disable_sqflow: true,
+            dhchap_secret: None,
+            dhchap_ctrl_secret: None,
         }
     }
 

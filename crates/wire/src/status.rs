@@ -80,6 +80,10 @@ impl Status {
     pub const CONNECT_INVALID_PARAMETERS: Status = Status::new(sct::COMMAND_SPECIFIC, 0x82);
     pub const CONNECT_RESTART_DISCOVERY: Status = Status::new(sct::COMMAND_SPECIFIC, 0x83);
     pub const CONNECT_INVALID_HOST: Status = Status::new(sct::COMMAND_SPECIFIC, 0x84);
+    /// Authentication Required (Base 2.0 §4.6.1.2.1, TP 8006; Linux
+    /// `NVME_SC_AUTH_REQUIRED`): a command other than a Fabrics one on a
+    /// queue that has not authenticated.
+    pub const AUTH_REQUIRED: Status = Status::new(sct::COMMAND_SPECIFIC, 0x91);
     /// NVM command set, Dataset Management etc. (NVM Command Set §? 80h).
     pub const CONFLICTING_ATTRIBUTES: Status = Status::new(sct::COMMAND_SPECIFIC, 0x80);
 
@@ -108,6 +112,7 @@ impl Status {
             (0, 0x81) => "Capacity Exceeded",
             (0, 0x82) => "Namespace Not Ready",
             (1, 0x01) => "Invalid Queue Identifier",
+            (1, 0x91) => "Authentication Required",
             (1, 0x02) => "Invalid Queue Size",
             (1, 0x03) => "Abort Command Limit Exceeded",
             (1, 0x05) => "Asynchronous Event Request Limit Exceeded",

@@ -26,6 +26,14 @@
 #   SERVE_ALLOW_HOSTS  host NQNs allowed to connect, space separated
 #                      (default empty = any host)
 #   SERVE_SECONDS      stop (and tear down) after this long; 0 = never (default)
+#   SERVE_DHCHAP_KEY   DH-HMAC-CHAP secret (DHHC-1:0X:...:) every allowed host
+#                      must authenticate with (configfs hosts/NQN/dhchap_key;
+#                      needs a kernel with NVME_TARGET_AUTH, e.g. 6.12, and
+#                      SERVE_ALLOW_HOSTS)
+#   SERVE_DHCHAP_CTRL_KEY  the controller's secret (dhchap_ctrl_key), for
+#                      bidirectional authentication when the host asks
+#   SERVE_DHCHAP_HASH  hmac(sha256) (default), hmac(sha384) or hmac(sha512)
+#   SERVE_DHCHAP_DHGROUP  null (default), ffdhe2048 ... ffdhe8192
 set -euo pipefail
 
 NQN=${NQN:-nqn.2014-08.io.farflash:kernel-target}
@@ -35,6 +43,10 @@ SERVE_NAMESPACES=${SERVE_NAMESPACES:-ram:64M}
 SERVE_BLOCK_SIZE=${SERVE_BLOCK_SIZE:-512}
 SERVE_ALLOW_HOSTS=${SERVE_ALLOW_HOSTS:-}
 SERVE_SECONDS=${SERVE_SECONDS:-0}
+SERVE_DHCHAP_KEY=${SERVE_DHCHAP_KEY:-}
+SERVE_DHCHAP_CTRL_KEY=${SERVE_DHCHAP_CTRL_KEY:-}
+SERVE_DHCHAP_HASH=${SERVE_DHCHAP_HASH:-}
+SERVE_DHCHAP_DHGROUP=${SERVE_DHCHAP_DHGROUP:-}
 
 CFG=/sys/kernel/config/nvmet
 SUB=$CFG/subsystems/$NQN
@@ -127,6 +139,7 @@ setup() {
 		echo "namespace $SUB/namespaces/$nsid" >>"$STATE"
 	done
 	[[ $nsid -ge 1 ]] || die "SERVE_NAMESPACES is empty"
+	[[ -z $SERVE_DHCHAP_KEY || -n $SERVE_ALLOW_HOSTS ]] || die "SERVE_DHCHAP_KEY needs SERVE_ALLOW_HOSTS"
 	if [[ -z $SERVE_ALLOW_HOSTS ]]; then
 		echo 1 >"$SUB/attr_allow_any_host"
 	else
@@ -136,6 +149,14 @@ setup() {
 				mkdir "$CFG/hosts/$host"
 				echo "host $CFG/hosts/$host" >>"$STATE"
 			}
+			if [[ -n $SERVE_DHCHAP_KEY ]]; then
+				[[ -e $CFG/hosts/$host/dhchap_key ]] || die "this kernel has no NVMe target authentication"
+				printf '%s' "$SERVE_DHCHAP_KEY" >"$CFG/hosts/$host/dhchap_key"
+				[[ -z $SERVE_DHCHAP_CTRL_KEY ]] ||
+					printf '%s' "$SERVE_DHCHAP_CTRL_KEY" >"$CFG/hosts/$host/dhchap_ctrl_key"
+				[[ -z $SERVE_DHCHAP_HASH ]] || echo "$SERVE_DHCHAP_HASH" >"$CFG/hosts/$host/dhchap_hash"
+				[[ -z $SERVE_DHCHAP_DHGROUP ]] || echo "$SERVE_DHCHAP_DHGROUP" >"$CFG/hosts/$host/dhchap_dhgroup"
+			fi
 			ln -s "$CFG/hosts/$host" "$SUB/allowed_hosts/$host"
 			echo "link $SUB/allowed_hosts/$host" >>"$STATE"
 		done
@@ -154,7 +175,8 @@ setup() {
 	done
 	echo "TARGET-READY nqn=$NQN addr=$SERVE_ADDR ports=${SERVE_PORTS// /,}" \
 		"namespaces=${SERVE_NAMESPACES// /,} block_size=$SERVE_BLOCK_SIZE" \
-		"allow_hosts=${SERVE_ALLOW_HOSTS:-any}"
+		"allow_hosts=${SERVE_ALLOW_HOSTS:-any}" \
+		"dhchap=${SERVE_DHCHAP_KEY:+${SERVE_DHCHAP_HASH:-hmac(sha256)}/${SERVE_DHCHAP_DHGROUP:-null}${SERVE_DHCHAP_CTRL_KEY:+/bidirectional}}"
 }
 
 teardown() { # undo what setup recorded, newest first

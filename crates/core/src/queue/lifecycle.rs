@@ -3,6 +3,7 @@
 //! comes from the caller: the command layer reads no clock.
 
 use super::NvmeQueue;
+use crate::controller::Controller;
 use std::time::{Duration, Instant};
 
 /// A peer that has not connected by then is dropped.
@@ -44,6 +45,9 @@ impl NvmeQueue {
             self.closing = true;
             return;
         }
+        if self.auth_expired(now, &ctrl) {
+            return;
+        }
         if self.qid == 0 {
             let kato = ctrl.lock().kato_ms;
             // Base §3.9: no Keep Alive within KATO ends the association. A
@@ -64,5 +68,38 @@ impl NvmeQueue {
         if self.target.is_shutting_down() && self.in_flight == 0 {
             self.closing = true;
         }
+    }
+
+    /// Base §8.13.5: a transaction whose next message does not come within
+    /// `transaction_timeout(KATO)` ends (Linux `nvmet_auth_expired_work`);
+    /// a queue that has not authenticated by then is closed (the whole
+    /// association for the admin queue). True when the queue closes.
+    fn auth_expired(&mut self, now: Instant, ctrl: &Controller) -> bool {
+        let Some(auth) = self.auth.as_mut() else {
+            return false;
+        };
+        if !auth.in_progress() && auth.authenticated() {
+            self.auth_since = None;
+            return false;
+        }
+        let since = *self.auth_since.get_or_insert(now);
+        let limit = farflash_auth::transaction_timeout(ctrl.lock().kato_ms);
+        if now.saturating_duration_since(since) <= limit {
+            return false;
+        }
+        self.auth_since = None;
+        if auth.in_progress() {
+            tracing::info!(peer = %self.peer, cntlid = ctrl.cntlid, qid = self.qid, "authentication transaction timed out");
+            auth.expire();
+        }
+        if auth.authenticated() {
+            return false;
+        }
+        tracing::warn!(peer = %self.peer, cntlid = ctrl.cntlid, qid = self.qid, "not authenticated within {limit:?}; closing");
+        if self.qid == 0 {
+            ctrl.kill();
+        }
+        self.closing = true;
+        true
     }
 }

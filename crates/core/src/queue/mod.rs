@@ -110,6 +110,12 @@ pub struct NvmeQueue {
     /// Latency samples are taken (a metrics listener runs); the target's
     /// flag, copied at each tick so the I/O path reads nothing shared.
     pub(crate) timing: bool,
+    /// DH-HMAC-CHAP state when the Connect asked the host to authenticate
+    /// (`auth.rs`).
+    pub(crate) auth: Option<Box<farflash_auth::CtrlAuth>>,
+    /// The tick at or after the last authentication message (or the
+    /// Connect): the transaction timeout counts from there.
+    pub(crate) auth_since: Option<Instant>,
 }
 
 impl NvmeQueue {
@@ -147,6 +153,8 @@ impl NvmeQueue {
             closing: false,
             connected: None,
             done: Vec::new(),
+            auth: None,
+            auth_since: None,
         };
         q.grow_slots(PRE_CONNECT_SLOTS);
         q
@@ -209,6 +217,12 @@ impl NvmeQueue {
     /// What a Connect made of the queue, once (before its completion).
     pub fn take_connected(&mut self) -> Option<Connected> {
         self.connected.take()
+    }
+
+    /// Whether the queue must authenticate before it runs commands other
+    /// than Fabrics ones (Base §8.13: Authentication Required).
+    pub fn needs_auth(&self) -> bool {
+        self.auth.as_ref().is_some_and(|a| !a.authenticated())
     }
 
     /// Stops the queue (Disconnect).
