@@ -372,7 +372,15 @@ fn human(out: &mut impl Write, method: &str, r: &Value) -> Result<()> {
         }
         "save_config" => match r["path"].as_str() {
             Some(p) => writeln!(out, "saved to {p}")?,
-            None => write!(out, "{}", r["toml"].as_str().unwrap_or(""))?,
+            None => {
+                write!(out, "{}", r["toml"].as_str().unwrap_or(""))?;
+                if r["secrets_redacted"].as_bool() == Some(true) {
+                    writeln!(
+                        out,
+                        "# DH-HMAC-CHAP secrets redacted: save to a file to keep them"
+                    )?;
+                }
+            }
         },
         _ => {
             // A change: say what it did.

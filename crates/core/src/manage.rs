@@ -4,7 +4,7 @@
 //! `SIGHUP` and `load_config` take. Two calls never interleave; a call that
 //! fails changes nothing.
 
-use crate::config::{BackendKind, Config, NamespaceConfig, Size, SubsystemConfig};
+use crate::config::{BackendKind, Config, HostAuthConfig, NamespaceConfig, Size, SubsystemConfig};
 use crate::reload::{apply_locked, current_config, ApplyError, ListenerControl, ReloadReport};
 use crate::Target;
 
@@ -149,16 +149,37 @@ pub fn resize_namespace(
     })
 }
 
-pub fn allow_host(target: &Target, nqn: &str, host: &str) -> Result<ReloadReport, ManageError> {
+/// Adds `host` to the allowed hosts, with its DH-HMAC-CHAP settings when
+/// `keys` is given (Base §8.13). A host allowed already only takes new keys
+/// (they apply from its next authentication, as with Linux nvmet).
+pub fn allow_host(
+    target: &Target,
+    nqn: &str,
+    host: &str,
+    keys: Option<HostAuthConfig>,
+) -> Result<ReloadReport, ManageError> {
     check_nqn(host)?;
     modify(target, None, |cfg| {
         let s = subsystem(cfg, nqn)?;
-        if s.allowed_hosts.iter().any(|h| h == host) {
-            return Err(ManageError::Exists(format!(
-                "{nqn}: {host} is allowed already"
-            )));
+        let listed = s.allowed_hosts.iter().any(|h| h == host);
+        match keys {
+            None if listed => {
+                return Err(ManageError::Exists(format!(
+                    "{nqn}: {host} is allowed already"
+                )))
+            }
+            None => s.allowed_hosts.push(host.to_owned()),
+            Some(k) => {
+                s.hosts.retain(|h| h.nqn != host);
+                s.hosts.push(HostAuthConfig {
+                    nqn: host.to_owned(),
+                    ..k
+                });
+                if !listed {
+                    s.allowed_hosts.push(host.to_owned());
+                }
+            }
         }
-        s.allowed_hosts.push(host.to_owned());
         Ok(())
     })
 }
@@ -179,6 +200,7 @@ pub fn disallow_host(target: &Target, nqn: &str, host: &str) -> Result<ReloadRep
             )));
         }
         s.allowed_hosts.retain(|h| h != host);
+        s.hosts.retain(|h| h.nqn != host);
         if s.allowed_hosts.is_empty() {
             return Err(ManageError::Invalid(format!(
                 "{nqn}: removing the last allowed host would allow any host; delete the subsystem or allow another host first"

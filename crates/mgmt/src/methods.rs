@@ -4,7 +4,9 @@
 //! `farflash_core::manage` (and so through the path `SIGHUP` takes).
 
 use crate::jsonrpc::{self, Request, RpcError};
-use farflash_core::config::{BackendKind, Config, NamespaceConfig, Size, SubsystemConfig};
+use farflash_core::config::{
+    BackendKind, Config, DhchapKey, HostAuthConfig, NamespaceConfig, Size, SubsystemConfig,
+};
 use farflash_core::manage::{self, ManageError};
 use farflash_core::reload::{self, ApplyError, ListenerControl, ReloadReport};
 use farflash_core::Target;
@@ -154,13 +156,18 @@ struct Resize {
 struct HostRef {
     nqn: String,
     host: String,
-    /// Extension point for in-band authentication (issue #12): a host's
-    /// DH-HMAC-CHAP key. Refused until authentication is wired into the
-    /// target; never logged or echoed.
+    /// The host's DH-HMAC-CHAP secret (`DHHC-1:...`, as `nvme
+    /// gen-dhchap-key` prints it); parsed here, never logged or echoed.
     #[serde(default)]
-    dhchap_key: Option<String>,
+    dhchap_key: Option<DhchapKey>,
+    /// The controller's secret, for bidirectional authentication.
     #[serde(default)]
-    dhchap_ctrl_key: Option<String>,
+    dhchap_ctrl_key: Option<DhchapKey>,
+    /// Hashes and DH groups the controller may select (empty: all).
+    #[serde(default)]
+    dhchap_hash: Vec<String>,
+    #[serde(default)]
+    dhchap_dhgroup: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -259,12 +266,25 @@ impl Api {
             }
             "host_allow" => {
                 let a: HostRef = params(p)?;
-                if a.dhchap_key.is_some() || a.dhchap_ctrl_key.is_some() {
-                    return Err(RpcError::params(
-                        "host keys need in-band authentication, which this target does not serve yet",
-                    ));
-                }
-                rep(manage::allow_host(t, &a.nqn, &a.host))
+                let keys = match a.dhchap_key {
+                    Some(key) => Some(HostAuthConfig {
+                        nqn: a.host.clone(),
+                        dhchap_key: key,
+                        dhchap_ctrl_key: a.dhchap_ctrl_key,
+                        dhchap_hash: a.dhchap_hash,
+                        dhchap_dhgroup: a.dhchap_dhgroup,
+                    }),
+                    None if a.dhchap_ctrl_key.is_some()
+                        || !a.dhchap_hash.is_empty()
+                        || !a.dhchap_dhgroup.is_empty() =>
+                    {
+                        return Err(RpcError::params(
+                            "dhchap_ctrl_key, dhchap_hash and dhchap_dhgroup need dhchap_key",
+                        ));
+                    }
+                    None => None,
+                };
+                rep(manage::allow_host(t, &a.nqn, &a.host, keys))
             }
             "host_disallow" => {
                 let a: HostRef = params(p)?;
@@ -426,8 +446,30 @@ impl Api {
                 )
             })?;
         }
-        Ok(json!({"toml": text, "path": path}))
+        // DH-HMAC-CHAP secrets go into the 0600 file only, never into an
+        // answer (which `farflash ctl` prints).
+        let (shown, redacted) = redact_secrets(&text);
+        Ok(json!({"toml": shown, "path": path, "secrets_redacted": redacted}))
     }
+}
+
+/// `text` with the value of every `dhchap_key` / `dhchap_ctrl_key` line
+/// replaced; and whether there was one.
+fn redact_secrets(text: &str) -> (String, bool) {
+    let mut out = String::with_capacity(text.len());
+    let mut any = false;
+    for line in text.lines() {
+        let key = line.trim_start().split('=').next().unwrap_or("").trim();
+        if (key == "dhchap_key" || key == "dhchap_ctrl_key") && line.contains('=') {
+            any = true;
+            out.push_str(key);
+            out.push_str(" = \"<redacted: written to the saved file only>\"");
+        } else {
+            out.push_str(line);
+        }
+        out.push('\n');
+    }
+    (out, any)
 }
 
 /// Writes `data` to `path` through a temporary file and a rename, mode 0600
@@ -459,6 +501,19 @@ fn write_private(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn saved_configuration_answers_never_hold_a_secret() {
+        let text = "[[subsystem.host]]\nnqn = \"nqn.h\"\ndhchap_key = \"DHHC-1:00:abc:\"\n  dhchap_ctrl_key = \"DHHC-1:01:def:\"\ndhchap_hash = []\n";
+        let (shown, any) = redact_secrets(text);
+        assert!(any);
+        assert!(!shown.contains("abc") && !shown.contains("def"), "{shown}");
+        assert!(shown.contains("nqn = \"nqn.h\"") && shown.contains("dhchap_hash = []"));
+        assert_eq!(
+            redact_secrets("nqn = \"x\"\n"),
+            ("nqn = \"x\"\n".to_owned(), false)
+        );
+    }
 
     #[test]
     fn the_schema_documents_every_method_and_error_code() {
