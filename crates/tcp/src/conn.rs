@@ -47,6 +47,12 @@ impl QueuePair {
         any
     }
 
+    /// The event loop's clock for this pass (latency samples).
+    #[inline]
+    pub fn set_now(&mut self, now: Instant) {
+        self.core.set_now(now);
+    }
+
     /// Periodic work: the command layer's (keep-alive, AERs, teardown).
     pub fn tick(&mut self, now: Instant) {
         if self.closing {

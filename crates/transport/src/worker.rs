@@ -110,6 +110,9 @@ pub(crate) struct Worker {
     storage_opened: usize,
     /// Completion scratch (reused: no allocation per batch).
     comps: Vec<IoCompletion>,
+    /// The clock of the current pass, handed to the connections it drives
+    /// (their latency samples; no clock read per command).
+    now: Instant,
 }
 
 /// Pins the calling thread to one CPU.
@@ -157,6 +160,7 @@ impl Worker {
             storage_fds: Vec::new(),
             storage_opened: 0,
             comps: Vec::new(),
+            now: Instant::now(),
         }
     }
 
@@ -199,9 +203,12 @@ impl Worker {
                         return;
                     }
                 }
+                // Completions routed from the events are stamped after the wait.
+                self.now = Instant::now();
                 self.take_events(&events);
             }
             let now = Instant::now();
+            self.now = now;
             if now.duration_since(last_tick) >= TICK {
                 last_tick = now;
                 if self.storage.collect() {
@@ -350,10 +357,12 @@ impl Worker {
             Some(_) => {}
         }
         let mut worked = false;
+        let now = self.now;
         loop {
             let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
                 return worked;
             };
+            c.qp.set_now(now);
             // Receive: everything the socket has, PDUs processed as they complete.
             // `more` is set when a read filled the buffer (the socket may hold more)
             // or when reading stopped because our output backed up.
@@ -478,6 +487,7 @@ impl Worker {
             let j = (c.tag >> 32) as usize;
             match self.conns.get_mut(j).and_then(Option::as_mut) {
                 Some(conn) => {
+                    conn.qp.set_now(self.now);
                     conn.qp.on_storage_completion(c);
                     if j != current {
                         self.ready.push(j);

@@ -90,6 +90,10 @@ pub struct NvmeQueue {
     started: Option<Instant>,
     /// The time of the last tick.
     pub(crate) clock: Option<Instant>,
+    /// The event loop's clock for the current pass ([`NvmeQueue::set_now`]):
+    /// latency samples are stamped with it, so the command layer itself
+    /// reads no clock.
+    pub(crate) now: Option<Instant>,
     /// Admin queue: the tick at or after the last Keep Alive.
     last_keep_alive: Option<Instant>,
     /// A Keep Alive (or Connect, or a new KATO) arrived since the last tick.
@@ -145,6 +149,7 @@ impl NvmeQueue {
             stats: None,
             started: None,
             clock: None,
+            now: None,
             last_keep_alive: None,
             keep_alive_seen: false,
             aers: Vec::new(),
@@ -158,6 +163,14 @@ impl NvmeQueue {
         };
         q.grow_slots(PRE_CONNECT_SLOTS);
         q
+    }
+
+    /// The time of the event loop's current pass (taken once per pass,
+    /// not per command): commands arriving and completing in it are
+    /// stamped with it when latency is sampled.
+    #[inline]
+    pub fn set_now(&mut self, now: Instant) {
+        self.now = Some(now);
     }
 
     pub fn target(&self) -> &Arc<Target> {

@@ -141,8 +141,8 @@ impl NvmeQueue {
             QueueStats::bump(&ns.read_cmds, 1);
             QueueStats::bump(&ns.read_bytes, len as u64);
         }
-        if let Some(t0) = s.t0 {
-            st.latency(write, t0.elapsed().as_nanos() as u64);
+        if let (Some(t0), Some(now)) = (s.t0, self.now) {
+            st.latency(write, now.saturating_duration_since(t0).as_nanos() as u64);
         }
     }
 
