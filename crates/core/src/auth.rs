@@ -75,6 +75,10 @@ pub(crate) fn send(q: &mut NvmeQueue, idx: usize) -> Outcome {
             tracing::info!(peer = %q.peer, cntlid, qid = q.qid, "host authenticated (DH-HMAC-CHAP)");
         }
         CtrlEvent::Failed(f) => {
+            // Rare (one per failed transaction): a shared counter is fine here.
+            q.target
+                .auth_failures
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             tracing::warn!(peer = %q.peer, cntlid, qid = q.qid, reason = f.what, explanation = f.explanation, from_host = f.from_peer, "authentication failed");
             if f.from_peer {
                 fatal_if_admin(q);
@@ -344,6 +348,11 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        assert_eq!(
+            t.auth_failures.load(std::sync::atomic::Ordering::Relaxed),
+            1,
+            "counted for the metrics"
+        );
         assert_eq!(identify(&mut q), Status::AUTH_REQUIRED.dnr());
         q.tick(Instant::now());
         assert!(q.wants_close());

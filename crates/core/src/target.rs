@@ -39,6 +39,9 @@ pub struct Target {
     latency_timing: AtomicBool,
     /// Controllers torn down for a missed Keep Alive (Base §3.9).
     pub keep_alive_expiries: AtomicU64,
+    /// DH-HMAC-CHAP transactions that failed (a wrong or garbled message
+    /// from the host, an AUTH_Failure2, or the transaction timeout).
+    pub auth_failures: AtomicU64,
     /// Serializes management changes (RPC, SIGHUP, load_config).
     manage: Mutex<()>,
     ctrls: Mutex<CtrlTable>,
@@ -101,6 +104,7 @@ impl Target {
             shutting_down: AtomicBool::new(false),
             latency_timing: AtomicBool::new(false),
             keep_alive_expiries: AtomicU64::new(0),
+            auth_failures: AtomicU64::new(0),
             manage: Mutex::new(()),
             ctrls: Mutex::new(CtrlTable {
                 next: 1,

@@ -424,6 +424,7 @@ impl Api {
             "subsystems": list,
             "controllers": self.target.live_controllers(),
             "keep_alive_expiries": self.target.keep_alive_expiries.load(std::sync::atomic::Ordering::Relaxed),
+            "authentication_failures": self.target.auth_failures.load(std::sync::atomic::Ordering::Relaxed),
         })
     }
 

@@ -307,6 +307,12 @@ impl Collector for TargetCollector {
             None,
             &[(vec![], t.keep_alive_expiries.load(Ordering::Relaxed))],
         )?;
+        e.counter(
+            "farflash_authentication_failures",
+            "DH-HMAC-CHAP transactions that failed: a wrong or malformed message, an AUTH_Failure2 from the host, or the transaction timeout",
+            None,
+            &[(vec![], t.auth_failures.load(Ordering::Relaxed))],
+        )?;
         e.gauge(
             "farflash_listeners",
             "Listening sockets",

@@ -89,6 +89,9 @@ impl NvmeQueue {
         }
         self.auth_since = None;
         if auth.in_progress() {
+            self.target
+                .auth_failures
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             tracing::info!(peer = %self.peer, cntlid = ctrl.cntlid, qid = self.qid, "authentication transaction timed out");
             auth.expire();
         }
