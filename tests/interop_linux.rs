@@ -688,7 +688,8 @@ fn dhchap_secret(len: usize, hmac: Option<farflash_auth::HashId>) -> String {
 fn linux_612_host_authenticates_to_farflash_serve() {
     use farflash_auth::HashId;
     let tmp = TempDir::new("auth");
-    let port = free_ports(1)[0];
+    let ports = free_ports(2);
+    let (port, sig_port) = (ports[0], ports[1]);
     let hostnqn = random_hostnqn();
     let prefix = "nqn.2026-11.io.farflash:auth";
     let mut toml = format!("listen = ['127.0.0.1:{port}']\n[transport]\nmax_io_queues = 2\n");
@@ -785,6 +786,35 @@ fn linux_612_host_authenticates_to_farflash_serve() {
         (&re, "-"),
     );
     secrets.push(re);
+    // Key rotation: the target takes a new key through the management API
+    // while the host's controller is live, then the host writes it to sysfs
+    // and re-authenticates every queue with it.
+    let (old_key, new_key) = (
+        dhchap_secret(32, Some(HashId::Sha256)),
+        dhchap_secret(32, None),
+    );
+    add(
+        "rotate-sysfs",
+        "rotate",
+        "sha256",
+        "ffdhe2048",
+        (&old_key, None),
+        (&old_key, "-"),
+    );
+    // The rotate line's extra fields: the new secret and the signal port.
+    cases.truncate(cases.trim_end().len());
+    cases += &format!(" {new_key} {sig_port}\n");
+    secrets.extend([old_key, new_key.clone()]);
+    let rpc_sock = tmp.path().join("rpc.sock");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let signal = rotate_key_on_signal(
+        sig_port,
+        rpc_sock.clone(),
+        format!("{prefix}:rotate-sysfs"),
+        hostnqn.clone(),
+        new_key,
+        stop.clone(),
+    );
     let config = tmp.path().join("auth.toml");
     fs::write(&config, &toml).expect("write the config");
     let case_file = tmp.path().join("auth-cases");
@@ -793,6 +823,8 @@ fn linux_612_host_authenticates_to_farflash_serve() {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_farflash"));
     cmd.args(["serve", "--config"])
         .arg(&config)
+        .arg("--rpc-socket")
+        .arg(&rpc_sock)
         .args(["--log-level", "info"]);
     let mut target = Proc::spawn("farflash serve", "[farflash] ", &mut cmd, false);
     target.wait_for_line("listening on", Duration::from_secs(60));
@@ -810,6 +842,8 @@ fn linux_612_host_authenticates_to_farflash_serve() {
         "cryptomgr.notests",
         "-p",
         &format!("{port}:{port}"),
+        "-p",
+        &format!("{sig_port}:{sig_port}"),
         "--hostnqn",
         &hostnqn,
         "-f",
@@ -827,7 +861,10 @@ fn linux_612_host_authenticates_to_farflash_serve() {
         &names,
         Some(&mut target),
     );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let rotated = signal.join().expect("signal thread");
     assert!(target.running(), "farflash serve exited during the run");
+    rotated.expect("the key rotation through the management API");
     let log = target.output();
     // Every I/O queue 1 authenticated once per successful case, and once
     // more when the sysfs write re-authenticated it under fio.
@@ -850,4 +887,58 @@ fn linux_612_host_authenticates_to_farflash_serve() {
         matches!(status, Some(s) if s.success()),
         "farflash serve did not exit 0 within 20 s of SIGTERM ({status:?})"
     );
+}
+
+/// Serves one connection on 127.0.0.1:`port` (the guest's signal): gives
+/// `host` the key `key` on subsystem `nqn` through the management socket,
+/// answers "ok" (or "error"); gives up once `stop` is set.
+fn rotate_key_on_signal(
+    port: u16,
+    rpc_sock: PathBuf,
+    nqn: String,
+    host: String,
+    key: String,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> JoinHandle<Result<(), String>> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).expect("bind the signal port");
+    listener
+        .set_nonblocking(true)
+        .expect("non-blocking listener");
+    thread::spawn(move || {
+        let mut conn = loop {
+            match listener.accept() {
+                Ok((c, _)) => break c,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        return Err("the guest never asked for the new key".into());
+                    }
+                    thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => return Err(format!("signal port: {e}")),
+            }
+        };
+        let answer = (|| -> Result<String, String> {
+            let mut s = std::os::unix::net::UnixStream::connect(&rpc_sock)
+                .map_err(|e| format!("management socket: {e}"))?;
+            s.set_read_timeout(Some(Duration::from_secs(20)))
+                .map_err(|e| e.to_string())?;
+            let req = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "host_allow",
+                "params": {"nqn": nqn, "host": host, "dhchap_key": key,
+                           "dhchap_hash": ["sha256"], "dhchap_dhgroup": ["ffdhe2048"]}});
+            writeln!(s, "{req}").map_err(|e| e.to_string())?;
+            let mut line = String::new();
+            BufReader::new(s)
+                .read_line(&mut line)
+                .map_err(|e| e.to_string())?;
+            Ok(line)
+        })();
+        let good = matches!(&answer, Ok(l) if l.contains("\"result\"") && !l.contains("\"error\""));
+        let _ = conn.set_nonblocking(false);
+        let _ = writeln!(conn, "{}", if good { "ok" } else { "error" });
+        match answer {
+            Ok(_) if good => Ok(()),
+            Ok(l) => Err(format!("host_allow answered {l}")),
+            Err(e) => Err(e),
+        }
+    })
 }

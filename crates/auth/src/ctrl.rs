@@ -97,6 +97,14 @@ impl CtrlAuth {
         self.state != State::Idle
     }
 
+    /// New secrets and limits (a key rotated at run time) for the next
+    /// transaction; one under way keeps the ones it started with.
+    pub fn set_config(&mut self, cfg: CtrlConfig) {
+        if self.state == State::Idle {
+            self.cfg = cfg;
+        }
+    }
+
     /// The transaction timed out ([`crate::transaction_timeout`]): forget
     /// it, as Linux's `nvmet_auth_expired_work` does.
     pub fn expire(&mut self) {

@@ -63,6 +63,17 @@ pub(crate) fn send(q: &mut NvmeQueue, idx: usize) -> Outcome {
         Some(b) if b.as_slice().len() >= len => b.as_slice()[..len].to_vec(),
         _ => return Outcome::Done(Status::INVALID_FIELD.dnr(), 0),
     };
+    if q.auth.as_ref().is_some_and(|a| !a.in_progress()) {
+        // A new transaction (a re-authentication, say after the host's key
+        // was rotated): it uses the subsystem's keys as they are now.
+        let current = q
+            .ctrl
+            .as_ref()
+            .and_then(|c| c.subsystem().and_then(|s| s.auth_for(&c.hostnqn)));
+        if let (Some(cfg), Some(auth)) = (current, q.auth.as_mut()) {
+            auth.set_config(cfg);
+        }
+    }
     let Some(auth) = q.auth.as_mut() else {
         return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR.dnr(), 0);
     };
@@ -356,6 +367,24 @@ mod tests {
         assert_eq!(identify(&mut q), Status::AUTH_REQUIRED.dnr());
         q.tick(Instant::now());
         assert!(q.wants_close());
+    }
+
+    #[test]
+    fn a_key_rotated_at_run_time_applies_from_the_next_transaction() {
+        let t = target(false, false, &["null"]);
+        let mut q = queue(&t);
+        connect(&mut q, HOST, 0, CNTLID_DYNAMIC);
+        assert_eq!(authenticate(&mut q, key(1), None, 1), HostStep::Done(None));
+        // The host's key changes (SIGHUP, load_config or host_allow).
+        let mut cfg = crate::reload::current_config(&t);
+        cfg.subsystems[0].hosts[0].dhchap_key = DhchapKey(key(7));
+        let report = crate::reload::apply(&t, &cfg).expect("apply the new key");
+        assert_eq!(report.hosts_changed, vec![NQN.to_owned()]);
+        assert_eq!(report.disconnected, 0, "a keyed host stays connected");
+        // The live queue keeps working, and re-authenticates with the new key.
+        assert_eq!(identify(&mut q), Status::SUCCESS);
+        assert_eq!(authenticate(&mut q, key(7), None, 2), HostStep::Done(None));
+        assert_eq!(identify(&mut q), Status::SUCCESS);
     }
 
     #[test]

@@ -11,6 +11,12 @@
 #         reauth   as ok, and while fio runs, the same secret is written to
 #                  the controller's sysfs dhchap_secret: the kernel must
 #                  re-authenticate every queue and fio must verify
+#         rotate   as reauth with a new secret: the line's two extra fields
+#                  NEW_SECRET SIGNAL_PORT; while fio runs, a connection to
+#                  $TARGET_ADDR:SIGNAL_PORT has the test give the target the
+#                  new key (management API; it answers "ok"), then
+#                  NEW_SECRET goes to sysfs and every queue must
+#                  re-authenticate with it
 #         refused  the connect must fail and leave no controller
 # HOST_SECRET "-": connect without --dhchap-secret; CTRL_SECRET "-": no
 # --dhchap-ctrl-secret (unidirectional).
@@ -81,8 +87,8 @@ fio_verify() { # DEV SIZE -> runs fio, fails on errors
 	ok "fio randwrite $2 with crc32c verify"
 }
 
-run_case() { # NAME SUBNQN EXPECT HASH GROUP HOST_SECRET CTRL_SECRET
-	local subnqn=$2 expect=$3 hash=$4 group=$5 hs=$6 cs=$7
+run_case() { # NAME SUBNQN EXPECT HASH GROUP HOST_SECRET CTRL_SECRET [NEW_SECRET SIGNAL_PORT]
+	local subnqn=$2 expect=$3 hash=$4 group=$5 hs=$6 cs=$7 ns=${8:-} sig=${9:-} reply=""
 	local args=(-t tcp -a "$ADDR" -s "$PORT" -n "$subnqn") out rc=0 c dev log n
 	[[ $hs = - ]] || args+=(--dhchap-secret="$hs")
 	[[ $cs = - ]] || args+=(--dhchap-ctrl-secret="$cs")
@@ -124,11 +130,20 @@ run_case() { # NAME SUBNQN EXPECT HASH GROUP HOST_SECRET CTRL_SECRET
 	ok "1 MiB written and read back on $dev"
 	case $expect in
 	fio) fio_verify "$dev" 8m ;;
-	reauth)
+	reauth | rotate)
 		fio_verify "$dev" 4m
 		mark "$NAME reauth"
 		(fio_verify "$dev" 16m >"$WORK/fio.out" 2>&1; echo $? >"$WORK/fio.rc") &
 		sleep 2
+		if [[ $expect = rotate ]]; then
+			# The target takes the new key first (live controllers stay).
+			exec 3<>"/dev/tcp/$ADDR/$sig" || fail "cannot reach the signal port $sig"
+			read -r -t 60 reply <&3 || true
+			exec 3<&-
+			[[ $reply = ok ]] || fail "the target did not take the new key: ${reply:-no answer}"
+			ok "the target has the new key"
+			hs=$ns
+		fi
 		printf '%s' "$hs" >"/sys/class/nvme/$c/dhchap_secret" || fail "write to sysfs dhchap_secret failed"
 		wait
 		cat "$WORK/fio.out"
@@ -151,12 +166,12 @@ run_case() { # NAME SUBNQN EXPECT HASH GROUP HOST_SECRET CTRL_SECRET
 	exit 1
 }
 passed=0 failed=0 failures=""
-while read -r NAME subnqn expect hash group hs cs; do
+while read -r NAME subnqn expect hash group hs cs ns sig; do
 	[[ -z $NAME || $NAME = \#* ]] && continue
 	echo "=== $NAME"
 	t=$(now)
 	rc=0
-	(run_case "$NAME" "$subnqn" "$expect" "$hash" "$group" "$hs" "$cs") || rc=$?
+	(run_case "$NAME" "$subnqn" "$expect" "$hash" "$group" "$hs" "$cs" "$ns" "$sig") || rc=$?
 	if [[ $rc = 0 ]]; then
 		echo "PASS: $NAME ($(since "$t")s)"
 		passed=$((passed + 1))
