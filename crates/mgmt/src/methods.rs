@@ -449,8 +449,24 @@ impl Api {
         }
         // DH-HMAC-CHAP secrets go into the 0600 file only, never into an
         // answer (which `farflash ctl` prints).
-        let (shown, redacted) = redact_secrets(&text);
-        Ok(json!({"toml": shown, "path": path, "secrets_redacted": redacted}))
+        let (mut shown, redacted) = redact_secrets(&text);
+        // Belt and braces: whatever layout the TOML writer chose, no key's
+        // base64 may be left in the answer.
+        let leaked = cfg.subsystems.iter().flat_map(|s| &s.hosts).any(|h| {
+            std::iter::once(&h.dhchap_key)
+                .chain(h.dhchap_ctrl_key.as_ref())
+                .any(|k| {
+                    let dhhc = k.0.to_dhhc();
+                    let b64 = dhhc.trim_end_matches(':').rsplit(':').next().unwrap_or("");
+                    !b64.is_empty() && shown.contains(b64)
+                })
+        });
+        if leaked {
+            shown =
+                "# DH-HMAC-CHAP secrets redacted: the configuration is in the saved file only\n"
+                    .to_owned();
+        }
+        Ok(json!({"toml": shown, "path": path, "secrets_redacted": redacted || leaked}))
     }
 }
 
