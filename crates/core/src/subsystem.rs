@@ -73,7 +73,12 @@ impl Subsystem {
     }
     /// The allowed host NQNs (empty: any host).
     pub fn allowed_hosts(&self) -> Vec<String> {
-        self.access().allowed_hosts
+        // Only the list: `access()` would clone the host keys too.
+        self.access
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .allowed_hosts
+            .clone()
     }
     /// Allowed hosts, host keys and whether authentication is required.
     pub fn access(&self) -> HostAccess {
