@@ -36,13 +36,7 @@ impl Drop for Dir {
 }
 
 fn rpc_raw(sock: &Path, line: &[u8]) -> Value {
-    let mut s = UnixStream::connect(sock).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    s.write_all(line).unwrap();
-    s.write_all(b"\n").unwrap();
-    let mut l = String::new();
-    BufReader::new(s).read_line(&mut l).unwrap();
-    serde_json::from_str(&l).unwrap_or_else(|e| panic!("answer {l:?}: {e}"))
+    common::rpc_exchange(sock, line).0
 }
 
 fn rpc(sock: &Path, method: &str, params: Value) -> Value {

@@ -10,9 +10,7 @@ use common::{Serve, NQN};
 use farflash_auth::{HashId, Secret};
 use farflash_host::{ConnectOptions, Controller, IoQueueOptions};
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -24,14 +22,8 @@ fn secret(seed: u8, hmac: Option<HashId>) -> String {
 }
 
 fn rpc(sock: &Path, method: &str, params: Value) -> (Value, String) {
-    let mut s = UnixStream::connect(sock).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let req = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    s.write_all(format!("{req}\n").as_bytes()).unwrap();
-    let mut line = String::new();
-    BufReader::new(s).read_line(&mut line).unwrap();
-    let v = serde_json::from_str(&line).unwrap_or_else(|e| panic!("answer {line:?}: {e}"));
-    (v, line)
+    common::rpc_exchange(sock, req.to_string().as_bytes())
 }
 
 fn opts(addr: &str, host_key: Option<&str>, ctrl_key: Option<&str>) -> ConnectOptions {

@@ -708,3 +708,17 @@ pub fn resting_counts(serve: &Serve) -> (usize, usize) {
     }
     last
 }
+
+/// One JSON-RPC exchange on the management socket `sock`: sends `line`,
+/// returns the parsed answer and its text (to check what it repeats).
+pub fn rpc_exchange(sock: &std::path::Path, line: &[u8]) -> (serde_json::Value, String) {
+    use std::io::Write;
+    let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(line).unwrap();
+    s.write_all(b"\n").unwrap();
+    let mut l = String::new();
+    BufReader::new(s).read_line(&mut l).unwrap();
+    let v = serde_json::from_str(&l).unwrap_or_else(|e| panic!("answer {l:?}: {e}"));
+    (v, l)
+}

@@ -148,7 +148,7 @@ mod tests {
     use farflash_wire::auth::{
         explanation as ex, AuthCmd, Message, CONNECT_AUTHREQ_ATR, SECP_DHCHAP,
     };
-    use farflash_wire::fabrics::{ConnectCmd, ConnectData, PropertyCmd, CNTLID_DYNAMIC};
+    use farflash_wire::fabrics::{PropertyCmd, CNTLID_DYNAMIC};
     use farflash_wire::opcode::{admin, fctype};
     use farflash_wire::props;
     use farflash_wire::sqe::{SglDescriptor, PSDT_SGL};
@@ -221,22 +221,7 @@ mod tests {
     }
 
     fn connect(q: &mut NvmeQueue, host: &str, qid: u16, cntlid: u16) -> Completion {
-        let cmd = ConnectCmd {
-            recfmt: 0,
-            qid,
-            sqsize: 31,
-            cattr: 0,
-            kato: 5000,
-        };
-        let d = ConnectData {
-            hostid: [1; 16],
-            cntlid,
-            subnqn: NQN.into(),
-            hostnqn: host.into(),
-        };
-        let mut data = [0u8; 1024];
-        d.encode(&mut data);
-        run(q, cmd.to_sqe(1), &data).0
+        crate::tests::connect_to(q, NQN, host, qid, cntlid)
     }
 
     fn identify(q: &mut NvmeQueue) -> Status {

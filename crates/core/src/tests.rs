@@ -78,6 +78,17 @@ fn run(q: &mut NvmeQueue, sqe: Sqe, data: &[u8]) -> Completion {
 }
 
 fn connect(q: &mut NvmeQueue, qid: u16, cntlid: u16) -> Completion {
+    connect_to(q, NQN, HOST, qid, cntlid)
+}
+
+/// A Connect (Fabrics §6.3, SQSIZE 31, KATO 5 s) to `subnqn` as `host`.
+pub(crate) fn connect_to(
+    q: &mut NvmeQueue,
+    subnqn: &str,
+    host: &str,
+    qid: u16,
+    cntlid: u16,
+) -> Completion {
     let cmd = ConnectCmd {
         recfmt: 0,
         qid,
@@ -88,8 +99,8 @@ fn connect(q: &mut NvmeQueue, qid: u16, cntlid: u16) -> Completion {
     let d = ConnectData {
         hostid: [1; 16],
         cntlid,
-        subnqn: NQN.into(),
-        hostnqn: HOST.into(),
+        subnqn: subnqn.into(),
+        hostnqn: host.into(),
     };
     let mut data = [0u8; 1024];
     d.encode(&mut data);

@@ -148,22 +148,8 @@ fn discovery_log_lists_allowed_subsystems() {
     let get = |host: &str| -> Vec<u8> {
         let mut h = Host::new(&t);
         h.icreq(false, false);
-        let c = ConnectCmd {
-            recfmt: 0,
-            qid: 0,
-            sqsize: 31,
-            cattr: 0,
-            kato: 0,
-        };
-        let d = ConnectData {
-            hostid: [2; 16],
-            cntlid: CNTLID_DYNAMIC,
-            subnqn: farflash_wire::DISCOVERY_NQN.into(),
-            hostnqn: host.into(),
-        };
-        let mut data = [0u8; 1024];
-        d.encode(&mut data);
-        assert_eq!(h.resp(c.to_sqe(0), &data).status, Status::SUCCESS);
+        let r = h.connect_admin(farflash_wire::DISCOVERY_NQN, host, 2, 0);
+        assert_eq!(r.status, Status::SUCCESS);
         assert_eq!(h.prop_set_cc(props::cc::EN).status, Status::SUCCESS);
         let mut sqe = admin_sqe(admin::GET_LOG_PAGE, 0, 3072);
         farflash_wire::log::GetLogPage {

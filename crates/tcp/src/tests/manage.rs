@@ -12,22 +12,7 @@ const OTHER: &str = "nqn.2014-08.org.nvmexpress:uuid:other-host";
 
 fn bring_up_as(h: &mut Host, subnqn: &str, host: &str) -> u16 {
     h.icreq(false, false);
-    let c = ConnectCmd {
-        recfmt: 0,
-        qid: 0,
-        sqsize: 31,
-        cattr: 0,
-        kato: 5000,
-    };
-    let d = ConnectData {
-        hostid: [2; 16],
-        cntlid: CNTLID_DYNAMIC,
-        subnqn: subnqn.into(),
-        hostnqn: host.into(),
-    };
-    let mut data = [0u8; 1024];
-    d.encode(&mut data);
-    let r = h.resp(c.to_sqe(0), &data);
+    let r = h.connect_admin(subnqn, host, 2, 5000);
     assert_eq!(r.status, Status::SUCCESS, "{r:?}");
     assert_eq!(
         h.prop_set_cc(props::cc::ENABLE_DEFAULT).status,
@@ -179,22 +164,11 @@ fn discovery_controllers_hear_of_discovery_log_changes() {
     // Deleting it: its hosts are disconnected.
     let mut h2 = Host::new(&t);
     h2.icreq(false, false);
-    let c = ConnectCmd {
-        recfmt: 0,
-        qid: 0,
-        sqsize: 31,
-        cattr: 0,
-        kato: 5000,
-    };
-    let data_in = ConnectData {
-        hostid: [3; 16],
-        cntlid: CNTLID_DYNAMIC,
-        subnqn: "nqn.2026-11.io.farflash:second".into(),
-        hostnqn: HOST.into(),
-    };
-    let mut data = [0u8; 1024];
-    data_in.encode(&mut data);
-    assert_eq!(h2.resp(c.to_sqe(0), &data).status, Status::SUCCESS);
+    assert_eq!(
+        h2.connect_admin("nqn.2026-11.io.farflash:second", HOST, 3, 5000)
+            .status,
+        Status::SUCCESS
+    );
     let r = manage::delete_subsystem(&t, "nqn.2026-11.io.farflash:second").unwrap();
     assert_eq!(r.disconnected, 1);
     h2.q.tick(Instant::now());

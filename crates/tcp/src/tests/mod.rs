@@ -238,10 +238,35 @@ impl Host {
             cattr,
             kato: 5000,
         };
+        self.connect_with(c, NQN, cntlid, host, 1)
+    }
+
+    /// An admin-queue Connect (dynamic controller, SQSIZE 31) to any
+    /// subsystem, as `host` with host identifier bytes `hostid`.
+    pub(super) fn connect_admin(&mut self, subnqn: &str, host: &str, hostid: u8, kato: u32) -> Cqe {
+        let c = ConnectCmd {
+            recfmt: 0,
+            qid: 0,
+            sqsize: 31,
+            cattr: 0,
+            kato,
+        };
+        self.connect_with(c, subnqn, CNTLID_DYNAMIC, host, hostid)
+    }
+
+    /// A Connect command with its 1024-byte data (Fabrics §6.3).
+    fn connect_with(
+        &mut self,
+        c: ConnectCmd,
+        subnqn: &str,
+        cntlid: u16,
+        host: &str,
+        hostid: u8,
+    ) -> Cqe {
         let d = ConnectData {
-            hostid: [1; 16],
+            hostid: [hostid; 16],
             cntlid,
-            subnqn: NQN.into(),
+            subnqn: subnqn.into(),
             hostnqn: host.into(),
         };
         let mut data = [0u8; 1024];
