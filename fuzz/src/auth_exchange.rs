@@ -10,7 +10,11 @@
 //! bytes. For 1 and 3, the bytes mutate the message in flight: byte 0 is an
 //! offset, the rest is XORed in from there; op bit 7 also cuts the message
 //! at the offset. `cfg` picks hash, group (null or ffdhe2048, to keep runs
-//! fast) and bidirectional.
+//! fast) and bidirectional. The controller takes messages through
+//! `send_deferred`: a DH job it hands out runs at once unless the op has bit
+//! 6 set; then it is held, and delivered (`computed`) before the next op
+//! without bit 6, so that messages, fetches and timeouts land while the
+//! controller computes, and results may come back stale.
 //!
 //! Checked: nothing panics; a decoded message re-encodes to one that decodes
 //! equal; a parsed secret formats back to itself; a failed controller is
@@ -18,8 +22,8 @@
 
 use crate::input::Input;
 use farflash_auth::{
-    CtrlAuth, CtrlConfig, CtrlEvent, DhGroup, HashId, HostAuth, HostConfig, HostStep, Random,
-    Secret,
+    CtrlAuth, CtrlConfig, CtrlEvent, DhGroup, DhJob, HashId, HostAuth, HostConfig, HostStep,
+    Random, Secret, Sent,
 };
 use farflash_wire::auth::Message;
 
@@ -79,6 +83,21 @@ fn ctrl_event(c: &CtrlAuth, ev: CtrlEvent) {
     }
 }
 
+/// A message to the controller; a DH job runs now or waits in `held`.
+fn ctrl_send(c: &mut CtrlAuth, m: &[u8], rng: &mut FuzzRng, hold: bool, held: &mut Vec<DhJob>) {
+    match c.send_deferred(m, rng) {
+        Sent::Event(ev) => ctrl_event(c, ev),
+        Sent::Compute(job) => {
+            assert!(c.computing());
+            if hold {
+                held.push(job);
+            } else if let Some(ev) = c.computed(job.run()) {
+                ctrl_event(c, ev);
+            }
+        }
+    }
+}
+
 pub fn run(data: &[u8]) {
     exchange(data);
 }
@@ -107,6 +126,7 @@ fn exchange(data: &[u8]) -> bool {
     });
     let mut host = HostAuth::new(host_cfg.clone(), 1);
     let (mut to_ctrl, mut to_host): (Vec<u8>, Vec<u8>) = (Vec::new(), Vec::new());
+    let mut held: Vec<DhJob> = Vec::new();
     for _ in 0..48 {
         if inp.is_empty() {
             break;
@@ -114,6 +134,15 @@ fn exchange(data: &[u8]) -> bool {
         let op = inp.u8();
         let len = inp.u8() as usize;
         let bytes = inp.take(len);
+        let hold = op & 0x40 != 0;
+        if !hold {
+            for job in held.drain(..) {
+                // Stale results (expired, failed meanwhile) are dropped.
+                if let Some(ev) = ctrl.computed(job.run()) {
+                    ctrl_event(&ctrl, ev);
+                }
+            }
+        }
         match op & 7 {
             0 => {
                 host = HostAuth::new(host_cfg.clone(), u16::from_le_bytes([len as u8, op]));
@@ -122,8 +151,7 @@ fn exchange(data: &[u8]) -> bool {
             1 if to_ctrl.is_empty() => {}
             1 => {
                 let m = mutate(&to_ctrl, op, bytes);
-                let ev = ctrl.send(&m, &mut rng);
-                ctrl_event(&ctrl, ev);
+                ctrl_send(&mut ctrl, &m, &mut rng, hold, &mut held);
             }
             2 => to_host = ctrl.receive().map(|m| m.encode()).unwrap_or_default(),
             3 => {
@@ -134,10 +162,7 @@ fn exchange(data: &[u8]) -> bool {
                     _ => to_ctrl.clear(),
                 }
             }
-            4 => {
-                let ev = ctrl.send(bytes, &mut rng);
-                ctrl_event(&ctrl, ev);
-            }
+            4 => ctrl_send(&mut ctrl, bytes, &mut rng, hold, &mut held),
             5 => {
                 let _ = host.receive(bytes, &mut rng);
             }

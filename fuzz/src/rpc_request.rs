@@ -41,11 +41,13 @@ fn check(v: &Value) {
 }
 
 pub fn run(data: &[u8]) {
-    let mut cfg = Config::default();
-    cfg.subsystems = vec![SubsystemConfig::new(
-        "nqn.2026-11.io.farflash:fuzz",
-        vec![NamespaceConfig::sized(BackendKind::Null, 1 << 20)],
-    )];
+    let cfg = Config {
+        subsystems: vec![SubsystemConfig::new(
+            "nqn.2026-11.io.farflash:fuzz",
+            vec![NamespaceConfig::sized(BackendKind::Null, 1 << 20)],
+        )],
+        ..Config::default()
+    };
     let Ok(subs) = build_subsystems(&cfg) else {
         return;
     };

@@ -2,6 +2,10 @@
 //! Linux `nvmet_execute_auth_send` / `nvmet_execute_auth_receive`):
 //! Authentication Send data goes to [`CtrlAuth::send`], Authentication
 //! Receive takes its data from [`CtrlAuth::receive`].
+//!
+//! The DH exponentiations may run elsewhere: [`CtrlAuth::send_deferred`]
+//! answers with a [`DhJob`] where [`CtrlAuth::send`] would compute, and the
+//! transaction goes on when [`CtrlAuth::computed`] gets the result.
 
 use subtle::ConstantTimeEq;
 use zeroize::Zeroizing;
@@ -11,7 +15,8 @@ use farflash_wire::auth::{
 };
 
 use crate::chap::{ctrl_response, host_response, ResponseInput};
-use crate::dh::KeyPair;
+use crate::dh::{KeyPair, PrivateExponent};
+use crate::job::{DhDone, DhJob, Output, Work};
 use crate::{AuthFailure, DhGroup, HashId, Random, Secret};
 
 /// What the controller knows about one host.
@@ -42,6 +47,16 @@ pub enum CtrlEvent {
     Failed(AuthFailure),
 }
 
+/// What [`CtrlAuth::send_deferred`] did with a message.
+#[derive(Debug)]
+pub enum Sent {
+    /// Handled.
+    Event(CtrlEvent),
+    /// Handled up to a DH exponentiation: run the job (anywhere) and hand
+    /// its result to [`CtrlAuth::computed`]; until then no message is due.
+    Compute(DhJob),
+}
+
 #[derive(Debug, PartialEq, Eq)]
 enum State {
     Idle,
@@ -54,6 +69,8 @@ enum State {
     },
     AwaitSuccess2,
     Failure1Out,
+    /// A [`DhJob`] is out (for the challenge or for the reply's check).
+    Computing,
 }
 
 struct Txn {
@@ -72,6 +89,10 @@ pub struct CtrlAuth {
     authenticated: bool,
     pending: Option<Message>,
     txn: Option<Txn>,
+    /// Numbers the jobs handed out; the one awaited while `Computing`.
+    gen: u32,
+    /// The Reply whose session key is being computed.
+    held_reply: Option<Reply>,
 }
 
 impl CtrlAuth {
@@ -83,6 +104,8 @@ impl CtrlAuth {
             authenticated: false,
             pending: None,
             txn: None,
+            gen: 0,
+            held_reply: None,
         }
     }
 
@@ -95,6 +118,11 @@ impl CtrlAuth {
     /// Whether a transaction is under way (its timeout should run).
     pub fn in_progress(&self) -> bool {
         self.state != State::Idle
+    }
+
+    /// Whether a [`DhJob`] handed out has not come back yet.
+    pub fn computing(&self) -> bool {
+        self.state == State::Computing
     }
 
     /// New secrets and limits (a key rotated at run time) for the next
@@ -111,14 +139,59 @@ impl CtrlAuth {
         self.state = State::Idle;
         self.pending = None;
         self.txn = None;
+        self.held_reply = None;
     }
 
-    /// Authentication Send data.
+    /// Authentication Send data, the DH work done here and now.
     pub fn send(&mut self, data: &[u8], rng: &mut dyn Random) -> CtrlEvent {
-        match self.step(data, rng) {
-            Ok(ev) => ev,
-            Err(f) => self.fail(f),
+        match self.send_deferred(data, rng) {
+            Sent::Event(ev) => ev,
+            Sent::Compute(job) => self
+                .computed(job.run())
+                .unwrap_or_else(|| self.fail(AuthFailure::message("computation lost"))),
         }
+    }
+
+    /// Authentication Send data; DH work comes back as a job to run.
+    pub fn send_deferred(&mut self, data: &[u8], rng: &mut dyn Random) -> Sent {
+        if self.state == State::Computing {
+            // The previous message is still being worked on.
+            return Sent::Event(self.fail(AuthFailure::message("message during a computation")));
+        }
+        match self.step(data, rng) {
+            Ok(s) => s,
+            Err(f) => Sent::Event(self.fail(f)),
+        }
+    }
+
+    /// The result of the job [`CtrlAuth::send_deferred`] handed out; None
+    /// for a stale one (the transaction failed or expired meanwhile).
+    pub fn computed(&mut self, done: DhDone) -> Option<CtrlEvent> {
+        if self.state != State::Computing || done.gen != self.gen {
+            return None;
+        }
+        let r = match done.out {
+            Output::KeyPair(kp) => self.challenge(kp),
+            Output::Shared(key) => match (self.held_reply.take(), key) {
+                (Some(r), Ok(key)) => self.finish_reply(&r, Some(&key)),
+                (None, _) => Err(AuthFailure::message("no transaction")),
+                (_, Err(_)) => Err(AuthFailure::local(
+                    ex::DHGROUP_UNUSABLE,
+                    "host DH value refused",
+                )),
+            },
+        };
+        Some(r.unwrap_or_else(|f| self.fail(f)))
+    }
+
+    /// Hands out `work` as the next job.
+    fn compute(&mut self, work: Work) -> Sent {
+        self.gen = self.gen.wrapping_add(1);
+        self.state = State::Computing;
+        Sent::Compute(DhJob {
+            gen: self.gen,
+            work,
+        })
     }
 
     /// The data for an Authentication Receive; None when no transaction is
@@ -149,6 +222,7 @@ impl CtrlAuth {
     fn fail(&mut self, f: AuthFailure) -> CtrlEvent {
         self.authenticated = false;
         self.txn = None;
+        self.held_reply = None;
         if f.from_peer {
             self.pending = None;
             self.state = State::Idle;
@@ -159,7 +233,7 @@ impl CtrlAuth {
         CtrlEvent::Failed(f)
     }
 
-    fn step(&mut self, data: &[u8], rng: &mut dyn Random) -> Result<CtrlEvent, AuthFailure> {
+    fn step(&mut self, data: &[u8], rng: &mut dyn Random) -> Result<Sent, AuthFailure> {
         let msg = Message::decode(data)
             .map_err(|e| AuthFailure::local(e.explanation(), "malformed message"))?;
         match (&self.state, msg) {
@@ -168,14 +242,14 @@ impl CtrlAuth {
             (_, Message::Failure2(f)) => Err(AuthFailure::peer(&f)),
             (State::AwaitReply, Message::Reply(r)) => {
                 self.check_t_id(r.t_id)?;
-                self.reply(&r)
+                self.reply(r)
             }
             (State::AwaitSuccess2, Message::Success2(s)) => {
                 self.check_t_id(s.t_id)?;
                 self.state = State::Idle;
                 self.txn = None;
                 self.authenticated = true;
-                Ok(CtrlEvent::Authenticated)
+                Ok(Sent::Event(CtrlEvent::Authenticated))
             }
             _ => Err(AuthFailure::message("message out of order")),
         }
@@ -192,7 +266,7 @@ impl CtrlAuth {
     /// Linux `nvmet_auth_negotiate` (reason codes as there), then
     /// `nvmet_auth_challenge`. A negotiate restarts any transaction, which
     /// is how a host re-authenticates a queue.
-    fn negotiate(&mut self, n: &Negotiate, rng: &mut dyn Random) -> Result<CtrlEvent, AuthFailure> {
+    fn negotiate(&mut self, n: &Negotiate, rng: &mut dyn Random) -> Result<Sent, AuthFailure> {
         self.t_id = n.t_id;
         self.pending = None;
         self.txn = None;
@@ -224,52 +298,71 @@ impl CtrlAuth {
         let mut s = [0u8; 4];
         rng.fill(&mut s);
         let s1 = u32::from_le_bytes(s);
-        let keypair = group.keypair(rng);
-        self.pending = Some(Message::Challenge(Challenge {
-            t_id: self.t_id,
-            hash_id: hash.id(),
-            dhgid: group.id(),
-            seqnum: s1,
-            c1: c1.to_vec(),
-            dhv: keypair
-                .as_ref()
-                .map(|k| k.public.clone())
-                .unwrap_or_default(),
-        }));
         self.txn = Some(Txn {
             hash,
             group,
             c1,
             s1,
-            keypair,
+            keypair: None,
         });
+        if group == DhGroup::Null {
+            return self.challenge(None).map(Sent::Event);
+        }
+        let x = PrivateExponent::draw(rng);
+        Ok(self.compute(Work::KeyPair { group, x }))
+    }
+
+    /// The challenge, once the controller's key pair (if any) exists.
+    fn challenge(&mut self, keypair: Option<KeyPair>) -> Result<CtrlEvent, AuthFailure> {
+        let t = (self.txn.as_mut()).ok_or(AuthFailure::message("no transaction"))?;
+        if keypair.is_none() != (t.group == DhGroup::Null) {
+            return Err(AuthFailure::local(ex::DHGROUP_UNUSABLE, "no key pair"));
+        }
+        self.pending = Some(Message::Challenge(Challenge {
+            t_id: self.t_id,
+            hash_id: t.hash.id(),
+            dhgid: t.group.id(),
+            seqnum: t.s1,
+            c1: t.c1.to_vec(),
+            dhv: (keypair.as_ref())
+                .map(|k| k.public.clone())
+                .unwrap_or_default(),
+        }));
+        t.keypair = keypair;
         self.state = State::ChallengeOut;
         Ok(CtrlEvent::Continue)
     }
 
     /// Linux `nvmet_auth_reply` and `nvmet_auth_success1`.
-    fn reply(&mut self, r: &Reply) -> Result<CtrlEvent, AuthFailure> {
-        let t = self
-            .txn
-            .as_ref()
-            .ok_or(AuthFailure::message("no transaction"))?;
+    fn reply(&mut self, mut r: Reply) -> Result<Sent, AuthFailure> {
+        let t = (self.txn.as_mut()).ok_or(AuthFailure::message("no transaction"))?;
         if r.response.len() != t.hash.output_len() {
             return Err(AuthFailure::payload("HL is not the hash length"));
         }
-        let session_key =
-            match (&t.keypair, r.dhv.is_empty()) {
-                (None, true) => None,
-                (None, false) => return Err(AuthFailure::payload("DH value with the null group")),
-                (Some(_), true) => return Err(AuthFailure::payload("DH value missing")),
-                (Some(kp), false) => Some(kp.shared(&r.dhv).map_err(|_| {
-                    AuthFailure::local(ex::DHGROUP_UNUSABLE, "host DH value refused")
-                })?),
-            };
+        match (t.keypair.take(), r.dhv.is_empty()) {
+            (None, true) => self.finish_reply(&r, None).map(Sent::Event),
+            (None, false) => Err(AuthFailure::payload("DH value with the null group")),
+            (Some(_), true) => Err(AuthFailure::payload("DH value missing")),
+            (Some(keypair), false) => {
+                let peer = std::mem::take(&mut r.dhv);
+                self.held_reply = Some(r);
+                Ok(self.compute(Work::Shared { keypair, peer }))
+            }
+        }
+    }
+
+    /// The rest of a Reply's handling, with the session key computed.
+    fn finish_reply(
+        &mut self,
+        r: &Reply,
+        session_key: Option<&[u8]>,
+    ) -> Result<CtrlEvent, AuthFailure> {
+        let t = (self.txn.as_ref()).ok_or(AuthFailure::message("no transaction"))?;
         debug_assert_eq!(t.group == DhGroup::Null, session_key.is_none());
         let input = ResponseInput {
             hash: t.hash,
             challenge: &t.c1,
-            session_key: session_key.as_deref().map(|k| &k[..]),
+            session_key,
             seqnum: t.s1,
             t_id: self.t_id,
             sc_c: SC_C_NONE,

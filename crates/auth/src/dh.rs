@@ -107,10 +107,14 @@ impl DhGroup {
     /// A fresh key pair: the private exponent and g^x mod p, padded.
     /// None for the null group.
     pub fn keypair(self, rng: &mut dyn Random) -> Option<KeyPair> {
+        self.keypair_from(PrivateExponent::draw(rng))
+    }
+
+    /// The key pair of an exponent drawn earlier: the costly g^x mod p
+    /// (a [`crate::DhJob`] runs it away from the event loop).
+    pub(crate) fn keypair_from(self, x: PrivateExponent) -> Option<KeyPair> {
         let p = self.prime()?;
-        let mut x = Zeroizing::new([0u8; PRIVATE_LEN]);
-        rng.fill(&mut x[..]);
-        x[0] |= 0x80; // full-length exponent
+        let x = x.0;
         let private = BigUint::from_bytes_be(&x[..]);
         let public = pad(&BigUint::from(2u32).modpow(&private, &p), self.value_len());
         Some(KeyPair {
@@ -132,6 +136,19 @@ impl DhGroup {
             return Err(DhError::Range);
         }
         Ok(y)
+    }
+}
+
+/// A private exponent, drawn where the random generator is (cheap) and
+/// used where the exponentiation runs.
+pub(crate) struct PrivateExponent(Zeroizing<[u8; PRIVATE_LEN]>);
+
+impl PrivateExponent {
+    pub(crate) fn draw(rng: &mut dyn Random) -> PrivateExponent {
+        let mut x = Zeroizing::new([0u8; PRIVATE_LEN]);
+        rng.fill(&mut x[..]);
+        x[0] |= 0x80; // full-length exponent
+        PrivateExponent(x)
     }
 }
 

@@ -20,14 +20,16 @@ pub mod dh;
 mod dh_primes;
 mod hash;
 mod host;
+mod job;
 pub mod secret;
 #[cfg(test)]
 mod tests;
 
-pub use ctrl::{CtrlAuth, CtrlConfig, CtrlEvent};
+pub use ctrl::{CtrlAuth, CtrlConfig, CtrlEvent, Sent};
 pub use dh::DhGroup;
 pub use hash::HashId;
 pub use host::{HostAuth, HostConfig, HostStep};
+pub use job::{DhDone, DhJob};
 pub use secret::{Secret, SecretError};
 
 use farflash_wire::auth::{explanation, Failure, REASON_FAILED};

@@ -178,3 +178,69 @@ fn bidirectional_without_ctrl_secret_fails() {
         matches!(c.send(&reply.encode(), &mut rng), CtrlEvent::Failed(f) if f.explanation == ex::FAILED)
     );
 }
+
+/// The deferred path: each DH group's two exponentiations come out as jobs,
+/// run on another thread, and the transaction ends as the inline one does;
+/// the null group needs none.
+#[test]
+fn deferred_jobs_run_on_another_thread() {
+    let mut rng = TestRng(7);
+    for group in [DhGroup::Null, DhGroup::Ffdhe2048] {
+        let (mut h, mut c) = pair(true, HashId::Sha256, group);
+        let mut jobs = 0;
+        let mut feed =
+            |c: &mut CtrlAuth, msg: &[u8], rng: &mut TestRng| match c.send_deferred(msg, rng) {
+                Sent::Event(ev) => ev,
+                Sent::Compute(job) => {
+                    jobs += 1;
+                    assert!(c.computing());
+                    assert_eq!(c.receive(), None, "no message while computing");
+                    let done = std::thread::spawn(move || job.run()).join().unwrap();
+                    c.computed(done).expect("a current job")
+                }
+            };
+        assert_eq!(
+            feed(&mut c, &h.negotiate().encode(), &mut rng),
+            CtrlEvent::Continue
+        );
+        let mut last = None;
+        while let Some(m) = c.receive() {
+            match h.receive(&m.encode(), &mut rng) {
+                HostStep::Send(m) => last = Some(feed(&mut c, &m.encode(), &mut rng)),
+                HostStep::Done(Some(m)) => last = Some(feed(&mut c, &m.encode(), &mut rng)),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(last, Some(CtrlEvent::Authenticated), "{group:?}");
+        assert_eq!(jobs, if group == DhGroup::Null { 0 } else { 2 });
+    }
+}
+
+/// A result that comes back after its transaction expired, or after a
+/// message that arrived meanwhile failed it, is dropped; a message during a
+/// computation fails the transaction.
+#[test]
+fn stale_and_overlapping_computations() {
+    let mut rng = TestRng(9);
+    let (mut h, mut c) = pair(false, HashId::Sha256, DhGroup::Ffdhe2048);
+    let neg = h.negotiate().encode();
+    let Sent::Compute(job) = c.send_deferred(&neg, &mut rng) else {
+        panic!("no job")
+    };
+    c.expire();
+    assert!(!c.computing());
+    assert_eq!(c.computed(job.run()), None);
+    assert_eq!(c.receive(), None);
+
+    let Sent::Compute(job) = c.send_deferred(&neg, &mut rng) else {
+        panic!("no job")
+    };
+    let Sent::Event(CtrlEvent::Failed(f)) = c.send_deferred(&neg, &mut rng) else {
+        panic!("a message during a computation was accepted")
+    };
+    assert_eq!(f.explanation, ex::INCORRECT_PROTOCOL_MESSAGE);
+    assert_eq!(c.computed(job.run()), None);
+    assert!(matches!(c.receive(), Some(Message::Failure1(_))));
+    // A new transaction after all that succeeds.
+    assert_eq!(run(&mut h, &mut c, &mut rng), HostStep::Done(None));
+}

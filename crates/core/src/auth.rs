@@ -14,11 +14,17 @@
 //!   `farflash_auth::transaction_timeout(KATO)` is forgotten; a queue not
 //!   authenticated by then is closed (`queue/lifecycle.rs`).
 //!
+//! - The DH exponentiations (up to ~20 ms each for ffdhe8192) leave the
+//!   event loop: Authentication Send emits them as an offload
+//!   (`queue/offload.rs`) and completes when the result comes back
+//!   ([`computed`]); another Authentication Send on that queue meanwhile
+//!   gets Command Sequence Error.
+//!
 //! Secrets never reach a log: only the failure's fixed description is logged.
 
 use crate::command::{Outcome, Xfer};
 use crate::queue::NvmeQueue;
-use farflash_auth::{CtrlEvent, OsRandom};
+use farflash_auth::{CtrlEvent, DhDone, OsRandom, Sent};
 use farflash_wire::auth::{AuthCmd, Message};
 use farflash_wire::opcode::fctype;
 use farflash_wire::{Sqe, Status};
@@ -77,8 +83,36 @@ pub(crate) fn send(q: &mut NvmeQueue, idx: usize) -> Outcome {
     let Some(auth) = q.auth.as_mut() else {
         return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR.dnr(), 0);
     };
-    let ev = auth.send(&data, &mut OsRandom);
+    if auth.computing() {
+        // The previous message's DH work is still out.
+        return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR, 0);
+    }
+    let sent = auth.send_deferred(&data, &mut OsRandom);
     q.auth_since = None;
+    match sent {
+        Sent::Event(ev) => report(q, ev),
+        Sent::Compute(job) => {
+            q.offload(idx, job);
+            return Outcome::Pending;
+        }
+    }
+    Outcome::Done(Status::SUCCESS, 0)
+}
+
+/// The DH work of the Authentication Send in slot `idx` came back: the
+/// transaction goes on and the command completes.
+pub(crate) fn computed(q: &mut NvmeQueue, idx: usize, done: DhDone) {
+    // None: the transaction expired or failed meanwhile (already reported).
+    let ev = q.auth.as_mut().and_then(|a| a.computed(done));
+    if let Some(ev) = ev {
+        report(q, ev);
+    }
+    q.auth_since = None;
+    q.complete(idx, Status::SUCCESS, 0);
+}
+
+/// Logs and counts what an Authentication Send did.
+fn report(q: &mut NvmeQueue, ev: CtrlEvent) {
     let cntlid = q.ctrl.as_ref().map(|c| c.cntlid).unwrap_or(0);
     match ev {
         CtrlEvent::Continue => {}
@@ -96,7 +130,6 @@ pub(crate) fn send(q: &mut NvmeQueue, idx: usize) -> Outcome {
             }
         }
     }
-    Outcome::Done(Status::SUCCESS, 0)
 }
 
 /// Authentication Receive: the next message of the transaction, in AL bytes;
@@ -288,6 +321,63 @@ mod tests {
         // Re-authentication of an authenticated queue (a new T_ID).
         assert_eq!(authenticate(&mut q, key(1), None, 2), HostStep::Done(None));
         assert_eq!(identify(&mut q), Status::SUCCESS);
+    }
+
+    /// With a DH group the exponentiations leave the queue as offloads:
+    /// Authentication Send stays pending (in flight) until the result comes
+    /// back; another Authentication Send meanwhile gets Command Sequence
+    /// Error; a queue closed meanwhile still takes the result.
+    #[test]
+    fn dh_work_is_offloaded_and_its_command_waits() {
+        let t = target(false, false, &["ffdhe2048"]);
+        let mut q = queue(&t);
+        connect(&mut q, HOST, 0, CNTLID_DYNAMIC);
+        let mut h = HostAuth::new(HostConfig::new(HOST, NQN, key(1), None), 11);
+        let neg = h.negotiate().encode();
+        let start = |q: &mut NvmeQueue, cid: u16| {
+            let sqe = AuthCmd::dhchap(neg.len() as u32).to_sqe(cid, true);
+            let Begin::Ready { slot, .. } = q.begin(sqe) else {
+                panic!("not runnable")
+            };
+            q.data_buf(slot).copy_from_slice(&neg);
+            q.execute(slot);
+        };
+        start(&mut q, 20);
+        let mut c = Vec::new();
+        q.take_completions(&mut c);
+        assert!(c.is_empty(), "completed before the DH work: {c:?}");
+        assert!(q.has_offloads());
+        assert_eq!(q.in_flight(), 1);
+        start(&mut q, 21);
+        q.take_completions(&mut c);
+        assert_eq!(c.len(), 1);
+        assert_eq!(
+            (c[0].cid, c[0].status),
+            (21, Status::COMMAND_SEQUENCE_ERROR)
+        );
+        c.clear();
+        let mut jobs = Vec::new();
+        q.take_offloads(|o| jobs.push(o));
+        assert_eq!(jobs.len(), 1);
+        let done = std::thread::spawn(move || jobs.remove(0).run())
+            .join()
+            .unwrap();
+        q.on_offload_completion(done);
+        assert_eq!(q.in_flight(), 0);
+        q.take_completions(&mut c);
+        assert_eq!((c[0].cid, c[0].status), (20, Status::SUCCESS));
+        let (st, d) = auth_receive(&mut q);
+        assert_eq!(st, Status::SUCCESS);
+        assert!(matches!(Message::decode(&d), Ok(Message::Challenge(_))));
+
+        // Closed while the work is out: the queue waits for it.
+        start(&mut q, 22);
+        q.close();
+        assert_eq!(q.in_flight(), 1);
+        let mut jobs = Vec::new();
+        q.take_offloads(|o| jobs.push(o));
+        q.on_offload_completion(jobs.remove(0).run());
+        assert_eq!(q.in_flight(), 0);
     }
 
     #[test]

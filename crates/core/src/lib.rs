@@ -33,7 +33,7 @@ mod nstable;
 mod queue;
 
 pub use command::{Begin, Completion, Connected, Outcome, Xfer};
-pub use queue::NvmeQueue;
+pub use queue::{NvmeQueue, Offload, OffloadDone};
 pub use target::Target;
 
 #[cfg(test)]

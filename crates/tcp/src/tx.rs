@@ -4,7 +4,7 @@
 
 use crate::queue::{Phase, QueuePair};
 use farflash_backend::{IoBuf, IoCompletion, IoRequest, SharedBackend};
-use farflash_core::Completion;
+use farflash_core::{Completion, Offload, OffloadDone};
 use farflash_wire::cqe::{Cqe, CQE_SIZE};
 use farflash_wire::pdu::{
     flags, write_header, DataHeader, Fatal, PduType, TermReq, CH_LEN, DIGEST_LEN,
@@ -64,6 +64,23 @@ impl QueuePair {
     pub fn take_storage(&mut self, run: impl FnMut(&SharedBackend, IoRequest)) {
         self.core.take_storage(run);
         // Requests for a namespace that vanished complete at once.
+        self.flush_completions();
+    }
+
+    /// Whether slow work (authentication's DH) waits to be taken.
+    pub fn has_offloads(&self) -> bool {
+        self.core.has_offloads()
+    }
+
+    /// Hands the emitted slow work to `run` (see
+    /// [`farflash_core::NvmeQueue::take_offloads`]).
+    pub fn take_offloads(&mut self, run: impl FnMut(Offload)) {
+        self.core.take_offloads(run);
+    }
+
+    /// Slow work finished: its command completes into the output.
+    pub fn on_offload_completion(&mut self, d: OffloadDone) {
+        self.core.on_offload_completion(d);
         self.flush_completions();
     }
 

@@ -8,6 +8,7 @@
 //! batch produced in one write.
 
 mod adaptive;
+mod offload;
 mod worker;
 
 pub use farflash_core::config::PollMode;
@@ -117,6 +118,7 @@ pub fn serve_with(
         ls.push(Some(ml));
     }
     let live = Arc::new(AtomicUsize::new(0));
+    let offloader = offload::Offloader::spawn()?;
     let mut workers = Vec::new();
     for n in 0..threads {
         let (tx, rx) = mpsc::channel();
@@ -127,6 +129,7 @@ pub fn serve_with(
         let cpu = (!opts.cpus.is_empty()).then(|| opts.cpus[n % opts.cpus.len()]);
         let o = opts.clone();
         let lv = live.clone();
+        let port = offloader.port(waker.clone());
         let h = std::thread::Builder::new()
             .name(format!("farflash-io-{n}"))
             .spawn(move || {
@@ -135,7 +138,7 @@ pub fn serve_with(
                         tracing::warn!("cannot pin I/O thread {n} to CPU {c}: {e}");
                     }
                 }
-                worker::Worker::new(t, wpoll, rx, st, lv, &o).run()
+                worker::Worker::new(t, wpoll, rx, st, lv, port, &o).run()
             })?;
         workers.push((tx, waker, h));
     }

@@ -18,6 +18,7 @@
 //! never reused while a completion may still name it.
 
 use crate::adaptive::IdleWindow;
+use crate::offload::OffloadPort;
 use crate::{LoopOptions, PollMode};
 use farflash_backend::{IoCompletion, QueueSet};
 use farflash_core::Target;
@@ -33,6 +34,7 @@ use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// New connections and finished offloads.
 pub(crate) const WAKE_TOKEN: Token = Token(usize::MAX);
 /// The eventfds of the worker's storage queues.
 const STORAGE_TOKEN: Token = Token(usize::MAX - 1);
@@ -104,6 +106,9 @@ pub(crate) struct Worker {
     hot: Vec<usize>,
     /// One storage queue per namespace, shared by every connection here.
     storage: QueueSet,
+    /// Slow work (authentication's DH) goes to the helper thread and comes
+    /// back here, tagged like storage requests (`offload.rs`).
+    offload: OffloadPort,
     /// Storage eventfds registered with the poller.
     storage_fds: Vec<RawFd>,
     /// Queues open when `storage_fds` was last brought up to date.
@@ -139,6 +144,7 @@ impl Worker {
         rx: Receiver<NewConn>,
         stop: Arc<AtomicBool>,
         live: Arc<AtomicUsize>,
+        offload: OffloadPort,
         opts: &LoopOptions,
     ) -> Worker {
         Worker {
@@ -157,6 +163,7 @@ impl Worker {
             spare: Vec::new(),
             hot: Vec::with_capacity(HOT_MAX),
             storage: QueueSet::new(STORAGE_DEPTH),
+            offload,
             storage_fds: Vec::new(),
             storage_opened: 0,
             comps: Vec::new(),
@@ -271,6 +278,7 @@ impl Worker {
             let t = ev.token();
             if t == WAKE_TOKEN {
                 self.accept_new();
+                self.route_offloads();
             } else if t == STORAGE_TOKEN {
                 self.route_completions(usize::MAX);
             } else {
@@ -457,6 +465,13 @@ impl Worker {
                 // wake the loop through the queues' eventfds.
                 return any;
             }
+            if c.qp.has_offloads() {
+                let (port, hi) = (&self.offload, (i as u64) << 32);
+                c.qp.take_offloads(|mut o| {
+                    o.tag |= hi;
+                    port.submit(o);
+                });
+            }
             if c.qp.has_storage_requests() {
                 let hi = (i as u64) << 32;
                 let (set, failed) = (&mut self.storage, &mut self.comps);
@@ -499,6 +514,22 @@ impl Worker {
         }
         self.comps = comps;
         any
+    }
+
+    /// Hands finished offloads to the connections their tags name and
+    /// queues those for a pass.
+    fn route_offloads(&mut self) {
+        while let Some(d) = self.offload.try_recv() {
+            let j = (d.tag >> 32) as usize;
+            match self.conns.get_mut(j).and_then(Option::as_mut) {
+                Some(conn) => {
+                    conn.qp.set_now(self.now);
+                    conn.qp.on_offload_completion(d);
+                    self.ready.push(j);
+                }
+                None => tracing::error!(tag = d.tag, "offload completion for no connection"),
+            }
+        }
     }
 
     /// Registers the eventfds of newly opened storage queues (closed ones

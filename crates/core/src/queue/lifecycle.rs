@@ -78,7 +78,8 @@ impl NvmeQueue {
         let Some(auth) = self.auth.as_mut() else {
             return false;
         };
-        if !auth.in_progress() && auth.authenticated() {
+        if (!auth.in_progress() && auth.authenticated()) || auth.computing() {
+            // While our own DH work is out, the host is waiting for us.
             self.auth_since = None;
             return false;
         }

@@ -22,8 +22,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 mod lifecycle;
+mod offload;
 mod slots;
 mod storage;
+
+pub use offload::{Offload, OffloadDone};
 
 /// Slots before Connect tells the queue size.
 const PRE_CONNECT_SLOTS: usize = 4;
@@ -85,6 +88,8 @@ pub struct NvmeQueue {
     /// Standalone use only (`commit` / `poll_backends`): a private queue set.
     own_storage: Option<Box<QueueSet>>,
     storage_scratch: Vec<IoCompletion>,
+    /// Slow work emitted and not yet taken (`offload.rs`).
+    offload_out: Vec<Offload>,
     pub(crate) stats: Option<Arc<QueueStats>>,
     /// The time of the first tick.
     started: Option<Instant>,
@@ -146,6 +151,7 @@ impl NvmeQueue {
             storage_out: Vec::new(),
             own_storage: None,
             storage_scratch: Vec::new(),
+            offload_out: Vec::new(),
             stats: None,
             started: None,
             clock: None,

@@ -147,9 +147,11 @@ impl NvmeQueue {
     }
 
     /// Standalone use (tests, fuzzers, benchmarks; the event loop uses its
-    /// shared per-thread queues instead): runs the emitted storage requests
-    /// on a private queue set and hands them to the kernel.
+    /// shared per-thread queues instead): runs the emitted offloads here
+    /// (`offload.rs`), and the storage requests on a private queue set,
+    /// handing them to the kernel.
     pub fn commit(&mut self) {
+        self.run_offloads();
         let mut set = self
             .own_storage
             .take()

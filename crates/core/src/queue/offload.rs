@@ -1,0 +1,79 @@
+//! Work too slow for the event loop (the DH exponentiations of an
+//! authentication transaction) leaves the queue as an [`Offload`], runs
+//! wherever the event loop sends it ([`Offload::run`], a helper thread in
+//! `farflash-transport`), and comes back through
+//! [`NvmeQueue::on_offload_completion`]. Like a storage request it keeps its
+//! command's slot pending and counts as in flight, so a queue closed
+//! meanwhile waits for it. `commit` runs them inline for standalone use.
+
+use super::NvmeQueue;
+use farflash_auth::{DhDone, DhJob};
+
+/// Tags carry the slot index in their low 32 bits; the event loop may use
+/// the high 32 bits (its connection index), as with storage requests.
+const SLOT_MASK: u64 = 0xFFFF_FFFF;
+
+/// A piece of slow work a command waits for.
+#[derive(Debug)]
+pub struct Offload {
+    pub tag: u64,
+    job: DhJob,
+}
+
+/// A finished [`Offload`], to hand back to the queue its tag names.
+#[derive(Debug)]
+pub struct OffloadDone {
+    pub tag: u64,
+    done: DhDone,
+}
+
+impl Offload {
+    /// Does the work (milliseconds: not on an event loop).
+    pub fn run(self) -> OffloadDone {
+        OffloadDone {
+            tag: self.tag,
+            done: self.job.run(),
+        }
+    }
+}
+
+impl NvmeQueue {
+    /// Emits `job` for the command in slot `idx`.
+    pub(crate) fn offload(&mut self, idx: usize, job: DhJob) {
+        self.offload_out.push(Offload {
+            tag: idx as u64,
+            job,
+        });
+        self.slots[idx].pending += 1;
+        self.in_flight += 1;
+    }
+
+    /// Whether offloaded work waits to be taken.
+    pub fn has_offloads(&self) -> bool {
+        !self.offload_out.is_empty()
+    }
+
+    /// Hands every emitted [`Offload`] to `run`; each must come back, once,
+    /// through [`NvmeQueue::on_offload_completion`].
+    pub fn take_offloads(&mut self, run: impl FnMut(Offload)) {
+        self.offload_out.drain(..).for_each(run);
+    }
+
+    /// Offloaded work finished: the command that waited for it goes on.
+    pub fn on_offload_completion(&mut self, d: OffloadDone) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        let idx = (d.tag & SLOT_MASK) as usize;
+        let Some(s) = self.slots.get_mut(idx).filter(|s| s.busy) else {
+            return;
+        };
+        s.pending = s.pending.saturating_sub(1);
+        crate::auth::computed(self, idx, d.done);
+    }
+
+    /// Standalone use: runs the emitted work here and now.
+    pub(super) fn run_offloads(&mut self) {
+        while let Some(o) = self.offload_out.pop() {
+            self.on_offload_completion(o.run());
+        }
+    }
+}
