@@ -70,8 +70,56 @@ fn io_for(addr: &str, window: Duration) -> common::IoStats {
         .expect("the host without a key kept doing verified I/O")
 }
 
+/// One paired round: the other host alone, then beside the flood.
+struct Round {
+    alone: common::IoStats,
+    flooded: common::IoStats,
+    /// Transactions the flooders finished in the flooded window.
+    transactions: u64,
+}
+
+fn round(addr: &str, window: Duration) -> Round {
+    let alone = io_for(addr, window);
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let flooders: Vec<_> = (0..FLOODERS)
+        .map(|_| {
+            let (a, s, d) = (addr.to_string(), stop.clone(), done.clone());
+            std::thread::spawn(move || flood(&a, &s, &d))
+        })
+        .collect();
+    // The flood is under way before the measured window starts.
+    let t0 = Instant::now();
+    while done.load(Ordering::Relaxed) < FLOODERS as u64 && t0.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let before = done.load(Ordering::Relaxed);
+    let flooded = io_for(addr, window);
+    let transactions = done.load(Ordering::Relaxed) - before;
+    stop.store(true, Ordering::Release);
+    for f in flooders {
+        f.join().expect("a flooding peer failed");
+    }
+    Round {
+        alone,
+        flooded,
+        transactions,
+    }
+}
+
+/// `FARFLASH_FLOOD_ROUNDS` and `FARFLASH_FLOOD_WINDOW_MS` make this the
+/// benchmark's measurement (`benches/auth-flood.sh`); by default one round
+/// of 2 s windows.
 #[test]
 fn ffdhe8192_negotiation_flood_leaves_other_io_at_its_pace() {
+    let env = |k: &str, d: u64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let rounds = env("FARFLASH_FLOOD_ROUNDS", 1).max(1);
+    let window = Duration::from_millis(env("FARFLASH_FLOOD_WINDOW_MS", 2000));
     let secret = Secret::new(&[0x42; 32], None).unwrap();
     let dhhc = secret.to_dhhc().to_string();
     let serve = Serve::start(&[
@@ -84,50 +132,35 @@ fn ffdhe8192_negotiation_flood_leaves_other_io_at_its_pace() {
         "--dhchap-dhgroup",
         "ffdhe8192",
     ]);
-    let addr = serve.addr.clone();
-
-    let alone = io_for(&addr, WINDOW);
-
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let flooders: Vec<_> = (0..FLOODERS)
-        .map(|_| {
-            let (a, s, d) = (addr.clone(), stop.clone(), done.clone());
-            std::thread::spawn(move || flood(&a, &s, &d))
-        })
-        .collect();
-    // The flood is under way before the measured window starts.
-    let t0 = Instant::now();
-    while done.load(Ordering::Relaxed) < FLOODERS as u64 && t0.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(10));
+    let mut ratios = Vec::new();
+    for n in 0..rounds {
+        let r = round(&serve.addr, window);
+        let ratio = r.flooded.ops as f64 / r.alone.ops.max(1) as f64;
+        println!(
+            "round {n}: other host alone {} ops (slowest {:?}); beside {FLOODERS} peers \
+             negotiating ffdhe8192 ({} transactions in the window) {} ops (slowest {:?}); \
+             ratio {ratio:.3}",
+            r.alone.ops, r.alone.max_op, r.transactions, r.flooded.ops, r.flooded.max_op
+        );
+        assert!(
+            r.transactions >= FLOODERS as u64,
+            "the flood did not run during the window ({} transactions)",
+            r.transactions
+        );
+        assert!(
+            r.flooded.max_op < Duration::from_secs(1),
+            "the other host's I/O stalled for {:?}",
+            r.flooded.max_op
+        );
+        ratios.push(ratio);
     }
-    let before = done.load(Ordering::Relaxed);
-    let flooded = io_for(&addr, WINDOW);
-    let during = done.load(Ordering::Relaxed) - before;
-    stop.store(true, Ordering::Release);
-    for f in flooders {
-        f.join().expect("a flooding peer failed");
-    }
-
-    let ratio = flooded.ops as f64 / alone.ops.max(1) as f64;
-    println!(
-        "other host alone: {} ops (slowest {:?}); beside {FLOODERS} peers negotiating \
-         ffdhe8192 ({during} transactions in the window): {} ops (slowest {:?}), ratio {ratio:.2}",
-        alone.ops, alone.max_op, flooded.ops, flooded.max_op
-    );
-    assert!(
-        during >= FLOODERS as u64,
-        "the flood did not run during the window ({during} transactions)"
-    );
+    ratios.sort_by(f64::total_cmp);
+    let median = ratios[ratios.len() / 2];
+    println!("median ratio over {rounds} rounds: {median:.3}");
     // On the event loop each negotiation held the only I/O thread for
-    // ~20 ms: the other host got a fraction of its pace.
+    // ~20 ms: the other host got a fraction of its pace (0.00 measured).
     assert!(
-        ratio >= 0.5,
-        "the other host slowed to {ratio:.2} of its pace during the flood"
-    );
-    assert!(
-        flooded.max_op < Duration::from_secs(1),
-        "the other host's I/O stalled for {:?}",
-        flooded.max_op
+        median >= 0.5,
+        "the other host slowed to {median:.2} of its pace during the flood"
     );
 }
