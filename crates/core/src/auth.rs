@@ -370,7 +370,33 @@ mod tests {
         assert_eq!(st, Status::SUCCESS);
         assert!(matches!(Message::decode(&d), Ok(Message::Challenge(_))));
 
+        // Neither the keep-alive timer (KATO 5 s) nor the transaction
+        // timeout runs while our own work is out: the host waits for us.
+        start(&mut q, 23);
+        let t0 = Instant::now();
+        q.tick(t0);
+        q.tick(t0 + Duration::from_secs(60));
+        assert!(!q.wants_close(), "closed while the target was computing");
+        let mut jobs = Vec::new();
+        q.take_offloads(|o| jobs.push(o));
+        q.on_offload_completion(jobs.remove(0).run());
+        q.take_completions(&mut c);
+        assert_eq!(
+            c.last().map(|c| (c.cid, c.status)),
+            Some((23, Status::SUCCESS))
+        );
+        q.tick(t0 + Duration::from_secs(61));
+        assert!(!q.wants_close());
+        // Then silence is silence again.
+        q.tick(t0 + Duration::from_secs(70));
+        assert!(
+            q.wants_close(),
+            "keep-alive expiry after the work came back"
+        );
+
         // Closed while the work is out: the queue waits for it.
+        let mut q = queue(&t);
+        connect(&mut q, HOST, 0, CNTLID_DYNAMIC);
         start(&mut q, 22);
         q.close();
         assert_eq!(q.in_flight(), 1);

@@ -30,6 +30,10 @@ pub struct Controller {
     /// Bumped by every controller reset (CC.EN 1 -> 0): I/O queues connected
     /// under an older epoch are deleted (Base §3.7.2).
     epoch: AtomicU32,
+    /// Offloads (authentication's DH work) out on any queue of the
+    /// association: the host is waiting for us, so the keep-alive timer
+    /// does not run meanwhile (`queue/lifecycle.rs`).
+    offloads: AtomicU32,
     state: Mutex<CtrlState>,
 }
 
@@ -75,6 +79,7 @@ impl Controller {
             hostid,
             alive: AtomicBool::new(true),
             epoch: AtomicU32::new(0),
+            offloads: AtomicU32::new(0),
             state: Mutex::new(CtrlState {
                 kato_ms,
                 vwc_enabled: true,
@@ -90,6 +95,22 @@ impl Controller {
 
     pub fn is_alive(&self) -> bool {
         self.alive.load(Ordering::Acquire)
+    }
+
+    /// An offload of one of the association's queues went out (+1) or came
+    /// back (-1).
+    pub(crate) fn offload_count(&self, started: bool) {
+        if started {
+            self.offloads.fetch_add(1, Ordering::AcqRel);
+        } else {
+            let _ = (self.offloads)
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        }
+    }
+
+    /// Whether the target itself is working for this association.
+    pub(crate) fn offloads_pending(&self) -> bool {
+        self.offloads.load(Ordering::Acquire) > 0
     }
 
     /// The current reset epoch.

@@ -17,7 +17,10 @@ impl NvmeQueue {
         self.clock = Some(now);
         self.timing = self.target.latency_timing();
         let started = *self.started.get_or_insert(now);
-        if self.keep_alive_seen || self.last_keep_alive.is_none() {
+        // While our own work for the association (authentication's DH) is
+        // out, the host waits for us: that is no keep-alive silence.
+        let busy = self.ctrl.as_ref().is_some_and(|c| c.offloads_pending());
+        if self.keep_alive_seen || self.last_keep_alive.is_none() || busy {
             self.keep_alive_seen = false;
             self.last_keep_alive = Some(now);
         }

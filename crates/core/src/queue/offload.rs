@@ -46,6 +46,9 @@ impl NvmeQueue {
         });
         self.slots[idx].pending += 1;
         self.in_flight += 1;
+        if let Some(c) = &self.ctrl {
+            c.offload_count(true);
+        }
     }
 
     /// Whether offloaded work waits to be taken.
@@ -62,6 +65,9 @@ impl NvmeQueue {
     /// Offloaded work finished: the command that waited for it goes on.
     pub fn on_offload_completion(&mut self, d: OffloadDone) {
         self.in_flight = self.in_flight.saturating_sub(1);
+        if let Some(c) = &self.ctrl {
+            c.offload_count(false);
+        }
         let idx = (d.tag & SLOT_MASK) as usize;
         let Some(s) = self.slots.get_mut(idx).filter(|s| s.busy) else {
             return;
