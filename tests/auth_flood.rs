@@ -29,6 +29,18 @@ const FFDHE8192: u8 = 5;
 /// Two peers negotiating without the key and one host re-authenticating.
 const FLOODERS: usize = 3;
 
+/// Authentication Send of `msg`, then Authentication Receive: the
+/// controller's answer.
+fn exchange(p: &mut Peer, msg: &[u8]) -> Vec<u8> {
+    let (c, _) = p.call(AuthCmd::dhchap(msg.len() as u32).to_sqe(0, true), msg);
+    assert_eq!(c.status, Status::SUCCESS);
+    let mut sqe = AuthCmd::dhchap(4096).to_sqe(0, false);
+    sqe.dptr = SglDescriptor::transport(4096);
+    let (c, d) = p.call(sqe, &[]);
+    assert_eq!(c.status, Status::SUCCESS);
+    d
+}
+
 /// One flooding peer: Negotiate (the controller computes its key pair for
 /// the challenge) and fetch the challenge, again and again, spending no
 /// CPU of its own; counts the transactions in `done`.
@@ -48,13 +60,7 @@ fn flood(addr: &str, stop: &AtomicBool, done: &AtomicU64) {
             dh_ids: vec![FFDHE8192],
         })
         .encode();
-        let (c, _) = p.call(AuthCmd::dhchap(neg.len() as u32).to_sqe(0, true), &neg);
-        assert_eq!(c.status, Status::SUCCESS);
-        let mut sqe = AuthCmd::dhchap(4096).to_sqe(0, false);
-        sqe.dptr = SglDescriptor::transport(4096);
-        let (c, d) = p.call(sqe, &[]);
-        assert_eq!(c.status, Status::SUCCESS);
-        match Message::decode(&d) {
+        match Message::decode(&exchange(&mut p, &neg)) {
             Ok(Message::Challenge(Challenge { dhgid, dhv, .. })) => {
                 assert_eq!(dhgid, FFDHE8192);
                 assert_eq!(dhv.len(), 1024, "an ffdhe8192 public value");
@@ -84,13 +90,7 @@ fn reauthenticate(addr: &str, secret: &Secret, stop: &AtomicBool, done: &AtomicU
         let mut h = HostAuth::new(cfg, t_id);
         let mut msg = h.negotiate().encode();
         loop {
-            let (c, _) = p.call(AuthCmd::dhchap(msg.len() as u32).to_sqe(0, true), &msg);
-            assert_eq!(c.status, Status::SUCCESS);
-            let mut sqe = AuthCmd::dhchap(4096).to_sqe(0, false);
-            sqe.dptr = SglDescriptor::transport(4096);
-            let (c, d) = p.call(sqe, &[]);
-            assert_eq!(c.status, Status::SUCCESS);
-            match h.receive(&d, &mut OsRandom) {
+            match h.receive(&exchange(&mut p, &msg), &mut OsRandom) {
                 HostStep::Send(m) => msg = m.encode(),
                 HostStep::Done(None) => break,
                 other => panic!("re-authentication failed: {other:?}"),
