@@ -404,6 +404,7 @@ fn human(out: &mut impl Write, method: &str, r: &Value) -> Result<()> {
                 ("subsystems_added", "subsystem added"),
                 ("subsystems_removed", "subsystem removed"),
                 ("hosts_changed", "allowed hosts changed"),
+                ("qos_changed", "QoS limits changed"),
                 ("listeners_added", "listener added"),
                 ("listeners_removed", "listener removed"),
                 ("ignored", "not applied (restart to change)"),

@@ -523,6 +523,9 @@ pub fn log_report(what: &str, r: &farflash_core::reload::ReloadReport) {
     for n in &r.hosts_changed {
         tracing::info!(subnqn = %n, "{what}: allowed hosts changed");
     }
+    for n in &r.qos_changed {
+        tracing::info!(subnqn = %n, "{what}: QoS limits changed");
+    }
     if r.disconnected > 0 {
         tracing::info!(
             controllers = r.disconnected,

@@ -150,6 +150,10 @@ pub struct SubsystemConfig {
     pub require_auth: bool,
     #[serde(default, rename = "namespace")]
     pub namespaces: Vec<NamespaceConfig>,
+    /// Limits per namespace or host, fair-sharing weights
+    /// (`[[subsystem.qos]]`, `crate::qos`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub qos: Vec<crate::qos::QosConfig>,
 }
 
 /// DH-HMAC-CHAP settings of one host (Base 2.0 §8.13.5), named as Linux's
@@ -250,6 +254,7 @@ impl SubsystemConfig {
             allowed_hosts: vec![],
             hosts: vec![],
             require_auth: false,
+            qos: Vec::new(),
             namespaces,
         }
     }
@@ -483,6 +488,14 @@ impl Config {
                 let groups = h.groups().map_err(ConfigError::Invalid)?;
                 if hashes.is_empty() || groups.is_empty() {
                     return bad(format!("{}: host {}: no hash or DH group", s.nqn, h.nqn));
+                }
+            }
+            let mut limited = std::collections::HashSet::new();
+            for q in &s.qos {
+                q.validate()
+                    .map_err(|e| ConfigError::Invalid(format!("{}: qos: {e}", s.nqn)))?;
+                if !limited.insert(q.kind()) {
+                    return bad(format!("{}: qos: {:?} is listed twice", s.nqn, q.kind()));
                 }
             }
             let mut ids = std::collections::HashSet::new();

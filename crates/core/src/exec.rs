@@ -60,6 +60,9 @@ impl NvmeQueue {
         let outcome = if opcode == aop::FABRICS {
             fabrics::execute(self, idx)
         } else if let Some(cmd) = io {
+            if !self.qos_admit(idx, cmd) {
+                return; // waits for QoS tokens (`queue/qos.rs`)
+            }
             io::execute(self, idx, cmd)
         } else if self.qid == 0 {
             admin::execute(self, idx)

@@ -16,6 +16,7 @@
 pub mod config;
 pub mod controller;
 pub mod manage;
+pub mod qos;
 pub mod reload;
 pub mod stats;
 pub mod subsystem;

@@ -46,6 +46,9 @@ pub struct ReloadReport {
     pub subsystems_removed: Vec<String>,
     /// Subsystems whose allowed hosts changed.
     pub hosts_changed: Vec<String>,
+    /// Subsystems whose limits or weights changed (queues adopt them at
+    /// their next tick, within 100 ms).
+    pub qos_changed: Vec<String>,
     /// Controllers disconnected (disallowed hosts, deleted subsystems).
     pub disconnected: usize,
     pub listeners_added: Vec<SocketAddr>,
@@ -227,6 +230,9 @@ pub(crate) fn apply_locked(
                     report.disconnected += usize::from(target.disconnect_controller(c.cntlid));
                 }
             }
+        }
+        if sub.set_qos(&sc.qos) {
+            report.qos_changed.push(sub.nqn.clone());
         }
         let changed = sub.replace_namespaces(new);
         if !changed.is_empty() {

@@ -64,6 +64,8 @@ pub struct QueueStats {
     pub media_errors: AtomicU64,
     /// I/O commands holding a slot (gauge).
     pub outstanding: AtomicU64,
+    /// Nanoseconds the queue had commands waiting for QoS tokens.
+    pub throttled_ns: AtomicU64,
     /// [read, write].
     pub lat: [LatHist; 2],
     /// Failed commands by status (SCT << 8 | SC); errors are rare, so the
@@ -88,6 +90,9 @@ pub struct HostTotals {
     pub ns: [[u64; 4]; NS_SLOTS + 1],
     pub media_errors: u64,
     pub outstanding: u64,
+    /// Time the host's queues had commands waiting for QoS tokens (summed
+    /// over queues), in ns.
+    pub throttled_ns: u64,
     /// [read, write] × buckets (not cumulative), and the sums in ns.
     pub lat: [[u64; LAT_BUCKETS + 1]; 2],
     pub lat_sum_ns: [u64; 2],
@@ -100,6 +105,7 @@ impl Default for HostTotals {
             ns: [[0; 4]; NS_SLOTS + 1],
             media_errors: 0,
             outstanding: 0,
+            throttled_ns: 0,
             lat: [[0; LAT_BUCKETS + 1]; 2],
             lat_sum_ns: [0; 2],
             errors: BTreeMap::new(),
@@ -116,6 +122,7 @@ impl HostTotals {
             t[3] += c.write_bytes.load(Relaxed);
         }
         self.media_errors += q.media_errors.load(Relaxed);
+        self.throttled_ns += q.throttled_ns.load(Relaxed);
         if live {
             self.outstanding += q.outstanding.load(Relaxed);
         }
@@ -154,6 +161,7 @@ impl QueueStats {
             ns: std::array::from_fn(|_| NsCounters::default()),
             media_errors: AtomicU64::new(0),
             outstanding: AtomicU64::new(0),
+            throttled_ns: AtomicU64::new(0),
             lat: Default::default(),
             errors: Mutex::new(BTreeMap::new()),
         }

@@ -2,6 +2,7 @@
 //! from [`crate::config::Config`] with their backends opened.
 
 use crate::config::{BackendKind, Config, HostAuthConfig, NamespaceConfig, SubsystemConfig};
+use crate::qos::{QosConfig, QosTable};
 use crate::stats::StatsRegistry;
 use farflash_backend::{
     open_file, open_null, open_ram, open_ram_committed, FileOptions, SharedBackend,
@@ -61,6 +62,11 @@ pub struct Subsystem {
     namespaces: RwLock<Arc<Vec<Arc<Namespace>>>>,
     /// Bumped at every namespace change; queues compare it with their copy.
     generation: AtomicU64,
+    /// Limits and weights (`crate::qos`); replaced whole by a reload or the
+    /// management API, limiters of unchanged keys kept.
+    qos: RwLock<Arc<QosTable>>,
+    /// Bumped at every QoS change; queues compare it at their tick.
+    qos_generation: AtomicU64,
     pub stats: StatsRegistry,
 }
 
@@ -120,8 +126,33 @@ impl Subsystem {
             hosts: a.hosts,
             require_auth: a.require_auth,
             namespaces: self.namespaces().iter().map(|n| n.config.clone()).collect(),
+            qos: self.qos().config.clone(),
         }
     }
+    /// The current limits and weights.
+    pub fn qos(&self) -> Arc<QosTable> {
+        self.qos.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Bumped by every change of [`Subsystem::qos`].
+    pub fn qos_generation(&self) -> u64 {
+        self.qos_generation.load(Ordering::Acquire)
+    }
+
+    /// New limits and weights (checked by `Config::validate` or the
+    /// caller); limiters of namespaces and hosts still listed keep their
+    /// tokens and take the new rates at once. Queues adopt the rest at
+    /// their next tick. Returns whether anything changed.
+    pub fn set_qos(&self, cfg: &[QosConfig]) -> bool {
+        let mut t = self.qos.write().unwrap_or_else(|p| p.into_inner());
+        if t.config == cfg {
+            return false;
+        }
+        *t = Arc::new(QosTable::build(cfg, Some(&t)));
+        self.qos_generation.fetch_add(1, Ordering::AcqRel);
+        true
+    }
+
     /// The current namespaces, sorted by NSID.
     pub fn namespaces(&self) -> Arc<Vec<Arc<Namespace>>> {
         self.namespaces
@@ -337,6 +368,8 @@ pub fn build_subsystem(sc: &SubsystemConfig, index: u8) -> Result<Arc<Subsystem>
         access: RwLock::new(HostAccess::of(sc)),
         namespaces: RwLock::new(Arc::new(namespaces)),
         generation: AtomicU64::new(1),
+        qos: RwLock::new(Arc::new(QosTable::build(&sc.qos, None))),
+        qos_generation: AtomicU64::new(1),
         stats: StatsRegistry::default(),
     }))
 }

@@ -13,8 +13,8 @@ use farflash_wire::sqe::{SglDescriptor, PSDT_SGL};
 use farflash_wire::{props, Sqe, Status};
 use std::sync::Arc;
 
-const NQN: &str = "nqn.2026-11.io.farflash:core-test";
-const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:core-test";
+pub(crate) const NQN: &str = "nqn.2026-11.io.farflash:core-test";
+pub(crate) const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:core-test";
 
 /// A target whose namespace 1 is a 1 MiB scripted backend (512-byte blocks).
 fn target() -> (Arc<Target>, Arc<Script>) {
@@ -44,7 +44,7 @@ fn target() -> (Arc<Target>, Arc<Script>) {
     (Target::new(subs, transport, vec![addr]), script)
 }
 
-fn queue(t: &Arc<Target>) -> NvmeQueue {
+pub(crate) fn queue(t: &Arc<Target>) -> NvmeQueue {
     let a = "127.0.0.1:4420".parse().unwrap();
     let p = "127.0.0.1:50000".parse().unwrap();
     NvmeQueue::new(t.clone(), a, p, farflash_wire::discovery::TRTYPE_TCP)
@@ -107,7 +107,7 @@ pub(crate) fn connect_to(
     run(q, cmd.to_sqe(1), &data)
 }
 
-fn rw(opcode: u8, cid: u16, slba: u64, len: u32) -> Sqe {
+pub(crate) fn rw(opcode: u8, cid: u16, slba: u64, len: u32) -> Sqe {
     Sqe {
         opcode,
         flags: PSDT_SGL,
@@ -122,7 +122,7 @@ fn rw(opcode: u8, cid: u16, slba: u64, len: u32) -> Sqe {
 }
 
 /// An enabled controller and one connected I/O queue.
-fn io_queue(t: &Arc<Target>) -> (NvmeQueue, NvmeQueue) {
+pub(crate) fn io_queue(t: &Arc<Target>) -> (NvmeQueue, NvmeQueue) {
     let mut admin = queue(t);
     let c = connect(&mut admin, 0, CNTLID_DYNAMIC);
     assert_eq!(c.status, Status::SUCCESS);

@@ -67,6 +67,7 @@ pub fn report_json(r: &ReloadReport) -> Value {
         "subsystems_added": r.subsystems_added,
         "subsystems_removed": r.subsystems_removed,
         "hosts_changed": r.hosts_changed,
+        "qos_changed": r.qos_changed,
         "controllers_disconnected": r.disconnected,
         "listeners_added": r.listeners_added.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
         "listeners_removed": r.listeners_removed.iter().map(|a| a.to_string()).collect::<Vec<_>>(),

@@ -53,6 +53,23 @@ impl QueuePair {
         self.core.set_now(now);
     }
 
+    /// When commands waiting for QoS tokens may run (None: none waits).
+    pub fn throttle_wake(&self) -> Option<Instant> {
+        self.core.throttle_wake()
+    }
+
+    /// Runs the commands whose QoS tokens have come; returns whether any did.
+    pub fn resume_throttled(&mut self) -> bool {
+        if self.closing {
+            return false;
+        }
+        let any = self.core.resume_throttled();
+        if any {
+            self.flush_completions();
+        }
+        any
+    }
+
     /// Periodic work: the command layer's (keep-alive, AERs, teardown).
     pub fn tick(&mut self, now: Instant) {
         if self.closing {

@@ -115,6 +115,9 @@ pub(crate) struct Worker {
     storage_opened: usize,
     /// Completion scratch (reused: no allocation per batch).
     comps: Vec<IoCompletion>,
+    /// Connections with commands waiting for QoS tokens: the loop wakes
+    /// when the first of them may run.
+    throttled: Vec<usize>,
     /// The clock of the current pass, handed to the connections it drives
     /// (their latency samples; no clock read per command).
     now: Instant,
@@ -167,6 +170,7 @@ impl Worker {
             storage_fds: Vec::new(),
             storage_opened: 0,
             comps: Vec::new(),
+            throttled: Vec::new(),
             now: Instant::now(),
         }
     }
@@ -179,6 +183,7 @@ impl Worker {
         let mut direct_spins = 0u32;
         loop {
             let now = Instant::now();
+            let wake_at = self.due_throttled(now);
             let spin = match self.mode {
                 PollMode::Always => true,
                 PollMode::Never => false,
@@ -202,7 +207,8 @@ impl Worker {
                     Duration::ZERO
                 } else {
                     slept = true;
-                    TICK.saturating_sub(now.duration_since(last_tick))
+                    let t = TICK.saturating_sub(now.duration_since(last_tick));
+                    wake_at.map_or(t, |w| t.min(w.saturating_duration_since(now)))
                 };
                 if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                     if e.kind() != io::ErrorKind::Interrupted {
@@ -296,6 +302,34 @@ impl Worker {
         }
     }
 
+    /// Queues the throttled connections whose wait is over for a pass;
+    /// returns when the next of the others may run.
+    fn due_throttled(&mut self, now: Instant) -> Option<Instant> {
+        if self.throttled.is_empty() {
+            return None;
+        }
+        let mut next: Option<Instant> = None;
+        let (conns, ready) = (&self.conns, &mut self.ready);
+        self.throttled.retain(|&i| {
+            match conns
+                .get(i)
+                .and_then(Option::as_ref)
+                .and_then(|c| c.qp.throttle_wake())
+            {
+                Some(t) if t > now => {
+                    next = Some(next.map_or(t, |n| n.min(t)));
+                    true
+                }
+                Some(_) => {
+                    ready.push(i);
+                    false
+                }
+                None => false,
+            }
+        });
+        next
+    }
+
     /// Records that connection `i` worked; it joins the hot set if there is room.
     fn mark_hot(&mut self, i: usize, now: Instant) {
         if self.mode == PollMode::Never {
@@ -371,6 +405,7 @@ impl Worker {
                 return worked;
             };
             c.qp.set_now(now);
+            worked |= c.qp.resume_throttled();
             // Receive: everything the socket has, PDUs processed as they complete.
             // `more` is set when a read filled the buffer (the socket may hold more)
             // or when reading stopped because our output backed up.
@@ -447,6 +482,8 @@ impl Worker {
         let drained = c.qp.output_len() == 0 && c.qp.in_flight() == 0;
         if c.dead || c.qp.finished() || (c.eof && drained) {
             self.close(i);
+        } else if c.qp.throttle_wake().is_some() && !self.throttled.contains(&i) {
+            self.throttled.push(i);
         }
         worked
     }

@@ -51,6 +51,7 @@ impl NvmeQueue {
         if self.auth_expired(now, &ctrl) {
             return;
         }
+        self.refresh_qos();
         if self.qid == 0 {
             let kato = ctrl.lock().kato_ms;
             // Base §3.9: no Keep Alive within KATO ends the association. A

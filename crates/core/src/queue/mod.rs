@@ -23,6 +23,7 @@ use std::time::Instant;
 
 mod lifecycle;
 mod offload;
+mod qos;
 mod slots;
 mod storage;
 
@@ -90,6 +91,9 @@ pub struct NvmeQueue {
     storage_scratch: Vec<IoCompletion>,
     /// Slow work emitted and not yet taken (`offload.rs`).
     offload_out: Vec<Offload>,
+    /// Limits on this I/O queue and the commands waiting for them
+    /// (`qos.rs`); None when nothing limits it.
+    pub(crate) qos: Option<Box<crate::qos::Gate>>,
     pub(crate) stats: Option<Arc<QueueStats>>,
     /// The time of the first tick.
     started: Option<Instant>,
@@ -152,6 +156,7 @@ impl NvmeQueue {
             own_storage: None,
             storage_scratch: Vec::new(),
             offload_out: Vec::new(),
+            qos: None,
             stats: None,
             started: None,
             clock: None,
@@ -287,6 +292,7 @@ impl NvmeQueue {
             self.stats = Some(sub.stats.register(&ctrl.hostnqn));
         }
         self.ctrl = Some(ctrl);
+        self.refresh_qos();
         self.keep_alive_seen = true;
         self.connected = Some(Connected {
             qid,

@@ -1,0 +1,131 @@
+//! The queue's side of QoS (`crate::qos`): commands over a limit wait here,
+//! in order, and run when their tokens come; the event loop learns when to
+//! come back from [`NvmeQueue::throttle_wake`] and calls
+//! [`NvmeQueue::resume_throttled`].
+
+use super::NvmeQueue;
+use crate::command::{IoCmd, Outcome};
+use crate::qos::{Class, Gate};
+use crate::stats::QueueStats;
+use std::time::Instant;
+
+/// What a command spends: reads and writes their I/O and bytes, Write
+/// Zeroes one write I/O (no data moves), the rest nothing.
+fn cost(cmd: IoCmd) -> (Class, u64) {
+    match cmd {
+        IoCmd::Read { len, .. } => (Class::Read, len as u64),
+        IoCmd::Write { len, .. } => (Class::Write, len as u64),
+        IoCmd::WriteZeroes { .. } => (Class::Write, 0),
+        IoCmd::Flush { .. } | IoCmd::Dsm { .. } => (Class::Other, 0),
+    }
+}
+
+impl NvmeQueue {
+    /// Builds or refreshes the gate from the subsystem's current limits
+    /// (at Connect and at every tick; a change is seen within one tick).
+    pub(crate) fn refresh_qos(&mut self) {
+        if self.qid == 0 {
+            return;
+        }
+        let Some(ctrl) = &self.ctrl else { return };
+        let Some(sub) = ctrl.subsystem() else { return };
+        let g = sub.qos_generation();
+        if let Some(gate) = self.qos.as_mut() {
+            // Counted as it accrues, so a queue that is always throttled
+            // shows it too.
+            if let Some(now) = self.clock {
+                let t = gate.throttled_ns(now);
+                self.count_throttled(t);
+            }
+        }
+        match &mut self.qos {
+            Some(gate) if gate.gen == g => {
+                if gate.idle_unlimited() {
+                    self.qos = None;
+                }
+            }
+            Some(gate) => {
+                gate.refresh(&sub.qos(), &ctrl.hostnqn, g);
+                if gate.idle_unlimited() {
+                    self.qos = None;
+                }
+            }
+            None => self.qos = Gate::new(&sub.qos(), &ctrl.hostnqn, g).map(Box::new),
+        }
+    }
+
+    /// Whether the I/O command in `idx` may run now; false: it was parked
+    /// behind the queue's waiting commands or over a limit.
+    pub(crate) fn qos_admit(&mut self, idx: usize, cmd: IoCmd) -> bool {
+        let Some(gate) = self.qos.as_mut() else {
+            return true;
+        };
+        // No clock yet (standalone use without `set_now`): nothing to pace by.
+        let Some(now) = self.now.or(self.clock) else {
+            return true;
+        };
+        let (class, bytes) = cost(cmd);
+        let nsid = self.slots[idx].sqe.nsid;
+        if gate.parked.is_empty() && gate.admit(now, nsid, class, bytes) {
+            return true;
+        }
+        gate.park(idx as u16, now);
+        false
+    }
+
+    /// When the oldest throttled command may find its tokens (None: none
+    /// waits). The event loop wakes then and calls
+    /// [`NvmeQueue::resume_throttled`].
+    pub fn throttle_wake(&self) -> Option<Instant> {
+        let g = self.qos.as_ref()?;
+        if g.parked.is_empty() {
+            return None;
+        }
+        Some(
+            g.wake
+                .unwrap_or_else(|| self.now.or(self.clock).unwrap_or_else(Instant::now)),
+        )
+    }
+
+    /// Runs the throttled commands whose tokens have come, oldest first;
+    /// returns whether any ran.
+    pub fn resume_throttled(&mut self) -> bool {
+        let Some(now) = self.now.or(self.clock) else {
+            return false;
+        };
+        if !self.qos.as_ref().is_some_and(|g| g.due(now)) {
+            return false;
+        }
+        let mut any = false;
+        while let Some(gate) = self.qos.as_mut() {
+            let Some(&slot) = gate.parked.front() else {
+                break;
+            };
+            let idx = slot as usize;
+            let s = &self.slots[idx];
+            let Some(cmd) = s.io.filter(|_| s.busy) else {
+                // Completed meanwhile (a queue deleted under it): forget it.
+                let t = gate.unparked(now);
+                self.count_throttled(t);
+                continue;
+            };
+            let (class, bytes) = cost(cmd);
+            if !gate.admit(now, s.sqe.nsid, class, bytes) {
+                break;
+            }
+            let t = gate.unparked(now);
+            self.count_throttled(t);
+            any = true;
+            if let Outcome::Done(st, result) = crate::io::execute(self, idx, cmd) {
+                self.complete(idx, st, result);
+            }
+        }
+        any
+    }
+
+    fn count_throttled(&self, ns: u64) {
+        if let (Some(st), true) = (&self.stats, ns > 0) {
+            QueueStats::bump(&st.throttled_ns, ns);
+        }
+    }
+}
