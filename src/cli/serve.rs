@@ -62,6 +62,12 @@ pub struct ServeFlags {
     /// Refuse hosts without a --dhchap-key (Connect Invalid Host).
     #[arg(long = "require-auth")]
     pub require_auth: bool,
+    /// A QoS limit or weight, as a `[[subsystem.qos]]` entry written
+    /// `nsid=1,rw_ios_per_sec=10000` or `host=NQN,weight=2,w_bytes_per_sec=100M`
+    /// (repeatable; keys: nsid, host, weight, {rw,r,w}_ios_per_sec,
+    /// {rw,r,w}_bytes_per_sec, burst_ms).
+    #[arg(long = "qos", value_name = "KEY=VALUE,...")]
+    pub qos: Vec<String>,
     /// TOML configuration file (see docs/farflash.example.toml).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -197,7 +203,11 @@ impl ServeArgs {
             })
             .collect();
         let hosts = host_keys(f)?;
+        let qos = (f.qos.iter())
+            .map(|s| s.parse().map_err(|e| anyhow::anyhow!("--qos {s:?}: {e}")))
+            .collect::<Result<Vec<farflash_core::qos::QosConfig>>>()?;
         let touches_subsystem = !flag_ns.is_empty()
+            || !qos.is_empty()
             || f.nqn.is_some()
             || !f.allow_host.is_empty()
             || bs.is_some()
@@ -207,7 +217,7 @@ impl ServeArgs {
             if touches_subsystem {
                 // Flags describe one more subsystem beside the file's.
                 if flag_ns.is_empty() {
-                    bail!("with --config, --nqn/--allow-host/--block-size/--dhchap-* need namespaces (--ram/--file/--null)");
+                    bail!("with --config, --nqn/--allow-host/--block-size/--dhchap-*/--qos need namespaces (--ram/--file/--null)");
                 }
                 let mut sub = SubsystemConfig::new(
                     f.nqn.clone().unwrap_or_else(|| DEFAULT_NQN.to_owned()),
@@ -216,6 +226,7 @@ impl ServeArgs {
                 sub.allowed_hosts = f.allow_host.clone();
                 sub.hosts = hosts;
                 sub.require_auth = f.require_auth;
+                sub.qos = qos;
                 cfg.subsystems.push(sub);
             }
         } else {
@@ -226,6 +237,7 @@ impl ServeArgs {
             sub.allowed_hosts = f.allow_host.clone();
             sub.hosts = hosts;
             sub.require_auth = f.require_auth;
+            sub.qos = qos;
             if !flag_ns.is_empty() {
                 sub.namespaces = flag_ns;
             } else if let Some(b) = bs {

@@ -210,6 +210,26 @@ pub fn disallow_host(target: &Target, nqn: &str, host: &str) -> Result<ReloadRep
     })
 }
 
+/// Sets the QoS entry (`crate::qos`) for the namespace or host `entry`
+/// names, replacing the one there was; an entry with neither limits nor a
+/// weight removes it. Queues adopt the change at their next tick.
+pub fn set_qos(
+    target: &Target,
+    nqn: &str,
+    entry: crate::qos::QosConfig,
+) -> Result<ReloadReport, ManageError> {
+    entry.validate().map_err(ManageError::Invalid)?;
+    modify(target, None, |cfg| {
+        let s = subsystem(cfg, nqn)?;
+        let kind = entry.kind();
+        s.qos.retain(|q| q.kind() != kind);
+        if !entry.limits().is_empty() || entry.weight.is_some() {
+            s.qos.push(entry.clone());
+        }
+        Ok(())
+    })
+}
+
 /// Host NQNs (Base §4.5): "nqn." and at most 223 bytes.
 fn check_nqn(nqn: &str) -> Result<(), ManageError> {
     if nqn.starts_with("nqn.") && nqn.len() <= 223 && !nqn.chars().any(char::is_control) {

@@ -8,6 +8,7 @@ use farflash_core::config::{
     BackendKind, Config, DhchapKey, HostAuthConfig, NamespaceConfig, Size, SubsystemConfig,
 };
 use farflash_core::manage::{self, ManageError};
+use farflash_core::qos::QosConfig;
 use farflash_core::reload::{self, ApplyError, ListenerControl, ReloadReport};
 use farflash_core::Target;
 use serde::de::DeserializeOwned;
@@ -27,6 +28,8 @@ pub const METHODS: &[&str] = &[
     "namespace_resize",
     "host_allow",
     "host_disallow",
+    "qos_set",
+    "qos_get",
     "listener_list",
     "listener_add",
     "listener_remove",
@@ -290,6 +293,42 @@ impl Api {
             "host_disallow" => {
                 let a: HostRef = params(p)?;
                 rep(manage::disallow_host(t, &a.nqn, &a.host))
+            }
+            "qos_set" => {
+                // The entry's own fields, beside the subsystem's NQN.
+                let mut rest = p.clone();
+                let nqn = match rest.as_object_mut().and_then(|o| o.remove("nqn")) {
+                    Some(Value::String(s)) => s,
+                    _ => {
+                        return Err(RpcError::params(
+                            "invalid params: nqn (a string) is required",
+                        ))
+                    }
+                };
+                let entry: QosConfig = QosConfig::deserialize(&rest).map_err(|e| {
+                    // serde_json names a field only when it is unknown:
+                    // find the one whose value is wrong.
+                    let bad = (rest.as_object().into_iter().flatten())
+                        .find(|(k, v)| QosConfig::deserialize(&json!({k.as_str(): v})).is_err())
+                        .map(|(k, _)| format!("{k}: "));
+                    RpcError::params(format!("invalid params: {}{e}", bad.unwrap_or_default()))
+                })?;
+                rep(manage::set_qos(t, &nqn, entry))
+            }
+            "qos_get" => {
+                let a: Nqn = params(p)?;
+                let sub = (t.subsystems().iter())
+                    .find(|s| s.nqn == a.nqn)
+                    .cloned()
+                    .ok_or_else(|| {
+                        manage_err(ManageError::NotFound(format!("no subsystem {}", a.nqn)))
+                    })?;
+                let q = sub.qos();
+                let hosts = sub.stats.by_host();
+                Ok(json!({
+                    "entries": q.config,
+                    "throttled_seconds": hosts.iter().map(|(h, t)| (h.clone(), json!(t.throttled_ns as f64 / 1e9))).collect::<serde_json::Map<String, Value>>(),
+                }))
             }
             "listener_list" => {
                 params::<NqnOpt>(p)?;

@@ -37,12 +37,12 @@ struct Enc<'a, 'b>(&'a mut DescriptorEncoder<'b>);
 type Labels<'a> = Vec<(&'static str, &'a str)>;
 
 impl Enc<'_, '_> {
-    fn counter(
+    fn counter<V: prometheus_client::encoding::EncodeCounterValue + Copy>(
         &mut self,
         name: &str,
         help: &str,
         unit: Option<&Unit>,
-        rows: &[(Labels<'_>, u64)],
+        rows: &[(Labels<'_>, V)],
     ) -> Result<(), std::fmt::Error> {
         let mut m = self
             .0
@@ -100,6 +100,7 @@ impl Collector for TargetCollector {
         let mut bytes = Vec::new();
         let mut outstanding = Vec::new();
         let mut media = Vec::new();
+        let mut throttled = Vec::new();
         let mut errors: Vec<(String, String, String, u64)> = Vec::new();
         for (sub, hosts) in &data {
             for (host, h) in hosts {
@@ -153,6 +154,10 @@ impl Collector for TargetCollector {
                     vec![("subsystem", sub.as_str()), ("host", host.as_str())],
                     h.media_errors,
                 ));
+                throttled.push((
+                    vec![("subsystem", sub.as_str()), ("host", host.as_str())],
+                    h.throttled_ns as f64 / 1e9,
+                ));
                 for (st, n) in &h.errors {
                     errors.push((sub.clone(), host.clone(), format!("0x{st:03x}"), *n));
                 }
@@ -195,6 +200,12 @@ impl Collector for TargetCollector {
             "Storage I/O that failed (SMART media errors)",
             None,
             &media,
+        )?;
+        e.counter(
+            "farflash_throttled",
+            "Time the host's queues had commands waiting for QoS tokens (summed over its queues)",
+            Some(&Unit::Seconds),
+            &throttled,
         )?;
         e.gauge(
             "farflash_outstanding_commands",

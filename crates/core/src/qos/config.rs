@@ -206,9 +206,80 @@ impl QosConfig {
     }
 }
 
+/// `nsid=1,rw_ios_per_sec=1000,w_bytes_per_sec=10M` (the `--qos` flag):
+/// the same keys as the TOML entry; the error names the key.
+impl std::str::FromStr for QosConfig {
+    type Err = String;
+    fn from_str(s: &str) -> Result<QosConfig, String> {
+        let mut c = QosConfig::default();
+        for kv in s.split(',').map(str::trim).filter(|kv| !kv.is_empty()) {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| format!("{kv:?} is not KEY=VALUE"))?;
+            let (k, v) = (k.trim(), v.trim());
+            let int = |v: &str| -> Result<u64, String> {
+                v.parse()
+                    .map_err(|_| format!("{k} must be a whole number ≥ 1, not {v:?}"))
+            };
+            let size =
+                |v: &str| -> Result<Size, String> { v.parse().map_err(|e| format!("{k}: {e}")) };
+            let dup = match k {
+                "nsid" => c
+                    .nsid
+                    .replace(u32::try_from(int(v)?).map_err(|_| format!("nsid {v} is too large"))?)
+                    .is_some(),
+                "host" => c.host.replace(v.to_owned()).is_some(),
+                "weight" => c
+                    .weight
+                    .replace(
+                        u32::try_from(int(v)?).map_err(|_| format!("weight {v} is too large"))?,
+                    )
+                    .is_some(),
+                "rw_ios_per_sec" => c.rw_ios_per_sec.replace(int(v)?).is_some(),
+                "r_ios_per_sec" => c.r_ios_per_sec.replace(int(v)?).is_some(),
+                "w_ios_per_sec" => c.w_ios_per_sec.replace(int(v)?).is_some(),
+                "rw_bytes_per_sec" => c.rw_bytes_per_sec.replace(size(v)?).is_some(),
+                "r_bytes_per_sec" => c.r_bytes_per_sec.replace(size(v)?).is_some(),
+                "w_bytes_per_sec" => c.w_bytes_per_sec.replace(size(v)?).is_some(),
+                "burst_ms" => c.burst_ms.replace(int(v)?).is_some(),
+                _ => return Err(format!("unknown key {k:?}")),
+            };
+            if dup {
+                return Err(format!("{k} is given twice"));
+            }
+        }
+        c.validate()?;
+        Ok(c)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_flag_form_parses_and_names_bad_keys() {
+        let c: QosConfig = "host=nqn.h,weight=2,r_bytes_per_sec=10M".parse().unwrap();
+        assert_eq!(c.kind(), QosKind::Host("nqn.h"));
+        assert_eq!(c.r_bytes_per_sec, Some(Size(10 << 20)));
+        assert_eq!(c.weight, Some(2));
+        for (bad, key) in [
+            ("nsid=1,rw_ios_per_sec=-1", "rw_ios_per_sec"),
+            ("nsid=1,rw_ios_per_sec=1.5", "rw_ios_per_sec"),
+            ("nsid=1,rw_ios_per_sec=0", "rw_ios_per_sec"),
+            (
+                "nsid=1,rw_ios_per_sec=99999999999999999999",
+                "rw_ios_per_sec",
+            ),
+            ("nsid=1,iops=5", "iops"),
+            ("nsid=1,nsid=2", "nsid"),
+            ("nsid=5000000000", "nsid"),
+            ("nsid", "KEY=VALUE"),
+        ] {
+            let e = bad.parse::<QosConfig>().unwrap_err();
+            assert!(e.contains(key), "{bad}: {e}");
+        }
+    }
 
     fn parse(s: &str) -> Result<QosConfig, String> {
         let c: QosConfig = toml::from_str(s).map_err(|e| e.to_string())?;
