@@ -334,6 +334,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         poll_idle: Duration::from_micros(cfg.transport.poll_idle_us as u64),
         drain: DRAIN,
         max_connections: cfg.transport.max_connections as usize,
+        fair_share: cfg.transport.fair_share_kib as usize * 1024,
     };
     let target = Target::with_listeners(
         subsystems,

@@ -57,6 +57,10 @@ pub struct TransportConfig {
     pub poll: PollMode,
     /// Adaptive mode: keep spinning this long after the last work, then sleep.
     pub poll_idle_us: u32,
+    /// Fair sharing between the connections of an event loop: KiB read
+    /// from one connection per round and unit of its host's QoS weight
+    /// before the others get their turn; 0 turns it off.
+    pub fair_share_kib: u32,
 }
 
 /// How an event loop waits for sockets and backend completions.
@@ -126,6 +130,7 @@ impl Default for TransportConfig {
             cpus_allowed: String::new(),
             poll: PollMode::Adaptive,
             poll_idle_us: 100,
+            fair_share_kib: 256,
         }
     }
 }
@@ -449,6 +454,11 @@ impl Config {
         }
         if t.max_connections == 0 {
             return bad("max_connections must be at least 1".into());
+        }
+        if t.fair_share_kib > 1 << 20 {
+            return bad(
+                "fair_share_kib must be at most 1048576 (1 GiB; 0 turns fair sharing off)".into(),
+            );
         }
         if t.poll_idle_us > 1_000_000 {
             return bad("poll_idle_us must be at most 1000000".into());

@@ -53,6 +53,11 @@ impl QueuePair {
         self.core.set_now(now);
     }
 
+    /// The host's fair-sharing weight (QoS `weight`, default 1).
+    pub fn share_weight(&self) -> u32 {
+        self.core.share_weight()
+    }
+
     /// When commands waiting for QoS tokens may run (None: none waits).
     pub fn throttle_wake(&self) -> Option<Instant> {
         self.core.throttle_wake()

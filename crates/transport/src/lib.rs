@@ -38,6 +38,9 @@ pub struct LoopOptions {
     pub drain: Duration,
     /// Connections served at once; more are closed as soon as accepted.
     pub max_connections: usize,
+    /// Fair sharing: bytes read from one connection per round and unit of
+    /// its host's weight (0: no limit).
+    pub fair_share: usize,
 }
 
 /// What the management API asks of the acceptor.

@@ -118,6 +118,12 @@ pub(crate) struct Worker {
     /// Connections with commands waiting for QoS tokens: the loop wakes
     /// when the first of them may run.
     throttled: Vec<usize>,
+    /// Fair sharing: bytes read from one connection per round and unit of
+    /// its host's weight before the worker's other connections get their
+    /// turn (a round robin over sockets: a deep queue of large writes waits
+    /// for the next round instead of holding a shallow neighbour's command
+    /// behind megabytes of its own); `usize::MAX`: off.
+    quantum: usize,
     /// The clock of the current pass, handed to the connections it drives
     /// (their latency samples; no clock read per command).
     now: Instant,
@@ -171,6 +177,11 @@ impl Worker {
             storage_opened: 0,
             comps: Vec::new(),
             throttled: Vec::new(),
+            quantum: if opts.fair_share == 0 {
+                usize::MAX
+            } else {
+                opts.fair_share
+            },
             now: Instant::now(),
         }
     }
@@ -400,6 +411,12 @@ impl Worker {
         }
         let mut worked = false;
         let now = self.now;
+        let mut budget = match self.conns.get(i).and_then(Option::as_ref) {
+            Some(c) => (self.quantum).saturating_mul(c.qp.share_weight().max(1) as usize),
+            None => return false,
+        };
+        // This round's share was read: the rest waits for the next round.
+        let mut yielded = false;
         loop {
             let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
                 return worked;
@@ -415,12 +432,17 @@ impl Worker {
                     more = !c.qp.wants_close();
                     break;
                 }
+                if budget == 0 {
+                    yielded = true;
+                    break;
+                }
                 let space = c.qp.rx_space();
-                let room = space.len();
-                match c.sock.read(space) {
+                let room = space.len().min(budget);
+                match c.sock.read(&mut space[..room]) {
                     Ok(0) => c.eof = true,
                     Ok(n) => {
                         c.qp.on_received(n);
+                        budget -= n;
                         worked = true;
                         // A short read drained the socket: skip the read that
                         // would only say EAGAIN (epoll reports the next arrival).
@@ -472,7 +494,7 @@ impl Worker {
             // Sending may have freed buffer budget and started waiting commands.
             let completed = self.pump(i);
             worked |= completed;
-            if !(more || completed) || blocked || dead {
+            if !(more || completed) || blocked || dead || yielded {
                 break;
             }
         }
@@ -482,8 +504,14 @@ impl Worker {
         let drained = c.qp.output_len() == 0 && c.qp.in_flight() == 0;
         if c.dead || c.qp.finished() || (c.eof && drained) {
             self.close(i);
-        } else if c.qp.throttle_wake().is_some() && !self.throttled.contains(&i) {
-            self.throttled.push(i);
+        } else {
+            if c.qp.throttle_wake().is_some() && !self.throttled.contains(&i) {
+                self.throttled.push(i);
+            }
+            if yielded {
+                // Edge-triggered epoll will not report what is left unread.
+                self.ready.push(i);
+            }
         }
         worked
     }

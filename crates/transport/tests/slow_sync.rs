@@ -60,6 +60,7 @@ fn a_slow_sync_does_not_stall_another_controller_on_the_same_worker() {
         poll_idle: Duration::from_micros(100),
         drain: Duration::from_secs(2),
         max_connections: 64,
+        fair_share: 256 * 1024,
     };
     let server = {
         let stop = stop.clone();

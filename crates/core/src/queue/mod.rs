@@ -94,6 +94,10 @@ pub struct NvmeQueue {
     /// Limits on this I/O queue and the commands waiting for them
     /// (`qos.rs`); None when nothing limits it.
     pub(crate) qos: Option<Box<crate::qos::Gate>>,
+    /// The subsystem's QoS generation last adopted, and the host's
+    /// fair-sharing weight from it.
+    qos_gen: u64,
+    weight: u32,
     pub(crate) stats: Option<Arc<QueueStats>>,
     /// The time of the first tick.
     started: Option<Instant>,
@@ -157,6 +161,8 @@ impl NvmeQueue {
             storage_scratch: Vec::new(),
             offload_out: Vec::new(),
             qos: None,
+            qos_gen: 0,
+            weight: 1,
             stats: None,
             started: None,
             clock: None,

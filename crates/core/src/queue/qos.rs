@@ -30,6 +30,10 @@ impl NvmeQueue {
         let Some(ctrl) = &self.ctrl else { return };
         let Some(sub) = ctrl.subsystem() else { return };
         let g = sub.qos_generation();
+        if g != self.qos_gen {
+            self.qos_gen = g;
+            self.weight = sub.qos().weight(&ctrl.hostnqn);
+        }
         if let Some(gate) = self.qos.as_mut() {
             // Counted as it accrues, so a queue that is always throttled
             // shows it too.
@@ -71,6 +75,13 @@ impl NvmeQueue {
         }
         gate.park(idx as u16, now);
         false
+    }
+
+    /// The fair-sharing weight of this queue's host (`[[subsystem.qos]]`
+    /// `weight`, default 1): the event loop serves each connection about
+    /// this many quanta per round.
+    pub fn share_weight(&self) -> u32 {
+        self.weight
     }
 
     /// When the oldest throttled command may find its tokens (None: none

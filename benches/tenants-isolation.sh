@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# benches/tenants-isolation.sh -- one target, two tenants: does a noisy
+# neighbour slow a quiet one? A victim host does 4 KiB random reads at QD 1
+# on its RAM namespace, alone and then beside a neighbour host doing 128 KiB
+# random writes at QD 128 on its own RAM namespace of the same subsystem,
+# served by the same single event loop (`farflash serve`, release,
+# transport.threads = 1, pinned to CPU 0). Both initiators are `farflash
+# perf` on CPU 1 and sleep while they wait (--poll block), so that the
+# neighbour's host side takes only the CPU its I/O needs.
+# Modes (each a fresh target):
+#   unprotected   fair_share_kib = 0, no limit
+#   fair          fair sharing alone (fair_share_kib = FAIR_KIB, default 256)
+#   limited       fair_share_kib = 0, the neighbour's host limited to
+#                 LIMIT (w_bytes_per_sec) through [[subsystem.qos]]
+#   fair+limited  both
+# ROUNDS paired rounds per mode (victim alone, then beside the neighbour,
+# back to back); medians of the per-round ratios: IOPS beside / alone and
+# p99 beside / alone. The bars (issue #14): IOPS >= 0.8, p99 <= 2.0.
+# Writes its section of docs/benchmarks.md. Run on a quiet machine:
+#
+#   bash benches/tenants-isolation.sh                 # ROUNDS=5 RUNTIME=5
+#   ROUNDS=1 RUNTIME=2 OUT=/tmp/x.md bash benches/tenants-isolation.sh   # smoke test
+set -euo pipefail
+ROOT=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
+cd "$ROOT"
+ROUNDS=${ROUNDS:-5} RUNTIME=${RUNTIME:-5} PORT=${PORT:-4541} LIMIT=${LIMIT:-200M}
+FAIR_KIB=${FAIR_KIB:-256} MODES=${MODES:-unprotected fair limited fair+limited}
+OUT=${OUT:-$ROOT/docs/benchmarks.md}
+NAME=tenants-isolation.sh
+# shellcheck source=benches/lib.sh
+source "$ROOT/benches/lib.sh"
+cargo build -q --release --bin farflash
+FF=$ROOT/target/release/farflash
+NQN=nqn.2026-11.io.farflash:tenants
+VICTIM=nqn.2014-08.org.nvmexpress:uuid:a0000000-0000-4000-8000-00000000a1c7
+NOISY=nqn.2014-08.org.nvmexpress:uuid:a0000000-0000-4000-8000-0000000a0159
+
+config() { # MODE
+	local fair=$FAIR_KIB
+	[[ $1 = fair* ]] || fair=0
+	cat <<-TOML
+		listen = ['127.0.0.1:$PORT']
+		[transport]
+		threads = 1
+		fair_share_kib = $fair
+		[[subsystem]]
+		nqn = '$NQN'
+		[[subsystem.namespace]]
+		nsid = 1
+		backend = 'ram'
+		size = '256M'
+		[[subsystem.namespace]]
+		nsid = 2
+		backend = 'ram'
+		size = '1G'
+	TOML
+	if [[ $1 = *limited ]]; then
+		printf "[[subsystem.qos]]\nhost = '%s'\nw_bytes_per_sec = '%s'\n" "$NOISY" "$LIMIT"
+	fi
+}
+
+perf() { # HOSTNQN NSID RW BS QD RUNTIME
+	"$FF" perf -t tcp -a 127.0.0.1 -s "$PORT" -n "$NQN" -q "$1" --nsid "$2" --rw "$3" \
+		--bs "$4" --iodepth "$5" --runtime "$6" --ramp_time 1 --cpus-allowed 1 --poll block \
+		--output-format=json
+}
+
+# victim's IOPS and p99 (µs) from perf JSON on stdin
+victim_figures() {
+	python3 -c '
+import json, sys
+j = json.load(sys.stdin)["jobs"][0]["read"]
+print(round(j["iops"]), round(j["clat_ns"]["percentile"]["99.000000"] / 1000, 1))'
+}
+
+declare -A IOPS_R P99_R ALONE BESIDE
+for r in $(seq "$ROUNDS"); do
+	for mode in $MODES; do
+		config "$mode" >"$TMP/t.toml"
+		taskset -c 0 "$FF" serve --config "$TMP/t.toml" --log-level warn >"$TMP/serve.log" 2>&1 &
+		T=$!
+		PIDS+=("$T")
+		wait_listen "$PORT"
+		# precondition both namespaces (no first-touch page faults measured)
+		perf "$VICTIM" 1 write 128k 16 1 >/dev/null
+		perf "$NOISY" 2 write 128k 16 2 >/dev/null
+		read -r a_iops a_p99 < <(perf "$VICTIM" 1 randread 4k 1 "$RUNTIME" | victim_figures)
+		perf "$NOISY" 2 randwrite 128k 128 $((RUNTIME + 3)) >"$TMP/noisy.json" &
+		N=$!
+		sleep 1
+		read -r b_iops b_p99 < <(perf "$VICTIM" 1 randread 4k 1 "$RUNTIME" | victim_figures)
+		wait "$N"
+		n_bw=$(python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["jobs"][0]["write"]["bw"] / 1024))' "$TMP/noisy.json")
+		kill "$T"
+		wait "$T" 2>/dev/null || true
+		echo "round $r $mode: victim alone $a_iops IOPS p99 ${a_p99} us; beside the neighbour $b_iops IOPS p99 ${b_p99} us; neighbour ${n_bw} MiB/s"
+		IOPS_R[$mode]+=" $(python3 -c "print($b_iops / $a_iops)")"
+		P99_R[$mode]+=" $(python3 -c "print($b_p99 / $a_p99)")"
+		ALONE[$mode]+=" $a_iops/$a_p99"
+		BESIDE[$mode]+=" $b_iops/$b_p99/$n_bw"
+	done
+done
+
+{
+	echo "## One target, two tenants: a noisy neighbour beside a quiet victim (benches/tenants-isolation.sh)"
+	echo
+	run_facts
+	echo "- target: \`taskset -c 0 farflash serve\` (release), one event loop, one subsystem with two RAM namespaces (256 MiB, 1 GiB);" \
+		"victim host: 4 KiB randread QD 1 on NSID 1; neighbour host: 128 KiB randwrite QD 128 on NSID 2;" \
+		"both \`farflash perf --cpus-allowed 1 --poll block\`; $ROUNDS rounds of ${RUNTIME} s, victim alone then beside the neighbour, in a fresh target per mode and round"
+	echo "- modes: unprotected (\`fair_share_kib = 0\`, no limit); fair sharing alone (\`fair_share_kib = $FAIR_KIB\`); the neighbour limited (\`fair_share_kib = 0\`, \`[[subsystem.qos]] host = neighbour, w_bytes_per_sec = '$LIMIT'\`); both"
+	echo
+	echo "| mode | victim IOPS beside / alone (≥ 0.8) | victim p99 beside / alone (≤ 2.0) | rounds: alone IOPS/p99 µs | rounds: beside IOPS/p99 µs/neighbour MiB/s |"
+	echo "|---|---|---|---|---|"
+	for mode in $MODES; do
+		echo "| $mode | $(python3 -c "print(f'{$(median ${IOPS_R[$mode]}):.3f}')") | $(python3 -c "print(f'{$(median ${P99_R[$mode]}):.2f}')") |${ALONE[$mode]} |${BESIDE[$mode]} |"
+	done
+} | write_section "$OUT" tenants-isolation.sh
+echo "wrote the tenants-isolation.sh section of $OUT"
