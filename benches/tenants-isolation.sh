@@ -7,12 +7,12 @@
 # transport.threads = 1, pinned to CPU 0). Both initiators are `farflash
 # perf` on CPU 1 and sleep while they wait (--poll block), so that the
 # neighbour's host side takes only the CPU its I/O needs.
-# Modes (each a fresh target):
+# Modes (MODES, each a fresh target):
 #   unprotected   fair_share_kib = 0, no limit
 #   fair          fair sharing alone (fair_share_kib = FAIR_KIB, default 256)
-#   limited       fair_share_kib = 0, the neighbour's host limited to
-#                 LIMIT (w_bytes_per_sec) through [[subsystem.qos]]
-#   fair+limited  both
+#   limited@RATE  fair_share_kib = 0, the neighbour's host limited to RATE
+#                 (w_bytes_per_sec) through [[subsystem.qos]]
+#   fair+limited@RATE  both
 # ROUNDS paired rounds per mode (victim alone, then beside the neighbour,
 # back to back); medians of the per-round ratios: IOPS beside / alone and
 # p99 beside / alone. The bars (issue #14): IOPS >= 0.8, p99 <= 2.0.
@@ -23,8 +23,8 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
 cd "$ROOT"
-ROUNDS=${ROUNDS:-5} RUNTIME=${RUNTIME:-5} PORT=${PORT:-4541} LIMIT=${LIMIT:-200M}
-FAIR_KIB=${FAIR_KIB:-256} MODES=${MODES:-unprotected fair limited fair+limited}
+ROUNDS=${ROUNDS:-5} RUNTIME=${RUNTIME:-5} PORT=${PORT:-4541}
+FAIR_KIB=${FAIR_KIB:-256} MODES=${MODES:-unprotected fair limited@200M limited@20M}
 OUT=${OUT:-$ROOT/docs/benchmarks.md}
 NAME=tenants-isolation.sh
 # shellcheck source=benches/lib.sh
@@ -54,8 +54,8 @@ config() { # MODE
 		backend = 'ram'
 		size = '1G'
 	TOML
-	if [[ $1 = *limited ]]; then
-		printf "[[subsystem.qos]]\nhost = '%s'\nw_bytes_per_sec = '%s'\n" "$NOISY" "$LIMIT"
+	if [[ $1 = *limited@* ]]; then
+		printf "[[subsystem.qos]]\nhost = '%s'\nw_bytes_per_sec = '%s'\n" "$NOISY" "${1#*limited@}"
 	fi
 }
 
@@ -108,7 +108,7 @@ done
 	echo "- target: \`taskset -c 0 farflash serve\` (release), one event loop, one subsystem with two RAM namespaces (256 MiB, 1 GiB);" \
 		"victim host: 4 KiB randread QD 1 on NSID 1; neighbour host: 128 KiB randwrite QD 128 on NSID 2;" \
 		"both \`farflash perf --cpus-allowed 1 --poll block\`; $ROUNDS rounds of ${RUNTIME} s, victim alone then beside the neighbour, in a fresh target per mode and round"
-	echo "- modes: unprotected (\`fair_share_kib = 0\`, no limit); fair sharing alone (\`fair_share_kib = $FAIR_KIB\`); the neighbour limited (\`fair_share_kib = 0\`, \`[[subsystem.qos]] host = neighbour, w_bytes_per_sec = '$LIMIT'\`); both"
+	echo "- modes: unprotected (\`fair_share_kib = 0\`, no limit); fair sharing alone (\`fair_share_kib = $FAIR_KIB\`); limited@RATE: the neighbour's host limited (\`fair_share_kib = 0\`, \`[[subsystem.qos]] host = neighbour, w_bytes_per_sec = RATE\`)"
 	echo
 	echo "| mode | victim IOPS beside / alone (≥ 0.8) | victim p99 beside / alone (≤ 2.0) | rounds: alone IOPS/p99 µs | rounds: beside IOPS/p99 µs/neighbour MiB/s |"
 	echo "|---|---|---|---|---|"

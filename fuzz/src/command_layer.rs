@@ -15,7 +15,11 @@
 //! - 2: refuse the oldest runnable command with a fuzzed status;
 //! - 3 / 4: complete the held storage request at a fuzzed position, with
 //!   success / with EIO, ENOSPC, EINVAL or ENODEV;
-//! - 5: a tick, time passing.
+//! - 5: a tick, time passing;
+//! - 6: time passing and the commands waiting for QoS tokens resumed.
+//!
+//! Bit 3 of byte 1 puts tight QoS limits on NSID 1
+//! (`target_setup::build_with`), so commands wait for tokens and resume.
 //!
 //! Checked: no panic; every command that got a slot completes exactly once,
 //! naming that slot, and a refused one is answered at once; reply data only
@@ -242,7 +246,8 @@ fn sqe(inp: &mut Input, io: bool, block_size: u32) -> Sqe {
 
 pub fn run(data: &[u8]) {
     let mut inp = Input::new(data);
-    let (t, shape) = target_setup::build(inp.u8(), inp.u8());
+    let (sel, ns) = (inp.u8(), inp.u8());
+    let (t, shape) = target_setup::build_with(sel, ns, ns & 8 != 0);
     let mut a = Q::new(&t);
     let Some(cntlid) = connect(&mut a, 0, CNTLID_DYNAMIC, 16) else {
         panic!("admin Connect refused");
@@ -299,11 +304,28 @@ pub fn run(data: &[u8]) {
                 q.q.tick(now);
                 q.settle();
             }
+            6 => {
+                now += Duration::from_millis(inp.u8() as u64);
+                q.q.set_now(now);
+                q.q.resume_throttled();
+                q.settle();
+            }
             _ => {}
         }
     }
     for q in [&mut io, &mut a] {
         q.drain();
+        // Commands waiting for QoS tokens get them as time passes.
+        let mut rounds = 0;
+        while let Some(w) = q.q.throttle_wake() {
+            rounds += 1;
+            assert!(rounds < 100_000, "throttled commands never resume");
+            now = now.max(w) + Duration::from_millis(1);
+            q.q.set_now(now);
+            q.q.resume_throttled();
+            q.settle();
+            q.drain();
+        }
         assert_eq!(q.q.in_flight(), 0, "storage left in flight");
     }
     assert!(

@@ -3,8 +3,9 @@
 
 use crate::build::SUBNQN;
 use farflash_core::config::{
-    BackendKind, Config, NamespaceConfig, SubsystemConfig, TransportConfig,
+    BackendKind, Config, NamespaceConfig, Size, SubsystemConfig, TransportConfig,
 };
+use farflash_core::qos::QosConfig;
 use farflash_core::subsystem::build_subsystems;
 use farflash_core::Target;
 use std::sync::Arc;
@@ -33,6 +34,12 @@ fn namespace(nsid: u32, backend: BackendKind, size: u64, bs: u32) -> NamespaceCo
 /// shrink the limits so that edge cases are cheap to reach. `ns` picks the
 /// block size and extra namespaces (nsid 3: null, nsid 7: RAM, 4 KiB).
 pub fn build(sel: u8, ns: u8) -> (Arc<Target>, Shape) {
+    build_with(sel, ns, false)
+}
+
+/// [`build`], with `qos`: tight QoS limits on NSID 1 (a few I/Os and KiB
+/// per second, 10 ms bursts), so that commands wait for tokens.
+pub fn build_with(sel: u8, ns: u8, qos: bool) -> (Arc<Target>, Shape) {
     let pick = |shift: u8, v: [u32; 4]| v[(sel >> shift) as usize & 3];
     let transport = if sel == 0 {
         TransportConfig {
@@ -61,10 +68,20 @@ pub fn build(sel: u8, ns: u8) -> (Arc<Target>, Shape) {
     if ns & 4 != 0 {
         namespaces.push(namespace(7, BackendKind::Ram, 1 << 20, 4096));
     }
+    let mut sub = SubsystemConfig::new(SUBNQN, namespaces);
+    if qos {
+        sub.qos = vec![QosConfig {
+            nsid: Some(1),
+            rw_ios_per_sec: Some(50),
+            w_bytes_per_sec: Some(Size(64 << 10)),
+            burst_ms: Some(10),
+            ..QosConfig::default()
+        }];
+    }
     let cfg = Config {
         listen: vec!["127.0.0.1:4420".into()],
         transport: transport.clone(),
-        subsystems: vec![SubsystemConfig::new(SUBNQN, namespaces)],
+        subsystems: vec![sub],
     };
     if let Err(e) = cfg.validate() {
         panic!("fuzz target config {sel:#x} is invalid: {e}");
