@@ -41,10 +41,10 @@ declare -A R
 for r in $(seq "$ROUNDS"); do
 	for jobs in 1 4; do
 		v=$(measure "nsid=1,rw_ios_per_sec=$IOPS" 4k "$jobs" ios)
-		R[ios$jobs]+=" $(python3 -c "print($v / $IOPS)")"
+		R[ios$jobs]+=" $(python3 -c "print(f'{$v / $IOPS:.4f}')")"
 		echo "round $r: $IOPS IOPS limit, $jobs queue(s): $v IOPS"
 		v=$(measure "nsid=1,rw_bytes_per_sec=$BYTES" 128k "$jobs" bytes)
-		R[bytes$jobs]+=" $(python3 -c "print($v / $bytes)")"
+		R[bytes$jobs]+=" $(python3 -c "print(f'{$v / $bytes:.4f}')")"
 		echo "round $r: $BYTES/s limit, $jobs queue(s): $v bytes/s"
 	done
 done
