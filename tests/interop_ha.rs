@@ -3,14 +3,17 @@
 //! NQN, serial and NGUID and disjoint CNTLID ranges; the guest kernel (QEMU
 //! VM, tests/linux-host) must see one subsystem with two controllers and one
 //! namespace head, and fio verify on it must pass
-//! (tests/linux-host/guest/multipath.sh). `#[ignore]`d like the other VM
+//! (tests/linux-host/guest/multipath.sh); then, with fio verify running,
+//! the first target is SIGKILLed and restarted on the same port: fio sees
+//! no error and both paths come back live. `#[ignore]`d like the other VM
 //! tests: `cargo test --test interop_ha -- --ignored --nocapture`.
 
 mod common;
 
 use common::Serve;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 const NQN: &str = "nqn.2026-11.io.farflash:ha-multipath";
 
@@ -34,12 +37,55 @@ fn linux_multipath_joins_two_farflash_targets() {
     std::fs::File::create(&img)
         .and_then(|f| f.set_len(16 << 20))
         .expect("create the shared file");
-    let a = Serve::start(&["--config", &config(&dir, &img, 1, 999)]);
+    let cfg_a = config(&dir, &img, 1, 999);
+    let mut a = Serve::start(&["--config", &cfg_a]);
     let b = Serve::start(&["--config", &config(&dir, &img, 1000, 1999)]);
+    let share = dir.join("share");
+    std::fs::create_dir_all(&share).expect("share dir");
+    // The host side: on the guest's "kill", SIGKILL target A and start it
+    // again on the same port from the same configuration.
+    let (port_a, share2) = (a.port, share.clone());
+    let watcher = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while Instant::now() < deadline {
+            if std::fs::read_to_string(share2.join("request")).is_ok_and(|r| r.trim() == "kill") {
+                a.child.kill().expect("SIGKILL target A");
+                let _ = a.child.wait();
+                std::thread::sleep(Duration::from_secs(2));
+                let addr = format!("127.0.0.1:{port_a}");
+                let child = Command::new(env!("CARGO_BIN_EXE_farflash"))
+                    .args([
+                        "serve",
+                        "--log-level",
+                        "warn",
+                        "--listen",
+                        &addr,
+                        "--config",
+                        &cfg_a,
+                    ])
+                    .stdout(Stdio::null())
+                    .spawn()
+                    .expect("restart target A");
+                let up = common::eventually(Duration::from_secs(20), || {
+                    std::net::TcpStream::connect(&addr).is_ok()
+                });
+                assert!(up, "restarted target A does not accept connections");
+                std::fs::write(share2.join("restarted"), "1").expect("tell the guest");
+                return Some(Serve {
+                    child,
+                    port: port_a,
+                    addr,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    });
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = Command::new(root.join("tests/linux-host/run-linux-host"))
         .args(["-t", "600"])
-        .args(["-p", &format!("{}:{}", a.port, a.port)])
+        .args(["-s", &share.display().to_string()])
+        .args(["-p", &format!("{port_a}:{port_a}")])
         .args(["-p", &format!("{}:{}", b.port, b.port)])
         .args(["-e", &format!("NQN={NQN}")])
         .arg(root.join("tests/linux-host/guest/multipath.sh"))
@@ -52,6 +98,11 @@ fn linux_multipath_joins_two_farflash_targets() {
         "multipath.sh did not pass ({})",
         out.status
     );
-    drop((a, b));
+    let restarted = watcher.join().expect("watcher thread");
+    assert!(
+        text.contains("ok: fio verify across the kill"),
+        "no kill phase"
+    );
+    drop((restarted, b));
     let _ = std::fs::remove_dir_all(&dir);
 }
