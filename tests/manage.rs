@@ -140,6 +140,28 @@ fn live_changes_leave_a_busy_host_alone_and_save_config_restores_the_target() {
         code(&rpc(&sock, "subsystem_create", json!({"nqn": second}))),
         -32002
     );
+    // CNTLID ranges (docs/ha.md): an empty or out-of-range one is refused
+    // with an error naming the field; a good one is kept by save_config.
+    for (min, max, field) in [
+        (10, 9, "cntlid_min"),
+        (0, 9, "cntlid_min"),
+        (1, 65520, "cntlid_max"),
+    ] {
+        let r = rpc(
+            &sock,
+            "subsystem_create",
+            json!({"nqn": "nqn.2026-11.io.farflash:range", "cntlid_min": min, "cntlid_max": max}),
+        );
+        assert_eq!(code(&r), -32003, "{r}");
+        assert!(r.to_string().contains(field), "{r}");
+    }
+    let ranged = "nqn.2026-11.io.farflash:ranged";
+    ok(
+        &sock,
+        "subsystem_create",
+        json!({"nqn": ranged, "cntlid_min": 100, "cntlid_max": 199}),
+    );
+    ok(&sock, "subsystem_delete", json!({"nqn": ranged}));
     ok(&sock, "host_allow", json!({"nqn": second, "host": HOST}));
     ok(
         &sock,

@@ -144,6 +144,12 @@ pub struct SubsystemConfig {
     pub serial: Option<String>,
     #[serde(default)]
     pub model: Option<String>,
+    /// First and last CNTLID this subsystem hands out (default 1 and FFEFh);
+    /// two targets exporting the subsystem for multipath use disjoint ranges.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cntlid_min: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cntlid_max: Option<u16>,
     /// Host NQNs allowed to connect; empty means any host.
     #[serde(default)]
     pub allowed_hosts: Vec<String>,
@@ -256,6 +262,8 @@ impl SubsystemConfig {
             nqn: nqn.into(),
             serial: None,
             model: None,
+            cntlid_min: None,
+            cntlid_max: None,
             allowed_hosts: vec![],
             hosts: vec![],
             require_auth: false,
@@ -483,6 +491,8 @@ impl Config {
             if !nqns.insert(&s.nqn) {
                 return bad(format!("subsystem {} is listed twice", s.nqn));
             }
+            crate::cntlid::CntlidRange::from_config(s.cntlid_min, s.cntlid_max)
+                .map_err(|m| ConfigError::Invalid(format!("{}: {m}", s.nqn)))?;
             let mut hosts = std::collections::HashSet::new();
             for h in &s.hosts {
                 if !hosts.insert(&h.nqn) {

@@ -13,6 +13,7 @@
 //!
 //! The event loops live in `farflash-transport`.
 
+pub mod cntlid;
 pub mod config;
 pub mod controller;
 pub mod manage;

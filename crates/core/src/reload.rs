@@ -130,6 +130,11 @@ pub(crate) fn apply_locked(
     for (i, sc) in cfg.subsystems.iter().enumerate() {
         match current.iter().find(|s| s.nqn == sc.nqn) {
             Some(sub) => {
+                let range = crate::cntlid::CntlidRange::from_config(sc.cntlid_min, sc.cntlid_max);
+                if range.ok() != Some(sub.cntlids) {
+                    let what = format!("{}: cntlid_min/cntlid_max (restart to change)", sc.nqn);
+                    report.ignored.push(what);
+                }
                 let new = build_namespaces(sc, &sub.namespaces())?;
                 plans.push((sub.clone(), Some(new)));
             }

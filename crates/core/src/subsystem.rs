@@ -55,6 +55,8 @@ pub struct Subsystem {
     pub nqn: String,
     pub serial: String,
     pub model: String,
+    /// The CNTLIDs its controllers get (`cntlid_min` / `cntlid_max`).
+    pub cntlids: crate::cntlid::CntlidRange,
     /// Who may connect and how they authenticate; changed by a reload or
     /// the management API (read at Connect, never per command).
     access: RwLock<HostAccess>,
@@ -122,6 +124,8 @@ impl Subsystem {
             nqn: self.nqn.clone(),
             serial: Some(self.serial.clone()),
             model: Some(self.model.clone()),
+            cntlid_min: (self.cntlids != Default::default()).then_some(self.cntlids.min),
+            cntlid_max: (self.cntlids != Default::default()).then_some(self.cntlids.max),
             allowed_hosts: a.allowed_hosts,
             hosts: a.hosts,
             require_auth: a.require_auth,
@@ -353,6 +357,14 @@ pub fn build_subsystems(cfg: &Config) -> Result<Vec<Arc<Subsystem>>, BuildError>
 /// Opens one subsystem's backends; `index` goes into the generated serial
 /// number (the subsystem's position when the target started).
 pub fn build_subsystem(sc: &SubsystemConfig, index: u8) -> Result<Arc<Subsystem>, BuildError> {
+    let cntlids =
+        crate::cntlid::CntlidRange::from_config(sc.cntlid_min, sc.cntlid_max).map_err(|msg| {
+            BuildError::Invalid {
+                nqn: sc.nqn.clone(),
+                nsid: 0,
+                msg,
+            }
+        })?;
     let namespaces = build_namespaces(sc, &[])?;
     let serial = sc.serial.clone().unwrap_or_else(|| {
         let id = derive_id(&sc.nqn, 0, 3);
@@ -365,6 +377,7 @@ pub fn build_subsystem(sc: &SubsystemConfig, index: u8) -> Result<Arc<Subsystem>
         nqn: sc.nqn.clone(),
         serial,
         model: sc.model.clone().unwrap_or_else(|| "farflash".to_owned()),
+        cntlids,
         access: RwLock::new(HostAccess::of(sc)),
         namespaces: RwLock::new(Arc::new(namespaces)),
         generation: AtomicU64::new(1),

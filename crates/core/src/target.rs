@@ -18,8 +18,8 @@ pub const AEN_NS_ATTR_CHANGED: u32 = 0x0004_0002;
 /// information F0h, log page 70h (Base §5.2, Fabrics §3.1.3.?).
 pub const AEN_DISCOVERY_CHANGED: u32 = 0x0070_F002;
 
-/// Highest CNTLID of the dynamic model (Base: FFF0h..FFFFh are reserved).
-pub const MAX_CNTLID: u16 = 0xFFEF;
+use crate::cntlid::CntlidRange;
+pub use crate::cntlid::MAX_CNTLID;
 
 pub struct Target {
     /// Replaced whole by management changes; readers take a snapshot.
@@ -182,8 +182,9 @@ impl Target {
         self.manage.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Creates a controller with a CNTLID no live controller has; `None`
-    /// when all 65519 are in use.
+    /// Creates a controller with a CNTLID no live controller has, within
+    /// the subsystem's range (`cntlid_min` / `cntlid_max`; discovery
+    /// controllers use the whole range); `None` when all of it is in use.
     pub fn create_controller(
         &self,
         kind: Kind,
@@ -191,11 +192,18 @@ impl Target {
         hostid: [u8; 16],
         kato_ms: u32,
     ) -> Option<Arc<Controller>> {
+        let range = match &kind {
+            Kind::Io(s) => s.cntlids,
+            Kind::Discovery => CntlidRange::default(),
+        };
         let mut t = self.ctrls.lock().unwrap_or_else(|p| p.into_inner());
         t.live.retain(|_, w| w.strong_count() > 0);
-        for _ in 0..MAX_CNTLID {
-            let id = t.next;
-            t.next = if id >= MAX_CNTLID { 1 } else { id + 1 };
+        let mut id = range.start(t.next);
+        for _ in 0..range.len() {
+            let this = id;
+            id = range.after(this);
+            t.next = id;
+            let id = this;
             if let std::collections::hash_map::Entry::Vacant(e) = t.live.entry(id) {
                 let c = Arc::new(Controller::new(id, kind, hostnqn, hostid, kato_ms));
                 e.insert(Arc::downgrade(&c));

@@ -115,6 +115,11 @@ struct CreateSubsystem {
     serial: Option<String>,
     #[serde(default)]
     model: Option<String>,
+    /// CNTLID range (docs/ha.md).
+    #[serde(default)]
+    cntlid_min: Option<u16>,
+    #[serde(default)]
+    cntlid_max: Option<u16>,
     #[serde(default)]
     allowed_hosts: Vec<String>,
     #[serde(default)]
@@ -237,6 +242,7 @@ impl Api {
                 let mut sc = SubsystemConfig::new(a.nqn, a.namespaces);
                 sc.serial = a.serial;
                 sc.model = a.model;
+                (sc.cntlid_min, sc.cntlid_max) = (a.cntlid_min, a.cntlid_max);
                 sc.allowed_hosts = a.allowed_hosts;
                 rep(manage::create_subsystem(t, sc))
             }

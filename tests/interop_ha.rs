@@ -1,0 +1,108 @@
+//! Linux native NVMe multipath against two farflash targets (issue 15,
+//! docs/ha.md): both export one subsystem over one file with the same
+//! NQN, serial and NGUID and disjoint CNTLID ranges; the guest kernel (QEMU
+//! VM, tests/linux-host) must see one subsystem with two controllers and one
+//! namespace head, and fio verify on it must pass
+//! (tests/linux-host/guest/multipath.sh); then, with fio verify running,
+//! the first target is SIGKILLed and restarted on the same port: fio sees
+//! no error and both paths come back live. `#[ignore]`d like the other VM
+//! tests: `cargo test --test interop_ha -- --ignored --nocapture`.
+
+mod common;
+
+use common::Serve;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const NQN: &str = "nqn.2026-11.io.farflash:ha-multipath";
+
+fn config(dir: &Path, img: &Path, min: u16, max: u16) -> String {
+    let path = dir.join(format!("ha-{min}.toml"));
+    let t = format!(
+        "[[subsystem]]\nnqn = \"{NQN}\"\nserial = \"FFHA0002\"\ncntlid_min = {min}\ncntlid_max = {max}\n\
+         [[subsystem.namespace]]\nnsid = 1\nbackend = \"file\"\npath = \"{}\"\nnguid = \"0f1e2d3c4b5a69788796a5b4c3d2e1f0\"\n",
+        img.display()
+    );
+    std::fs::write(&path, t).expect("write the config");
+    path.display().to_string()
+}
+
+#[test]
+#[ignore = "boots a QEMU VM; run by tests/run.sh"]
+fn linux_multipath_joins_two_farflash_targets() {
+    let dir = std::env::temp_dir().join(format!("farflash-interop-ha-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let img = dir.join("ha.img");
+    std::fs::File::create(&img)
+        .and_then(|f| f.set_len(16 << 20))
+        .expect("create the shared file");
+    let cfg_a = config(&dir, &img, 1, 999);
+    let mut a = Serve::start(&["--config", &cfg_a]);
+    let b = Serve::start(&["--config", &config(&dir, &img, 1000, 1999)]);
+    let share = dir.join("share");
+    std::fs::create_dir_all(&share).expect("share dir");
+    // The host side: on the guest's "kill", SIGKILL target A and start it
+    // again on the same port from the same configuration.
+    let (port_a, share2) = (a.port, share.clone());
+    let watcher = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while Instant::now() < deadline {
+            if std::fs::read_to_string(share2.join("request")).is_ok_and(|r| r.trim() == "kill") {
+                a.child.kill().expect("SIGKILL target A");
+                let _ = a.child.wait();
+                std::thread::sleep(Duration::from_secs(2));
+                let addr = format!("127.0.0.1:{port_a}");
+                let child = Command::new(env!("CARGO_BIN_EXE_farflash"))
+                    .args([
+                        "serve",
+                        "--log-level",
+                        "warn",
+                        "--listen",
+                        &addr,
+                        "--config",
+                        &cfg_a,
+                    ])
+                    .stdout(Stdio::null())
+                    .spawn()
+                    .expect("restart target A");
+                let up = common::eventually(Duration::from_secs(20), || {
+                    std::net::TcpStream::connect(&addr).is_ok()
+                });
+                assert!(up, "restarted target A does not accept connections");
+                std::fs::write(share2.join("restarted"), "1").expect("tell the guest");
+                return Some(Serve {
+                    child,
+                    port: port_a,
+                    addr,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    });
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(root.join("tests/linux-host/run-linux-host"))
+        .args(["-t", "600"])
+        .args(["-s", &share.display().to_string()])
+        .args(["-p", &format!("{port_a}:{port_a}")])
+        .args(["-p", &format!("{}:{}", b.port, b.port)])
+        .args(["-e", &format!("NQN={NQN}")])
+        .arg(root.join("tests/linux-host/guest/multipath.sh"))
+        .output()
+        .expect("run run-linux-host");
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success() && text.lines().any(|l| l.starts_with("PASS: multipath ")),
+        "multipath.sh did not pass ({})",
+        out.status
+    );
+    let restarted = watcher.join().expect("watcher thread");
+    assert!(
+        text.contains("ok: fio verify across the kill"),
+        "no kill phase"
+    );
+    drop((restarted, b));
+    let _ = std::fs::remove_dir_all(&dir);
+}
