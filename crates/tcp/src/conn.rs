@@ -58,14 +58,18 @@ impl QueuePair {
         self.core.share_weight()
     }
 
-    /// When commands waiting for QoS tokens may run (None: none waits).
+    /// When commands waiting for QoS tokens may run (None: none waits, or
+    /// the connection is closing and they never will).
     pub fn throttle_wake(&self) -> Option<Instant> {
+        if self.is_closing() {
+            return None;
+        }
         self.core.throttle_wake()
     }
 
     /// Runs the commands whose QoS tokens have come; returns whether any did.
     pub fn resume_throttled(&mut self) -> bool {
-        if self.closing {
+        if self.is_closing() {
             return false;
         }
         let any = self.core.resume_throttled();
