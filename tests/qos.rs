@@ -100,8 +100,10 @@ fn namespace_limit_holds_and_changes_at_run_time_without_dropping_connections() 
         let h = readers(&serve.addr, queues, stop.clone(), done.clone());
         let r = rate(&done, Duration::from_millis(500), Duration::from_secs(3));
         println!("{queues} queue(s) under 1000 IOPS: {r:.0} IOPS");
+        // Generous below (a loaded machine delays the target's wake-ups),
+        // tight above (the limit must hold).
         assert!(
-            (850.0..=1100.0).contains(&r),
+            (750.0..=1100.0).contains(&r),
             "{queues} queues: {r:.0} IOPS"
         );
         if queues == 4 {
@@ -120,7 +122,7 @@ fn namespace_limit_holds_and_changes_at_run_time_without_dropping_connections() 
             );
             println!("after qos_set 3000: {r:.0} IOPS");
             assert!(
-                (2500.0..=3300.0).contains(&r),
+                (2250.0..=3300.0).contains(&r),
                 "after the change: {r:.0} IOPS"
             );
             let got = rpc(&sock, "qos_get", json!({"nqn": NQN}));

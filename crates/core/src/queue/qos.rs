@@ -30,7 +30,8 @@ impl NvmeQueue {
         let Some(ctrl) = &self.ctrl else { return };
         let Some(sub) = ctrl.subsystem() else { return };
         let g = sub.qos_generation();
-        if g != self.qos_gen {
+        let changed = g != self.qos_gen;
+        if changed {
             self.qos_gen = g;
             self.weight = sub.qos().weight(&ctrl.hostnqn);
         }
@@ -43,18 +44,16 @@ impl NvmeQueue {
             }
         }
         match &mut self.qos {
-            Some(gate) if gate.gen == g => {
-                if gate.idle_unlimited() {
-                    self.qos = None;
-                }
-            }
+            Some(gate) if gate.gen == g && gate.idle_unlimited() => self.qos = None,
+            Some(gate) if gate.gen == g => {}
             Some(gate) => {
                 gate.refresh(&sub.qos(), &ctrl.hostnqn, g);
                 if gate.idle_unlimited() {
                     self.qos = None;
                 }
             }
-            None => self.qos = Gate::new(&sub.qos(), &ctrl.hostnqn, g).map(Box::new),
+            None if changed => self.qos = Gate::new(&sub.qos(), &ctrl.hostnqn, g).map(Box::new),
+            None => {}
         }
     }
 
