@@ -38,6 +38,9 @@ pub enum Verb {
     /// Live controllers.
     #[command(subcommand)]
     Controller(ControllerVerb),
+    /// ANA states per listener and group (docs/ha.md).
+    #[command(subcommand)]
+    Ana(AnaVerb),
     /// I/O statistics per subsystem and host.
     Stats {
         #[arg(long)]
@@ -140,6 +143,21 @@ pub enum ControllerVerb {
     },
     Disconnect {
         cntlid: u16,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AnaVerb {
+    /// Every group's state through every listener.
+    Get { nqn: String },
+    /// Set a group's state through one listener: optimized, non-optimized,
+    /// inaccessible, persistent-loss or change (hosts get an ANA Change event).
+    Set {
+        nqn: String,
+        /// A listener, ADDR:PORT.
+        listen: String,
+        anagrpid: u32,
+        state: String,
     },
 }
 
@@ -256,6 +274,16 @@ pub fn run(a: CtlArgs) -> Result<()> {
         Verb::Controller(ControllerVerb::Disconnect { cntlid }) => {
             ("controller_disconnect", json!({"cntlid": cntlid}))
         }
+        Verb::Ana(AnaVerb::Get { nqn }) => ("ana_state_get", json!({"nqn": nqn})),
+        Verb::Ana(AnaVerb::Set {
+            nqn,
+            listen,
+            anagrpid,
+            state,
+        }) => (
+            "ana_state_set",
+            json!({"nqn": nqn, "listen": listen, "anagrpid": anagrpid, "state": state}),
+        ),
         Verb::Stats { nqn } => ("stats", json!({"nqn": nqn})),
         Verb::SaveConfig { path } => ("save_config", json!({"path": path})),
         Verb::LoadConfig { path } if path.as_os_str() == "-" => {
@@ -322,6 +350,18 @@ fn human(out: &mut impl Write, method: &str, r: &Value) -> Result<()> {
                         s(&n["uuid"])
                     )?;
                 }
+            }
+        }
+        "ana_state_get" => {
+            for a in r.as_array().into_iter().flatten() {
+                writeln!(
+                    out,
+                    "{} group {}: {} (namespaces {})",
+                    s(&a["listen"]),
+                    s(&a["anagrpid"]),
+                    s(&a["state"]),
+                    s(&a["nsids"])
+                )?;
             }
         }
         "listener_list" => {
@@ -405,6 +445,7 @@ fn human(out: &mut impl Write, method: &str, r: &Value) -> Result<()> {
                 ("subsystems_removed", "subsystem removed"),
                 ("hosts_changed", "allowed hosts changed"),
                 ("qos_changed", "QoS limits changed"),
+                ("ana_changed", "ANA states changed"),
                 ("listeners_added", "listener added"),
                 ("listeners_removed", "listener removed"),
                 ("ignored", "not applied (restart to change)"),

@@ -199,6 +199,7 @@ impl ServeArgs {
                     block_size: bs,
                     uuid: None,
                     nguid: None,
+                    anagrpid: None,
                 }
             })
             .collect();
@@ -538,6 +539,9 @@ pub fn log_report(what: &str, r: &farflash_core::reload::ReloadReport) {
     }
     for n in &r.qos_changed {
         tracing::info!(subnqn = %n, "{what}: QoS limits changed");
+    }
+    for n in &r.ana_changed {
+        tracing::info!(subnqn = %n, "{what}: ANA states changed");
     }
     if r.disconnected > 0 {
         tracing::info!(

@@ -4,7 +4,8 @@ use crate::command::{Outcome, Xfer};
 use crate::controller::{Controller, AER_LIMIT};
 use crate::queue::NvmeQueue;
 use crate::{discovery, identify};
-use farflash_wire::identify::{IDENTIFY_LEN, OAES_DISCOVERY_CHANGE, OAES_NS_ATTR};
+use farflash_wire::ana as wlog_ana;
+use farflash_wire::identify::{IDENTIFY_LEN, OAES_ANA_CHANGE, OAES_DISCOVERY_CHANGE, OAES_NS_ATTR};
 use farflash_wire::log::{self as wlog, GetLogPage, Smart, ERROR_ENTRY_LEN};
 use farflash_wire::opcode::{admin as op, cns, feature as fid, log_id};
 use farflash_wire::{Sqe, Status};
@@ -197,6 +198,24 @@ fn get_log_page(q: &mut NvmeQueue, idx: usize, ctrl: &Controller, sqe: &Sqe) -> 
             st.changed_ns.clear();
             v
         }
+        log_id::ANA if !disc => {
+            let Some(sub) = ctrl.subsystem() else {
+                return Outcome::Done(Status::INVALID_LOG_PAGE.dnr(), 0);
+            };
+            // Base §5.16.1.12: LSP bit 0 (RGO) asks for the groups only.
+            let rgo = g.lsp & wlog_ana::LSP_RGO != 0;
+            let chgcnt = sub.ana_chgcnt();
+            let list = sub.namespaces();
+            let groups = crate::ana::log_groups(
+                &sub.ana(),
+                list.iter().map(|n| (n.nsid, n.anagrpid)),
+                &q.local,
+                chgcnt,
+            );
+            let mut v = vec![0u8; wlog_ana::ana_log_len(&groups, rgo)];
+            wlog_ana::encode_ana_log(&mut v, chgcnt, &groups, rgo);
+            v
+        }
         _ => return Outcome::Done(Status::INVALID_LOG_PAGE.dnr(), 0),
     };
     if !g.offset.is_multiple_of(4) || g.offset > page.len() as u64 {
@@ -240,7 +259,7 @@ fn set_features(q: &mut NvmeQueue, ctrl: &Controller, sqe: &Sqe) -> Outcome {
             let supported = if disc {
                 OAES_DISCOVERY_CHANGE
             } else {
-                OAES_NS_ATTR
+                OAES_NS_ATTR | OAES_ANA_CHANGE
             };
             st.aec = sqe.cdw11 & (supported | 0xFF);
             Outcome::Done(Status::SUCCESS, 0)

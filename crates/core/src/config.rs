@@ -165,6 +165,10 @@ pub struct SubsystemConfig {
     /// (`[[subsystem.qos]]`, `crate::qos`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub qos: Vec<crate::qos::QosConfig>,
+    /// ANA states per listener and group (`[[subsystem.ana]]`,
+    /// `crate::ana`); groups and listeners not listed are optimized.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ana: Vec<crate::ana::AnaConfig>,
 }
 
 /// DH-HMAC-CHAP settings of one host (Base 2.0 §8.13.5), named as Linux's
@@ -268,6 +272,7 @@ impl SubsystemConfig {
             hosts: vec![],
             require_auth: false,
             qos: Vec::new(),
+            ana: Vec::new(),
             namespaces,
         }
     }
@@ -303,6 +308,9 @@ pub struct NamespaceConfig {
     /// Namespace NGUID as 32 hex digits; derived like the UUID when absent.
     #[serde(default)]
     pub nguid: Option<String>,
+    /// ANA group (Base §8.20), 1..=128; 1 when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anagrpid: Option<u32>,
 }
 
 impl NamespaceConfig {
@@ -317,6 +325,7 @@ impl NamespaceConfig {
             block_size: None,
             uuid: None,
             nguid: None,
+            anagrpid: None,
         }
     }
 }
@@ -518,6 +527,8 @@ impl Config {
                     return bad(format!("{}: qos: {:?} is listed twice", s.nqn, q.kind()));
                 }
             }
+            crate::ana::validate(&s.ana)
+                .map_err(|e| ConfigError::Invalid(format!("{}: {e}", s.nqn)))?;
             let mut ids = std::collections::HashSet::new();
             let mut next = 1u32;
             for n in &s.namespaces {
@@ -537,6 +548,11 @@ impl Config {
                         return bad(format!("{}: ram/null namespace needs a size", s.nqn))
                     }
                     _ => {}
+                }
+                if let Some(g) = n.anagrpid {
+                    crate::ana::check_anagrpid(g).map_err(|e| {
+                        ConfigError::Invalid(format!("{}: namespace {id}: {e}", s.nqn))
+                    })?;
                 }
                 if let Some(bs) = n.block_size {
                     if bs != 512 && bs != 4096 {

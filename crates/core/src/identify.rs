@@ -45,12 +45,17 @@ pub(crate) fn controller(q: &NvmeQueue, ctrl: &Controller) -> IdCtrl {
             c.mn = sub.model.clone();
             c.subnqn = sub.nqn.clone();
             c.cntrltype = wid::CNTRLTYPE_IO;
-            c.cmic = wid::CMIC_MULTI_CTRL;
+            // Base §8.20: ANA reporting, every state, static group IDs.
+            c.cmic = wid::CMIC_MULTI_CTRL | wid::CMIC_ANA;
+            c.anatt = crate::ana::ANATT_SECS;
+            c.anacap = wid::ANACAP_ALL_STATES | wid::ANACAP_GRPID_STATIC;
+            c.anagrpmax = farflash_wire::ana::ANAGRPMAX;
+            c.nanagrpid = farflash_wire::ana::ANAGRPMAX;
             // MDTS in units of the minimum page size (4 KiB), as a power of two.
             c.mdts = (t.max_io_size / 4096).trailing_zeros() as u8;
             c.nn = sub.max_nsid();
             c.oncs = wid::ONCS_DSM | wid::ONCS_WRITE_ZEROES;
-            c.oaes = wid::OAES_NS_ATTR;
+            c.oaes = wid::OAES_NS_ATTR | wid::OAES_ANA_CHANGE;
             c.vwc = sub
                 .namespaces()
                 .iter()
@@ -75,7 +80,9 @@ pub(crate) fn namespace(ns: &Namespace) -> IdNs {
         nuse: ns.blocks,
         nsfeat: 0,
         nmic: 1, // may be attached to several controllers
+        rescap: 0,
         dlfeat: wid::DLFEAT_READ_ZEROES,
+        anagrpid: ns.anagrpid,
         nguid: ns.nguid,
         eui64: [0; 8],
         lbads: ns.lba_shift as u8,

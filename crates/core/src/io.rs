@@ -29,8 +29,27 @@ fn range(q: &NvmeQueue, ns_idx: usize, slba: u64, nlb: u64) -> Result<(u64, u64)
 }
 
 fn ns_index(q: &NvmeQueue, nsid: u32) -> Result<usize, Status> {
-    q.namespace_index(nsid)
-        .ok_or(Status::INVALID_NAMESPACE.dnr())
+    let key = q
+        .namespace_index(nsid)
+        .ok_or(Status::INVALID_NAMESPACE.dnr())?;
+    if !q.ana_blocked.is_empty() {
+        ana_check(q, key)?;
+    }
+    Ok(key)
+}
+
+/// Base §8.20.3: a command on a namespace whose ANA group is inaccessible,
+/// lost or changing through this path gets the path-related status (no
+/// DNR: the host retries on another path).
+#[cold]
+fn ana_check(q: &NvmeQueue, key: usize) -> Result<(), Status> {
+    let Some(ns) = q.ns.get(key) else {
+        return Ok(());
+    };
+    match q.ana_blocked.iter().find(|(g, _)| *g == ns.anagrpid) {
+        Some(&(_, state)) => crate::ana::status(state).map_or(Ok(()), Err),
+        None => Ok(()),
+    }
 }
 
 /// Parses and checks an I/O command before any data moves.

@@ -13,6 +13,7 @@
 //!
 //! The event loops live in `farflash-transport`.
 
+pub mod ana;
 pub mod cntlid;
 pub mod config;
 pub mod controller;
@@ -40,3 +41,5 @@ pub use target::Target;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_ha;

@@ -273,3 +273,76 @@ pub fn remove_listener(
         Ok(())
     })
 }
+
+/// Sets the ANA state of group `anagrpid` of subsystem `nqn` as seen
+/// through listener `listen` (Base §8.20); "optimized", the default, removes
+/// the entry. Controllers of the subsystem get an ANA Change event and
+/// queues apply the state before their next command.
+pub fn set_ana_state(
+    target: &Target,
+    nqn: &str,
+    listen: &str,
+    anagrpid: u32,
+    state: &str,
+) -> Result<ReloadReport, ManageError> {
+    let addr = target
+        .listeners()
+        .iter()
+        .find(|l| l.config == listen || l.addr.to_string() == listen)
+        .map(|l| l.addr)
+        .ok_or_else(|| ManageError::NotFound(format!("no listener {listen}")))?;
+    let entry = crate::ana::AnaConfig {
+        listen: addr.to_string(),
+        anagrpid,
+        state: state.to_owned(),
+    };
+    let (_, parsed) = entry.parse().map_err(ManageError::Invalid)?;
+    modify(target, None, |cfg| {
+        let s = subsystem(cfg, nqn)?;
+        s.ana
+            .retain(|a| !(a.anagrpid == anagrpid && a.parse().is_ok_and(|(l, _)| l == addr)));
+        if parsed != farflash_wire::ana::AnaState::Optimized {
+            s.ana.push(entry);
+        }
+        Ok(())
+    })
+}
+
+/// One row of [`ana_states`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AnaRow {
+    pub listen: String,
+    pub anagrpid: u32,
+    pub state: farflash_wire::ana::AnaState,
+    pub nsids: Vec<u32>,
+}
+
+/// The ANA state of every group of `nqn` (those holding namespaces and
+/// those configured) through every listener of the target.
+pub fn ana_states(target: &Target, nqn: &str) -> Result<Vec<AnaRow>, ManageError> {
+    let sub = target
+        .subsystem(nqn)
+        .ok_or_else(|| ManageError::NotFound(format!("no subsystem {nqn}")))?;
+    let table = sub.ana();
+    let list = sub.namespaces();
+    let mut groups: Vec<u32> = list.iter().map(|n| n.anagrpid).collect();
+    groups.extend(table.config.iter().map(|a| a.anagrpid));
+    groups.sort_unstable();
+    groups.dedup();
+    let mut out = Vec::new();
+    for l in target.listeners().iter() {
+        for &g in &groups {
+            out.push(AnaRow {
+                listen: l.addr.to_string(),
+                anagrpid: g,
+                state: table.state(&l.addr, g),
+                nsids: list
+                    .iter()
+                    .filter(|n| n.anagrpid == g)
+                    .map(|n| n.nsid)
+                    .collect(),
+            });
+        }
+    }
+    Ok(out)
+}

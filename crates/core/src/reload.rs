@@ -49,6 +49,8 @@ pub struct ReloadReport {
     /// Subsystems whose limits or weights changed (queues adopt them at
     /// their next tick, within 100 ms).
     pub qos_changed: Vec<String>,
+    /// Subsystems whose ANA states changed (hosts got an ANA Change event).
+    pub ana_changed: Vec<String>,
     /// Controllers disconnected (disallowed hosts, deleted subsystems).
     pub disconnected: usize,
     pub listeners_added: Vec<SocketAddr>,
@@ -238,6 +240,10 @@ pub(crate) fn apply_locked(
         }
         if sub.set_qos(&sc.qos) {
             report.qos_changed.push(sub.nqn.clone());
+        }
+        if sub.set_ana(&sc.ana) {
+            target.ana_changed(&sub);
+            report.ana_changed.push(sub.nqn.clone());
         }
         let changed = sub.replace_namespaces(new);
         if !changed.is_empty() {

@@ -1,6 +1,7 @@
 //! Subsystems and namespaces as the controller sees them at run time, built
 //! from [`crate::config::Config`] with their backends opened.
 
+use crate::ana::{AnaConfig, AnaTable};
 use crate::config::{BackendKind, Config, HostAuthConfig, NamespaceConfig, SubsystemConfig};
 use crate::qos::{QosConfig, QosTable};
 use crate::stats::StatsRegistry;
@@ -21,6 +22,8 @@ pub struct Namespace {
     pub blocks: u64,
     pub uuid: [u8; 16],
     pub nguid: [u8; 16],
+    /// ANA group (`crate::ana`).
+    pub anagrpid: u32,
     /// Where it came from, for the start-up banner.
     pub describe: String,
     /// What built it (a reload keeps a namespace whose configuration is unchanged).
@@ -69,6 +72,10 @@ pub struct Subsystem {
     qos: RwLock<Arc<QosTable>>,
     /// Bumped at every QoS change; queues compare it at their tick.
     qos_generation: AtomicU64,
+    /// ANA states per listener and group (`crate::ana`); replaced whole.
+    ana: RwLock<Arc<AnaTable>>,
+    /// ANA change count (the log page's CHGCNT), bumped at every change.
+    ana_chgcnt: AtomicU64,
     pub stats: StatsRegistry,
 }
 
@@ -131,7 +138,33 @@ impl Subsystem {
             require_auth: a.require_auth,
             namespaces: self.namespaces().iter().map(|n| n.config.clone()).collect(),
             qos: self.qos().config.clone(),
+            ana: self.ana().config.clone(),
         }
+    }
+
+    /// The current ANA states.
+    pub fn ana(&self) -> Arc<AnaTable> {
+        self.ana.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The ANA log page's change count.
+    pub fn ana_chgcnt(&self) -> u64 {
+        self.ana_chgcnt.load(Ordering::Acquire)
+    }
+
+    /// New ANA states (checked by `Config::validate`); returns whether
+    /// anything changed. Queues adopt them before their next command
+    /// (the namespace generation moves); the caller tells the controllers
+    /// (`Target::ana_changed`).
+    pub fn set_ana(&self, cfg: &[AnaConfig]) -> bool {
+        let mut t = self.ana.write().unwrap_or_else(|p| p.into_inner());
+        if t.config == cfg {
+            return false;
+        }
+        *t = Arc::new(AnaTable::build(cfg));
+        self.ana_chgcnt.fetch_add(1, Ordering::AcqRel);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        true
     }
     /// The current limits and weights.
     pub fn qos(&self) -> Arc<QosTable> {
@@ -322,6 +355,7 @@ pub fn build_namespace(
         blocks,
         uuid,
         nguid,
+        anagrpid: nc.anagrpid.unwrap_or(crate::ana::DEFAULT_ANAGRPID),
         describe,
         config: NamespaceConfig {
             nsid: Some(nsid),
@@ -383,6 +417,8 @@ pub fn build_subsystem(sc: &SubsystemConfig, index: u8) -> Result<Arc<Subsystem>
         generation: AtomicU64::new(1),
         qos: RwLock::new(Arc::new(QosTable::build(&sc.qos, None))),
         qos_generation: AtomicU64::new(1),
+        ana: RwLock::new(Arc::new(AnaTable::build(&sc.ana))),
+        ana_chgcnt: AtomicU64::new(1),
         stats: StatsRegistry::default(),
     }))
 }

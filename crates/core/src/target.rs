@@ -254,6 +254,23 @@ impl Target {
         }
     }
 
+    /// The ANA states of `sub` changed: every I/O controller of it that
+    /// enabled ANA Change Notices gets an asynchronous event (Base §8.20.4,
+    /// §5.2); the host then reads the ANA log page (0Ch).
+    pub fn ana_changed(&self, sub: &Arc<Subsystem>) {
+        for c in self.all_controllers() {
+            if !c.subsystem().is_some_and(|s| Arc::ptr_eq(s, sub)) {
+                continue;
+            }
+            let mut st = c.lock();
+            if st.aec & farflash_wire::identify::OAES_ANA_CHANGE != 0
+                && !st.events.contains(&crate::ana::AEN_ANA_CHANGE)
+            {
+                st.events.push_back(crate::ana::AEN_ANA_CHANGE);
+            }
+        }
+    }
+
     fn all_controllers(&self) -> Vec<Arc<Controller>> {
         let t = self.ctrls.lock().unwrap_or_else(|p| p.into_inner());
         let mut v: Vec<Arc<Controller>> = t

@@ -17,7 +17,7 @@ pub(crate) const NQN: &str = "nqn.2026-11.io.farflash:core-test";
 pub(crate) const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:core-test";
 
 /// A target whose namespace 1 is a 1 MiB scripted backend (512-byte blocks).
-fn target() -> (Arc<Target>, Arc<Script>) {
+pub(crate) fn target() -> (Arc<Target>, Arc<Script>) {
     let transport = TransportConfig::default();
     let cfg = Config {
         listen: vec!["127.0.0.1:4420".into()],
@@ -50,14 +50,14 @@ pub(crate) fn queue(t: &Arc<Target>) -> NvmeQueue {
     NvmeQueue::new(t.clone(), a, p, farflash_wire::discovery::TRTYPE_TCP)
 }
 
-fn completions(q: &mut NvmeQueue) -> Vec<Completion> {
+pub(crate) fn completions(q: &mut NvmeQueue) -> Vec<Completion> {
     let mut v = Vec::new();
     q.take_completions(&mut v);
     v
 }
 
 /// Runs one command with `data` as its host data; returns its completion.
-fn run(q: &mut NvmeQueue, sqe: Sqe, data: &[u8]) -> Completion {
+pub(crate) fn run(q: &mut NvmeQueue, sqe: Sqe, data: &[u8]) -> Completion {
     match q.begin(sqe) {
         Begin::Ready { slot, xfer } => {
             if let Xfer::H2C(n) = xfer {
@@ -66,6 +66,8 @@ fn run(q: &mut NvmeQueue, sqe: Sqe, data: &[u8]) -> Completion {
             }
             q.execute(slot);
         }
+        // Refused before any data moved: its completion is queued.
+        Begin::Answered => {}
         other => panic!("not runnable: {other:?}"),
     }
     q.commit();

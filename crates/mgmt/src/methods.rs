@@ -30,6 +30,8 @@ pub const METHODS: &[&str] = &[
     "host_disallow",
     "qos_set",
     "qos_get",
+    "ana_state_set",
+    "ana_state_get",
     "listener_list",
     "listener_add",
     "listener_remove",
@@ -71,6 +73,7 @@ pub fn report_json(r: &ReloadReport) -> Value {
         "subsystems_removed": r.subsystems_removed,
         "hosts_changed": r.hosts_changed,
         "qos_changed": r.qos_changed,
+        "ana_changed": r.ana_changed,
         "controllers_disconnected": r.disconnected,
         "listeners_added": r.listeners_added.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
         "listeners_removed": r.listeners_removed.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
@@ -98,6 +101,16 @@ fn uuid_str(b: &[u8; 16]) -> String {
 #[serde(deny_unknown_fields)]
 struct Nqn {
     nqn: String,
+}
+
+/// `ana_state_set` (docs/ha.md).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AnaSet {
+    nqn: String,
+    listen: String,
+    anagrpid: u32,
+    state: String,
 }
 
 #[derive(Deserialize)]
@@ -143,6 +156,9 @@ struct AddNamespace {
     uuid: Option<String>,
     #[serde(default)]
     nguid: Option<String>,
+    /// ANA group (docs/ha.md), 1 when absent.
+    #[serde(default)]
+    anagrpid: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -260,6 +276,7 @@ impl Api {
                     block_size: a.block_size,
                     uuid: a.uuid,
                     nguid: a.nguid,
+                    anagrpid: a.anagrpid,
                 };
                 let (r, nsid) = manage::add_namespace(t, &a.nqn, nc).map_err(manage_err)?;
                 let mut v = report_json(&r);
@@ -335,6 +352,25 @@ impl Api {
                     "entries": q.config,
                     "throttled_seconds": hosts.iter().map(|(h, t)| (h.clone(), json!(t.throttled_ns as f64 / 1e9))).collect::<serde_json::Map<String, Value>>(),
                 }))
+            }
+            "ana_state_set" => {
+                let a: AnaSet = params(p)?;
+                rep(manage::set_ana_state(
+                    t, &a.nqn, &a.listen, a.anagrpid, &a.state,
+                ))
+            }
+            "ana_state_get" => {
+                let a: Nqn = params(p)?;
+                let rows = manage::ana_states(t, &a.nqn).map_err(manage_err)?;
+                Ok(json!(rows
+                    .iter()
+                    .map(|r| json!({
+                        "listen": r.listen,
+                        "anagrpid": r.anagrpid,
+                        "state": r.state.name(),
+                        "nsids": r.nsids,
+                    }))
+                    .collect::<Vec<_>>()))
             }
             "listener_list" => {
                 params::<NqnOpt>(p)?;

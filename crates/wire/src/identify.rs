@@ -30,6 +30,10 @@ pub mod ctrl_off {
     pub const LPA: usize = 261;
     pub const ELPE: usize = 262;
     pub const KAS: usize = 320;
+    pub const ANATT: usize = 342;
+    pub const ANACAP: usize = 343;
+    pub const ANAGRPMAX: usize = 344;
+    pub const NANAGRPID: usize = 348;
     pub const SQES: usize = 512;
     pub const CQES: usize = 513;
     pub const MAXCMD: usize = 514;
@@ -63,6 +67,17 @@ pub const OAES_DISCOVERY_CHANGE: u32 = 1 << 31;
 pub const CTRATT_HID128: u32 = 1;
 /// CMIC bit 1: may have two or more controllers in the subsystem.
 pub const CMIC_MULTI_CTRL: u8 = 1 << 1;
+/// CMIC bit 3: ANA reporting supported (Base §8.20; Linux `NVME_CTRL_CMIC_ANA`).
+pub const CMIC_ANA: u8 = 1 << 3;
+/// OAES bit 11: ANA Change Notices (Linux `NVME_AEN_CFG_ANA_CHANGE`).
+pub const OAES_ANA_CHANGE: u32 = 1 << 11;
+/// ANACAP (Base §5.17.2.1): bits 0-4 report the optimized, non-optimized,
+/// inaccessible, persistent loss and change states; bit 6: a namespace's
+/// ANAGRPID does not change while it is attached.
+pub const ANACAP_ALL_STATES: u8 = 0x1F;
+pub const ANACAP_GRPID_STATIC: u8 = 1 << 6;
+/// ONCS bit 5: Reservations supported.
+pub const ONCS_RESERVATIONS: u16 = 1 << 5;
 /// SGLS bits: 1:0 = 01b SGLs supported (byte-aligned), bit 20 = Offset
 /// subtype for in-capsule data.
 pub const SGLS_SUPPORTED: u32 = 1;
@@ -95,6 +110,12 @@ pub struct IdCtrl {
     pub elpe: u8,
     /// Keep Alive Support granularity in 100 ms units (0 = no keep-alive).
     pub kas: u16,
+    /// ANA Transition Time in seconds, capabilities, largest group ID and
+    /// number of group IDs (Base §5.17.2.1).
+    pub anatt: u8,
+    pub anacap: u8,
+    pub anagrpmax: u32,
+    pub nanagrpid: u32,
     pub sqes: u8,
     pub cqes: u8,
     pub maxcmd: u16,
@@ -136,6 +157,10 @@ impl IdCtrl {
         b[LPA] = self.lpa;
         b[ELPE] = self.elpe;
         put_u16(b, KAS, self.kas);
+        b[ANATT] = self.anatt;
+        b[ANACAP] = self.anacap;
+        put_u32(b, ANAGRPMAX, self.anagrpmax);
+        put_u32(b, NANAGRPID, self.nanagrpid);
         b[SQES] = self.sqes;
         b[CQES] = self.cqes;
         put_u16(b, MAXCMD, self.maxcmd);
@@ -175,6 +200,10 @@ impl IdCtrl {
             lpa: b[LPA],
             elpe: b[ELPE],
             kas: u16_at(b, KAS),
+            anatt: b[ANATT],
+            anacap: b[ANACAP],
+            anagrpmax: u32_at(b, ANAGRPMAX),
+            nanagrpid: u32_at(b, NANAGRPID),
             sqes: b[SQES],
             cqes: b[CQES],
             maxcmd: u16_at(b, MAXCMD),
@@ -201,8 +230,10 @@ pub mod ns_off {
     pub const NLBAF: usize = 25;
     pub const FLBAS: usize = 26;
     pub const NMIC: usize = 30;
+    pub const RESCAP: usize = 31;
     pub const DLFEAT: usize = 33;
     pub const NOWS: usize = 72;
+    pub const ANAGRPID: usize = 92;
     pub const NGUID: usize = 104;
     pub const EUI64: usize = 120;
     pub const LBAF0: usize = 128;
@@ -221,7 +252,11 @@ pub struct IdNs {
     pub nuse: u64,
     pub nsfeat: u8,
     pub nmic: u8,
+    /// Reservation Capabilities (NVM Command Set §4.1.5.1 RESCAP).
+    pub rescap: u8,
     pub dlfeat: u8,
+    /// ANA Group Identifier (0: not in an ANA group).
+    pub anagrpid: u32,
     pub nguid: [u8; 16],
     pub eui64: [u8; 8],
     /// log2 of the logical block size (LBAF0.LBADS).
@@ -239,7 +274,9 @@ impl IdNs {
         b[NLBAF] = 0; // one format, 0's based
         b[FLBAS] = 0;
         b[NMIC] = self.nmic;
+        b[RESCAP] = self.rescap;
         b[DLFEAT] = self.dlfeat;
+        put_u32(b, ANAGRPID, self.anagrpid);
         b[NGUID..NGUID + 16].copy_from_slice(&self.nguid);
         b[EUI64..EUI64 + 8].copy_from_slice(&self.eui64);
         // LBAF0: MS (15:0) = 0, LBADS (23:16), RP (25:24) = 0 (best).
@@ -259,7 +296,9 @@ impl IdNs {
             nuse: u64_at(b, NUSE),
             nsfeat: b[NSFEAT],
             nmic: b[NMIC],
+            rescap: b[RESCAP],
             dlfeat: b[DLFEAT],
+            anagrpid: u32_at(b, ANAGRPID),
             nguid,
             eui64,
             lbads: b[LBAF0 + flbas * 4 + 2],
@@ -335,6 +374,10 @@ mod tests {
             ctratt: CTRATT_HID128,
             cntrltype: CNTRLTYPE_IO,
             kas: 10,
+            anatt: 10,
+            anacap: ANACAP_ALL_STATES | ANACAP_GRPID_STATIC,
+            anagrpmax: 128,
+            nanagrpid: 128,
             sqes: 0x66,
             cqes: 0x44,
             maxcmd: 128,
@@ -355,6 +398,9 @@ mod tests {
         assert_eq!(u16_at(&b, 78), 0x21);
         assert_eq!(b[111], 1);
         assert_eq!(u16_at(&b, 320), 10);
+        // Linux struct nvme_id_ctrl: rsvd338[4], anatt, anacap, anagrpmax, nanagrpid.
+        assert_eq!((b[342], b[343]), (10, 0x5F));
+        assert_eq!((u32_at(&b, 344), u32_at(&b, 348)), (128, 128));
         assert_eq!(b[512], 0x66);
         assert_eq!(u16_at(&b, 514), 128);
         assert_eq!(u32_at(&b, 516), 4);
@@ -374,6 +420,9 @@ mod tests {
             ncap: 1 << 21,
             nuse: 1 << 21,
             dlfeat: 1,
+            nmic: 1,
+            rescap: 0xFF,
+            anagrpid: 7,
             nguid: [3; 16],
             eui64: [0; 8],
             lbads: 9,
@@ -383,6 +432,8 @@ mod tests {
         n.encode(&mut b);
         assert_eq!(u64_at(&b, 0), 1 << 21);
         assert_eq!(b[130], 9);
+        assert_eq!((b[30], b[31]), (1, 0xFF));
+        assert_eq!(u32_at(&b, 92), 7);
         assert_eq!(&b[104..120], &[3; 16]);
         assert_eq!(IdNs::decode(&b), n);
     }

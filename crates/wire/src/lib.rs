@@ -9,6 +9,7 @@
 //! Specifications: NVM Express Base 2.0 ("Base"), NVMe over Fabrics 1.1
 //! ("Fabrics"), NVMe/TCP Transport Binding 1.0 ("TCP").
 
+pub mod ana;
 pub mod auth;
 pub mod cqe;
 pub mod digest;

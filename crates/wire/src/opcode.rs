@@ -26,6 +26,11 @@ pub mod io {
     pub const COMPARE: u8 = 0x05;
     pub const WRITE_ZEROES: u8 = 0x08;
     pub const DATASET_MANAGEMENT: u8 = 0x09;
+    /// Reservations (NVM Command Set §3.2, Base §7.?): Register, Report, Acquire, Release.
+    pub const RESERVATION_REGISTER: u8 = 0x0D;
+    pub const RESERVATION_REPORT: u8 = 0x0E;
+    pub const RESERVATION_ACQUIRE: u8 = 0x11;
+    pub const RESERVATION_RELEASE: u8 = 0x15;
 }
 
 /// Fabrics command types (FCTYPE, Fabrics §6).
@@ -62,6 +67,10 @@ pub mod log_id {
     pub const FIRMWARE_SLOT: u8 = 0x03;
     pub const CHANGED_NS_LIST: u8 = 0x04;
     pub const COMMANDS_SUPPORTED: u8 = 0x05;
+    /// Asymmetric Namespace Access (Base §5.16.1.12).
+    pub const ANA: u8 = 0x0C;
+    /// Reservation Notification (Base §5.16.1.25).
+    pub const RESERVATION_NOTIFICATION: u8 = 0x80;
     pub const DISCOVERY: u8 = 0x70;
 }
 

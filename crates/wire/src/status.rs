@@ -87,6 +87,14 @@ impl Status {
     /// NVM command set, Dataset Management etc. (NVM Command Set §? 80h).
     pub const CONFLICTING_ATTRIBUTES: Status = Status::new(sct::COMMAND_SPECIFIC, 0x80);
 
+    /// Reservation Conflict (Base §4.6.1.2.1, 83h).
+    pub const RESERVATION_CONFLICT: Status = Status::new(sct::GENERIC, 0x83);
+
+    // Path Related Status (Base §4.6.1.2.4): the host retries on another path.
+    pub const ANA_PERSISTENT_LOSS: Status = Status::new(sct::PATH, 0x01);
+    pub const ANA_INACCESSIBLE: Status = Status::new(sct::PATH, 0x02);
+    pub const ANA_TRANSITION: Status = Status::new(sct::PATH, 0x03);
+
     // Media and Data Integrity Errors (Base §4.6.1.2.3).
     pub const WRITE_FAULT: Status = Status::new(sct::MEDIA, 0x80);
     pub const UNRECOVERED_READ_ERROR: Status = Status::new(sct::MEDIA, 0x81);
@@ -111,6 +119,7 @@ impl Status {
             (0, 0x80) => "LBA Out of Range",
             (0, 0x81) => "Capacity Exceeded",
             (0, 0x82) => "Namespace Not Ready",
+            (0, 0x83) => "Reservation Conflict",
             (1, 0x01) => "Invalid Queue Identifier",
             (1, 0x91) => "Authentication Required",
             (1, 0x02) => "Invalid Queue Size",
@@ -125,6 +134,9 @@ impl Status {
             (1, 0x83) => "Connect Restart Discovery",
             (1, 0x84) => "Connect Invalid Host",
             (2, 0x80) => "Write Fault",
+            (3, 0x01) => "Asymmetric Access Persistent Loss",
+            (3, 0x02) => "Asymmetric Access Inaccessible",
+            (3, 0x03) => "Asymmetric Access Transition",
             (2, 0x81) => "Unrecovered Read Error",
             _ => "Unknown status",
         }
@@ -165,6 +177,10 @@ mod tests {
         assert_eq!(f & 1, 1);
         assert_eq!(Status::from_cqe_field(f), Status::INVALID_NAMESPACE.dnr());
         assert!(Status::SUCCESS.is_success());
+        // Linux: NVME_SC_ANA_INACCESSIBLE 0x302, NVME_SC_RESERVATION_CONFLICT 0x83.
+        assert_eq!(Status::ANA_INACCESSIBLE.0, 0x302);
+        assert_eq!(Status::ANA_TRANSITION.0, 0x303);
+        assert_eq!(Status::RESERVATION_CONFLICT.0, 0x83);
         assert_eq!(
             format!("{}", Status::INVALID_OPCODE),
             "Invalid Command Opcode (sct 0x0 sc 0x01)"

@@ -82,6 +82,10 @@ pub struct NvmeQueue {
     cid_busy: Vec<u64>,
     /// The subsystem's namespaces as this queue sees them.
     pub(crate) ns: NsTable,
+    /// ANA groups not accessible through this queue's listener, with their
+    /// state (`crate::ana`); empty in the common case, so the I/O check is
+    /// one branch. Re-read with the namespaces.
+    pub(crate) ana_blocked: Vec<(u32, farflash_wire::ana::AnaState)>,
     pub(crate) pool: BufPool,
     /// Storage requests emitted and not yet taken: (namespace key, request
     /// tagged with its slot).
@@ -155,6 +159,7 @@ impl NvmeQueue {
             free: Vec::new(),
             cid_busy: vec![0; 1024],
             ns: NsTable::default(),
+            ana_blocked: Vec::new(),
             pool: BufPool::new(),
             storage_out: Vec::new(),
             own_storage: None,
@@ -295,6 +300,7 @@ impl NvmeQueue {
         self.epoch = ctrl.epoch();
         if let Some(sub) = ctrl.subsystem() {
             self.ns.load(&sub.namespaces(), sub.generation());
+            self.ana_blocked = sub.ana().blocked(&self.local);
             self.stats = Some(sub.stats.register(&ctrl.hostnqn));
         }
         self.ctrl = Some(ctrl);
@@ -333,6 +339,7 @@ impl NvmeQueue {
             if g != self.ns.generation() {
                 let list = sub.namespaces();
                 self.ns.load(&list, g);
+                self.ana_blocked = sub.ana().blocked(&self.local);
             }
         }
     }
