@@ -3,15 +3,18 @@
 //! NQN, serial and NGUID and disjoint CNTLID ranges; the guest kernel (QEMU
 //! VM, tests/linux-host) must see one subsystem with two controllers and one
 //! namespace head, and fio verify on it must pass
-//! (tests/linux-host/guest/multipath.sh); then, with fio verify running,
-//! the first target is SIGKILLed and restarted on the same port: fio sees
-//! no error and both paths come back live. `#[ignore]`d like the other VM
-//! tests: `cargo test --test interop_ha -- --ignored --nocapture`.
+//! (tests/linux-host/guest/multipath.sh). Then, with fio verify looping on
+//! the head: ANA states flipped through the management API (the kernel
+//! follows them in `ana_state` and sends I/O down the optimized path only),
+//! target B's listener removed and added again, and target A SIGKILLed and
+//! restarted on the same port: fio sees no error and both paths come back
+//! live. `#[ignore]`d like the other VM tests:
+//! `cargo test --test interop_ha -- --ignored --nocapture`.
 
 mod common;
 
 use common::Serve;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -28,6 +31,21 @@ fn config(dir: &Path, img: &Path, min: u16, max: u16) -> String {
     path.display().to_string()
 }
 
+/// Runs `farflash ctl --rpc-socket SOCK ARGS`: "ok" or what went wrong.
+fn ctl(sock: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_farflash"))
+        .arg("ctl")
+        .arg("--rpc-socket")
+        .arg(sock)
+        .args(args)
+        .output();
+    match out {
+        Ok(o) if o.status.success() => "ok".to_owned(),
+        Ok(o) => format!("failed: {}", String::from_utf8_lossy(&o.stderr).trim()),
+        Err(e) => format!("cannot run farflash ctl: {e}"),
+    }
+}
+
 #[test]
 #[ignore = "boots a QEMU VM; run by tests/run.sh"]
 fn linux_multipath_joins_two_farflash_targets() {
@@ -37,17 +55,52 @@ fn linux_multipath_joins_two_farflash_targets() {
     std::fs::File::create(&img)
         .and_then(|f| f.set_len(16 << 20))
         .expect("create the shared file");
+    let sock_a = dir.join("a.sock");
+    let sock_b = dir.join("b.sock");
     let cfg_a = config(&dir, &img, 1, 999);
-    let mut a = Serve::start(&["--config", &cfg_a]);
-    let b = Serve::start(&["--config", &config(&dir, &img, 1000, 1999)]);
+    let mut a = Serve::start(&[
+        "--config",
+        &cfg_a,
+        "--rpc-socket",
+        &sock_a.display().to_string(),
+    ]);
+    // B has a second listener the guest does not use, so that the one it
+    // uses can be removed (the last listener cannot be).
+    let spare = format!("127.0.0.1:{}", common::free_port());
+    let b = Serve::start(&[
+        "--config",
+        &config(&dir, &img, 1000, 1999),
+        "--listen",
+        &spare,
+        "--rpc-socket",
+        &sock_b.display().to_string(),
+    ]);
     let share = dir.join("share");
     std::fs::create_dir_all(&share).expect("share dir");
-    // The host side: on the guest's "kill", SIGKILL target A and start it
+    // The host side acts on the guest's requests: `ctl.N` files ("a" or "b"
+    // and the arguments of `farflash ctl` for that target), answered in
+    // `ctl.N.done`; and "kill" in `request`: SIGKILL target A and start it
     // again on the same port from the same configuration.
-    let (port_a, share2) = (a.port, share.clone());
+    let (port_a, share2, sock_b2) = (a.port, share.clone(), sock_b.clone());
     let watcher = std::thread::spawn(move || {
         let deadline = Instant::now() + Duration::from_secs(600);
+        let mut next = 1;
         while Instant::now() < deadline {
+            let req = share2.join(format!("ctl.{next}"));
+            if let Ok(line) = std::fs::read_to_string(&req) {
+                let words: Vec<&str> = line.split_whitespace().collect();
+                let sock: &PathBuf = if words.first() == Some(&"a") {
+                    &sock_a
+                } else {
+                    &sock_b2
+                };
+                let answer = ctl(sock, words.get(1..).unwrap_or_default());
+                println!("host side: farflash ctl {line:?} -> {answer}");
+                std::fs::write(share2.join(format!("ctl.{next}.done")), answer)
+                    .expect("answer the guest");
+                next += 1;
+                continue;
+            }
             if std::fs::read_to_string(share2.join("request")).is_ok_and(|r| r.trim() == "kill") {
                 a.child.kill().expect("SIGKILL target A");
                 let _ = a.child.wait();
@@ -63,6 +116,8 @@ fn linux_multipath_joins_two_farflash_targets() {
                         "--config",
                         &cfg_a,
                     ])
+                    .arg("--rpc-socket")
+                    .arg(&sock_a)
                     .stdout(Stdio::null())
                     .spawn()
                     .expect("restart target A");
@@ -99,10 +154,14 @@ fn linux_multipath_joins_two_farflash_targets() {
         out.status
     );
     let restarted = watcher.join().expect("watcher thread");
-    assert!(
-        text.contains("ok: fio verify across the kill"),
-        "no kill phase"
-    );
+    for phase in [
+        "ok: ANA: path A inaccessible",
+        "ok: ANA: I/O follows the optimized path",
+        "ok: listener of B removed",
+        "ok: fio verify across the kill",
+    ] {
+        assert!(text.contains(phase), "no phase {phase:?}");
+    }
     drop((restarted, b));
     let _ = std::fs::remove_dir_all(&dir);
 }

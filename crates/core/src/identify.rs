@@ -53,7 +53,10 @@ pub(crate) fn controller(q: &NvmeQueue, ctrl: &Controller) -> IdCtrl {
             c.nanagrpid = farflash_wire::ana::ANAGRPMAX;
             // MDTS in units of the minimum page size (4 KiB), as a power of two.
             c.mdts = (t.max_io_size / 4096).trailing_zeros() as u8;
-            c.nn = sub.max_nsid();
+            // Linux (`nvme_mpath_init_identify`) wants 1 <= MNAN <= NN
+            // from a controller that reports ANA.
+            c.nn = sub.max_nsid().max(1);
+            c.mnan = c.nn;
             c.oncs = wid::ONCS_DSM | wid::ONCS_WRITE_ZEROES;
             c.oaes = wid::OAES_NS_ATTR | wid::OAES_ANA_CHANGE;
             c.vwc = sub

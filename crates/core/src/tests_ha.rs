@@ -57,6 +57,7 @@ fn ana_state_changes_reach_identify_log_aen_and_io() {
         (128, 128, 0x1F)
     );
     assert!(id.anatt > 0);
+    assert!(id.mnan >= 1 && id.mnan <= id.nn, "Linux checks MNAN");
     let mut s = admin_cmd(aop::IDENTIFY, 11, 4096);
     s.nsid = 1;
     let c = run(&mut admin, s, &[]);

@@ -123,6 +123,9 @@ pub struct IdCtrl {
     pub oncs: u16,
     pub vwc: u8,
     pub sgls: u32,
+    /// Maximum Number of Allowed Namespaces (Linux refuses 0 or more than
+    /// NN when the controller reports ANA).
+    pub mnan: u32,
     pub subnqn: String,
     /// I/O Queue Command Capsule Supported Size, in 16-byte units.
     pub ioccsz: u32,
@@ -168,6 +171,7 @@ impl IdCtrl {
         put_u16(b, ONCS, self.oncs);
         b[VWC] = self.vwc;
         put_u32(b, SGLS, self.sgls);
+        put_u32(b, MNAN, self.mnan);
         put_str(b, SUBNQN, 256, &self.subnqn, 0);
         put_u32(b, IOCCSZ, self.ioccsz);
         put_u32(b, IORCSZ, self.iorcsz);
@@ -211,6 +215,7 @@ impl IdCtrl {
             oncs: u16_at(b, ONCS),
             vwc: b[VWC],
             sgls: u32_at(b, SGLS),
+            mnan: u32_at(b, MNAN),
             subnqn: s(SUBNQN, 256),
             ioccsz: u32_at(b, IOCCSZ),
             iorcsz: u32_at(b, IORCSZ),
