@@ -200,6 +200,7 @@ impl ServeArgs {
                     uuid: None,
                     nguid: None,
                     anagrpid: None,
+                    ptpl_file: None,
                 }
             })
             .collect();

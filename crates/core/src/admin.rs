@@ -198,6 +198,16 @@ fn get_log_page(q: &mut NvmeQueue, idx: usize, ctrl: &Controller, sqe: &Sqe) -> 
             st.changed_ns.clear();
             v
         }
+        log_id::RESERVATION_NOTIFICATION if !disc => {
+            // Base §5.16.1.25: one page per read, the oldest; zeroes when none.
+            let mut st = ctrl.lock();
+            let mut v = vec![0u8; farflash_wire::resv::NOTICE_LOG_LEN];
+            if let Some((n, kind, nsid)) = st.resv_log.pop_front() {
+                let left = st.resv_log.len().min(255) as u8;
+                farflash_wire::resv::encode_notice(&mut v, n, kind, left, nsid);
+            }
+            v
+        }
         log_id::ANA if !disc => {
             let Some(sub) = ctrl.subsystem() else {
                 return Outcome::Done(Status::INVALID_LOG_PAGE.dnr(), 0);
@@ -268,6 +278,11 @@ fn set_features(q: &mut NvmeQueue, ctrl: &Controller, sqe: &Sqe) -> Outcome {
             st.vwc_enabled = sqe.cdw11 & 1 != 0;
             Outcome::Done(Status::SUCCESS, 0)
         }
+        fid::RESERVATION_NOTIFICATION_MASK if !disc => {
+            // One mask for every namespace of the controller (docs/ha.md).
+            st.resv_mask = sqe.cdw11 & 0b1110;
+            Outcome::Done(Status::SUCCESS, 0)
+        }
         fid::ARBITRATION
         | fid::POWER_MANAGEMENT
         | fid::TEMPERATURE_THRESHOLD
@@ -294,6 +309,7 @@ fn get_features(q: &mut NvmeQueue, ctrl: &Controller, sqe: &Sqe) -> Outcome {
                 | fid::ASYNC_EVENT_CONFIG
                 | fid::NUMBER_OF_QUEUES
                 | fid::VOLATILE_WRITE_CACHE
+                | fid::RESERVATION_NOTIFICATION_MASK
         );
         return Outcome::Done(Status::SUCCESS, u64::from(changeable) << 2);
     }
@@ -310,6 +326,12 @@ fn get_features(q: &mut NvmeQueue, ctrl: &Controller, sqe: &Sqe) -> Outcome {
         fid::KEEP_ALIVE_TIMER => st.kato_ms,
         fid::ASYNC_EVENT_CONFIG => st.aec,
         fid::VOLATILE_WRITE_CACHE if !disc => st.vwc_enabled as u32,
+        fid::RESERVATION_NOTIFICATION_MASK if !disc => st.resv_mask,
+        // Reservation Persistence: the namespace's PTPL state (CPTPL sets it).
+        fid::RESERVATION_PERSISTENCE if !disc => match q.namespace_index(sqe.nsid) {
+            Some(k) => q.ns.get(k).is_some_and(|n| n.resv.lock().r.ptpl) as u32,
+            None => return Outcome::Done(Status::INVALID_NAMESPACE.dnr(), 0),
+        },
         fid::ARBITRATION
         | fid::POWER_MANAGEMENT
         | fid::ERROR_RECOVERY

@@ -92,7 +92,7 @@ pub(crate) fn send(q: &mut NvmeQueue, idx: usize) -> Outcome {
     match sent {
         Sent::Event(ev) => report(q, ev),
         Sent::Compute(job) => {
-            q.offload(idx, job);
+            q.offload(idx, crate::queue::Job::Dh(job));
             return Outcome::Pending;
         }
     }

@@ -115,6 +115,11 @@ pub(crate) enum IoCmd {
         nr: u32,
         deallocate: bool,
     },
+    /// Reservation Register, Report, Acquire or Release (`crate::resv`).
+    Resv {
+        ns: usize,
+        opcode: u8,
+    },
 }
 
 impl IoCmd {

@@ -311,6 +311,11 @@ pub struct NamespaceConfig {
     /// ANA group (Base §8.20), 1..=128; 1 when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub anagrpid: Option<u32>,
+    /// File that keeps the namespace's reservations when a host sets
+    /// Persist Through Power Loss (docs/ha.md); without it PTPL is not
+    /// supported on this namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ptpl_file: Option<PathBuf>,
 }
 
 impl NamespaceConfig {
@@ -326,6 +331,7 @@ impl NamespaceConfig {
             uuid: None,
             nguid: None,
             anagrpid: None,
+            ptpl_file: None,
         }
     }
 }

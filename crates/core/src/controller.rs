@@ -59,6 +59,13 @@ pub struct CtrlState {
     pub events: VecDeque<u32>,
     /// Changed Namespace List (log 04h) not read yet.
     pub changed_ns: Vec<u32>,
+    /// Reservation Notification log pages not read yet: (Log Page Count,
+    /// type, NSID), oldest first (Base §5.16.1.25), at most 255.
+    pub resv_log: VecDeque<(u64, u8, u32)>,
+    pub resv_log_count: u64,
+    /// Reservation Notification Mask (Set Features 82h): bits 1-3 mask
+    /// Registration Preempted, Reservation Released, Reservation Preempted.
+    pub resv_mask: u32,
     /// Newest first.
     pub errors: VecDeque<ErrorEntry>,
     pub error_count: u64,

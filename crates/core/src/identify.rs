@@ -57,7 +57,7 @@ pub(crate) fn controller(q: &NvmeQueue, ctrl: &Controller) -> IdCtrl {
             // from a controller that reports ANA.
             c.nn = sub.max_nsid().max(1);
             c.mnan = c.nn;
-            c.oncs = wid::ONCS_DSM | wid::ONCS_WRITE_ZEROES;
+            c.oncs = wid::ONCS_DSM | wid::ONCS_WRITE_ZEROES | wid::ONCS_RESERVATIONS;
             c.oaes = wid::OAES_NS_ATTR | wid::OAES_ANA_CHANGE;
             c.vwc = sub
                 .namespaces()
@@ -83,7 +83,9 @@ pub(crate) fn namespace(ns: &Namespace) -> IdNs {
         nuse: ns.blocks,
         nsfeat: 0,
         nmic: 1, // may be attached to several controllers
-        rescap: 0,
+        // NVM Command Set §4.1.5.1 RESCAP: all six types (bits 1-6), IEKEY
+        // as NVMe 1.3 defines it (bit 7), PTPL (bit 0) with a PTPL file.
+        rescap: 0xFE | ns.resv.file.is_some() as u8,
         dlfeat: wid::DLFEAT_READ_ZEROES,
         anagrpid: ns.anagrpid,
         nguid: ns.nguid,

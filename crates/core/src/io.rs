@@ -57,6 +57,9 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status
     match sqe.opcode {
         op::READ | op::WRITE => {
             let ns = ns_index(q, sqe.nsid)?;
+            if !q.resv_block.is_empty() {
+                crate::resv::cmd::check_access(q, ns, sqe.opcode == op::WRITE)?;
+            }
             let (offset, len) = range(q, ns, sqe.slba(), sqe.nlb() as u64 + 1)?;
             if len > q.target.transport.max_io_size as u64 {
                 // Base §? : a transfer beyond MDTS is an invalid field.
@@ -88,6 +91,9 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status
         }
         op::WRITE_ZEROES => {
             let ns = ns_index(q, sqe.nsid)?;
+            if !q.resv_block.is_empty() {
+                crate::resv::cmd::check_access(q, ns, true)?;
+            }
             let (offset, len) = range(q, ns, sqe.slba(), sqe.nlb() as u64 + 1)?;
             let fua = sqe.fua();
             Ok((
@@ -102,11 +108,28 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status
         }
         op::DATASET_MANAGEMENT => {
             let ns = ns_index(q, sqe.nsid)?;
+            if !q.resv_block.is_empty() {
+                crate::resv::cmd::check_access(q, ns, true)?;
+            }
             let nr = (sqe.cdw10 & 0xFF) + 1;
             let deallocate = sqe.cdw11 & DSM_AD != 0;
             Ok((
                 Xfer::H2C(nr * DSM_RANGE_LEN),
                 IoCmd::Dsm { ns, nr, deallocate },
+            ))
+        }
+        op::RESERVATION_REGISTER
+        | op::RESERVATION_REPORT
+        | op::RESERVATION_ACQUIRE
+        | op::RESERVATION_RELEASE => {
+            let ns = ns_index(q, sqe.nsid)?;
+            let x = crate::resv::cmd::classify(sqe)?;
+            Ok((
+                x,
+                IoCmd::Resv {
+                    ns,
+                    opcode: sqe.opcode,
+                },
             ))
         }
         _ => Err(Status::INVALID_OPCODE.dnr()),
@@ -161,6 +184,7 @@ pub(crate) fn execute(q: &mut NvmeQueue, idx: usize, cmd: IoCmd) -> Outcome {
             q.submit(idx, ns, IoRequest { tag, op, buf })
         }
         IoCmd::Dsm { ns, nr, deallocate } => return dsm(q, idx, ns, nr, deallocate),
+        IoCmd::Resv { ns, opcode } => return crate::resv::cmd::execute(q, idx, ns, opcode),
     };
     match result {
         Ok(()) if q.slots[idx].pending > 0 => Outcome::Pending,

@@ -20,6 +20,7 @@ pub mod controller;
 pub mod manage;
 pub mod qos;
 pub mod reload;
+pub mod resv;
 pub mod stats;
 pub mod subsystem;
 pub mod target;

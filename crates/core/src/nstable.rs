@@ -122,6 +122,7 @@ mod tests {
             uuid: None,
             nguid: None,
             anagrpid: None,
+            ptpl_file: None,
         };
         Arc::new(crate::subsystem::build_namespace("nqn.t", &cfg, nsid).unwrap())
     }

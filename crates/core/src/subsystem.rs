@@ -28,6 +28,29 @@ pub struct Namespace {
     pub describe: String,
     /// What built it (a reload keeps a namespace whose configuration is unchanged).
     pub config: NamespaceConfig,
+    /// Reservations (`crate::resv`), shared by every controller of the
+    /// subsystem in this process.
+    pub resv: Arc<crate::resv::NsResv>,
+}
+
+impl Namespace {
+    /// The same namespace (identifiers, configuration, reservations) on
+    /// another backend of the same geometry (tests: a scripted backend).
+    pub fn with_backend(old: &Namespace, backend: SharedBackend, describe: &str) -> Namespace {
+        Namespace {
+            nsid: old.nsid,
+            backend,
+            block_size: old.block_size,
+            lba_shift: old.lba_shift,
+            blocks: old.blocks,
+            uuid: old.uuid,
+            nguid: old.nguid,
+            anagrpid: old.anagrpid,
+            describe: describe.to_owned(),
+            config: old.config.clone(),
+            resv: old.resv.clone(),
+        }
+    }
 }
 
 /// Who may connect to a subsystem and how they authenticate.
@@ -140,6 +163,12 @@ impl Subsystem {
             qos: self.qos().config.clone(),
             ana: self.ana().config.clone(),
         }
+    }
+
+    /// A reservation changed: queues re-read their host's access before
+    /// their next command (the namespace generation moves; the list stays).
+    pub(crate) fn reservations_changed(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
     /// The current ANA states.
@@ -347,7 +376,9 @@ pub fn build_namespace(
         Some(u) => parse_hex16(u).ok_or_else(|| invalid("nguid must be 32 hex digits"))?,
         None => derive_id(nqn, nsid, 2),
     };
+    let resv = crate::resv::NsResv::open(nc.ptpl_file.clone()).map_err(|m| invalid(&m))?;
     Ok(Namespace {
+        resv: Arc::new(resv),
         nsid,
         backend,
         block_size: bs,

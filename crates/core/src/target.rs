@@ -18,6 +18,10 @@ pub const AEN_NS_ATTR_CHANGED: u32 = 0x0004_0002;
 /// information F0h, log page 70h (Base §5.2, Fabrics §3.1.3.?).
 pub const AEN_DISCOVERY_CHANGED: u32 = 0x0070_F002;
 
+/// AER completion DW0 for "Reservation Log Page Available": type I/O
+/// Command Specific Status (6), information 00h, log page 80h (Base §5.2).
+pub const AEN_RESERVATION_LOG: u32 = 0x0080_0006;
+
 use crate::cntlid::CntlidRange;
 pub use crate::cntlid::MAX_CNTLID;
 
@@ -267,6 +271,42 @@ impl Target {
                 && !st.events.contains(&crate::ana::AEN_ANA_CHANGE)
             {
                 st.events.push_back(crate::ana::AEN_ANA_CHANGE);
+            }
+        }
+    }
+
+    /// Reservation notices of namespace `nsid` of `sub` (`crate::resv`):
+    /// each goes to the Reservation Notification log of every controller
+    /// of that host (Host Identifier) in the subsystem, with an
+    /// asynchronous event (type I/O Command Specific, log page 80h) unless
+    /// the host masked that notice (Base §8.19.?, §5.16.1.25).
+    pub fn reservation_notices(
+        &self,
+        sub: &Arc<Subsystem>,
+        nsid: u32,
+        notices: &[crate::resv::Notice],
+    ) {
+        if notices.is_empty() {
+            return;
+        }
+        for c in self.all_controllers() {
+            if !c.subsystem().is_some_and(|s| Arc::ptr_eq(s, sub)) {
+                continue;
+            }
+            let mut st = c.lock();
+            for &(h, kind) in notices {
+                if h != c.hostid || st.resv_mask & (1 << kind) != 0 {
+                    continue;
+                }
+                st.resv_log_count += 1;
+                let n = st.resv_log_count;
+                if st.resv_log.len() >= 255 {
+                    st.resv_log.pop_front();
+                }
+                st.resv_log.push_back((n, kind, nsid));
+                if !st.events.contains(&AEN_RESERVATION_LOG) {
+                    st.events.push_back(AEN_RESERVATION_LOG);
+                }
             }
         }
     }

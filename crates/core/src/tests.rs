@@ -34,12 +34,9 @@ pub(crate) fn target() -> (Arc<Target>, Arc<Script>) {
     let subs = build_subsystems(&cfg).unwrap();
     let old = subs[0].namespace(1).unwrap();
     let (backend, script) = open_scripted(1 << 20, 512);
-    subs[0].replace_namespaces(vec![Arc::new(Namespace {
-        backend,
-        describe: "scripted".into(),
-        config: old.config.clone(),
-        ..*old
-    })]);
+    subs[0].replace_namespaces(vec![Arc::new(Namespace::with_backend(
+        &old, backend, "scripted",
+    ))]);
     let addr = "127.0.0.1:4420".parse().unwrap();
     (Target::new(subs, transport, vec![addr]), script)
 }

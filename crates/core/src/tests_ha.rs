@@ -151,3 +151,337 @@ fn bad_ana_requests_change_nothing() {
         vec![1, 128]
     );
 }
+
+// ----- reservations -------------------------------------------------------
+
+use farflash_wire::fabrics::{ConnectCmd, ConnectData, PropertyCmd, CNTLID_DYNAMIC};
+use farflash_wire::opcode::fctype;
+use farflash_wire::props;
+use farflash_wire::resv::{self as wr, ResvCdw10, ResvStatus};
+
+fn connect_as(
+    q: &mut crate::NvmeQueue,
+    qid: u16,
+    cntlid: u16,
+    host: &str,
+    hostid: [u8; 16],
+) -> crate::Completion {
+    let cmd = ConnectCmd {
+        recfmt: 0,
+        qid,
+        sqsize: 31,
+        cattr: 0,
+        kato: 5000,
+    };
+    let d = ConnectData {
+        hostid,
+        cntlid,
+        subnqn: NQN.into(),
+        hostnqn: host.into(),
+    };
+    let mut data = [0u8; 1024];
+    d.encode(&mut data);
+    run(q, cmd.to_sqe(1), &data)
+}
+
+/// An enabled controller of host `hostid` and one I/O queue.
+fn host(t: &std::sync::Arc<crate::Target>, n: u8) -> (crate::NvmeQueue, crate::NvmeQueue) {
+    let nqn = format!("nqn.2014-08.org.nvmexpress:uuid:host-{n}");
+    let mut admin = crate::tests::queue(t);
+    let c = connect_as(&mut admin, 0, CNTLID_DYNAMIC, &nqn, [n; 16]);
+    assert_eq!(c.status, Status::SUCCESS);
+    let en = PropertyCmd {
+        size8: false,
+        offset: props::CC,
+        value: props::cc::ENABLE_DEFAULT as u64,
+    }
+    .to_sqe(2, fctype::PROPERTY_SET);
+    assert_eq!(run(&mut admin, en, &[]).status, Status::SUCCESS);
+    let mut q = crate::tests::queue(t);
+    let c2 = connect_as(&mut q, 1, c.result as u16, &nqn, [n; 16]);
+    assert_eq!(c2.status, Status::SUCCESS);
+    (admin, q)
+}
+
+fn resv(q: &mut crate::NvmeQueue, opcode: u8, c: ResvCdw10, k1: u64, k2: u64) -> Status {
+    let len = if opcode == io::RESERVATION_RELEASE {
+        8
+    } else {
+        16
+    };
+    let s = Sqe {
+        opcode,
+        flags: PSDT_SGL,
+        cid: 40,
+        nsid: 1,
+        dptr: SglDescriptor::transport(len),
+        cdw10: c.to_cdw10(),
+        ..Sqe::default()
+    };
+    let mut d = [0u8; 16];
+    d[..8].copy_from_slice(&k1.to_le_bytes());
+    d[8..].copy_from_slice(&k2.to_le_bytes());
+    run(q, s, &d[..len as usize]).status
+}
+
+fn cdw(action: u8, rtype: u8) -> ResvCdw10 {
+    ResvCdw10 {
+        action,
+        iekey: false,
+        rtype,
+        cptpl: 0,
+    }
+}
+
+fn report(q: &mut crate::NvmeQueue, eds: bool) -> (Status, Option<ResvStatus>) {
+    let s = Sqe {
+        opcode: io::RESERVATION_REPORT,
+        flags: PSDT_SGL,
+        cid: 41,
+        nsid: 1,
+        dptr: SglDescriptor::transport(4096),
+        cdw10: 4096 / 4 - 1,
+        cdw11: eds as u32,
+        ..Sqe::default()
+    };
+    let c = run(q, s, &[]);
+    let st = c
+        .data
+        .and_then(|(b, n)| ResvStatus::decode_ext(&b.as_slice()[..n as usize]));
+    (c.status, st)
+}
+
+#[test]
+fn two_hosts_register_acquire_conflict_report_and_notices() {
+    let (t, _script) = target();
+    let (mut admin_a, mut qa) = host(&t, 0xA);
+    let (admin_b, mut qb) = host(&t, 0xB);
+    // Identify: ONCS.Reservations, RESCAP (no PTPL file here).
+    let mut s = admin_cmd(aop::IDENTIFY, 10, 4096);
+    s.nsid = 1;
+    let c = run(&mut admin_a, s, &[]);
+    assert_eq!(
+        IdNs::decode(c.data.as_ref().unwrap().0.as_slice()).rescap,
+        0xFE
+    );
+
+    assert_eq!(
+        resv(
+            &mut qa,
+            io::RESERVATION_REGISTER,
+            cdw(wr::RREGA_REGISTER, 0),
+            0,
+            0xAA
+        ),
+        Status::SUCCESS
+    );
+    assert_eq!(
+        resv(
+            &mut qb,
+            io::RESERVATION_REGISTER,
+            cdw(wr::RREGA_REGISTER, 0),
+            0,
+            0xBB
+        ),
+        Status::SUCCESS
+    );
+    // PTPL without a file: invalid field.
+    let set = ResvCdw10 {
+        cptpl: wr::CPTPL_SET,
+        ..cdw(wr::RREGA_REGISTER, 0)
+    };
+    assert_eq!(
+        resv(&mut qa, io::RESERVATION_REGISTER, set, 0, 0xAA),
+        Status::INVALID_FIELD.dnr()
+    );
+    // A takes Write Exclusive: B reads but may not write.
+    assert_eq!(
+        resv(
+            &mut qa,
+            io::RESERVATION_ACQUIRE,
+            cdw(wr::RACQA_ACQUIRE, 1),
+            0xAA,
+            0
+        ),
+        Status::SUCCESS
+    );
+    assert_eq!(
+        run(&mut qb, rw(io::WRITE, 50, 0, 512), &[0; 512]).status,
+        Status::RESERVATION_CONFLICT
+    );
+    assert_eq!(
+        run(&mut qb, rw(io::READ, 51, 0, 512), &[]).status,
+        Status::SUCCESS
+    );
+    assert_eq!(
+        run(&mut qa, rw(io::WRITE, 52, 0, 512), &[7; 512]).status,
+        Status::SUCCESS
+    );
+    // Report: EDS only (128-bit host identifiers); both registrants, A holds.
+    assert_eq!(report(&mut qb, false).0, Status::HOST_ID_INCONSISTENT.dnr());
+    let (st, r) = report(&mut qb, true);
+    assert_eq!(st, Status::SUCCESS);
+    let r = r.unwrap();
+    assert_eq!((r.rtype, r.regctls.len()), (1, 2));
+    let a = r.regctls.iter().find(|x| x.hostid == [0xA; 16]).unwrap();
+    assert!(a.holds && a.rkey == 0xAA);
+    // B may not release A's reservation; a wrong key conflicts.
+    assert_eq!(
+        resv(
+            &mut qb,
+            io::RESERVATION_RELEASE,
+            cdw(wr::RRELA_RELEASE, 1),
+            0x99,
+            0
+        ),
+        Status::RESERVATION_CONFLICT
+    );
+    // B parks an AER; A is preempted by B: A's host gets the notice.
+    let Begin::Ready { slot, .. } = admin_a.begin(admin_cmd(aop::ASYNC_EVENT_REQUEST, 60, 0))
+    else {
+        panic!("AER");
+    };
+    admin_a.execute(slot);
+    assert_eq!(
+        resv(
+            &mut qb,
+            io::RESERVATION_ACQUIRE,
+            cdw(wr::RACQA_PREEMPT_ABORT, 2),
+            0xBB,
+            0xAA
+        ),
+        Status::SUCCESS
+    );
+    admin_a.tick(Instant::now());
+    let ev = completions(&mut admin_a);
+    assert_eq!(ev.len(), 1);
+    assert_eq!(ev[0].result as u32, crate::target::AEN_RESERVATION_LOG);
+    let mut s = admin_cmd(aop::GET_LOG_PAGE, 61, 64);
+    GetLogPage {
+        lid: log_id::RESERVATION_NOTIFICATION,
+        lsp: 0,
+        rae: false,
+        len: 64,
+        offset: 0,
+    }
+    .fill_sqe(&mut s);
+    let c = run(&mut admin_a, s, &[]);
+    let page = c.data.unwrap().0.as_slice()[..64].to_vec();
+    assert_eq!(
+        (
+            page[8],
+            u32::from_le_bytes(page[12..16].try_into().unwrap())
+        ),
+        (wr::NOTICE_REGISTRATION_PREEMPTED, 1)
+    );
+    // A, preempted and unregistered, may neither read nor write (Exclusive Access).
+    assert_eq!(
+        run(&mut qa, rw(io::READ, 53, 0, 512), &[]).status,
+        Status::RESERVATION_CONFLICT
+    );
+    assert_eq!(
+        resv(
+            &mut qa,
+            io::RESERVATION_REGISTER,
+            cdw(wr::RREGA_UNREGISTER, 0),
+            0xAA,
+            0
+        ),
+        Status::RESERVATION_CONFLICT
+    );
+    // B clears: everyone may do I/O again.
+    assert_eq!(
+        resv(
+            &mut qb,
+            io::RESERVATION_RELEASE,
+            cdw(wr::RRELA_CLEAR, 0),
+            0xBB,
+            0
+        ),
+        Status::SUCCESS
+    );
+    assert_eq!(
+        run(&mut qa, rw(io::WRITE, 54, 0, 512), &[1; 512]).status,
+        Status::SUCCESS
+    );
+    drop(admin_b);
+}
+
+#[test]
+fn ptpl_keeps_a_reservation_across_a_restart() {
+    use crate::config::{BackendKind, Config, NamespaceConfig, SubsystemConfig, TransportConfig};
+    let dir = std::env::temp_dir().join(format!("farflash-ptpl-core-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("ns1.ptpl");
+    let _ = std::fs::remove_file(&file);
+    let cfg = Config {
+        listen: vec!["127.0.0.1:4420".into()],
+        transport: TransportConfig::default(),
+        subsystems: vec![SubsystemConfig::new(
+            NQN,
+            vec![NamespaceConfig {
+                nsid: Some(1),
+                ptpl_file: Some(file.clone()),
+                ..NamespaceConfig::sized(BackendKind::Ram, 1 << 20)
+            }],
+        )],
+    };
+    let start = || {
+        let subs = crate::subsystem::build_subsystems(&cfg).unwrap();
+        crate::Target::new(
+            subs,
+            TransportConfig::default(),
+            vec!["127.0.0.1:4420".parse().unwrap()],
+        )
+    };
+    let t = start();
+    let (_admin, mut qa) = host(&t, 0xA);
+    let set = ResvCdw10 {
+        cptpl: wr::CPTPL_SET,
+        ..cdw(wr::RREGA_REGISTER, 0)
+    };
+    assert_eq!(
+        resv(&mut qa, io::RESERVATION_REGISTER, set, 0, 0xAA),
+        Status::SUCCESS
+    );
+    assert_eq!(
+        resv(
+            &mut qa,
+            io::RESERVATION_ACQUIRE,
+            cdw(wr::RACQA_ACQUIRE, 3),
+            0xAA,
+            0
+        ),
+        Status::SUCCESS
+    );
+    drop((qa, _admin, t));
+    // "Restart": the namespace is built again from the file.
+    let t = start();
+    let r = t
+        .subsystem(NQN)
+        .unwrap()
+        .namespace(1)
+        .unwrap()
+        .resv
+        .snapshot();
+    assert!(r.ptpl);
+    assert_eq!(
+        (r.holder, r.rtype.map(|x| x as u8)),
+        (Some([0xA; 16]), Some(3))
+    );
+    let (_admin_b, mut qb) = host(&t, 0xB);
+    assert_eq!(
+        run(&mut qb, rw(io::WRITE, 5, 0, 512), &[0; 512]).status,
+        Status::RESERVATION_CONFLICT
+    );
+    let (_, rep) = report(&mut qb, true);
+    assert!(rep.unwrap().ptpls);
+    // A corrupt file: the namespace does not build, the error names the file.
+    std::fs::write(&file, b"FFPTPL\x01\x00junk").unwrap();
+    let e = crate::subsystem::build_subsystems(&cfg)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("ns1.ptpl") && e.contains("PTPL"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

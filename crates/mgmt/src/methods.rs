@@ -159,6 +159,9 @@ struct AddNamespace {
     /// ANA group (docs/ha.md), 1 when absent.
     #[serde(default)]
     anagrpid: Option<u32>,
+    /// PTPL file for reservations (docs/ha.md).
+    #[serde(default)]
+    ptpl_file: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -277,6 +280,7 @@ impl Api {
                     uuid: a.uuid,
                     nguid: a.nguid,
                     anagrpid: a.anagrpid,
+                    ptpl_file: a.ptpl_file,
                 };
                 let (r, nsid) = manage::add_namespace(t, &a.nqn, nc).map_err(manage_err)?;
                 let mut v = report_json(&r);

@@ -36,12 +36,9 @@ fn target(addr: &str) -> (Arc<Target>, Arc<farflash_backend::Script>) {
     let subs = build_subsystems(&cfg).expect("subsystem");
     let old = subs[0].namespace(1).expect("namespace 1");
     let (backend, script) = open_scripted(1 << 20, 512);
-    subs[0].replace_namespaces(vec![Arc::new(Namespace {
-        backend,
-        describe: "scripted".into(),
-        config: old.config.clone(),
-        ..*old
-    })]);
+    subs[0].replace_namespaces(vec![Arc::new(Namespace::with_backend(
+        &old, backend, "scripted",
+    ))]);
     let listeners = vec![addr.parse().expect("address")];
     (Target::new(subs, transport, listeners), script)
 }

@@ -21,6 +21,7 @@ pub mod log;
 pub mod opcode;
 pub mod pdu;
 pub mod props;
+pub mod resv;
 pub mod sqe;
 pub mod status;
 

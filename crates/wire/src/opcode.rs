@@ -58,6 +58,10 @@ pub mod feature {
     pub const TIMESTAMP: u8 = 0x0E;
     pub const KEEP_ALIVE_TIMER: u8 = 0x0F;
     pub const HOST_BEHAVIOR: u8 = 0x16;
+    /// Reservation Notification Mask and Reservation Persistence (NVM
+    /// Command Set §4.1.3).
+    pub const RESERVATION_NOTIFICATION_MASK: u8 = 0x82;
+    pub const RESERVATION_PERSISTENCE: u8 = 0x83;
 }
 
 /// Log page identifiers (Base §5.16.1).

@@ -87,6 +87,9 @@ impl Status {
     /// NVM command set, Dataset Management etc. (NVM Command Set §? 80h).
     pub const CONFLICTING_ATTRIBUTES: Status = Status::new(sct::COMMAND_SPECIFIC, 0x80);
 
+    /// Host Identifier Inconsistent Format (Base §4.6.1.2.1, 18h): a
+    /// Reservation Report without EDS where host identifiers are 128-bit.
+    pub const HOST_ID_INCONSISTENT: Status = Status::new(sct::GENERIC, 0x18);
     /// Reservation Conflict (Base §4.6.1.2.1, 83h).
     pub const RESERVATION_CONFLICT: Status = Status::new(sct::GENERIC, 0x83);
 
@@ -120,6 +123,7 @@ impl Status {
             (0, 0x81) => "Capacity Exceeded",
             (0, 0x82) => "Namespace Not Ready",
             (0, 0x83) => "Reservation Conflict",
+            (0, 0x18) => "Host Identifier Inconsistent Format",
             (1, 0x01) => "Invalid Queue Identifier",
             (1, 0x91) => "Authentication Required",
             (1, 0x02) => "Invalid Queue Size",

@@ -27,6 +27,7 @@ mod qos;
 mod slots;
 mod storage;
 
+pub(crate) use offload::Job;
 pub use offload::{Offload, OffloadDone};
 
 /// Slots before Connect tells the queue size.
@@ -86,6 +87,11 @@ pub struct NvmeQueue {
     /// state (`crate::ana`); empty in the common case, so the I/O check is
     /// one branch. Re-read with the namespaces.
     pub(crate) ana_blocked: Vec<(u32, farflash_wire::ana::AnaState)>,
+    /// Namespaces (keys) whose reservation keeps this queue's host from
+    /// reading or writing (`crate::resv`); empty when no namespace has a
+    /// reservation, so the I/O check is one branch. Re-read with the
+    /// namespaces (a reservation change moves their generation).
+    pub(crate) resv_block: Vec<(usize, crate::resv::Access)>,
     pub(crate) pool: BufPool,
     /// Storage requests emitted and not yet taken: (namespace key, request
     /// tagged with its slot).
@@ -160,6 +166,7 @@ impl NvmeQueue {
             cid_busy: vec![0; 1024],
             ns: NsTable::default(),
             ana_blocked: Vec::new(),
+            resv_block: Vec::new(),
             pool: BufPool::new(),
             storage_out: Vec::new(),
             own_storage: None,
@@ -301,6 +308,7 @@ impl NvmeQueue {
         if let Some(sub) = ctrl.subsystem() {
             self.ns.load(&sub.namespaces(), sub.generation());
             self.ana_blocked = sub.ana().blocked(&self.local);
+            self.resv_block = crate::resv::cmd::blocked(&self.ns, &ctrl.hostid);
             self.stats = Some(sub.stats.register(&ctrl.hostnqn));
         }
         self.ctrl = Some(ctrl);
@@ -340,6 +348,8 @@ impl NvmeQueue {
                 let list = sub.namespaces();
                 self.ns.load(&list, g);
                 self.ana_blocked = sub.ana().blocked(&self.local);
+                let h = self.ctrl.as_ref().map_or([0; 16], |c| c.hostid);
+                self.resv_block = crate::resv::cmd::blocked(&self.ns, &h);
             }
         }
     }

@@ -7,7 +7,23 @@
 //! meanwhile waits for it. `commit` runs them inline for standalone use.
 
 use super::NvmeQueue;
+use crate::resv::ptpl::PtplWrite;
 use farflash_auth::{DhDone, DhJob};
+
+/// What an offload does.
+#[derive(Debug)]
+pub(crate) enum Job {
+    /// Authentication's DH exponentiations.
+    Dh(DhJob),
+    /// A reservation change written to its PTPL file.
+    Ptpl(PtplWrite),
+}
+
+#[derive(Debug)]
+enum Done {
+    Dh(DhDone),
+    Ptpl(std::io::Result<()>),
+}
 
 /// Tags carry the slot index in their low 32 bits; the event loop may use
 /// the high 32 bits (its connection index), as with storage requests.
@@ -17,29 +33,34 @@ const SLOT_MASK: u64 = 0xFFFF_FFFF;
 #[derive(Debug)]
 pub struct Offload {
     pub tag: u64,
-    job: DhJob,
+    job: Job,
 }
 
 /// A finished [`Offload`], to hand back to the queue its tag names.
 #[derive(Debug)]
 pub struct OffloadDone {
     pub tag: u64,
-    done: DhDone,
+    done: Done,
 }
 
 impl Offload {
-    /// Does the work (milliseconds: not on an event loop).
+    /// Does the work (milliseconds, or a file write and fsync: not on an
+    /// event loop).
     pub fn run(self) -> OffloadDone {
+        let done = match self.job {
+            Job::Dh(j) => Done::Dh(j.run()),
+            Job::Ptpl(w) => Done::Ptpl(w.run()),
+        };
         OffloadDone {
             tag: self.tag,
-            done: self.job.run(),
+            done,
         }
     }
 }
 
 impl NvmeQueue {
     /// Emits `job` for the command in slot `idx`.
-    pub(crate) fn offload(&mut self, idx: usize, job: DhJob) {
+    pub(crate) fn offload(&mut self, idx: usize, job: Job) {
         self.offload_out.push(Offload {
             tag: idx as u64,
             job,
@@ -73,7 +94,10 @@ impl NvmeQueue {
             return;
         };
         s.pending = s.pending.saturating_sub(1);
-        crate::auth::computed(self, idx, d.done);
+        match d.done {
+            Done::Dh(done) => crate::auth::computed(self, idx, done),
+            Done::Ptpl(r) => crate::resv::cmd::persisted(self, idx, r),
+        }
     }
 
     /// Standalone use: runs the emitted work here and now.

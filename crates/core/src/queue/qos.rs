@@ -16,7 +16,7 @@ fn cost(cmd: IoCmd) -> (Class, u64) {
         IoCmd::Read { len, .. } => (Class::Read, len as u64),
         IoCmd::Write { len, .. } => (Class::Write, len as u64),
         IoCmd::WriteZeroes { .. } => (Class::Write, 0),
-        IoCmd::Flush { .. } | IoCmd::Dsm { .. } => (Class::Other, 0),
+        IoCmd::Flush { .. } | IoCmd::Dsm { .. } | IoCmd::Resv { .. } => (Class::Other, 0),
     }
 }
 

@@ -11,17 +11,7 @@ fn scripted_target() -> (Arc<Target>, Arc<Script>) {
     let sub = t.subsystem(NQN).unwrap().clone();
     let old = sub.namespace(1).unwrap();
     let (backend, script) = open_scripted(1 << 20, 512);
-    let ns = Namespace {
-        nsid: 1,
-        backend,
-        block_size: 512,
-        lba_shift: 9,
-        blocks: 2048,
-        uuid: old.uuid,
-        nguid: old.nguid,
-        describe: "scripted".into(),
-        config: old.config.clone(),
-    };
+    let ns = Namespace::with_backend(&old, backend, "scripted");
     sub.replace_namespaces(vec![Arc::new(ns)]);
     (t, script)
 }

@@ -1,0 +1,153 @@
+//! The reservation commands on a queue (NVM Command Set §3.2.4-3.2.7):
+//! parse, run the state machine under the namespace's lock, tell the
+//! queues (namespace generation) and the hosts (Reservation Notification
+//! log, `Target::reservation_notices`), write the PTPL file off the event
+//! loop; and the per-I/O access check against the queue's cache.
+
+use super::Access;
+use crate::command::{Outcome, Xfer};
+use crate::nstable::NsTable;
+use crate::queue::{Job, NvmeQueue};
+use farflash_wire::opcode::io as op;
+use farflash_wire::resv::{self as wr, ResvCdw10};
+use farflash_wire::{Sqe, Status};
+
+/// Largest Reservation Report we build (64-byte entries: 16383 registrants).
+const MAX_REPORT: u64 = 1 << 20;
+
+/// What data a reservation command moves.
+pub(crate) fn classify(sqe: &Sqe) -> Result<Xfer, Status> {
+    Ok(match sqe.opcode {
+        op::RESERVATION_REGISTER | op::RESERVATION_ACQUIRE => Xfer::H2C(wr::KEYS_LEN),
+        op::RESERVATION_RELEASE => Xfer::H2C(wr::KEY_LEN),
+        _ => {
+            let len = wr::report_len(sqe);
+            if len > MAX_REPORT {
+                return Err(Status::INVALID_FIELD.dnr());
+            }
+            Xfer::C2H(len as u32)
+        }
+    })
+}
+
+/// The namespaces (keys) of `ns` whose reservation limits host `h`.
+pub(crate) fn blocked(ns: &NsTable, h: &super::HostId) -> Vec<(usize, Access)> {
+    let mut out = Vec::new();
+    for pos in 0..ns.live_count() {
+        let Some(key) = ns.live_key_at(pos) else {
+            continue;
+        };
+        let Some(n) = ns.get(key) else {
+            continue;
+        };
+        let cell = n.resv.lock();
+        if cell.r.active() {
+            let a = cell.r.access(h);
+            if !(a.read && a.write) {
+                out.push((key, a));
+            }
+        }
+    }
+    out
+}
+
+/// Base §8.19: a read or write the reservation does not allow this host
+/// gets Reservation Conflict.
+#[cold]
+pub(crate) fn check_access(q: &NvmeQueue, key: usize, write: bool) -> Result<(), Status> {
+    match q.resv_block.iter().find(|(k, _)| *k == key) {
+        Some((_, a)) if (write && !a.write) || (!write && !a.read) => {
+            Err(Status::RESERVATION_CONFLICT)
+        }
+        _ => Ok(()),
+    }
+}
+
+pub(crate) fn execute(q: &mut NvmeQueue, idx: usize, key: usize, opcode: u8) -> Outcome {
+    let sqe = q.slots[idx].sqe;
+    let (Some(ns), Some(ctrl)) = (q.ns.get(key).cloned(), q.ctrl.clone()) else {
+        return Outcome::Done(Status::INVALID_NAMESPACE.dnr(), 0);
+    };
+    let Some(sub) = ctrl.subsystem().cloned() else {
+        return Outcome::Done(Status::INVALID_OPCODE.dnr(), 0);
+    };
+    let c = ResvCdw10::from_sqe(&sqe);
+    if opcode == op::RESERVATION_REPORT {
+        // Fabrics host identifiers are 128-bit: only the extended data
+        // structure can carry them (Base §8.19.? Host Identifier
+        // Inconsistent Format).
+        if !wr::report_eds(&sqe) {
+            return Outcome::Done(Status::HOST_ID_INCONSISTENT.dnr(), 0);
+        }
+        let st = ns.resv.snapshot().report();
+        let out = q.reply_buf(idx, st.len(true));
+        st.encode(out, true);
+        return Outcome::Done(Status::SUCCESS, 0);
+    }
+    let (k1, k2) = match q.slots[idx].buf.take() {
+        Some(b) => {
+            let k = wr::keys(b.as_slice());
+            q.pool.put(b);
+            k
+        }
+        None => (0, 0),
+    };
+    let h = ctrl.hostid;
+    let (result, write) = {
+        let mut cell = ns.resv.lock();
+        let was = cell.r.ptpl;
+        let r = match opcode {
+            op::RESERVATION_REGISTER => {
+                let cptpl = match c.cptpl {
+                    wr::CPTPL_NO_CHANGE => None,
+                    wr::CPTPL_CLEAR => Some(false),
+                    wr::CPTPL_SET => Some(true),
+                    _ => return Outcome::Done(Status::INVALID_FIELD.dnr(), 0),
+                };
+                if cptpl.is_some() && ns.resv.file.is_none() {
+                    // RESCAP.PTPL is clear: no file to persist to.
+                    return Outcome::Done(Status::INVALID_FIELD.dnr(), 0);
+                }
+                let r = cell.r.register(h, ctrl.cntlid, c.action, c.iekey, k1, k2);
+                if let (Ok(_), Some(p)) = (&r, cptpl) {
+                    cell.r.ptpl = p;
+                }
+                r
+            }
+            op::RESERVATION_ACQUIRE => cell.r.acquire(h, c.action, c.iekey, c.rtype, k1, k2),
+            _ => cell.r.release(h, c.action, c.iekey, c.rtype, k1),
+        };
+        let write = if r.is_ok() {
+            cell.persist(&ns.resv, was)
+        } else {
+            None
+        };
+        (r, write)
+    };
+    let notices = match result {
+        Ok(n) => n,
+        Err(st) => return Outcome::Done(st, 0),
+    };
+    sub.reservations_changed();
+    q.refresh_namespaces();
+    q.target.reservation_notices(&sub, ns.nsid, &notices);
+    match write {
+        Some(w) => {
+            q.offload(idx, Job::Ptpl(w));
+            Outcome::Pending
+        }
+        None => Outcome::Done(Status::SUCCESS, 0),
+    }
+}
+
+/// The PTPL file of a reservation change was written (or not).
+pub(crate) fn persisted(q: &mut NvmeQueue, idx: usize, r: std::io::Result<()>) {
+    let st = match r {
+        Ok(()) => Status::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot write the PTPL file; the reservation change is not persistent");
+            Status::INTERNAL_ERROR
+        }
+    };
+    q.complete(idx, st, 0);
+}
