@@ -165,3 +165,95 @@ fn linux_multipath_joins_two_farflash_targets() {
     drop((restarted, b));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// NVMe reservations with nvme-cli from two host NQNs connected in the VM
+/// (tests/linux-host/guest/reservations.sh): the host without the
+/// reservation gets Reservation Conflict on writes, the report lists both
+/// registrants, and a SIGKILL and restart of the target keeps the
+/// reservation because the host set PTPL (`ptpl_file`).
+#[test]
+#[ignore = "boots a QEMU VM; run by tests/run.sh"]
+fn linux_nvme_cli_reservations_from_two_hosts() {
+    let nqn = "nqn.2026-11.io.farflash:ha-resv";
+    let dir = std::env::temp_dir().join(format!("farflash-interop-resv-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let cfg = dir.join("resv.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[subsystem]]\nnqn = \"{nqn}\"\n[[subsystem.namespace]]\nnsid = 1\nbackend = \"ram\"\nsize = \"16M\"\nptpl_file = \"{}\"\n",
+            dir.join("ns1.ptpl").display()
+        ),
+    )
+    .expect("write the config");
+    let cfg = cfg.display().to_string();
+    // Host A connects to the first port, host B to the second.
+    let second = format!("127.0.0.1:{}", common::free_port());
+    let mut t = Serve::start(&["--config", &cfg, "--listen", &second]);
+    let share = dir.join("share");
+    std::fs::create_dir_all(&share).expect("share dir");
+    let (port, share2, cfg2, second2) = (t.port, share.clone(), cfg.clone(), second.clone());
+    let watcher = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while Instant::now() < deadline {
+            if std::fs::read_to_string(share2.join("request")).is_ok_and(|r| r.trim() == "restart")
+            {
+                t.child.kill().expect("SIGKILL the target");
+                let _ = t.child.wait();
+                std::thread::sleep(Duration::from_secs(2));
+                let addr = format!("127.0.0.1:{port}");
+                let child = Command::new(env!("CARGO_BIN_EXE_farflash"))
+                    .args([
+                        "serve",
+                        "--log-level",
+                        "warn",
+                        "--listen",
+                        &addr,
+                        "--listen",
+                        &second2,
+                        "--config",
+                        &cfg2,
+                    ])
+                    .stdout(Stdio::null())
+                    .spawn()
+                    .expect("restart the target");
+                let up = common::eventually(Duration::from_secs(20), || {
+                    std::net::TcpStream::connect(&addr).is_ok()
+                });
+                assert!(up, "the restarted target does not accept connections");
+                std::fs::write(share2.join("restarted"), "1").expect("tell the guest");
+                return Some(Serve { child, port, addr });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    });
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(root.join("tests/linux-host/run-linux-host"))
+        .args(["-t", "600"])
+        .args(["-s", &share.display().to_string()])
+        .args(["-p", &format!("{port}:{port}")])
+        .args([
+            "-p",
+            &format!(
+                "{p2}:{p2}",
+                p2 = second.rsplit(':').next().unwrap_or_default()
+            ),
+        ])
+        .args(["-e", &format!("NQN={nqn}")])
+        .arg(root.join("tests/linux-host/guest/reservations.sh"))
+        .output()
+        .expect("run run-linux-host");
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success() && text.lines().any(|l| l.starts_with("PASS: reservations ")),
+        "reservations.sh did not pass ({})",
+        out.status
+    );
+    let restarted = watcher.join().expect("watcher thread");
+    assert!(restarted.is_some(), "the target was not restarted");
+    assert!(text.contains("the reservation is still there (PTPL)"));
+    drop(restarted);
+    let _ = std::fs::remove_dir_all(&dir);
+}

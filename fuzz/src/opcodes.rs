@@ -19,7 +19,7 @@ pub const ADMIN: [u8; 13] = [
     0x80, // Format NVM: not supported
 ];
 
-pub const IO: [u8; 8] = [
+pub const IO: [u8; 12] = [
     io::FLUSH,
     io::WRITE,
     io::READ,
@@ -27,6 +27,10 @@ pub const IO: [u8; 8] = [
     io::COMPARE,
     io::WRITE_ZEROES,
     io::DATASET_MANAGEMENT,
+    io::RESERVATION_REGISTER,
+    io::RESERVATION_REPORT,
+    io::RESERVATION_ACQUIRE,
+    io::RESERVATION_RELEASE,
     admin::FABRICS,
 ];
 
