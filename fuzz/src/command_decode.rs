@@ -2,7 +2,8 @@
 //! decoder: SQE/CQE round trips, the fabrics overlays (Connect, Property
 //! Get/Set), Get Log Page, Connect data, and the data structures a host
 //! decodes from a (possibly hostile) controller: Identify, log pages,
-//! discovery log.
+//! discovery log, the ANA log page and the Reservation Status data
+//! structure; and the PTPL file a restarted target reads (docs/ha.md).
 //!
 //! Input: `[sel][sqe: 64][data...]`. With `sel` bit 0 set, byte 0 of the
 //! SQE is mapped onto a known admin (bit 1 clear) or I/O opcode, and a
@@ -10,14 +11,17 @@
 
 use crate::input::Input;
 use crate::opcodes;
+use farflash_core::resv::ptpl;
 use farflash_host::discovery::read_log;
 use farflash_host::logs::SmartLog;
 use farflash_host::ControllerInfo;
+use farflash_wire::ana::{ana_log_len, decode_ana_log, encode_ana_log};
 use farflash_wire::discovery::{decode_header, DiscEntry, DISC_ENTRY_LEN};
 use farflash_wire::fabrics::{ConnectCmd, ConnectData, PropertyCmd, CONNECT_DATA_LEN};
 use farflash_wire::identify::{decode_ns_descriptors, IdCtrl, IdNs, IDENTIFY_LEN};
 use farflash_wire::log::GetLogPage;
 use farflash_wire::opcode::{admin, fctype};
+use farflash_wire::resv::ResvStatus;
 use farflash_wire::sqe::SQE_SIZE;
 use farflash_wire::{Cqe, Sqe};
 
@@ -127,6 +131,23 @@ fn host_side(raw: &[u8; SQE_SIZE], payload: &[u8]) {
     e.encode(&mut b);
     assert_eq!(DiscEntry::decode(&b[..DISC_ENTRY_LEN]), e);
     let _ = decode_header(&page);
+    // ANA log page and extended Reservation Status: what decodes
+    // re-encodes to something that decodes equal.
+    if let Some((cnt, groups)) = decode_ana_log(payload) {
+        let mut b = vec![0u8; ana_log_len(&groups, false)];
+        encode_ana_log(&mut b, cnt, &groups, false);
+        assert_eq!(decode_ana_log(&b), Some((cnt, groups)));
+    }
+    if let Some(st) = ResvStatus::decode_ext(payload) {
+        let mut b = vec![0u8; st.len(true)];
+        st.encode(&mut b, true);
+        assert_eq!(ResvStatus::decode_ext(&b), Some(st));
+    }
+    // A PTPL file (hostile like any file): refused with a reason, or a
+    // state that round-trips.
+    if let Ok(r) = ptpl::decode(payload) {
+        assert_eq!(ptpl::decode(&ptpl::encode(&r)), Ok(r));
+    }
     if let Some(s) = SmartLog::decode(payload) {
         assert_eq!(s.temperature, u16::from_le_bytes([payload[1], payload[2]]));
     }
@@ -161,6 +182,24 @@ mod tests {
             let mut v = vec![sel; 1200];
             v[1] = sel / 3;
             super::run(&v);
+        }
+    }
+
+    /// The HA seeds reach the decoders they are for (a valid structure
+    /// after the selector byte and the SQE).
+    #[test]
+    fn ha_seeds_decode() {
+        let ana = include_bytes!("../corpus/command_decode/ana-log");
+        let (cnt, g) = super::decode_ana_log(&ana[65..]).expect("ANA log seed");
+        assert_eq!((cnt, g.len(), g[0].nsids.len()), (7, 2, 2));
+        let rs = include_bytes!("../corpus/command_decode/resv-report-ext");
+        let st = super::ResvStatus::decode_ext(&rs[65..]).expect("report seed");
+        assert_eq!((st.rtype, st.regctls.len()), (1, 2));
+        let f = include_bytes!("../corpus/command_decode/ptpl-file");
+        let r = super::ptpl::decode(&f[65..]).expect("PTPL seed");
+        assert_eq!((r.registrants.len(), r.ptpl), (2, true));
+        for seed in [&ana[..], &rs[..], &f[..]] {
+            super::run(seed);
         }
     }
 }
