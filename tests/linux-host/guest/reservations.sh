@@ -50,6 +50,19 @@ both_live "after connect"
 A=$(ctrl "$HA")
 B=$(ctrl "$HB")
 [ -n "$A" ] && [ -n "$B" ] && [ "$A" != "$B" ] || fail "controllers of A ($A) and B ($B)"
+# The controller-device commands need the namespace scanned on each
+# controller (the kernel answers ENOTTY before).
+scanned() {
+	for d in "$A" "$B"; do
+		i=0
+		until ls "/sys/class/nvme/${d#/dev/}/" | grep -qE '^nvme[0-9]+(c[0-9]+)?n1$'; do
+			i=$((i + 1))
+			[ $i -le 300 ] || fail "no namespace 1 on $d after 30 s ($*)"
+			sleep 0.1
+		done
+	done
+}
+scanned "after connect"
 echo "  ok: host A on $A, host B on $B"
 dd if=/dev/urandom of=/tmp/blk bs=512 count=1 2>/dev/null
 # write DEV / read DEV: one 512-byte block at LBA 0 through that controller.
@@ -91,6 +104,7 @@ until [ -f "$SHARE_DIR/restarted" ]; do
 done
 sleep 1
 both_live "after the target restarted"
+scanned "after the target restarted"
 report "after the restart"
 conflicts "after the restart"
 echo "  ok: target SIGKILLed and restarted: the reservation is still there (PTPL), B still conflicts"
