@@ -102,6 +102,15 @@ for pair in qemu-system-x86_64=qemu-system-x86 busybox=busybox-static cpio=cpio 
 	command -v "${pair%%=*}" >/dev/null || missing+=("${pair#*=}")
 done
 command -v cc >/dev/null || missing+=(gcc libc6-dev) # the linker cargo uses
+# crates/rbd-sys: bindgen over librados/librbd needs their headers and libclang
+[[ -e /usr/include/rbd/librbd.h ]] || missing+=(librbd-dev)
+[[ -e /usr/include/rados/librados.h ]] || missing+=(librados-dev)
+compgen -G '/usr/lib/llvm-*/lib/libclang.so' >/dev/null || missing+=(libclang-dev)
+# tests/ceph/cluster.sh: a single-node Ceph cluster for tests/rbd.rs
+for pair in ceph-mon=ceph-mon ceph-mgr=ceph-mgr ceph-osd=ceph-osd ceph=ceph-common rbd=ceph-common \
+	uuidgen=uuid-runtime; do
+	command -v "${pair%%=*}" >/dev/null || missing+=("${pair#*=}")
+done
 if [[ ${#missing[@]} -gt 0 ]]; then
 	echo "installing: ${missing[*]}"
 	log=$(mktemp)
