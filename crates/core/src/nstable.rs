@@ -121,6 +121,7 @@ mod tests {
             block_size: None,
             uuid: None,
             nguid: None,
+            rbd: None,
         };
         Arc::new(crate::subsystem::build_namespace("nqn.t", &cfg, nsid).unwrap())
     }

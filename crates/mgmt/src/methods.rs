@@ -5,7 +5,8 @@
 
 use crate::jsonrpc::{self, Request, RpcError};
 use farflash_core::config::{
-    BackendKind, Config, DhchapKey, HostAuthConfig, NamespaceConfig, Size, SubsystemConfig,
+    BackendKind, Config, DhchapKey, HostAuthConfig, NamespaceConfig, RbdConfig, Size,
+    SubsystemConfig,
 };
 use farflash_core::manage::{self, ManageError};
 use farflash_core::qos::QosConfig;
@@ -143,6 +144,9 @@ struct AddNamespace {
     uuid: Option<String>,
     #[serde(default)]
     nguid: Option<String>,
+    /// For `backend: "rbd"`: `{pool, image, conf?, id?, keyring?}`.
+    #[serde(default)]
+    rbd: Option<RbdConfig>,
 }
 
 #[derive(Deserialize)]
@@ -260,6 +264,7 @@ impl Api {
                     block_size: a.block_size,
                     uuid: a.uuid,
                     nguid: a.nguid,
+                    rbd: a.rbd,
                 };
                 let (r, nsid) = manage::add_namespace(t, &a.nqn, nc).map_err(manage_err)?;
                 let mut v = report_json(&r);
