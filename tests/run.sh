@@ -7,7 +7,8 @@
 #   2. cargo clippy --workspace --all-targets -- -D warnings
 #   3. cargo test --workspace, the backend's block-device test on a loop
 #      device (tests/block-device.sh), a real Prometheus (Debian's package)
-#      scraping farflash serve (tests/prometheus.rs), and the fuzz corpus replay
+#      scraping farflash serve (tests/prometheus.rs), the fuzz corpus replay,
+#      and RBD namespaces on a single-node Ceph cluster (tests/rbd.rs)
 #   4. cargo test --test interop_linux --test host_kernel_target -- --ignored
 #      --test-threads=1 --nocapture
 #      (the Linux kernel host in QEMU VMs against the kernel's nvmet target
@@ -150,6 +151,8 @@ step "Prometheus scrapes farflash serve (cargo test --test prometheus -- --ignor
 	cargo test --test prometheus -- --ignored --nocapture
 step "fuzz corpus and regression replay (cargo test --manifest-path fuzz/Cargo.toml)" 1200 \
 	cargo test --manifest-path fuzz/Cargo.toml
+step "RBD namespaces on a single-node Ceph cluster (cargo test --test rbd -- --ignored)" 900 \
+	cargo test --test rbd -- --ignored --test-threads=1 --nocapture
 if [[ ${FARFLASH_SKIP_INTEROP:-0} = 1 ]]; then
 	section "interop (skipped: FARFLASH_SKIP_INTEROP=1)"
 	RESULTS+=("SKIP  0s  interop")
