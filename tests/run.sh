@@ -166,6 +166,8 @@ else
 		cargo test --test interop_linux --test host_kernel_target -- --ignored --test-threads=1 --nocapture
 	step "Linux multipath over two farflash targets (cargo test --test interop_ha -- --ignored)" 900 \
 		cargo test --test interop_ha -- --ignored --test-threads=1 --nocapture
+	step "Linux host fio verify on an RBD namespace (cargo test --test interop_rbd -- --ignored)" 900 \
+		cargo test --test interop_rbd -- --ignored --test-threads=1 --nocapture
 fi
 
 summary
