@@ -4,7 +4,8 @@
 //!
 //! - `farflash perf --verify` through an RBD namespace; data written through
 //!   farflash is in the image (`rbd export`), data imported with `rbd import`
-//!   reads back through farflash; Flush, Write Zeroes and Deallocate;
+//!   reads back through a namespace added with `farflash ctl`; Flush, Write
+//!   Zeroes and Deallocate;
 //! - a missing pool or image, a missing or wrong keyring, an unreachable
 //!   cluster: `farflash serve` exits at once with an error naming it;
 //! - the OSD stopped mid-run: an RBD command fails with an NVMe status
@@ -147,20 +148,58 @@ fn rbd_namespace_verified_io_and_the_data_is_in_ceph() {
     std::fs::write(&src, &imported).unwrap();
     c.rbd(&["import", src.to_str().unwrap(), "rbd/imported"]);
 
+    let sock = c.dir.join("rpc.sock");
     let s = Serve::start(&[
         "--rpc-socket",
-        "none",
+        sock.to_str().unwrap(),
         "--threads",
         "2",
         "--rbd",
         "rbd/test",
         "--ram",
         "16M",
+        "--ceph-conf",
+        c.conf(),
+    ]);
+    // The second image is added at run time, through the management API.
+    let ctl = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_farflash"))
+            .args(["ctl", "--rpc-socket", sock.to_str().unwrap()])
+            .args(args)
+            .output()
+            .expect("run farflash ctl")
+    };
+    let out = ctl(&[
+        "namespace",
+        "add",
+        NQN,
         "--rbd",
         "rbd/imported",
         "--ceph-conf",
         c.conf(),
     ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("namespace 3 added"),
+        "{text}"
+    );
+    let out = ctl(&["namespace", "resize", NQN, "3", "2M"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("is RBD"), "{err}");
+    let out = ctl(&[
+        "namespace",
+        "add",
+        NQN,
+        "--rbd",
+        "rbd/absent",
+        "--ceph-conf",
+        c.conf(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("image rbd/absent"),
+        "{err}"
+    );
     let port = s.port.to_string();
     let t = Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_farflash"))
