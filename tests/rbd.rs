@@ -5,7 +5,8 @@
 //! - `farflash perf --verify` through an RBD namespace; data written through
 //!   farflash is in the image (`rbd export`), data imported with `rbd import`
 //!   reads back through a namespace added with `farflash ctl`; Flush, Write
-//!   Zeroes and Deallocate;
+//!   Zeroes and Deallocate; the image resized with `rbd resize` becomes a
+//!   resized namespace (NSZE, Changed Namespace List);
 //! - a missing pool or image, a missing or wrong keyring, an unreachable
 //!   cluster: `farflash serve` exits at once with an error naming it;
 //! - the OSD stopped mid-run: an RBD command fails with an NVMe status
@@ -251,6 +252,31 @@ fn rbd_namespace_verified_io_and_the_data_is_in_ceph() {
     // Beyond the image: an NVMe status, not a hang.
     let e = q.read_at(1, 1 << 40, 8, &mut b).unwrap_err();
     assert!(e.status().is_some(), "{e}");
+
+    // The image grown in Ceph: the namespace follows (the target asks
+    // librbd every 2 s), the host finds NSID 1 in the Changed Namespace List,
+    // and the new blocks are usable.
+    let _ = ctrl.get_log_page(0x04, 0xFFFF_FFFF, 4096, 0);
+    c.rbd(&["resize", "--size", "384M", "rbd/test"]);
+    let t = Instant::now();
+    let grown = common::eventually(Duration::from_secs(15), || {
+        ctrl.identify_ns(1).map(|n| n.nsze).ok() == Some(384 << 11)
+    });
+    assert!(
+        grown,
+        "NSZE still {:?}",
+        ctrl.identify_ns(1).map(|n| n.nsze).ok()
+    );
+    eprintln!("resize seen in {:.1?}", t.elapsed());
+    let log = ctrl.get_log_page(0x04, 0xFFFF_FFFF, 4096, 0).unwrap();
+    assert_eq!(
+        &log[..8],
+        &[1, 0, 0, 0, 0, 0, 0, 0],
+        "Changed Namespace List"
+    );
+    let tail = pattern(4096, 11);
+    q.write_at(1, 320 << 11, 8, &tail)
+        .expect("write in the new blocks");
     drop(q);
     ctrl.shutdown().unwrap();
     drop(s);
@@ -258,7 +284,12 @@ fn rbd_namespace_verified_io_and_the_data_is_in_ceph() {
     let exported = c.dir.join("export.bin");
     c.rbd(&["export", "rbd/test", exported.to_str().unwrap()]);
     let img = std::fs::read(&exported).unwrap();
-    assert_eq!(img.len(), 256 << 20);
+    assert_eq!(img.len(), 384 << 20);
+    assert_eq!(
+        &img[320 << 20..(320 << 20) + 4096],
+        &tail[..],
+        "written after the resize"
+    );
     assert_eq!(
         &img[40 << 20..(40 << 20) + data.len()],
         &data[..],

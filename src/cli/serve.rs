@@ -406,14 +406,17 @@ pub fn run(args: ServeArgs) -> Result<()> {
     }
     notify_ready();
     let reloader = spawn_reloader(target.clone(), args.clone(), listener_ctl)?;
+    let size_watch = spawn_size_watch(target.clone(), stop.clone())?;
     let served = farflash_transport::serve_with(
         target.clone(),
         listeners,
         &loop_opts,
-        stop,
+        stop.clone(),
         Some(listener_rx),
     )
     .context("serving");
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let _ = size_watch.join();
     reloader.close();
     drop(rpc);
     drop(metrics);
@@ -541,6 +544,63 @@ fn spawn_reloader(
                     Err(e) => tracing::error!("reload failed, nothing changed: {e:#}"),
                 }
                 notify("READY=1");
+            }
+        })?;
+    Ok(handle)
+}
+
+/// How often storage that can be resized outside farflash (RBD images) is
+/// asked for its size.
+const SIZE_WATCH: Duration = Duration::from_secs(2);
+
+/// Watches the size of RBD namespaces: when an image was resized in Ceph,
+/// re-applies the running configuration, which gives the namespace its new
+/// size and tells the hosts (Namespace Attribute Changed). Stops with `stop`.
+fn spawn_size_watch(
+    target: Arc<Target>,
+    stop: Arc<AtomicBool>,
+) -> Result<std::thread::JoinHandle<()>> {
+    use std::sync::atomic::Ordering;
+    let handle = std::thread::Builder::new()
+        .name("farflash-size-watch".into())
+        .spawn(move || {
+            let mut next = std::time::Instant::now() + SIZE_WATCH;
+            while !stop.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(200));
+                if std::time::Instant::now() < next {
+                    continue;
+                }
+                next = std::time::Instant::now() + SIZE_WATCH;
+                let mut resized = false;
+                for sub in target.subsystems().iter() {
+                    for ns in sub.namespaces().iter() {
+                        match ns.backend.refresh_capacity() {
+                            Ok(true) => {
+                                tracing::info!(
+                                    subnqn = %sub.nqn,
+                                    nsid = ns.nsid,
+                                    bytes = ns.backend.capacity(),
+                                    "{} was resized",
+                                    ns.describe
+                                );
+                                resized = true;
+                            }
+                            Ok(false) => {}
+                            Err(e) => tracing::warn!(
+                                subnqn = %sub.nqn,
+                                nsid = ns.nsid,
+                                "cannot read the size of {}: {e}",
+                                ns.describe
+                            ),
+                        }
+                    }
+                }
+                if resized {
+                    match farflash_core::manage::modify(&target, None, |_| Ok(())) {
+                        Ok(r) => log_report("resize", &r),
+                        Err(e) => tracing::error!("applying a resize failed: {e:#}"),
+                    }
+                }
             }
         })?;
     Ok(handle)

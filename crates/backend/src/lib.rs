@@ -65,6 +65,12 @@ pub trait Backend: Send + Sync + 'static {
     fn open_queue(&self, depth: u32) -> io::Result<Box<dyn BackendQueue>>;
     /// Makes every completed write durable (used at shutdown).
     fn sync_all(&self) -> io::Result<()>;
+    /// Re-reads the size of storage that can change outside farflash (an
+    /// RBD image resized in Ceph) and returns whether [`Backend::capacity`]
+    /// changed. Storage whose size only farflash changes returns false.
+    fn refresh_capacity(&self) -> io::Result<bool> {
+        Ok(false)
+    }
 }
 
 /// A per-thread submission/completion queue on a [`Backend`].

@@ -126,7 +126,7 @@ pub fn resize_namespace(
         }
         BackendKind::Rbd => {
             return Err(ManageError::Invalid(format!(
-                "{nqn}: namespace {nsid} is RBD: its size is the image's (resize the image, then remove and add the namespace)"
+                "{nqn}: namespace {nsid} is RBD: its size is the image's (resize the image; the namespace follows)"
             )))
         }
         BackendKind::File if size < capacity => {

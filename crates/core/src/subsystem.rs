@@ -428,6 +428,19 @@ pub fn build_namespaces(
             .iter()
             .find(|n| n.nsid == nsid && n.config == effective)
         {
+            // Storage resized outside farflash (an RBD image): the same
+            // backend, a new size (hosts get a Namespace Attribute Changed).
+            Some(n) if n.backend.capacity() >> n.lba_shift != n.blocks => Arc::new(Namespace {
+                nsid: n.nsid,
+                backend: n.backend.clone(),
+                block_size: n.block_size,
+                lba_shift: n.lba_shift,
+                blocks: n.backend.capacity() >> n.lba_shift,
+                uuid: n.uuid,
+                nguid: n.nguid,
+                describe: n.describe.clone(),
+                config: n.config.clone(),
+            }),
             Some(n) => n.clone(),
             None => Arc::new(build_namespace(&sc.nqn, nc, nsid)?),
         };

@@ -20,12 +20,21 @@ use crate::check::Geometry;
 use crate::{Backend, BackendQueue, SharedBackend};
 use cluster::Image;
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 struct RbdBackend {
     image: Arc<Image>,
-    capacity: u64,
+    /// The image's size rounded down to the block size; changes when the
+    /// image is resized ([`Backend::refresh_capacity`]). The queues read it
+    /// (written only on a resize, so the cache line stays shared).
+    capacity: Arc<AtomicU64>,
     block_size: u32,
+}
+
+/// `size` rounded down to whole blocks.
+fn whole_blocks(size: u64, bs: u32) -> u64 {
+    size - size % u64::from(bs)
 }
 
 /// Connects to the cluster and opens `opts.pool`/`opts.image` as a
@@ -42,7 +51,7 @@ pub fn open_rbd(opts: &RbdOptions) -> io::Result<SharedBackend> {
     }
     let image = Image::open(opts)?;
     let size = image.size()?;
-    let capacity = size - size % u64::from(bs);
+    let capacity = whole_blocks(size, bs);
     if capacity == 0 {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -54,7 +63,7 @@ pub fn open_rbd(opts: &RbdOptions) -> io::Result<SharedBackend> {
     }
     Ok(Arc::new(RbdBackend {
         image: Arc::new(image),
-        capacity,
+        capacity: Arc::new(AtomicU64::new(capacity)),
         block_size: bs,
     }))
 }
@@ -65,7 +74,7 @@ impl Backend for RbdBackend {
     }
 
     fn capacity(&self) -> u64 {
-        self.capacity
+        self.capacity.load(Ordering::Acquire)
     }
 
     fn block_size(&self) -> u32 {
@@ -79,18 +88,30 @@ impl Backend for RbdBackend {
 
     fn open_queue(&self, depth: u32) -> io::Result<Box<dyn BackendQueue>> {
         let geometry = Geometry {
-            capacity: self.capacity,
+            capacity: self.capacity(),
             block_size: self.block_size,
             read_only: false,
         };
         Ok(Box::new(queue::RbdQueue::new(
             self.image.clone(),
             geometry,
+            self.capacity.clone(),
             depth,
         )?))
     }
 
     fn sync_all(&self) -> io::Result<()> {
         self.image.flush()
+    }
+
+    /// librbd keeps the image header current (its own watch on the image),
+    /// so this asks it for the size, with no round trip in the usual case.
+    fn refresh_capacity(&self) -> io::Result<bool> {
+        let now = whole_blocks(self.image.size()?, self.block_size);
+        if now == 0 {
+            // Shrunk below one block: keep the namespace as it was.
+            return Ok(false);
+        }
+        Ok(self.capacity.swap(now, Ordering::AcqRel) != now)
     }
 }

@@ -18,7 +18,7 @@ use farflash_rbd_sys as sys;
 use std::ffi::c_void;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -94,6 +94,8 @@ struct SlotState {
 pub(crate) struct RbdQueue {
     image: Arc<Image>,
     geometry: Geometry,
+    /// The backend's current capacity (an image can be resized).
+    capacity: Arc<AtomicU64>,
     notifier: Arc<Notifier>,
     done: Receiver<u32>,
     // Boxed: librbd holds their addresses while the vector may grow.
@@ -109,11 +111,17 @@ pub(crate) struct RbdQueue {
 }
 
 impl RbdQueue {
-    pub(crate) fn new(image: Arc<Image>, geometry: Geometry, depth: u32) -> io::Result<RbdQueue> {
+    pub(crate) fn new(
+        image: Arc<Image>,
+        geometry: Geometry,
+        capacity: Arc<AtomicU64>,
+        depth: u32,
+    ) -> io::Result<RbdQueue> {
         let (tx, rx) = channel();
         let mut q = RbdQueue {
             image,
             geometry,
+            capacity,
             notifier: Arc::new(Notifier {
                 done: tx,
                 signaled: AtomicBool::new(false),
@@ -226,6 +234,7 @@ impl BackendQueue for RbdQueue {
     fn submit(&mut self, req: IoRequest) {
         self.in_flight += 1;
         let IoRequest { tag, op, mut buf } = req;
+        self.geometry.capacity = self.capacity.load(Ordering::Acquire);
         if let Err(e) = self.geometry.validate(&op, &buf) {
             return self.refuse(tag, buf, e);
         }
