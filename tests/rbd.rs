@@ -9,6 +9,8 @@
 //!   resized namespace (NSZE, Changed Namespace List);
 //! - a missing pool or image, a missing or wrong keyring, an unreachable
 //!   cluster: `farflash serve` exits at once with an error naming it;
+//! - two gateways on one image: each reads what the other wrote; one killed,
+//!   the other takes the exclusive lock over;
 //! - the OSD stopped mid-run: an RBD command fails with an NVMe status
 //!   within the OSD operation timeout while a RAM namespace keeps serving.
 //!
@@ -483,4 +485,74 @@ fn stopped_osd_fails_rbd_commands_in_bounded_time_and_ram_keeps_serving() {
     drop(rbd_q);
     drop(ram_q);
     let _ = ctrl.shutdown();
+}
+
+#[test]
+#[ignore = "starts a Ceph cluster (Debian's ceph packages); run by tests/run.sh"]
+fn two_gateways_on_one_image_see_the_same_data() {
+    let c = Cluster::start("two");
+    let args = [
+        "--rpc-socket",
+        "none",
+        "--threads",
+        "1",
+        "--rbd",
+        "rbd/test",
+        "--ceph-conf",
+        c.conf(),
+    ];
+    let a = Serve::start(&args);
+    let b = Serve::start(&args);
+    let ca = connect(&a, 1);
+    let cb = connect(&b, 1);
+    let mut qa = ca.io_queue(1, queue_opts()).expect("queue on A");
+    let mut qb = cb.io_queue(1, queue_opts()).expect("queue on B");
+    let mut buf = vec![0u8; 4096];
+    // Writes through one gateway are read through the other at once (no
+    // gateway cache); the exclusive lock moves with the writer.
+    let t = Instant::now();
+    for round in 0..6u8 {
+        let (w, r) = if round % 2 == 0 {
+            (&mut qa, &mut qb)
+        } else {
+            (&mut qb, &mut qa)
+        };
+        let lba = u64::from(round) * 8;
+        w.write_at(1, lba, 8, &pattern(4096, round)).expect("write");
+        r.read_at(1, lba, 8, &mut buf).expect("read");
+        assert_eq!(
+            buf,
+            pattern(4096, round),
+            "round {round}: the other gateway's write"
+        );
+    }
+    eprintln!(
+        "6 alternating write/read rounds over two gateways in {:.1?}",
+        t.elapsed()
+    );
+
+    // Gateway A dies (SIGKILL, holding the lock after its last write): B
+    // takes over; what A acknowledged is there, and B's writes land.
+    qa.write_at(1, 64, 8, &pattern(4096, 0x77))
+        .expect("A's last write");
+    drop(qa);
+    drop(ca);
+    drop(a);
+    let t = Instant::now();
+    qb.read_at(1, 64, 8, &mut buf).expect("read on B");
+    assert_eq!(
+        buf,
+        pattern(4096, 0x77),
+        "A's acknowledged write, read through B"
+    );
+    qb.write_at(1, 72, 8, &pattern(4096, 0x78))
+        .expect("B writes after A died");
+    eprintln!("B wrote after A was killed in {:.1?}", t.elapsed());
+    drop(qb);
+    let _ = cb.shutdown();
+    drop(b);
+    let exported = c.dir.join("export.bin");
+    c.rbd(&["export", "rbd/test", exported.to_str().unwrap()]);
+    let img = std::fs::read(&exported).unwrap();
+    assert_eq!(&img[72 * 512..80 * 512], &pattern(4096, 0x78)[..]);
 }
