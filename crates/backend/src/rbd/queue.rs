@@ -251,12 +251,14 @@ impl BackendQueue for RbdQueue {
             _ => 1,
         };
         if ops == 0 {
+            // Nothing to deallocate: done, through the same path as a refusal.
             self.free.push(idx);
-            return self.refused.push(IoCompletion {
+            self.refused.push(IoCompletion {
                 tag,
                 buf,
                 result: Ok(()),
             });
+            return eventfd_signal(self.notifier.eventfd.as_raw_fd());
         }
         if let IoOp::Read { len, .. } = op {
             buf.set_len(len as usize);
