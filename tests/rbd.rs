@@ -164,7 +164,8 @@ fn rbd_namespace_verified_io_and_the_data_is_in_ceph() {
         "--ceph-conf",
         c.conf(),
     ]);
-    // The second image is added at run time, through the management API.
+    // The second image is added at run time, through the management API,
+    // with 4 KiB blocks.
     let ctl = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_farflash"))
             .args(["ctl", "--rpc-socket", sock.to_str().unwrap()])
@@ -180,6 +181,8 @@ fn rbd_namespace_verified_io_and_the_data_is_in_ceph() {
         "rbd/imported",
         "--ceph-conf",
         c.conf(),
+        "--block-size",
+        "4096",
     ]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -247,9 +250,10 @@ fn rbd_namespace_verified_io_and_the_data_is_in_ceph() {
             assert_eq!(chunk, &expect[off..off + 512], "LBA {lba} changed");
         }
     }
-    // The imported image's bytes, through farflash (nsid 3).
+    // The imported image's bytes, through farflash (nsid 3, 4 KiB blocks).
+    assert_eq!(ctrl.identify_ns(3).map(|n| n.nsze).ok(), Some(256));
     let mut b = vec![0u8; 64 * 1024];
-    q.read_at(3, 1024, 128, &mut b).unwrap();
+    q.read_at(3, 128, 16, &mut b).unwrap();
     assert_eq!(b, imported[512 * 1024..576 * 1024], "rbd import → farflash");
     // Beyond the image: an NVMe status, not a hang.
     let e = q.read_at(1, 1 << 40, 8, &mut b).unwrap_err();
