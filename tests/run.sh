@@ -7,7 +7,8 @@
 #   2. cargo clippy --workspace --all-targets -- -D warnings
 #   3. cargo test --workspace, the backend's block-device test on a loop
 #      device (tests/block-device.sh), a real Prometheus (Debian's package)
-#      scraping farflash serve (tests/prometheus.rs), and the fuzz corpus replay
+#      scraping farflash serve (tests/prometheus.rs), the fuzz corpus replay,
+#      and RBD namespaces on a single-node Ceph cluster (tests/rbd.rs)
 #   4. cargo test --test interop_linux --test host_kernel_target -- --ignored
 #      --test-threads=1 --nocapture
 #      (the Linux kernel host in QEMU VMs against the kernel's nvmet target
@@ -102,6 +103,15 @@ for pair in qemu-system-x86_64=qemu-system-x86 busybox=busybox-static cpio=cpio 
 	command -v "${pair%%=*}" >/dev/null || missing+=("${pair#*=}")
 done
 command -v cc >/dev/null || missing+=(gcc libc6-dev) # the linker cargo uses
+# crates/rbd-sys: bindgen over librados/librbd needs their headers and libclang
+[[ -e /usr/include/rbd/librbd.h ]] || missing+=(librbd-dev)
+[[ -e /usr/include/rados/librados.h ]] || missing+=(librados-dev)
+compgen -G '/usr/lib/llvm-*/lib/libclang.so' >/dev/null || missing+=(libclang-dev)
+# tests/ceph/cluster.sh: a single-node Ceph cluster for tests/rbd.rs
+for pair in ceph-mon=ceph-mon ceph-mgr=ceph-mgr ceph-osd=ceph-osd ceph=ceph-common rbd=ceph-common \
+	uuidgen=uuid-runtime; do
+	command -v "${pair%%=*}" >/dev/null || missing+=("${pair#*=}")
+done
 if [[ ${#missing[@]} -gt 0 ]]; then
 	echo "installing: ${missing[*]}"
 	log=$(mktemp)
@@ -141,6 +151,8 @@ step "Prometheus scrapes farflash serve (cargo test --test prometheus -- --ignor
 	cargo test --test prometheus -- --ignored --nocapture
 step "fuzz corpus and regression replay (cargo test --manifest-path fuzz/Cargo.toml)" 1200 \
 	cargo test --manifest-path fuzz/Cargo.toml
+step "RBD namespaces on a single-node Ceph cluster (cargo test --test rbd -- --ignored)" 900 \
+	cargo test --test rbd -- --ignored --test-threads=1 --nocapture
 if [[ ${FARFLASH_SKIP_INTEROP:-0} = 1 ]]; then
 	section "interop (skipped: FARFLASH_SKIP_INTEROP=1)"
 	RESULTS+=("SKIP  0s  interop")
@@ -154,6 +166,8 @@ else
 		cargo test --test interop_linux --test host_kernel_target -- --ignored --test-threads=1 --nocapture
 	step "Linux multipath over two farflash targets (cargo test --test interop_ha -- --ignored)" 900 \
 		cargo test --test interop_ha -- --ignored --test-threads=1 --nocapture
+	step "Linux host fio verify on an RBD namespace (cargo test --test interop_rbd -- --ignored)" 900 \
+		cargo test --test interop_rbd -- --ignored --test-threads=1 --nocapture
 fi
 
 summary

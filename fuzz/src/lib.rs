@@ -7,6 +7,7 @@ pub mod auth_exchange;
 pub mod build;
 pub mod command_decode;
 pub mod command_layer;
+pub mod config_toml;
 pub mod host_connection;
 pub mod input;
 pub mod opcodes;
@@ -39,7 +40,7 @@ pub fn tolerate(name: &str) -> bool {
 /// A harness: runs one input, panics on a finding.
 pub type Harness = fn(&[u8]);
 
-pub const TARGETS: [(&str, Harness); 7] = [
+pub const TARGETS: [(&str, Harness); 8] = [
     ("pdu_framing", pdu_framing::run),
     ("command_decode", command_decode::run),
     ("command_layer", command_layer::run),
@@ -47,4 +48,5 @@ pub const TARGETS: [(&str, Harness); 7] = [
     ("host_connection", host_connection::run),
     ("auth_exchange", auth_exchange::run),
     ("rpc_request", rpc_request::run),
+    ("config_toml", config_toml::run),
 ];

@@ -5,6 +5,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use farflash_core::config::RbdConfig;
 use serde_json::{json, Value};
 use std::io::Write;
 use std::path::PathBuf;
@@ -75,9 +76,23 @@ pub enum SubsystemVerb {
     },
 }
 
+/// `namespace add --rbd`: the image and how to reach its cluster.
+#[derive(Args, Debug)]
+pub struct RbdFlags {
+    /// A Ceph RBD image (docs/rbd.md), with --ceph-conf, --ceph-id, --ceph-keyring.
+    #[arg(long, value_name = "POOL/IMAGE", group = "backend")]
+    rbd: Option<RbdConfig>,
+    #[arg(long = "ceph-conf", value_name = "PATH", requires = "rbd")]
+    ceph_conf: Option<PathBuf>,
+    #[arg(long = "ceph-id", value_name = "ID", requires = "rbd")]
+    ceph_id: Option<String>,
+    #[arg(long = "ceph-keyring", value_name = "PATH", requires = "rbd")]
+    ceph_keyring: Option<PathBuf>,
+}
+
 #[derive(Subcommand, Debug)]
 pub enum NamespaceVerb {
-    /// Add a namespace: one of --ram SIZE, --null SIZE, --file PATH.
+    /// Add a namespace: one of --ram SIZE, --null SIZE, --file PATH, --rbd POOL/IMAGE.
     Add {
         nqn: String,
         #[arg(long)]
@@ -88,6 +103,8 @@ pub enum NamespaceVerb {
         null: Option<String>,
         #[arg(long, value_name = "PATH", group = "backend")]
         file: Option<PathBuf>,
+        #[command(flatten)]
+        rbd: Box<RbdFlags>,
         /// With --file: create or extend the file to SIZE.
         #[arg(long, value_name = "SIZE")]
         size: Option<String>,
@@ -228,29 +245,40 @@ pub fn run(a: CtlArgs) -> Result<()> {
             ram,
             null,
             file,
+            rbd,
             size,
             block_size,
             uuid,
             nguid,
         }) => {
             let mut p = json!({"nqn": nqn, "nsid": nsid, "block_size": block_size, "uuid": uuid, "nguid": nguid});
-            match (ram, null, file) {
-                (Some(s), None, None) => {
+            let RbdFlags {
+                rbd,
+                ceph_conf,
+                ceph_id,
+                ceph_keyring,
+            } = &**rbd;
+            match (ram, null, file, rbd) {
+                (None, None, None, Some(r)) => {
+                    p["backend"] = json!("rbd");
+                    p["rbd"] = json!({"pool": r.pool, "image": r.image, "conf": ceph_conf, "id": ceph_id, "keyring": ceph_keyring});
+                }
+                (Some(s), None, None, None) => {
                     p["backend"] = json!("ram");
                     p["size"] = size_param(s)?;
                 }
-                (None, Some(s), None) => {
+                (None, Some(s), None, None) => {
                     p["backend"] = json!("null");
                     p["size"] = size_param(s)?;
                 }
-                (None, None, Some(f)) => {
+                (None, None, Some(f), None) => {
                     p["backend"] = json!("file");
                     p["path"] = json!(f);
                     if let Some(s) = size {
                         p["size"] = size_param(s)?;
                     }
                 }
-                _ => bail!("give one of --ram SIZE, --null SIZE, --file PATH"),
+                _ => bail!("give one of --ram SIZE, --null SIZE, --file PATH, --rbd POOL/IMAGE"),
             }
             ("namespace_add", p)
         }

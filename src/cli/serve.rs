@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use clap::{ArgMatches, Args, FromArgMatches};
 use farflash_core::config::{
     parse_cpu_list, BackendKind, Config, DhchapKey, HostAuthConfig, NamespaceConfig, PollMode,
-    Size, SubsystemConfig, DEFAULT_NQN,
+    RbdConfig, Size, SubsystemConfig, DEFAULT_NQN,
 };
 use farflash_core::subsystem::{build_subsystems, human};
 use farflash_core::Target;
@@ -37,6 +37,19 @@ pub struct ServeFlags {
     /// Add a null namespace of SIZE: reads return zeroes, writes are discarded.
     #[arg(long = "null", value_name = "SIZE")]
     pub null: Vec<Size>,
+    /// Add a namespace backed by the Ceph RBD image POOL/IMAGE (docs/rbd.md).
+    #[arg(long = "rbd", value_name = "POOL/IMAGE")]
+    pub rbd: Vec<RbdConfig>,
+    /// The ceph.conf of the --rbd images (default: Ceph's search, $CEPH_CONF,
+    /// /etc/ceph/ceph.conf).
+    #[arg(long = "ceph-conf", value_name = "PATH")]
+    pub ceph_conf: Option<PathBuf>,
+    /// Ceph client id of the --rbd images, without "client." (default admin).
+    #[arg(long = "ceph-id", value_name = "ID")]
+    pub ceph_id: Option<String>,
+    /// Keyring of that client (default: the ceph.conf's keyring).
+    #[arg(long = "ceph-keyring", value_name = "PATH")]
+    pub ceph_keyring: Option<PathBuf>,
     /// Logical block size of the namespaces given by flags.
     #[arg(long = "block-size", value_name = "512|4096", value_parser = ["512", "4096"])]
     pub block_size: Option<String>,
@@ -98,7 +111,7 @@ pub struct ServeFlags {
 }
 
 /// Serve arguments plus the order in which namespace flags were given
-/// (NSIDs follow it across --ram, --file and --null).
+/// (NSIDs follow it across --ram, --file, --null and --rbd).
 #[derive(Debug, Default, Clone)]
 pub struct ServeArgs {
     pub flags: ServeFlags,
@@ -110,6 +123,7 @@ pub enum NsFlag {
     Ram(Size),
     File(PathBuf),
     Null(Size),
+    Rbd(RbdConfig),
 }
 
 impl FromArgMatches for ServeArgs {
@@ -136,6 +150,14 @@ impl FromArgMatches for ServeArgs {
                 .into_iter()
                 .zip(flags.null.iter().map(|s| NsFlag::Null(*s))),
         );
+        order.extend(idx("rbd").into_iter().zip(flags.rbd.iter().map(|r| {
+            NsFlag::Rbd(RbdConfig {
+                conf: flags.ceph_conf.clone(),
+                id: flags.ceph_id.clone(),
+                keyring: flags.ceph_keyring.clone(),
+                ..r.clone()
+            })
+        })));
         order.sort_by_key(|(i, _)| *i);
         Ok(ServeArgs {
             flags,
@@ -186,10 +208,11 @@ impl ServeArgs {
             .ns_order
             .iter()
             .map(|n| {
-                let (backend, path, size) = match n {
-                    NsFlag::Ram(s) => (BackendKind::Ram, None, Some(*s)),
-                    NsFlag::Null(s) => (BackendKind::Null, None, Some(*s)),
-                    NsFlag::File(p) => (BackendKind::File, Some(p.clone()), None),
+                let (backend, path, size, rbd) = match n {
+                    NsFlag::Ram(s) => (BackendKind::Ram, None, Some(*s), None),
+                    NsFlag::Null(s) => (BackendKind::Null, None, Some(*s), None),
+                    NsFlag::File(p) => (BackendKind::File, Some(p.clone()), None, None),
+                    NsFlag::Rbd(r) => (BackendKind::Rbd, None, None, Some(r.clone())),
                 };
                 NamespaceConfig {
                     nsid: None,
@@ -201,6 +224,7 @@ impl ServeArgs {
                     nguid: None,
                     anagrpid: None,
                     ptpl_file: None,
+                    rbd,
                 }
             })
             .collect();
@@ -219,7 +243,7 @@ impl ServeArgs {
             if touches_subsystem {
                 // Flags describe one more subsystem beside the file's.
                 if flag_ns.is_empty() {
-                    bail!("with --config, --nqn/--allow-host/--block-size/--dhchap-*/--qos need namespaces (--ram/--file/--null)");
+                    bail!("with --config, --nqn/--allow-host/--block-size/--dhchap-*/--qos need namespaces (--ram/--file/--null/--rbd)");
                 }
                 let mut sub = SubsystemConfig::new(
                     f.nqn.clone().unwrap_or_else(|| DEFAULT_NQN.to_owned()),
@@ -384,14 +408,17 @@ pub fn run(args: ServeArgs) -> Result<()> {
     }
     notify_ready();
     let reloader = spawn_reloader(target.clone(), args.clone(), listener_ctl)?;
+    let size_watch = spawn_size_watch(target.clone(), stop.clone())?;
     let served = farflash_transport::serve_with(
         target.clone(),
         listeners,
         &loop_opts,
-        stop,
+        stop.clone(),
         Some(listener_rx),
     )
     .context("serving");
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let _ = size_watch.join();
     reloader.close();
     drop(rpc);
     drop(metrics);
@@ -519,6 +546,63 @@ fn spawn_reloader(
                     Err(e) => tracing::error!("reload failed, nothing changed: {e:#}"),
                 }
                 notify("READY=1");
+            }
+        })?;
+    Ok(handle)
+}
+
+/// How often storage that can be resized outside farflash (RBD images) is
+/// asked for its size.
+const SIZE_WATCH: Duration = Duration::from_secs(2);
+
+/// Watches the size of RBD namespaces: when an image was resized in Ceph,
+/// re-applies the running configuration, which gives the namespace its new
+/// size and tells the hosts (Namespace Attribute Changed). Stops with `stop`.
+fn spawn_size_watch(
+    target: Arc<Target>,
+    stop: Arc<AtomicBool>,
+) -> Result<std::thread::JoinHandle<()>> {
+    use std::sync::atomic::Ordering;
+    let handle = std::thread::Builder::new()
+        .name("farflash-size-watch".into())
+        .spawn(move || {
+            let mut next = std::time::Instant::now() + SIZE_WATCH;
+            while !stop.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(200));
+                if std::time::Instant::now() < next {
+                    continue;
+                }
+                next = std::time::Instant::now() + SIZE_WATCH;
+                let mut resized = false;
+                for sub in target.subsystems().iter() {
+                    for ns in sub.namespaces().iter() {
+                        match ns.backend.refresh_capacity() {
+                            Ok(true) => {
+                                tracing::info!(
+                                    subnqn = %sub.nqn,
+                                    nsid = ns.nsid,
+                                    bytes = ns.backend.capacity(),
+                                    "{} was resized",
+                                    ns.describe
+                                );
+                                resized = true;
+                            }
+                            Ok(false) => {}
+                            Err(e) => tracing::warn!(
+                                subnqn = %sub.nqn,
+                                nsid = ns.nsid,
+                                "cannot read the size of {}: {e}",
+                                ns.describe
+                            ),
+                        }
+                    }
+                }
+                if resized {
+                    match farflash_core::manage::modify(&target, None, |_| Ok(())) {
+                        Ok(r) => log_report("resize", &r),
+                        Err(e) => tracing::error!("applying a resize failed: {e:#}"),
+                    }
+                }
             }
         })?;
     Ok(handle)
@@ -724,5 +808,52 @@ mod tests {
             .unwrap();
         assert_eq!(from_file, from_flags);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn rbd_flags_and_file_build_the_same_config() {
+        let dir = std::env::temp_dir().join(format!("ff-serve-rbd-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("c.toml");
+        std::fs::write(
+            &p,
+            "[[subsystem]]\nnqn='nqn.t:r'\n[[subsystem.namespace]]\nbackend='ram'\nsize='1M'\n\
+             [[subsystem.namespace]]\nbackend='rbd'\n\
+             rbd={pool='rbd',image='vol1',conf='/c/ceph.conf',id='gw',keyring='/c/k'}\n",
+        )
+        .unwrap();
+        let from_file = parse(&["--config", p.to_str().unwrap()])
+            .to_config()
+            .unwrap();
+        let from_flags = parse(&[
+            "--nqn",
+            "nqn.t:r",
+            "--ram",
+            "1M",
+            "--rbd",
+            "rbd/vol1",
+            "--ceph-conf",
+            "/c/ceph.conf",
+            "--ceph-id",
+            "gw",
+            "--ceph-keyring",
+            "/c/k",
+        ])
+        .to_config()
+        .unwrap();
+        assert_eq!(from_file.subsystems, from_flags.subsystems);
+        let ns = &from_flags.subsystems[0].namespaces[1];
+        assert_eq!(ns.backend, BackendKind::Rbd);
+        assert_eq!(ns.rbd.as_ref().map(|r| r.image.as_str()), Some("vol1"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn rbd_flag_needs_pool_and_image() {
+        for bad in ["vol1", "/vol1", "rbd/", "a/b/c"] {
+            let r = T::try_parse_from(["serve", "--rbd", bad]);
+            let e = r.map(|_| ()).unwrap_err().to_string();
+            assert!(e.contains("POOL/IMAGE"), "{bad}: {e}");
+        }
     }
 }

@@ -9,7 +9,7 @@
 mod blocking;
 mod pool;
 mod slab;
-mod sys;
+pub(crate) mod sys;
 mod uring;
 mod zero;
 

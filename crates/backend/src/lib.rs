@@ -17,7 +17,8 @@
 //!
 //! Backends: [`open_ram`] (lazily committed memory), [`open_null`] (zeroes,
 //! discards writes), [`open_file`] (regular file or block device, io_uring,
-//! `O_DIRECT` when available); with the `testing` feature, [`open_scripted`]
+//! `O_DIRECT` when available), [`open_rbd`] (a Ceph RBD image through
+//! librbd's asynchronous API); with the `testing` feature, [`open_scripted`]
 //! (completions held, reordered, delayed or failed on a test's command).
 
 mod buf;
@@ -26,6 +27,7 @@ mod file;
 mod null;
 mod queue_set;
 mod ram;
+mod rbd;
 #[cfg(any(test, feature = "testing"))]
 mod scripted;
 mod sync_queue;
@@ -39,6 +41,7 @@ pub use file::{open_file, DirectMode, FileOptions};
 pub use null::open_null;
 pub use queue_set::QueueSet;
 pub use ram::{open_ram, open_ram_committed};
+pub use rbd::{open_rbd, RbdOptions};
 #[cfg(any(test, feature = "testing"))]
 pub use scripted::{open_scripted, OpKind, Script};
 
@@ -62,6 +65,12 @@ pub trait Backend: Send + Sync + 'static {
     fn open_queue(&self, depth: u32) -> io::Result<Box<dyn BackendQueue>>;
     /// Makes every completed write durable (used at shutdown).
     fn sync_all(&self) -> io::Result<()>;
+    /// Re-reads the size of storage that can change outside farflash (an
+    /// RBD image resized in Ceph) and returns whether [`Backend::capacity`]
+    /// changed. Storage whose size only farflash changes returns false.
+    fn refresh_capacity(&self) -> io::Result<bool> {
+        Ok(false)
+    }
 }
 
 /// A per-thread submission/completion queue on a [`Backend`].

@@ -284,6 +284,47 @@ pub enum BackendKind {
     Ram,
     File,
     Null,
+    /// A Ceph RBD image (the namespace's `rbd` table; docs/rbd.md).
+    Rbd,
+}
+
+/// Where an RBD namespace's image is: `rbd = { pool = "rbd", image = "vol1" }`
+/// plus, optionally, the cluster's ceph.conf, the client id and its keyring.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RbdConfig {
+    pub pool: String,
+    pub image: String,
+    /// ceph.conf; Ceph's default search (`$CEPH_CONF`, /etc/ceph/ceph.conf) when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conf: Option<PathBuf>,
+    /// Client id without `client.` (default "admin").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Keyring; the ceph.conf's `keyring` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keyring: Option<PathBuf>,
+}
+
+impl std::str::FromStr for RbdConfig {
+    type Err = String;
+    /// `POOL/IMAGE` (the `--rbd` flag).
+    fn from_str(s: &str) -> Result<RbdConfig, String> {
+        match s.split_once('/') {
+            Some((pool, image))
+                if !pool.is_empty() && !image.is_empty() && !image.contains('/') =>
+            {
+                Ok(RbdConfig {
+                    pool: pool.to_owned(),
+                    image: image.to_owned(),
+                    conf: None,
+                    id: None,
+                    keyring: None,
+                })
+            }
+            _ => Err(format!("{s:?} is not POOL/IMAGE")),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -316,6 +357,9 @@ pub struct NamespaceConfig {
     /// supported on this namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ptpl_file: Option<PathBuf>,
+    /// The image of a `backend = "rbd"` namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rbd: Option<RbdConfig>,
 }
 
 impl NamespaceConfig {
@@ -332,6 +376,7 @@ impl NamespaceConfig {
             nguid: None,
             anagrpid: None,
             ptpl_file: None,
+            rbd: None,
         }
     }
 }
@@ -553,6 +598,21 @@ impl Config {
                     BackendKind::Ram | BackendKind::Null if n.size.is_none() => {
                         return bad(format!("{}: ram/null namespace needs a size", s.nqn))
                     }
+                    BackendKind::Rbd if n.rbd.is_none() => {
+                        return bad(format!(
+                            "{}: rbd namespace needs rbd = {{ pool = ..., image = ... }}",
+                            s.nqn
+                        ))
+                    }
+                    BackendKind::Rbd if n.size.is_some() || n.path.is_some() => {
+                        return bad(format!(
+                            "{}: an rbd namespace takes its size from the image (no size or path)",
+                            s.nqn
+                        ))
+                    }
+                    _ if n.rbd.is_some() && n.backend != BackendKind::Rbd => {
+                        return bad(format!("{}: rbd = {{...}} needs backend = \"rbd\"", s.nqn))
+                    }
                     _ => {}
                 }
                 if let Some(g) = n.anagrpid {
@@ -643,5 +703,38 @@ mod tests {
         assert!(Config::from_toml("bogus = 1", "t").is_err());
         let nofile = "[[subsystem]]\nnqn='nqn.a'\n[[subsystem.namespace]]\nbackend='file'\n";
         assert!(Config::from_toml(nofile, "t").is_err());
+    }
+
+    #[test]
+    fn rbd_namespaces_need_their_table_and_no_size() {
+        let ns = "[[subsystem]]\nnqn='nqn.t:r'\n[[subsystem.namespace]]\n";
+        let ok = format!("{ns}backend='rbd'\nrbd={{pool='p',image='i',id='gw'}}\n");
+        let c = Config::from_toml(&ok, "t").unwrap();
+        let r = c.subsystems[0].namespaces[0].rbd.clone().unwrap();
+        assert_eq!((r.pool.as_str(), r.image.as_str()), ("p", "i"));
+        assert_eq!(r.id.as_deref(), Some("gw"));
+        for (bad, needle) in [
+            (format!("{ns}backend='rbd'\n"), "needs rbd"),
+            (
+                format!("{ns}backend='rbd'\nsize='1G'\nrbd={{pool='p',image='i'}}\n"),
+                "takes its size from the image",
+            ),
+            (
+                format!("{ns}backend='ram'\nsize='1G'\nrbd={{pool='p',image='i'}}\n"),
+                "needs backend",
+            ),
+            (
+                format!("{ns}backend='rbd'\nrbd={{pool='p',image='i',secret='x'}}\n"),
+                "secret",
+            ),
+        ] {
+            let e = Config::from_toml(&bad, "t").unwrap_err().to_string();
+            assert!(e.contains(needle), "{bad}: {e}");
+        }
+        assert_eq!(
+            "rbd/vol".parse::<RbdConfig>().map(|r| r.image),
+            Ok("vol".to_owned())
+        );
+        assert!("rbd".parse::<RbdConfig>().is_err());
     }
 }

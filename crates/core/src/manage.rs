@@ -124,6 +124,11 @@ pub fn resize_namespace(
                 "{nqn}: namespace {nsid} is RAM and cannot be resized in place (remove and add it)"
             )))
         }
+        BackendKind::Rbd => {
+            return Err(ManageError::Invalid(format!(
+                "{nqn}: namespace {nsid} is RBD: its size is the image's (resize the image; the namespace follows)"
+            )))
+        }
         BackendKind::File if size < capacity => {
             return Err(ManageError::Invalid(format!(
                 "{nqn}: namespace {nsid}: a file namespace only grows ({capacity} bytes now)"

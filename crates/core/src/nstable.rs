@@ -123,6 +123,7 @@ mod tests {
             nguid: None,
             anagrpid: None,
             ptpl_file: None,
+            rbd: None,
         };
         Arc::new(crate::subsystem::build_namespace("nqn.t", &cfg, nsid).unwrap())
     }

@@ -6,7 +6,8 @@ use crate::config::{BackendKind, Config, HostAuthConfig, NamespaceConfig, Subsys
 use crate::qos::{QosConfig, QosTable};
 use crate::stats::StatsRegistry;
 use farflash_backend::{
-    open_file, open_null, open_ram, open_ram_committed, FileOptions, SharedBackend,
+    open_file, open_null, open_ram, open_ram_committed, open_rbd, FileOptions, RbdOptions,
+    SharedBackend,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -352,6 +353,27 @@ pub fn build_namespace(
             let d = format!("{} {} ({})", b.kind(), path.display(), human(b.capacity()));
             (b, d)
         }
+        BackendKind::Rbd => {
+            let Some(r) = &nc.rbd else {
+                return Err(BuildError::Invalid {
+                    nqn: nqn.to_owned(),
+                    nsid,
+                    msg: "rbd namespace without an rbd table".into(),
+                });
+            };
+            let opts = RbdOptions {
+                pool: r.pool.clone(),
+                image: r.image.clone(),
+                conf: r.conf.clone(),
+                id: r.id.clone(),
+                keyring: r.keyring.clone(),
+                block_size: bs,
+            };
+            let name = format!("rbd {}/{}", r.pool, r.image);
+            let b = open_rbd(&opts).map_err(|e| err(&name, e))?;
+            let d = format!("{name} ({})", human(b.capacity()));
+            (b, d)
+        }
     };
     let blocks = backend.capacity() / bs as u64;
     if blocks == 0 {
@@ -473,6 +495,12 @@ pub fn build_namespaces(
             .iter()
             .find(|n| n.nsid == nsid && n.config == effective)
         {
+            // Storage resized outside farflash (an RBD image): the same
+            // backend, a new size (hosts get a Namespace Attribute Changed).
+            Some(n) if n.backend.capacity() >> n.lba_shift != n.blocks => Arc::new(Namespace {
+                blocks: n.backend.capacity() >> n.lba_shift,
+                ..Namespace::with_backend(n, n.backend.clone(), &n.describe)
+            }),
             Some(n) => n.clone(),
             None => Arc::new(build_namespace(&sc.nqn, nc, nsid)?),
         };

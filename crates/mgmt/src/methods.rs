@@ -5,7 +5,8 @@
 
 use crate::jsonrpc::{self, Request, RpcError};
 use farflash_core::config::{
-    BackendKind, Config, DhchapKey, HostAuthConfig, NamespaceConfig, Size, SubsystemConfig,
+    BackendKind, Config, DhchapKey, HostAuthConfig, NamespaceConfig, RbdConfig, Size,
+    SubsystemConfig,
 };
 use farflash_core::manage::{self, ManageError};
 use farflash_core::qos::QosConfig;
@@ -162,6 +163,9 @@ struct AddNamespace {
     /// PTPL file for reservations (docs/ha.md).
     #[serde(default)]
     ptpl_file: Option<PathBuf>,
+    /// For `backend: "rbd"`: `{pool, image, conf?, id?, keyring?}`.
+    #[serde(default)]
+    rbd: Option<RbdConfig>,
 }
 
 #[derive(Deserialize)]
@@ -281,6 +285,7 @@ impl Api {
                     nguid: a.nguid,
                     anagrpid: a.anagrpid,
                     ptpl_file: a.ptpl_file,
+                    rbd: a.rbd,
                 };
                 let (r, nsid) = manage::add_namespace(t, &a.nqn, nc).map_err(manage_err)?;
                 let mut v = report_json(&r);

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# benches/rbd.sh -- the farflash gateway against librbd used directly, on the
+# same single-node Ceph cluster (tests/ceph/cluster.sh): 4 KiB random reads
+# and writes at QD 1 and QD 32, in alternating pairs. "direct" is fio's rbd
+# engine (librbd in the benchmark's process); "farflash" is `farflash serve
+# --rbd` measured by `farflash perf` over NVMe/TCP on 127.0.0.1. A pair's
+# ratio is farflash/direct IOPS; each row gives the median ratio (goal: at
+# least 0.9) and the medians of p50 and p99 total latency.
+#
+#   bash benches/rbd.sh                      # 5 pairs of 10 s runs per row
+#   RUNS=3 RUNTIME=5 OUT= bash benches/rbd.sh
+#
+# Target on core 0 (`--threads 1 --cpus-allowed 0`), fio and perf on core 1;
+# the Ceph daemons and librbd's threads are not pinned. The target sleeps in
+# epoll (`--poll never`) and perf blocks for completions (`--poll block`), as
+# fio does: on a small machine that also runs the OSD, a spinning event loop
+# and a spinning perf would take the cores the OSD and librbd need (measured
+# here at QD 1: 699 IOPS spinning, 1945 sleeping, against fio's 2400-3000). rbd_cache is off for both (farflash turns
+# it off; the benchmark's ceph.conf says so for fio). The image (SIZE, 1G) is
+# written once before the runs, so reads reach the OSD. Writes its section of
+# docs/benchmarks.md (OUT= to change, empty to skip).
+# Environment: RUNS (5), RUNTIME (10), RAMP (2), SIZE (1G), PORT (4540),
+# POLL (never: the target's --poll), PERF_POLL (block: perf's --poll), OUT.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
+cd "$ROOT"
+RUNS=${RUNS:-5} RUNTIME=${RUNTIME:-10} RAMP=${RAMP:-2} SIZE=${SIZE:-1G}
+PORT=${PORT:-4540} POLL=${POLL:-never} PERF_POLL=${PERF_POLL:-block}
+OUT=${OUT-docs/benchmarks.md}
+NQN=nqn.2026-11.io.farflash:bench
+NAME=rbd.sh
+for t in taskset python3 cargo fio rbd; do command -v "$t" >/dev/null || { echo "rbd.sh: $t is required" >&2; exit 1; }; done
+fio --enghelp 2>/dev/null | grep -qw rbd || { echo "rbd.sh: this fio has no rbd engine" >&2; exit 1; }
+# shellcheck source=benches/lib.sh
+source "$ROOT/benches/lib.sh"
+
+echo "== building (release)"
+cargo build -q --release --bin farflash
+FF=$ROOT/target/release/farflash
+
+echo "== starting a single-node Ceph cluster"
+CEPH=$TMP/ceph
+stop_cluster() { bash "$ROOT/tests/ceph/cluster.sh" stop "$CEPH" >/dev/null 2>&1 || true; }
+trap 'stop_cluster; cleanup' EXIT
+CEPH_IMAGE_SIZE=$SIZE bash "$ROOT/tests/ceph/cluster.sh" start "$CEPH" >/dev/null
+CONF=$CEPH/ceph.conf
+printf '\n[client.admin]\nrbd_cache = false\n' >>"$CONF"
+export CEPH_CONF=$CONF
+
+echo "== writing the image once ($SIZE)"
+fio --name=fill --ioengine=rbd --clientname=admin --pool=rbd --rbdname=test --rw=write \
+	--bs=4M --iodepth=4 --size="$SIZE" --output=/dev/null
+
+# metrics FILE: "IOPS P50_US P99_US" of the read or write side of a fio-style JSON
+# (fio: jobs[0]; farflash perf: aggregate).
+metrics() {
+	python3 - "$1" "$2" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+j = d["aggregate"] if "aggregate" in d else d["jobs"][0]
+s = j[sys.argv[2]]
+p = s["lat_ns"]["percentile"]
+print(f'{s["iops"]:.0f} {p["50.000000"] / 1000:.0f} {p["99.000000"] / 1000:.0f}')
+PY
+}
+
+direct() { # RW QD -> "IOPS P50 P99"
+	taskset -c 1 fio --name=direct --ioengine=rbd --clientname=admin --pool=rbd --rbdname=test \
+		--rw="$1" --bs=4k --iodepth="$2" --size="$SIZE" --time_based --runtime="$RUNTIME" \
+		--ramp_time="$RAMP" --lat_percentiles=1 --output-format=json --output="$TMP/direct.json" ||
+		die "fio (rbd engine) failed"
+	metrics "$TMP/direct.json" "${1#rand}"
+}
+
+gateway() { # RW QD -> "IOPS P50 P99"
+	"$FF" serve --listen "127.0.0.1:$PORT" --nqn "$NQN" --rbd rbd/test --ceph-conf "$CONF" \
+		--threads 1 --cpus-allowed 0 --poll "$POLL" --rpc-socket none --log-level warn >"$TMP/serve.log" 2>&1 &
+	local pid=$!
+	PIDS+=("$pid")
+	wait_listen "$PORT"
+	taskset -c 1 "$FF" perf -t tcp -a 127.0.0.1 -s "$PORT" -n "$NQN" --rw "$1" --bs 4k \
+		--iodepth "$2" --size "$SIZE" --runtime "$RUNTIME" --ramp_time "$RAMP" --cpus-allowed 1 --poll "$PERF_POLL" \
+		--output-format=json >"$TMP/perf.json" || die "farflash perf failed ($(tail -3 "$TMP/serve.log"))"
+	kill -TERM "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+	metrics "$TMP/perf.json" "${1#rand}"
+}
+
+rows=() lines=()
+for rw in randread randwrite; do
+	for qd in 1 32; do
+		ratios=() d50=() d99=() f50=() f99=()
+		for r in $(seq "$RUNS"); do
+			# Alternate which goes first, so a drift of the machine hits both.
+			if ((r % 2)); then read -r d_iops dp50 dp99 <<<"$(direct "$rw" "$qd")"; read -r f_iops fp50 fp99 <<<"$(gateway "$rw" "$qd")"
+			else read -r f_iops fp50 fp99 <<<"$(gateway "$rw" "$qd")"; read -r d_iops dp50 dp99 <<<"$(direct "$rw" "$qd")"; fi
+			ratio=$(python3 -c "print($f_iops / max($d_iops, 1))")
+			ratios+=("$ratio") d50+=("$dp50") d99+=("$dp99") f50+=("$fp50") f99+=("$fp99")
+			lines+=("- $rw QD $qd pair $r: direct $d_iops IOPS (p50 ${dp50} µs, p99 ${dp99} µs), farflash $f_iops IOPS (p50 ${fp50} µs, p99 ${fp99} µs), ratio $(printf '%.3f' "$ratio")")
+			echo "${lines[-1]}"
+		done
+		med=$(median "${ratios[@]}")
+		verdict=$(python3 -c "print('met' if $med >= 0.9 else 'NOT met')")
+		rows+=("| $rw | $qd | $(median "${d50[@]}") / $(median "${d99[@]}") | $(median "${f50[@]}") / $(median "${f99[@]}") | $(printf '%.3f' "$med") ($verdict) |")
+		echo "== $rw QD $qd: median farflash/direct $(printf '%.3f' "$med") ($verdict; goal 0.9)"
+	done
+done
+[[ -n $OUT ]] || exit 0
+{
+	echo "## Ceph RBD: the farflash gateway against librbd directly (benches/rbd.sh)"
+	echo
+	run_facts
+	echo "- cluster: tests/ceph/cluster.sh (1 mon, 1 mgr, 1 BlueStore OSD on a sparse file, pool size 1), image $SIZE written once, rbd_cache off"
+	echo "- direct: fio's rbd engine on core 1; farflash: \`serve --rbd rbd/test --threads 1 --cpus-allowed 0 --poll $POLL\`, \`farflash perf --poll $PERF_POLL\` on core 1; 4 KiB, ${RUNTIME} s after ${RAMP} s of ramp, $RUNS alternating pairs per row"
+	echo
+	echo "| workload | QD | direct p50 / p99 (µs) | farflash p50 / p99 (µs) | median IOPS ratio (goal 0.9) |"
+	echo "| --- | --- | --- | --- | --- |"
+	printf '%s\n' "${rows[@]}"
+	echo
+	printf '%s\n' "${lines[@]}"
+} | write_section "$OUT" rbd.sh

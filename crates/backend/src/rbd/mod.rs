@@ -1,0 +1,117 @@
+//! RBD images (Ceph) as namespaces, through librbd's asynchronous API.
+//!
+//! One [`Backend`] holds one cluster connection and one image handle, shared
+//! by every worker's queue: librbd's handle is thread-safe, and one handle
+//! per process keeps RBD's exclusive lock in one owner (separate handles
+//! would pass the lock back and forth between workers on every write; see
+//! docs/rbd.md). Each worker's [`queue::RbdQueue`] gets its completions
+//! through an eventfd of its own.
+//!
+//! The gateway keeps no write-back cache (`rbd_cache = false`): a write is
+//! on the OSDs when it completes, so a second gateway on the same image
+//! reads it; Flush and FUA still end in `rbd_aio_flush`.
+
+mod cluster;
+mod queue;
+
+pub use cluster::RbdOptions;
+
+use crate::check::Geometry;
+use crate::{Backend, BackendQueue, SharedBackend};
+use cluster::Image;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+struct RbdBackend {
+    image: Arc<Image>,
+    /// The image's size rounded down to the block size; changes when the
+    /// image is resized ([`Backend::refresh_capacity`]). The queues read it
+    /// (written only on a resize, so the cache line stays shared).
+    capacity: Arc<AtomicU64>,
+    block_size: u32,
+}
+
+/// `size` rounded down to whole blocks.
+fn whole_blocks(size: u64, bs: u32) -> u64 {
+    size - size % u64::from(bs)
+}
+
+/// Connects to the cluster and opens `opts.pool`/`opts.image` as a
+/// namespace's storage. Errors name the ceph.conf, keyring, cluster, pool or
+/// image that is wrong; an unreachable cluster fails within
+/// `client_mount_timeout` (10 s unless the ceph.conf sets it).
+pub fn open_rbd(opts: &RbdOptions) -> io::Result<SharedBackend> {
+    let bs = opts.block_size;
+    if bs != 512 && bs != 4096 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("block size {bs}: must be 512 or 4096"),
+        ));
+    }
+    let image = Image::open(opts)?;
+    let size = image.size()?;
+    let capacity = whole_blocks(size, bs);
+    if capacity == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "image {}/{} ({size} bytes) is smaller than one block",
+                opts.pool, opts.image
+            ),
+        ));
+    }
+    Ok(Arc::new(RbdBackend {
+        image: Arc::new(image),
+        capacity: Arc::new(AtomicU64::new(capacity)),
+        block_size: bs,
+    }))
+}
+
+impl Backend for RbdBackend {
+    fn kind(&self) -> &'static str {
+        "rbd"
+    }
+
+    fn capacity(&self) -> u64 {
+        self.capacity.load(Ordering::Acquire)
+    }
+
+    fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    fn volatile_write_cache(&self) -> bool {
+        // rbd_cache is off (see the module comment).
+        false
+    }
+
+    fn open_queue(&self, depth: u32) -> io::Result<Box<dyn BackendQueue>> {
+        let geometry = Geometry {
+            capacity: self.capacity(),
+            block_size: self.block_size,
+            read_only: false,
+        };
+        Ok(Box::new(queue::RbdQueue::new(
+            self.image.clone(),
+            geometry,
+            self.capacity.clone(),
+            depth,
+        )?))
+    }
+
+    fn sync_all(&self) -> io::Result<()> {
+        self.image.flush()
+    }
+
+    /// librbd keeps the image header current (its own watch on the image),
+    /// so this asks it for the size, with no round trip in the usual case.
+    fn refresh_capacity(&self) -> io::Result<bool> {
+        let now = whole_blocks(self.image.size()?, self.block_size);
+        if now == 0 {
+            // Shrunk below one block: keep the namespace as it was.
+            return Ok(false);
+        }
+        Ok(self.capacity.swap(now, Ordering::AcqRel) != now)
+    }
+}

@@ -1,0 +1,562 @@
+//! RBD namespaces against a real single-node Ceph cluster (Debian's Ceph
+//! 16.2 daemons, started by tests/ceph/cluster.sh for each test under a
+//! temporary directory on 127.0.0.1, stopped when the test ends):
+//!
+//! - `farflash perf --verify` through an RBD namespace; data written through
+//!   farflash is in the image (`rbd export`), data imported with `rbd import`
+//!   reads back through a namespace added with `farflash ctl`; Flush, Write
+//!   Zeroes and Deallocate; the image resized with `rbd resize` becomes a
+//!   resized namespace (NSZE, Changed Namespace List);
+//! - a missing pool or image, a missing or wrong keyring, an unreachable
+//!   cluster: `farflash serve` exits at once with an error naming it;
+//! - two gateways on one image: each reads what the other wrote; one killed,
+//!   the other takes the exclusive lock over;
+//! - the OSD stopped mid-run: an RBD command fails with an NVMe status
+//!   within the OSD operation timeout while a RAM namespace keeps serving.
+//!
+//! `cargo test --test rbd -- --ignored --test-threads=1` (tests/run.sh).
+
+mod common;
+
+use common::{Serve, NQN};
+use farflash_host::{ConnectOptions, Controller, IoQueueOptions};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A cluster started by tests/ceph/cluster.sh, stopped on drop.
+struct Cluster {
+    dir: PathBuf,
+    conf: PathBuf,
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ceph/cluster.sh")
+}
+
+impl Cluster {
+    fn start(name: &str) -> Cluster {
+        let dir = std::env::temp_dir().join(format!("ff-ceph-{name}-{}", std::process::id()));
+        let _ = Command::new("bash")
+            .arg(script())
+            .args(["stop".as_ref(), dir.as_os_str()])
+            .status();
+        let t = Instant::now();
+        let out = Command::new("bash")
+            .arg(script())
+            .args(["start".as_ref(), dir.as_os_str()])
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run tests/ceph/cluster.sh");
+        let c = Cluster {
+            conf: dir.join("ceph.conf"),
+            dir,
+        };
+        assert!(out.status.success(), "the Ceph cluster did not start");
+        eprintln!("ceph cluster up in {:.1?}", t.elapsed());
+        c
+    }
+
+    fn conf(&self) -> &str {
+        self.conf.to_str().expect("utf-8 path")
+    }
+
+    /// The `rbd` CLI on this cluster.
+    fn rbd(&self, args: &[&str]) -> std::process::Output {
+        let out = Command::new("timeout")
+            .args(["120", "rbd", "-c", self.conf()])
+            .args(args)
+            .output()
+            .expect("run rbd");
+        assert!(
+            out.status.success(),
+            "rbd {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    fn stop_osd(&self) {
+        let st = Command::new("bash")
+            .arg(script())
+            .args(["stop-osd".as_ref(), self.dir.as_os_str()])
+            .status()
+            .expect("stop the OSD");
+        assert!(st.success());
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(script())
+            .args(["stop".as_ref(), self.dir.as_os_str()])
+            .status();
+    }
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(29) ^ seed ^ (i >> 9) as u8)
+        .collect()
+}
+
+fn connect(s: &Serve, queues: u16) -> Controller {
+    let mut o = ConnectOptions::new(s.addr.clone(), NQN);
+    o.command_timeout = Duration::from_secs(60);
+    Controller::connect_with_queues(&o, queues).expect("connect")
+}
+
+fn queue_opts() -> IoQueueOptions {
+    IoQueueOptions {
+        depth: 16,
+        max_io: 64 * 1024,
+    }
+}
+
+/// `farflash serve ARGS` that must fail: its stderr and how long it took.
+fn serve_fails(args: &[&str], within: Duration) -> (String, Duration) {
+    let t = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_farflash"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--rpc-socket", "none"])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn farflash serve");
+    loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            let mut err = String::new();
+            std::io::Read::read_to_string(child.stderr.as_mut().expect("stderr"), &mut err)
+                .expect("read stderr");
+            assert!(!st.success(), "serve {args:?} started: {err}");
+            return (err, t.elapsed());
+        }
+        if t.elapsed() > within {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("serve {args:?} neither started nor failed within {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+#[ignore = "starts a Ceph cluster (Debian's ceph packages); run by tests/run.sh"]
+fn rbd_namespace_verified_io_and_the_data_is_in_ceph() {
+    let c = Cluster::start("io");
+    // An image filled from outside farflash: librbd's own import.
+    let src = c.dir.join("import.bin");
+    let imported = pattern(1 << 20, 0x5a);
+    std::fs::write(&src, &imported).unwrap();
+    c.rbd(&["import", src.to_str().unwrap(), "rbd/imported"]);
+
+    let sock = c.dir.join("rpc.sock");
+    let s = Serve::start(&[
+        "--rpc-socket",
+        sock.to_str().unwrap(),
+        "--threads",
+        "2",
+        "--rbd",
+        "rbd/test",
+        "--ram",
+        "16M",
+        "--ceph-conf",
+        c.conf(),
+    ]);
+    // The second image is added at run time, through the management API,
+    // with 4 KiB blocks.
+    let ctl = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_farflash"))
+            .args(["ctl", "--rpc-socket", sock.to_str().unwrap()])
+            .args(args)
+            .output()
+            .expect("run farflash ctl")
+    };
+    let out = ctl(&[
+        "namespace",
+        "add",
+        NQN,
+        "--rbd",
+        "rbd/imported",
+        "--ceph-conf",
+        c.conf(),
+        "--block-size",
+        "4096",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("namespace 3 added"),
+        "{text}"
+    );
+    let out = ctl(&["namespace", "resize", NQN, "3", "2M"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("is RBD"), "{err}");
+    let out = ctl(&[
+        "namespace",
+        "add",
+        NQN,
+        "--rbd",
+        "rbd/absent",
+        "--ceph-conf",
+        c.conf(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("image rbd/absent"),
+        "{err}"
+    );
+    let port = s.port.to_string();
+    let t = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_farflash"))
+        .args(["perf", "-a", "127.0.0.1", "-s", &port, "-n", NQN])
+        .args(["--nsid", "1", "--rw", "randrw", "--iodepth", "16"])
+        .args(["--bssplit", "4k/50:64k/30:128k/20", "--size", "32M"])
+        .args(["--numjobs", "2", "--verify", "crc32c"])
+        .output()
+        .expect("run farflash perf");
+    assert!(
+        out.status.success(),
+        "perf --verify through the RBD namespace: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("perf --verify (2 jobs, 32M each) in {:.1?}", t.elapsed());
+
+    let ctrl = connect(&s, 2);
+    let mut q = ctrl.io_queue(1, queue_opts()).expect("queue");
+    // Written through farflash at 40 MiB (LBA 81920), flushed, then read
+    // back through librbd directly.
+    let data = pattern(64 * 1024, 7);
+    q.write_at(1, 81920, 128, &data).expect("write");
+    q.flush(1).expect("flush");
+    // Write Zeroes and Deallocate (unaligned to RBD's 4 MiB objects) read
+    // back as zeroes.
+    q.write_at(1, 200, 64, &pattern(32 * 1024, 9))
+        .expect("write");
+    q.write_zeroes(1, 200, 16).expect("write zeroes");
+    q.deallocate(1, &[(232, 8), (248, 16)]).expect("deallocate");
+    let mut b = vec![0u8; 32 * 1024];
+    q.read_at(1, 200, 64, &mut b).unwrap();
+    let expect = pattern(32 * 1024, 9);
+    for (lba, chunk) in b.chunks(512).enumerate() {
+        let lba = 200 + lba as u64;
+        let zero =
+            (200..216).contains(&lba) || (232..240).contains(&lba) || (248..264).contains(&lba);
+        let off = ((lba - 200) * 512) as usize;
+        if zero {
+            assert!(chunk.iter().all(|&x| x == 0), "LBA {lba} not zeroed");
+        } else {
+            assert_eq!(chunk, &expect[off..off + 512], "LBA {lba} changed");
+        }
+    }
+    // The imported image's bytes, through farflash (nsid 3, 4 KiB blocks).
+    assert_eq!(ctrl.identify_ns(3).map(|n| n.nsze).ok(), Some(256));
+    let mut b = vec![0u8; 64 * 1024];
+    q.read_at(3, 128, 16, &mut b).unwrap();
+    assert_eq!(b, imported[512 * 1024..576 * 1024], "rbd import → farflash");
+    // Beyond the image: an NVMe status, not a hang.
+    let e = q.read_at(1, 1 << 40, 8, &mut b).unwrap_err();
+    assert!(e.status().is_some(), "{e}");
+
+    // The image grown in Ceph: the namespace follows (the target asks
+    // librbd every 2 s), the host finds NSID 1 in the Changed Namespace List,
+    // and the new blocks are usable.
+    let _ = ctrl.get_log_page(0x04, 0xFFFF_FFFF, 4096, 0);
+    c.rbd(&["resize", "--size", "384M", "rbd/test"]);
+    let t = Instant::now();
+    let grown = common::eventually(Duration::from_secs(15), || {
+        ctrl.identify_ns(1).map(|n| n.nsze).ok() == Some(384 << 11)
+    });
+    assert!(
+        grown,
+        "NSZE still {:?}",
+        ctrl.identify_ns(1).map(|n| n.nsze).ok()
+    );
+    eprintln!("resize seen in {:.1?}", t.elapsed());
+    let log = ctrl.get_log_page(0x04, 0xFFFF_FFFF, 4096, 0).unwrap();
+    assert_eq!(
+        &log[..8],
+        &[1, 0, 0, 0, 0, 0, 0, 0],
+        "Changed Namespace List"
+    );
+    let tail = pattern(4096, 11);
+    q.write_at(1, 320 << 11, 8, &tail)
+        .expect("write in the new blocks");
+    drop(q);
+    ctrl.shutdown().unwrap();
+    drop(s);
+
+    let exported = c.dir.join("export.bin");
+    c.rbd(&["export", "rbd/test", exported.to_str().unwrap()]);
+    let img = std::fs::read(&exported).unwrap();
+    assert_eq!(img.len(), 384 << 20);
+    assert_eq!(
+        &img[320 << 20..(320 << 20) + 4096],
+        &tail[..],
+        "written after the resize"
+    );
+    assert_eq!(
+        &img[40 << 20..(40 << 20) + data.len()],
+        &data[..],
+        "farflash → rbd export"
+    );
+}
+
+#[test]
+#[ignore = "starts a Ceph cluster (Debian's ceph packages); run by tests/run.sh"]
+fn bad_rbd_settings_fail_the_start_naming_what_is_wrong() {
+    let c = Cluster::start("bad");
+    let conf = c.conf();
+    let quick = Duration::from_secs(30);
+    let (e, _) = serve_fails(&["--rbd", "nopool/test", "--ceph-conf", conf], quick);
+    assert!(
+        e.contains("pool \"nopool\"") && e.contains("No such file"),
+        "{e}"
+    );
+    let (e, _) = serve_fails(&["--rbd", "rbd/noimage", "--ceph-conf", conf], quick);
+    assert!(
+        e.contains("image rbd/noimage") && e.contains("No such file"),
+        "{e}"
+    );
+    let (e, _) = serve_fails(
+        &["--rbd", "rbd/test", "--ceph-conf", "/nonexistent/ceph.conf"],
+        quick,
+    );
+    assert!(
+        e.contains("ceph.conf /nonexistent/ceph.conf does not exist"),
+        "{e}"
+    );
+    let (e, _) = serve_fails(
+        &[
+            "--rbd",
+            "rbd/test",
+            "--ceph-conf",
+            conf,
+            "--ceph-keyring",
+            "/nonexistent/k",
+        ],
+        quick,
+    );
+    assert!(
+        e.contains("ceph keyring /nonexistent/k does not exist"),
+        "{e}"
+    );
+
+    // The right client, the wrong key.
+    let wrong = c.dir.join("wrong.keyring");
+    let st = Command::new("ceph-authtool")
+        .args([
+            "--create-keyring",
+            wrong.to_str().unwrap(),
+            "--gen-key",
+            "-n",
+            "client.admin",
+        ])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let (e, took) = serve_fails(
+        &[
+            "--rbd",
+            "rbd/test",
+            "--ceph-conf",
+            conf,
+            "--ceph-keyring",
+            wrong.to_str().unwrap(),
+        ],
+        quick,
+    );
+    assert!(
+        e.contains("connecting to the Ceph cluster as client.admin"),
+        "{e}"
+    );
+    eprintln!(
+        "wrong key refused in {took:.1?}: {}",
+        e.lines().last().unwrap_or("")
+    );
+    // A client id the cluster does not know.
+    let (e, _) = serve_fails(
+        &[
+            "--rbd",
+            "rbd/test",
+            "--ceph-conf",
+            conf,
+            "--ceph-id",
+            "nobody",
+        ],
+        quick,
+    );
+    assert!(e.contains("client.nobody"), "{e}");
+
+    // Nothing listens where the ceph.conf points: fails within
+    // client_mount_timeout (farflash's 10 s), not Ceph's 300 s.
+    let dead = c.dir.join("dead.conf");
+    let port = common::free_port();
+    let text = std::fs::read_to_string(&c.conf).unwrap();
+    let text: String = text
+        .lines()
+        .map(|l| {
+            if l.starts_with("mon_host") {
+                format!("mon_host = v2:127.0.0.1:{port}\n")
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    std::fs::write(&dead, text).unwrap();
+    let (e, took) = serve_fails(
+        &["--rbd", "rbd/test", "--ceph-conf", dead.to_str().unwrap()],
+        Duration::from_secs(40),
+    );
+    assert!(e.contains("connecting to the Ceph cluster"), "{e}");
+    assert!(
+        took < Duration::from_secs(25),
+        "unreachable cluster took {took:?}"
+    );
+    eprintln!("unreachable cluster refused in {took:.1?}");
+}
+
+#[test]
+#[ignore = "starts a Ceph cluster (Debian's ceph packages); run by tests/run.sh"]
+fn stopped_osd_fails_rbd_commands_in_bounded_time_and_ram_keeps_serving() {
+    let c = Cluster::start("osd");
+    // A short OSD operation timeout for this client (farflash keeps a value
+    // the ceph.conf sets).
+    let mut conf = std::fs::read_to_string(&c.conf).unwrap();
+    conf.push_str("\n[client.admin]\nrados_osd_op_timeout = 4\n");
+    std::fs::write(&c.conf, conf).unwrap();
+    let s = Serve::start(&[
+        "--rpc-socket",
+        "none",
+        "--threads",
+        "1",
+        "--rbd",
+        "rbd/test",
+        "--ram",
+        "16M",
+        "--ceph-conf",
+        c.conf(),
+    ]);
+    let mut ctrl = connect(&s, 2);
+    ctrl.start_keep_alive().expect("keep-alive");
+    let mut rbd_q = ctrl.io_queue(1, queue_opts()).expect("queue 1");
+    let mut ram_q = ctrl.io_queue(2, queue_opts()).expect("queue 2");
+    rbd_q
+        .write_at(1, 0, 8, &pattern(4096, 1))
+        .expect("write before the stop");
+
+    c.stop_osd();
+    let t = Instant::now();
+    // A write to the RBD namespace that cannot reach an OSD...
+    let cid = rbd_q.alloc_cid().unwrap();
+    rbd_q.buf_mut(cid).unwrap()[..4096].copy_from_slice(&pattern(4096, 2));
+    rbd_q.submit_write(cid, 1, 4096, 8, 4096).unwrap();
+    // ...while the RAM namespace, on the same worker, answers at once.
+    let mut ram_ios = 0;
+    let mut slowest = Duration::ZERO;
+    let mut done = Vec::new();
+    while done.is_empty() {
+        let r = Instant::now();
+        ram_q
+            .write_at(2, 8, 8, &pattern(4096, 3))
+            .expect("RAM write");
+        let mut b = vec![0u8; 4096];
+        ram_q.read_at(2, 8, 8, &mut b).expect("RAM read");
+        assert_eq!(b, pattern(4096, 3));
+        slowest = slowest.max(r.elapsed());
+        ram_ios += 2;
+        rbd_q.wait(&mut done, Duration::from_millis(10)).unwrap();
+        assert!(t.elapsed() < Duration::from_secs(30), "the RBD write hangs");
+    }
+    let failed = t.elapsed();
+    let status = done[0].check().expect_err("the write must fail");
+    eprintln!(
+        "RBD write failed after {failed:.1?} ({status}); meanwhile {ram_ios} RAM I/Os, slowest {slowest:.1?}"
+    );
+    assert!(status.status().is_some(), "an NVMe status: {status}");
+    assert!(slowest < Duration::from_secs(1), "RAM I/O took {slowest:?}");
+    assert!(ram_ios >= 20, "only {ram_ios} RAM I/Os");
+    // The target is still up and the RBD namespace still answers (with an error).
+    let mut b = vec![0u8; 4096];
+    let t = Instant::now();
+    let e = rbd_q.read_at(1, 0, 8, &mut b).unwrap_err();
+    assert!(
+        e.status().is_some() && t.elapsed() < Duration::from_secs(20),
+        "{e}"
+    );
+    drop(rbd_q);
+    drop(ram_q);
+    let _ = ctrl.shutdown();
+}
+
+#[test]
+#[ignore = "starts a Ceph cluster (Debian's ceph packages); run by tests/run.sh"]
+fn two_gateways_on_one_image_see_the_same_data() {
+    let c = Cluster::start("two");
+    let args = [
+        "--rpc-socket",
+        "none",
+        "--threads",
+        "1",
+        "--rbd",
+        "rbd/test",
+        "--ceph-conf",
+        c.conf(),
+    ];
+    let a = Serve::start(&args);
+    let b = Serve::start(&args);
+    let ca = connect(&a, 1);
+    let cb = connect(&b, 1);
+    let mut qa = ca.io_queue(1, queue_opts()).expect("queue on A");
+    let mut qb = cb.io_queue(1, queue_opts()).expect("queue on B");
+    let mut buf = vec![0u8; 4096];
+    // Writes through one gateway are read through the other at once (no
+    // gateway cache); the exclusive lock moves with the writer.
+    let t = Instant::now();
+    for round in 0..6u8 {
+        let (w, r) = if round % 2 == 0 {
+            (&mut qa, &mut qb)
+        } else {
+            (&mut qb, &mut qa)
+        };
+        let lba = u64::from(round) * 8;
+        w.write_at(1, lba, 8, &pattern(4096, round)).expect("write");
+        r.read_at(1, lba, 8, &mut buf).expect("read");
+        assert_eq!(
+            buf,
+            pattern(4096, round),
+            "round {round}: the other gateway's write"
+        );
+    }
+    eprintln!(
+        "6 alternating write/read rounds over two gateways in {:.1?}",
+        t.elapsed()
+    );
+
+    // Gateway A dies (SIGKILL, holding the lock after its last write): B
+    // takes over; what A acknowledged is there, and B's writes land.
+    qa.write_at(1, 64, 8, &pattern(4096, 0x77))
+        .expect("A's last write");
+    drop(qa);
+    drop(ca);
+    drop(a);
+    let t = Instant::now();
+    qb.read_at(1, 64, 8, &mut buf).expect("read on B");
+    assert_eq!(
+        buf,
+        pattern(4096, 0x77),
+        "A's acknowledged write, read through B"
+    );
+    qb.write_at(1, 72, 8, &pattern(4096, 0x78))
+        .expect("B writes after A died");
+    eprintln!("B wrote after A was killed in {:.1?}", t.elapsed());
+    drop(qb);
+    let _ = cb.shutdown();
+    drop(b);
+    let exported = c.dir.join("export.bin");
+    c.rbd(&["export", "rbd/test", exported.to_str().unwrap()]);
+    let img = std::fs::read(&exported).unwrap();
+    assert_eq!(&img[72 * 512..80 * 512], &pattern(4096, 0x78)[..]);
+}
