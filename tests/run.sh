@@ -102,6 +102,11 @@ for pair in qemu-system-x86_64=qemu-system-x86 busybox=busybox-static cpio=cpio 
 	command -v "${pair%%=*}" >/dev/null || missing+=("${pair#*=}")
 done
 command -v cc >/dev/null || missing+=(gcc libc6-dev) # the linker cargo uses
+# crates/rdma-sys: bindgen over rdma-core's headers (libclang) and linking
+# against libibverbs / librdmacm
+for pkg in libibverbs-dev librdmacm-dev libclang-dev; do
+	dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
 if [[ ${#missing[@]} -gt 0 ]]; then
 	echo "installing: ${missing[*]}"
 	log=$(mktemp)
