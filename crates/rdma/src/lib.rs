@@ -14,4 +14,8 @@
 
 pub mod capsule;
 pub mod cm;
+pub mod queue;
 pub mod sgl;
+
+#[cfg(test)]
+mod tests;
