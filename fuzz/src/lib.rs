@@ -11,6 +11,7 @@ pub mod host_connection;
 pub mod input;
 pub mod opcodes;
 pub mod pdu_framing;
+pub mod rdma_capsule;
 pub mod rpc_request;
 pub mod stream;
 pub mod target_cmds;
@@ -39,7 +40,7 @@ pub fn tolerate(name: &str) -> bool {
 /// A harness: runs one input, panics on a finding.
 pub type Harness = fn(&[u8]);
 
-pub const TARGETS: [(&str, Harness); 7] = [
+pub const TARGETS: [(&str, Harness); 8] = [
     ("pdu_framing", pdu_framing::run),
     ("command_decode", command_decode::run),
     ("command_layer", command_layer::run),
@@ -47,4 +48,5 @@ pub const TARGETS: [(&str, Harness); 7] = [
     ("host_connection", host_connection::run),
     ("auth_exchange", auth_exchange::run),
     ("rpc_request", rpc_request::run),
+    ("rdma_capsule", rdma_capsule::run),
 ];
