@@ -159,6 +159,8 @@ else
 		cargo test --test interop_linux --test host_kernel_target -- --ignored --test-threads=1 --nocapture
 	step "Linux multipath over two farflash targets (cargo test --test interop_ha -- --ignored)" 900 \
 		cargo test --test interop_ha -- --ignored --test-threads=1 --nocapture
+	step "NVMe/RDMA over Soft-RoCE in the VM (cargo test --test interop_rdma -- --ignored)" 900 \
+		cargo test --test interop_rdma -- --ignored --test-threads=1 --nocapture
 fi
 
 summary
