@@ -12,6 +12,7 @@ pub mod host_connection;
 pub mod input;
 pub mod opcodes;
 pub mod pdu_framing;
+pub mod rdma_capsule;
 pub mod rpc_request;
 pub mod stream;
 pub mod target_cmds;
@@ -40,7 +41,7 @@ pub fn tolerate(name: &str) -> bool {
 /// A harness: runs one input, panics on a finding.
 pub type Harness = fn(&[u8]);
 
-pub const TARGETS: [(&str, Harness); 8] = [
+pub const TARGETS: [(&str, Harness); 9] = [
     ("pdu_framing", pdu_framing::run),
     ("command_decode", command_decode::run),
     ("command_layer", command_layer::run),
@@ -49,4 +50,5 @@ pub const TARGETS: [(&str, Harness); 8] = [
     ("auth_exchange", auth_exchange::run),
     ("rpc_request", rpc_request::run),
     ("config_toml", config_toml::run),
+    ("rdma_capsule", rdma_capsule::run),
 ];

@@ -1,0 +1,21 @@
+//! The NVMe/RDMA binding of farflash's target (NVMe RDMA Transport
+//! Specification 1.0), sans-I/O part: it decides, the verbs layer moves.
+//!
+//! - [`cm`]: RDMA CM private data (Request: RECFMT, QID, HRQSIZE, HSQSIZE;
+//!   Accept: CRQSIZE; Reject: STS) and the queue geometry it grants.
+//! - [`sgl`]: a command's data placement: in-capsule data or a Keyed SGL
+//!   moved by RDMA READ / RDMA WRITE, and the key to invalidate.
+//! - [`capsule`]: a received command capsule cut into SQE and in-capsule
+//!   data.
+//!
+//! See docs/rdma.md for what exists and what does not yet.
+
+#![forbid(unsafe_code)]
+
+pub mod capsule;
+pub mod cm;
+pub mod queue;
+pub mod sgl;
+
+#[cfg(test)]
+mod tests;
