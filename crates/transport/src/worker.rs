@@ -711,8 +711,9 @@ fn order_round(
         return false;
     }
     if backlogged < ready.len() {
-        // Stable: the index order of each group is kept.
-        ready.sort_by_key(|&i| deep(i));
+        // Index order within each group (indices are unique after the
+        // dedup; an unstable sort allocates nothing).
+        ready.sort_unstable_by_key(|&i| (deep(i), i));
     }
     ready.iter().chain(hot).any(|&i| quiet(i))
 }
