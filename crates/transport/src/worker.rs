@@ -60,9 +60,9 @@ const IDLE_MAX_FACTOR: u32 = 20;
 /// backlog shares the loop (4 KiB of the default 256 KiB). A 128 KiB
 /// write's payload is then received and copied in many short turns, each
 /// followed by the quiet connections' turns, so a QD 1 neighbour waits for
-/// at most one such slice instead of whole payloads (in short, noisy runs
-/// 16 KiB slices kept about half of a QD 1 victim's IOPS beside a QD 128
-/// writer, 4 KiB ones two thirds or more: docs/qos.md).
+/// at most one such slice instead of whole payloads (16 KiB slices kept
+/// about half of a QD 1 victim's IOPS beside a QD 128 writer in noisy
+/// short runs, 4 KiB ones about 0.6 on a quiet machine: docs/qos.md).
 const CONTENDED_DIVISOR: usize = 64;
 /// The smallest slice under contention (one 4 KiB block and its header).
 const CONTENDED_MIN: usize = 4096;
