@@ -371,3 +371,160 @@ fn sweep_committed_results_are_complete_and_valid() {
         );
     }
 }
+
+/// Checks a tenants results folder: every tenant of every count run alone
+/// and together, each phase's bytes and figures from its own perf JSON,
+/// slowdown = together / alone runtime, CSV rows, plots, report.
+fn check_tenants(dir: &Path, counts: &[usize]) -> farflash_sweep::tenants::results::TenantsResults {
+    use farflash_sweep::tenants::results::{TenantsResults, TENANTS_CSV_HEADER, TENANTS_SCHEMA};
+    use farflash_sweep::tenants::{tenant_hostnqn, tenant_nqn};
+    let text = std::fs::read_to_string(dir.join("results.json")).unwrap();
+    let r: TenantsResults = serde_json::from_str(&text).unwrap();
+    assert_eq!(r.schema, TENANTS_SCHEMA);
+    assert_eq!(r.plan.counts, counts);
+    let want_runs: usize = counts.iter().map(|c| 2 * c).sum();
+    assert_eq!(r.runs.len(), want_runs);
+    assert_eq!(r.comparisons.len(), counts.iter().sum::<usize>());
+    for &c in counts {
+        for t in 1..=c {
+            for together in [false, true] {
+                let j = r
+                    .runs
+                    .iter()
+                    .find(|j| j.tenants == c && j.tenant == t && j.together == together)
+                    .unwrap_or_else(|| panic!("tenants {c}: tenant {t} together={together}"));
+                // Its own subsystem and host.
+                assert_eq!(j.subsystem, tenant_nqn(t));
+                assert_eq!(j.hostnqn, tenant_hostnqn(t));
+                assert_eq!(j.phases.len(), r.plan.phases.len());
+                let mut ms = 0;
+                for (p, ph) in j.phases.iter().zip(&r.plan.phases) {
+                    assert_eq!(p.phase, ph.name);
+                    assert!(p.command.contains(&format!("-n {}", tenant_nqn(t))));
+                    assert!(p.command.contains(&format!("-q {}", tenant_hostnqn(t))));
+                    let agg = &p.perf["aggregate"];
+                    let bytes = agg["read"]["io_bytes"].as_u64().unwrap()
+                        + agg["write"]["io_bytes"].as_u64().unwrap();
+                    assert_eq!(p.bytes, bytes);
+                    assert_eq!(p.bytes, ph.size, "a phase does its whole size");
+                    assert_eq!(Some(p.runtime_ms), agg["job_runtime"].as_u64());
+                    assert!(p.p99_us > 0.0);
+                    ms += p.runtime_ms;
+                }
+                assert_eq!(j.runtime_ms, ms);
+                assert!(j.runtime_ms > 0);
+                assert_eq!(j.bytes, r.plan.job_bytes());
+                let mib = j.bytes as f64 / 1048576.0 / (j.runtime_ms as f64 / 1e3);
+                assert!(close(j.throughput_mib_s, mib));
+            }
+            let c_ = r.comparison(c, t).unwrap();
+            let alone = r
+                .runs
+                .iter()
+                .find(|j| j.tenants == c && j.tenant == t && !j.together)
+                .unwrap();
+            let tog = r
+                .runs
+                .iter()
+                .find(|j| j.tenants == c && j.tenant == t && j.together)
+                .unwrap();
+            assert_eq!(c_.alone_runtime_ms, alone.runtime_ms);
+            assert_eq!(c_.together_runtime_ms, tog.runtime_ms);
+            assert!(close(
+                c_.slowdown,
+                tog.runtime_ms as f64 / alone.runtime_ms as f64
+            ));
+            assert!(close(c_.together_p99_us, tog.p99_us));
+        }
+    }
+    let csv = std::fs::read_to_string(dir.join("results.csv")).unwrap();
+    let rows: Vec<&str> = csv.lines().collect();
+    assert_eq!(rows[0], TENANTS_CSV_HEADER);
+    assert_eq!(rows.len(), want_runs + 1);
+    for row in &rows[1..] {
+        let f: Vec<&str> = row.split(',').collect();
+        assert_eq!(f.len(), TENANTS_CSV_HEADER.split(',').count(), "{row}");
+        // The together rows carry the slowdown.
+        assert_eq!(f[2] == "true", !f[9].is_empty(), "{row}");
+    }
+    let png = std::fs::read(dir.join("tenants.png")).unwrap();
+    assert!(png.len() > 10_000);
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let svg = std::fs::read_to_string(dir.join("tenants.svg")).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("together"));
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(report.contains("## Summary") && report.contains("](tenants.png)"));
+    for &c in counts {
+        assert!(
+            report.contains(&format!("**{c} tenant")),
+            "{c} in the summary"
+        );
+    }
+    assert!(report.contains(&r.environment.commit));
+    r
+}
+
+#[test]
+fn sweep_tenants_plan_runs_alone_then_together() {
+    let s = Scratch::new("tenants");
+    let out = s.0.join("out");
+    let data = s.0.join("data");
+    sweep(&[
+        "--plan",
+        "tenants",
+        "--tenants",
+        "1,2,4",
+        "--job-size",
+        "2M",
+        "--dir",
+        data.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let dir = out.join("tenants");
+    let r = check_tenants(&dir, &[1, 2, 4]);
+    assert_eq!(r.plan.file_size, 2 << 20);
+    // The target exported one subsystem per tenant, each for its host only.
+    for t in 1..=4 {
+        assert!(r.settings.target_config.contains(&format!(
+            "allowed_hosts = [\"{}\"]",
+            farflash_sweep::tenants::tenant_hostnqn(t)
+        )));
+    }
+    // The tenants' files are gone.
+    assert_eq!(std::fs::read_dir(&data).map(|d| d.count()).unwrap_or(0), 0);
+    // --replot rebuilds the figure and report from results.json.
+    std::fs::remove_file(dir.join("tenants.png")).unwrap();
+    std::fs::remove_file(dir.join("report.md")).unwrap();
+    sweep(&[
+        "--plan",
+        "tenants",
+        "--out",
+        out.to_str().unwrap(),
+        "--replot",
+    ]);
+    check_tenants(&dir, &[1, 2, 4]);
+    // Bad counts and sizes are refused before anything starts.
+    for bad in [
+        ["--tenants", "0"],
+        ["--tenants", "1,x"],
+        ["--job-size", "1000"],
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_farflash"))
+            .args(["sweep", "--plan", "tenants"])
+            .args(bad)
+            .args(["--out"])
+            .arg(s.0.join("bad"))
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{bad:?}");
+        assert!(!s.0.join("bad").exists());
+    }
+}
+
+#[test]
+fn sweep_committed_tenants_results_are_complete() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/sweep/tenants");
+    let r = check_tenants(&root, &[1, 2, 4]);
+    assert!(r.plan.file_size >= 64 << 20, "a real run, not a test run");
+}

@@ -5,13 +5,15 @@
 use anyhow::{bail, Context};
 use farflash_bench::size::parse_size;
 use farflash_sweep::target::RemoteAddr;
+use farflash_sweep::tenants::plan::{parse_counts, TenantsPlan};
+use farflash_sweep::tenants::TenantsOptions;
 use farflash_sweep::{Mode, Plan, SweepOptions, BUILTIN};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
 pub struct SweepArgs {
-    /// Plan: request-size, parallelism, cpu-cost, queue-depth, all, or a TOML plan file (repeatable).
+    /// Plan: request-size, parallelism, cpu-cost, queue-depth, all (those four), tenants, or a TOML plan file (repeatable).
     #[arg(
         long = "plan",
         value_name = "NAME|FILE",
@@ -71,6 +73,15 @@ pub struct SweepArgs {
     /// A note for the report (e.g. what else was running on the machine).
     #[arg(long = "note", value_name = "TEXT")]
     pub note: Option<String>,
+    /// tenants plan: tenant counts, each run alone then together.
+    #[arg(long = "tenants", value_name = "N,N,..", default_value = "1,2,4")]
+    pub tenants: String,
+    /// tenants plan: each tenant's file size (the sequential phases move all of it, the mixed one an eighth).
+    #[arg(long = "job-size", value_name = "SIZE", default_value = "256M")]
+    pub job_size: String,
+    /// tenants plan: event-loop threads of the started target (0: one per CPU).
+    #[arg(long = "target-threads", value_name = "N", default_value_t = 0)]
+    pub target_threads: u32,
     /// Redo only the plots and report of existing results folders (OUT/<plan>/results.json).
     #[arg(long = "replot")]
     pub replot: bool,
@@ -111,8 +122,15 @@ fn plans(names: &[String]) -> anyhow::Result<Vec<Plan>> {
 }
 
 pub fn run(a: SweepArgs) -> anyhow::Result<()> {
-    let plans = plans(&a.plan)?;
+    let tenants = a.plan.iter().any(|p| p == "tenants");
+    let others: Vec<String> = a.plan.iter().filter(|p| *p != "tenants").cloned().collect();
+    let plans = plans(&others)?;
     if a.replot {
+        if tenants {
+            let dir = a.out.join("tenants");
+            farflash_sweep::tenants::replot(&dir)?;
+            println!("{}", dir.display());
+        }
         for p in &plans {
             let dir = a.out.join(&p.name);
             farflash_sweep::output::replot(&dir)?;
@@ -137,13 +155,39 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
         }),
         _ => None,
     };
+    let farflash = std::env::current_exe().context("locating the farflash binary")?;
+    let dir = a.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let tenants = if tenants {
+        if a.target.is_some() || a.filename.is_some() || a.only.is_some() {
+            bail!("--plan tenants starts its own target on files of its own: --target, --filename and --only do not apply");
+        }
+        let plan = TenantsPlan::builtin(parse_counts(&a.tenants)?, parse_size(&a.job_size)?);
+        let plan = TenantsPlan {
+            target_threads: a.target_threads,
+            ..plan
+        };
+        plan.validate()?;
+        Some(TenantsOptions {
+            farflash: farflash.clone(),
+            plan,
+            out: a.out.clone(),
+            dir: dir.clone(),
+            perf_poll: a.perf_poll.clone(),
+            serve_poll: a.serve_poll.clone(),
+            progress_bar: std::io::stderr().is_terminal(),
+            plots: !a.no_plots,
+            note: a.note.clone(),
+        })
+    } else {
+        None
+    };
     let o = SweepOptions {
-        farflash: std::env::current_exe().context("locating the farflash binary")?,
+        farflash,
         plans,
         out: a.out,
         runtime_s: seconds(&a.runtime)?,
         ramp_s: seconds(&a.ramp)?,
-        dir: a.dir.unwrap_or_else(std::env::temp_dir),
+        dir,
         size: parse_size(&a.size)?,
         filename: a.filename,
         allow_writes: a.allow_writes,
@@ -156,7 +200,13 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
         plots: !a.no_plots,
         note: a.note,
     };
-    for d in farflash_sweep::run(&o)? {
+    if !o.plans.is_empty() {
+        for d in farflash_sweep::run(&o)? {
+            println!("{}", d.join("report.md").display());
+        }
+    }
+    if let Some(t) = tenants {
+        let d = farflash_sweep::tenants::run(&t)?;
         println!("{}", d.join("report.md").display());
     }
     Ok(())

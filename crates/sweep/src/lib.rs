@@ -25,6 +25,7 @@ pub mod schema;
 pub mod summary;
 pub mod sweep;
 pub mod target;
+pub mod tenants;
 
 pub use plan::{Axis, Plan, BUILTIN};
 pub use results::{Mode, Results};

@@ -4,7 +4,7 @@
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::time::Instant;
 
-/// Counts perf runs and estimates the time left.
+/// Counts runs (perf runs; tenant jobs) and estimates the time left.
 pub struct Progress {
     bar: Option<ProgressBar>,
     total: u64,
@@ -39,7 +39,7 @@ impl Progress {
         });
         if bar.is_none() {
             eprintln!(
-                "sweep: {total} perf runs, about {} in all",
+                "sweep: {total} runs, about {} in all",
                 hms(total as f64 * per_run)
             );
         }

@@ -94,7 +94,7 @@ pub fn perf_args(w: &Where, rw: &str, p: &PointParams, s: &RunSettings) -> Resul
 }
 
 /// Runs perf and returns its stdout, its end time (Unix seconds) and the /proc samples.
-fn run_perf(
+pub(crate) fn run_perf(
     farflash: &Path,
     args: &[String],
     target_pid: Option<u32>,

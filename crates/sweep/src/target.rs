@@ -75,6 +75,37 @@ impl Serve {
         if let Some(p) = &cfg.poll {
             args.extend(["--poll".into(), p.clone()]);
         }
+        let remote = RemoteAddr {
+            addr,
+            nqn: SWEEP_NQN.into(),
+            nsid: 1,
+        };
+        Serve::spawn(farflash, args, remote)
+    }
+
+    /// Starts `farflash serve --config <file>` (the file names the listen
+    /// address `remote.addr`) and waits for `listening on`; `poll` is
+    /// `serve --poll`.
+    pub fn start_config(
+        farflash: &Path,
+        config: &Path,
+        remote: RemoteAddr,
+        poll: Option<&str>,
+    ) -> Result<Serve> {
+        let mut args: Vec<String> = vec![
+            "serve".into(),
+            "--config".into(),
+            config.display().to_string(),
+            "--log-level".into(),
+            "warn".into(),
+        ];
+        if let Some(p) = poll {
+            args.extend(["--poll".into(), p.into()]);
+        }
+        Serve::spawn(farflash, args, remote)
+    }
+
+    fn spawn(farflash: &Path, args: Vec<String>, remote: RemoteAddr) -> Result<Serve> {
         let mut child = Command::new(farflash)
             .args(&args)
             .stdin(Stdio::null())
@@ -105,11 +136,7 @@ impl Serve {
         let command = format!("farflash {}", args.join(" "));
         Ok(Serve {
             child,
-            remote: RemoteAddr {
-                addr,
-                nqn: SWEEP_NQN.into(),
-                nsid: 1,
-            },
+            remote,
             command,
         })
     }

@@ -14,6 +14,13 @@ impl QueuePair {
                 && used + len as usize <= self.target.transport.max_queue_buffer as usize)
     }
 
+    /// Data-buffer bytes this queue holds now (commands' buffers and unsent
+    /// output): how much work it has pending. Fair sharing protects queues
+    /// that hold little (a QD 1 tenant) from those that hold much.
+    pub fn pending_bytes(&self) -> usize {
+        self.charged + self.out.held_bytes()
+    }
+
     pub(crate) fn charge(&mut self, idx: usize, len: u32) {
         self.cmds[idx].charged += len;
         self.charged += len as usize;

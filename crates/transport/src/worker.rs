@@ -55,6 +55,22 @@ const MAX_IOV: usize = 1024;
 const DIRECT_SPINS: u32 = 16;
 /// Adaptive polling spins through gaps of up to this many times `poll_idle`.
 const IDLE_MAX_FACTOR: u32 = 20;
+/// Fair sharing under contention: a backlogged connection reads this
+/// fraction of its share per turn while a busy connection without a
+/// backlog shares the loop (4 KiB of the default 256 KiB). A 128 KiB
+/// write's payload is then received and copied in many short turns, each
+/// followed by the quiet connections' turns, so a QD 1 neighbour waits for
+/// at most one such slice instead of whole payloads (16 KiB slices kept
+/// about half of a QD 1 victim's IOPS beside a QD 128 writer in noisy
+/// short runs, 4 KiB ones about 0.6 on a quiet machine: docs/qos.md).
+const CONTENDED_DIVISOR: usize = 64;
+/// The smallest slice under contention (one 4 KiB block and its header).
+const CONTENDED_MIN: usize = 4096;
+/// A connection holding at most this many data-buffer bytes (commands'
+/// buffers, unsent output) and no backlog is *quiet*: the short slices
+/// protect it. The queues of a bulk host hold far more (QD x 128 KiB), so
+/// they do not slow each other down.
+const QUIET_BYTES: usize = 64 * 1024;
 
 pub(crate) struct NewConn {
     pub sock: TcpStream,
@@ -77,6 +93,9 @@ struct Conn {
     hup: bool,
     /// Last time a pass over this connection moved anything.
     last_work: Instant,
+    /// Fair sharing: its last pass ended with its share used and data left
+    /// unread (a backlog). Rounds serve the connections without one first.
+    backlogged: bool,
 }
 
 pub(crate) struct Worker {
@@ -256,9 +275,10 @@ impl Worker {
                 let mut ready = std::mem::replace(&mut self.ready, spare);
                 ready.sort_unstable();
                 ready.dedup();
+                let contended = self.quantum != usize::MAX && self.order_ready(&mut ready);
                 let mut worked = false;
                 for &i in &ready {
-                    if self.drive(i) {
+                    if self.drive(i, contended) {
                         worked = true;
                         self.mark_hot(i, now);
                     }
@@ -341,6 +361,19 @@ impl Worker {
         next
     }
 
+    /// Fair sharing: orders the round ([`order_round`]) by the connections'
+    /// backlogs; returns whether it is contended.
+    fn order_ready(&self, ready: &mut [usize]) -> bool {
+        let conns = &self.conns;
+        let conn = |i: usize| conns.get(i).and_then(Option::as_ref);
+        order_round(
+            ready,
+            &self.hot,
+            |i| conn(i).is_some_and(|c| c.backlogged),
+            |i| conn(i).is_some_and(|c| !c.backlogged && c.qp.pending_bytes() <= QUIET_BYTES),
+        )
+    }
+
     /// Records that connection `i` worked; it joins the hot set if there is room.
     fn mark_hot(&mut self, i: usize, now: Instant) {
         if self.mode == PollMode::Never {
@@ -392,14 +425,17 @@ impl Worker {
                 want_write: false,
                 hup: false,
                 last_work: Instant::now(),
+                backlogged: false,
             });
             self.ready.push(i);
         }
     }
 
-    /// Moves a connection forward as far as it goes without blocking; returns
-    /// whether anything moved.
-    fn drive(&mut self, i: usize) -> bool {
+    /// Moves a connection forward as far as it goes without blocking (with
+    /// fair sharing: as far as its share of this round); returns whether
+    /// anything moved. `contended`: the round is shared with other busy
+    /// connections, so a backlogged one reads only a short slice.
+    fn drive(&mut self, i: usize, contended: bool) -> bool {
         match self.conns.get(i).and_then(Option::as_ref) {
             None => return false,
             Some(c) if c.zombie => {
@@ -412,7 +448,14 @@ impl Worker {
         let mut worked = false;
         let now = self.now;
         let mut budget = match self.conns.get(i).and_then(Option::as_ref) {
-            Some(c) => (self.quantum).saturating_mul(c.qp.share_weight().max(1) as usize),
+            Some(c) => {
+                let q = if contended && c.backlogged {
+                    (self.quantum / CONTENDED_DIVISOR).max(CONTENDED_MIN)
+                } else {
+                    self.quantum
+                };
+                q.saturating_mul(c.qp.share_weight().max(1) as usize)
+            }
             None => return false,
         };
         // This round's share was read: the rest waits for the next round.
@@ -508,6 +551,7 @@ impl Worker {
             if c.qp.throttle_wake().is_some() && !self.throttled.contains(&i) {
                 self.throttled.push(i);
             }
+            c.backlogged = yielded;
             if yielded {
                 // Edge-triggered epoll will not report what is left unread.
                 self.ready.push(i);
@@ -648,6 +692,32 @@ impl Worker {
     }
 }
 
+/// Fair sharing: puts the round's connections without a backlog before the
+/// backlogged ones (a quiet connection's command is served before the next
+/// slice of a deep queue's data), keeping index order within each group.
+/// Returns whether the round is contended: backlogged connections share the
+/// loop with a busy `quiet` one (ready now, or in `hot`: worked lately; no
+/// backlog, little pending work), whose commands short slices protect.
+/// Otherwise (bulk queues among themselves) they keep their full share
+/// (large reads, few syscalls).
+fn order_round(
+    ready: &mut [usize],
+    hot: &[usize],
+    deep: impl Fn(usize) -> bool,
+    quiet: impl Fn(usize) -> bool,
+) -> bool {
+    let backlogged = ready.iter().filter(|&&i| deep(i)).count();
+    if backlogged == 0 {
+        return false;
+    }
+    if backlogged < ready.len() {
+        // Index order within each group (indices are unique after the
+        // dedup; an unstable sort allocates nothing).
+        ready.sort_unstable_by_key(|&i| (deep(i), i));
+    }
+    ready.iter().chain(hot).any(|&i| quiet(i))
+}
+
 /// Writes the connection's output with `writev`s of up to `N` segments until
 /// it is all sent or the socket is full; returns whether it blocked.
 fn send_output<const N: usize>(c: &mut Conn, worked: &mut bool) -> bool {
@@ -670,4 +740,39 @@ fn send_output<const N: usize>(c: &mut Conn, worked: &mut bool) -> bool {
         }
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::order_round;
+
+    #[test]
+    fn quiet_connections_go_first_and_contention_needs_one() {
+        let deep = |i: usize| i == 0 || i == 3;
+        // 1 is busy but holds much (a bulk host's other queue): not quiet.
+        let quiet = |i: usize| !deep(i) && i != 1;
+        // A backlogged connection (0) and a quiet one (2): the quiet first, contended.
+        let mut r = [0, 2];
+        assert!(order_round(&mut r, &[], deep, quiet));
+        assert_eq!(r, [2, 0]);
+        // Groups keep their index order.
+        let mut r = [0, 1, 2, 3];
+        assert!(order_round(&mut r, &[], deep, quiet));
+        assert_eq!(r, [1, 2, 0, 3]);
+        // Only backlogged connections ready, but a quiet one worked lately: contended.
+        let mut r = [0, 3];
+        assert!(order_round(&mut r, &[0, 5], deep, quiet));
+        assert_eq!(r, [0, 3]);
+        // Only backlogged connections, none quiet: full shares.
+        assert!(!order_round(&mut [0, 3], &[0, 3], deep, quiet));
+        // Backlogged queues beside a busy one that is not quiet: full shares,
+        // but the one without a backlog still goes first.
+        let mut r = [0, 1];
+        assert!(!order_round(&mut r, &[0, 1], deep, quiet));
+        assert_eq!(r, [1, 0]);
+        // No backlog: nothing to protect.
+        let mut r = [2, 1];
+        assert!(!order_round(&mut r, &[5], deep, quiet));
+        assert_eq!(r, [2, 1]);
+    }
 }

@@ -6,6 +6,7 @@
 
 mod charts;
 mod panels;
+mod tenants;
 
 use crate::results::Results;
 use anyhow::{anyhow, bail, Result};
@@ -67,4 +68,9 @@ pub fn write_all(r: &Results, dir: &Path) -> Result<()> {
     save(dir, "cpu", &charts::CpuFig(r))?;
     save(dir, "efficiency", &charts::EfficiencyFig(r))?;
     Ok(())
+}
+
+/// Writes the tenants study's figure (`tenants.svg`, `tenants.png`).
+pub fn write_tenants(r: &crate::tenants::results::TenantsResults, dir: &Path) -> Result<()> {
+    save(dir, "tenants", &tenants::TenantsFig(r))
 }
