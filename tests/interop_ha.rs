@@ -20,6 +20,31 @@ use std::time::{Duration, Instant};
 
 const NQN: &str = "nqn.2026-11.io.farflash:ha-multipath";
 
+/// SIGKILLs `old`, starts `farflash serve --listen` on its address again with
+/// `args`, waits until it accepts, and tells the guest (`restarted` in the
+/// share).
+fn kill_and_restart(mut old: Serve, args: &[&str], share: &Path) -> Serve {
+    old.child.kill().expect("SIGKILL the target");
+    let _ = old.child.wait();
+    std::thread::sleep(Duration::from_secs(2));
+    let child = Command::new(env!("CARGO_BIN_EXE_farflash"))
+        .args(["serve", "--log-level", "warn", "--listen", &old.addr])
+        .args(args)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("restart the target");
+    let up = common::eventually(Duration::from_secs(20), || {
+        std::net::TcpStream::connect(&old.addr).is_ok()
+    });
+    assert!(up, "the restarted target does not accept connections");
+    std::fs::write(share.join("restarted"), "1").expect("tell the guest");
+    Serve {
+        child,
+        port: old.port,
+        addr: old.addr.clone(),
+    }
+}
+
 fn config(dir: &Path, img: &Path, min: u16, max: u16) -> String {
     let path = dir.join(format!("ha-{min}.toml"));
     let t = format!(
@@ -58,7 +83,7 @@ fn linux_multipath_joins_two_farflash_targets() {
     let sock_a = dir.join("a.sock");
     let sock_b = dir.join("b.sock");
     let cfg_a = config(&dir, &img, 1, 999);
-    let mut a = Serve::start(&[
+    let a = Serve::start(&[
         "--config",
         &cfg_a,
         "--rpc-socket",
@@ -102,35 +127,9 @@ fn linux_multipath_joins_two_farflash_targets() {
                 continue;
             }
             if std::fs::read_to_string(share2.join("request")).is_ok_and(|r| r.trim() == "kill") {
-                a.child.kill().expect("SIGKILL target A");
-                let _ = a.child.wait();
-                std::thread::sleep(Duration::from_secs(2));
-                let addr = format!("127.0.0.1:{port_a}");
-                let child = Command::new(env!("CARGO_BIN_EXE_farflash"))
-                    .args([
-                        "serve",
-                        "--log-level",
-                        "warn",
-                        "--listen",
-                        &addr,
-                        "--config",
-                        &cfg_a,
-                    ])
-                    .arg("--rpc-socket")
-                    .arg(&sock_a)
-                    .stdout(Stdio::null())
-                    .spawn()
-                    .expect("restart target A");
-                let up = common::eventually(Duration::from_secs(20), || {
-                    std::net::TcpStream::connect(&addr).is_ok()
-                });
-                assert!(up, "restarted target A does not accept connections");
-                std::fs::write(share2.join("restarted"), "1").expect("tell the guest");
-                return Some(Serve {
-                    child,
-                    port: port_a,
-                    addr,
-                });
+                let sock = sock_a.display().to_string();
+                let args = ["--config", cfg_a.as_str(), "--rpc-socket", sock.as_str()];
+                return Some(kill_and_restart(a, &args, &share2));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -189,7 +188,7 @@ fn linux_nvme_cli_reservations_from_two_hosts() {
     let cfg = cfg.display().to_string();
     // Host A connects to the first port, host B to the second.
     let second = format!("127.0.0.1:{}", common::free_port());
-    let mut t = Serve::start(&["--config", &cfg, "--listen", &second]);
+    let t = Serve::start(&["--config", &cfg, "--listen", &second]);
     let share = dir.join("share");
     std::fs::create_dir_all(&share).expect("share dir");
     let (port, share2, cfg2, second2) = (t.port, share.clone(), cfg.clone(), second.clone());
@@ -198,31 +197,8 @@ fn linux_nvme_cli_reservations_from_two_hosts() {
         while Instant::now() < deadline {
             if std::fs::read_to_string(share2.join("request")).is_ok_and(|r| r.trim() == "restart")
             {
-                t.child.kill().expect("SIGKILL the target");
-                let _ = t.child.wait();
-                std::thread::sleep(Duration::from_secs(2));
-                let addr = format!("127.0.0.1:{port}");
-                let child = Command::new(env!("CARGO_BIN_EXE_farflash"))
-                    .args([
-                        "serve",
-                        "--log-level",
-                        "warn",
-                        "--listen",
-                        &addr,
-                        "--listen",
-                        &second2,
-                        "--config",
-                        &cfg2,
-                    ])
-                    .stdout(Stdio::null())
-                    .spawn()
-                    .expect("restart the target");
-                let up = common::eventually(Duration::from_secs(20), || {
-                    std::net::TcpStream::connect(&addr).is_ok()
-                });
-                assert!(up, "the restarted target does not accept connections");
-                std::fs::write(share2.join("restarted"), "1").expect("tell the guest");
-                return Some(Serve { child, port, addr });
+                let args = ["--listen", second2.as_str(), "--config", cfg2.as_str()];
+                return Some(kill_and_restart(t, &args, &share2));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
