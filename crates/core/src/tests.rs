@@ -88,6 +88,19 @@ pub(crate) fn connect_to(
     qid: u16,
     cntlid: u16,
 ) -> Completion {
+    connect_hostid(q, subnqn, host, [1; 16], qid, cntlid)
+}
+
+/// [`connect_to`] with the Connect data's Host Identifier (reservations
+/// tell hosts apart by it).
+pub(crate) fn connect_hostid(
+    q: &mut NvmeQueue,
+    subnqn: &str,
+    host: &str,
+    hostid: [u8; 16],
+    qid: u16,
+    cntlid: u16,
+) -> Completion {
     let cmd = ConnectCmd {
         recfmt: 0,
         qid,
@@ -96,7 +109,7 @@ pub(crate) fn connect_to(
         kato: 5000,
     };
     let d = ConnectData {
-        hostid: [1; 16],
+        hostid,
         cntlid,
         subnqn: subnqn.into(),
         hostnqn: host.into(),

@@ -154,7 +154,7 @@ fn bad_ana_requests_change_nothing() {
 
 // ----- reservations -------------------------------------------------------
 
-use farflash_wire::fabrics::{ConnectCmd, ConnectData, PropertyCmd, CNTLID_DYNAMIC};
+use farflash_wire::fabrics::{PropertyCmd, CNTLID_DYNAMIC};
 use farflash_wire::opcode::fctype;
 use farflash_wire::props;
 use farflash_wire::resv::{self as wr, ResvCdw10, ResvStatus};
@@ -166,22 +166,7 @@ fn connect_as(
     host: &str,
     hostid: [u8; 16],
 ) -> crate::Completion {
-    let cmd = ConnectCmd {
-        recfmt: 0,
-        qid,
-        sqsize: 31,
-        cattr: 0,
-        kato: 5000,
-    };
-    let d = ConnectData {
-        hostid,
-        cntlid,
-        subnqn: NQN.into(),
-        hostnqn: host.into(),
-    };
-    let mut data = [0u8; 1024];
-    d.encode(&mut data);
-    run(q, cmd.to_sqe(1), &data)
+    crate::tests::connect_hostid(q, NQN, host, hostid, qid, cntlid)
 }
 
 /// An enabled controller of host `hostid` and one I/O queue.
