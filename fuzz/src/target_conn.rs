@@ -72,7 +72,9 @@ impl Conn {
                 _ => usize::MAX,
             };
             let space = self.qp.rx_space();
-            assert!(space.len() >= 16 * 1024, "rx_space {}", space.len());
+            // The receive buffer offers at least 16 KiB; an H2CData payload
+            // received in place offers exactly what is left of it.
+            assert!(!space.is_empty(), "empty rx_space");
             let n = want.min(space.len()).min(bytes.len() - off);
             space[..n].copy_from_slice(&bytes[off..off + n]);
             self.qp.on_received(n);

@@ -37,6 +37,19 @@ pub(crate) enum Phase {
     },
 }
 
+/// An H2CData PDU whose header was checked and whose data is still arriving:
+/// the socket's bytes go straight into the command's data buffer
+/// ([`QueuePair::rx_space`]) instead of the receive buffer, so a large write
+/// is copied once from the socket and never staged or compacted.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DirectRx {
+    pub slot: u16,
+    /// Next byte of the command's buffer to fill.
+    pub at: u32,
+    /// End of this PDU's data in the command's buffer.
+    pub end: u32,
+}
+
 /// The transport's view of one command slot (indexed like the core's slots;
 /// the index is also the R2T's TTAG).
 #[derive(Clone, Copy, Debug)]
@@ -73,6 +86,8 @@ pub struct QueuePair {
     pub(crate) rx: Vec<u8>,
     pub(crate) rx_start: usize,
     pub(crate) rx_end: usize,
+    /// Data of an H2CData PDU being received in place (see [`DirectRx`]).
+    pub(crate) direct: Option<DirectRx>,
     pub(crate) out: OutQueue,
     /// The transport wants the connection closed (TermReq, peer's H2CTermReq).
     pub(crate) closing: bool,
@@ -112,6 +127,7 @@ impl QueuePair {
             rx: vec![0; 16 * 1024],
             rx_start: 0,
             rx_end: 0,
+            direct: None,
             out: OutQueue::default(),
             closing: false,
             sq_flow_control: true,

@@ -2,7 +2,7 @@
 //! data of CapsuleCmd and H2CData, checked against the command layer's view
 //! of each command before it runs.
 
-use crate::queue::{Cmd, Phase, QueuePair, OUTPUT_HIGH_WATER, TRANSIENT_TRANSPORT_ERROR};
+use crate::queue::{Cmd, DirectRx, Phase, QueuePair, OUTPUT_HIGH_WATER, TRANSIENT_TRANSPORT_ERROR};
 use farflash_core::{Begin, Xfer};
 use farflash_wire::pdu::{
     flags, DataHeader, Fatal, Framing, IcReq, IcResp, PduType, TermReq, CH_LEN, DGST_DDGST,
@@ -11,9 +11,24 @@ use farflash_wire::pdu::{
 use farflash_wire::sqe::{sgl, SQE_SIZE};
 use farflash_wire::{digest, Sqe, Status};
 
+/// H2CData payloads of at least this size are received in place (smaller
+/// ones are staged with the PDUs around them: fewer reads).
+const DIRECT_MIN: usize = 4096;
+
 impl QueuePair {
-    /// Space to receive into; at least 16 KiB.
+    /// Space to receive into: the rest of an H2CData payload being received
+    /// in place, else the receive buffer (at least 16 KiB).
     pub fn rx_space(&mut self) -> &mut [u8] {
+        if let Some(d) = self.direct {
+            let (at, end) = (d.at as usize, d.end as usize);
+            if let Some(buf) = self.core.data_mut(d.slot) {
+                return &mut buf[at..end];
+            }
+            // No buffer to fill (cannot happen while the command waits for
+            // its data): the payload is read and dropped.
+            let n = (end - at).min(self.rx.len());
+            return &mut self.rx[..n];
+        }
         if self.rx_start == self.rx_end {
             self.rx_start = 0;
             self.rx_end = 0;
@@ -38,13 +53,25 @@ impl QueuePair {
 
     /// `n` bytes were written into [`Self::rx_space`]: process every whole PDU.
     pub fn on_received(&mut self, n: usize) {
+        if let Some(d) = self.direct.as_mut() {
+            d.at = (d.at as usize + n).min(d.end as usize) as u32;
+            if d.at == d.end {
+                let (slot, end) = (d.slot, d.end);
+                self.direct = None;
+                if !self.is_closing() {
+                    self.h2c_arrived(slot, end, true);
+                }
+            }
+            return;
+        }
         self.rx_end = (self.rx_end + n).min(self.rx.len());
         self.process_rx();
     }
 
     pub(crate) fn process_rx(&mut self) {
         let rx = std::mem::take(&mut self.rx);
-        // PLEN of a validated PDU header whose body has not fully arrived.
+        // Bytes of a validated PDU header's PDU that must be here at once
+        // (all of it, or its header when its payload is received in place).
         let mut need = 0;
         while !self.is_closing() && self.out.len() < OUTPUT_HIGH_WATER {
             let avail = &rx[self.rx_start..self.rx_end];
@@ -60,6 +87,21 @@ impl QueuePair {
                 }
             };
             if avail.len() < f.plen {
+                if in_place(&f) && avail.len() < f.data_off {
+                    // Only its header is needed here.
+                    need = f.data_off;
+                    break;
+                }
+                if in_place(&f) {
+                    // The rest of this PDU is its payload: receive it in place.
+                    let (hdr, data) = avail.split_at(f.data_off);
+                    if let Err(e) = self.start_direct(&f, hdr, data) {
+                        self.fatal(e, &hdr[..f.hlen]);
+                        break;
+                    }
+                    self.rx_start = self.rx_end;
+                    break;
+                }
                 need = f.plen;
                 break;
             }
@@ -85,12 +127,7 @@ impl QueuePair {
     }
 
     pub(crate) fn on_pdu(&mut self, f: &Framing, pdu: &[u8]) -> Result<(), Fatal> {
-        if f.hdgst {
-            let want = farflash_wire::pdu::hdgst(&pdu[..f.hlen]);
-            if pdu[f.hlen..f.hlen + DIGEST_LEN] != want {
-                return Err(Fatal::hdgst());
-            }
-        }
+        check_hdgst(f, pdu)?;
         let data = &pdu[f.data_off..f.data_off + f.data_len];
         let ddgst_ok = !f.ddgst || {
             let at = f.data_off + f.data_len;
@@ -237,7 +274,36 @@ impl QueuePair {
         data: &[u8],
         ddgst_ok: bool,
     ) -> Result<(), Fatal> {
-        let h = DataHeader::decode(pdu);
+        let (slot, got, end) = self.check_h2c(f, pdu)?;
+        if let Some(buf) = self.core.data_mut(slot) {
+            buf[got as usize..end as usize].copy_from_slice(data);
+        }
+        self.h2c_arrived(slot, end, ddgst_ok);
+        Ok(())
+    }
+
+    /// Checks an H2CData PDU's header (`hdr`: up to its data) as
+    /// [`Self::on_h2c_data`] would, stores the part of its payload already
+    /// here, and receives the rest into the command's buffer.
+    fn start_direct(&mut self, f: &Framing, hdr: &[u8], data: &[u8]) -> Result<(), Fatal> {
+        check_hdgst(f, hdr)?;
+        let (slot, got, end) = self.check_h2c(f, hdr)?;
+        let at = got as usize + data.len();
+        if let Some(buf) = self.core.data_mut(slot) {
+            buf[got as usize..at].copy_from_slice(data);
+        }
+        self.direct = Some(DirectRx {
+            slot,
+            at: at as u32,
+            end,
+        });
+        Ok(())
+    }
+
+    /// The checks of an H2CData header (TCP §3.6.2.8) against the R2T it
+    /// answers; returns the command's slot and where its data goes.
+    fn check_h2c(&self, f: &Framing, hdr: &[u8]) -> Result<(u16, u32, u32), Fatal> {
+        let h = DataHeader::decode(hdr);
         // The TTAG is ours: it indexes the slot (never trust the CID for this, spdk#1546).
         let idx = h.ttag as usize;
         let Some(c) = self.cmds.get(idx) else {
@@ -264,11 +330,13 @@ impl QueuePair {
             // DATA_LAST must mark exactly the PDU that ends the R2T's data.
             return Err(Fatal::sequence());
         }
-        let slot = h.ttag;
-        if let Some(buf) = self.core.data_mut(slot) {
-            buf[got as usize..end as usize].copy_from_slice(data);
-        }
-        let c = &mut self.cmds[idx];
+        Ok((h.ttag, got, end))
+    }
+
+    /// An H2CData PDU's payload is in the command's buffer up to `end`; the
+    /// command runs once all its data is there.
+    pub(crate) fn h2c_arrived(&mut self, slot: u16, end: u32, ddgst_ok: bool) {
+        let c = &mut self.cmds[slot as usize];
         c.bad_digest |= !ddgst_ok;
         c.phase = Phase::H2C { got: end };
         if end == c.len {
@@ -280,6 +348,24 @@ impl QueuePair {
             }
             self.flush_completions();
         }
-        Ok(())
     }
+}
+
+/// Whether a PDU's payload is received in place ([`DirectRx`]) once its
+/// header is here: an H2CData payload of at least [`DIRECT_MIN`] bytes with
+/// nothing after it (no data digest, which is checked over the whole payload
+/// as staged).
+fn in_place(f: &Framing) -> bool {
+    f.pdu_type == PduType::H2CData
+        && !f.ddgst
+        && f.plen == f.data_off + f.data_len
+        && f.data_len >= DIRECT_MIN
+}
+
+/// The header digest of a PDU whose header (`pdu`, at least up to its data) is here.
+fn check_hdgst(f: &Framing, pdu: &[u8]) -> Result<(), Fatal> {
+    if f.hdgst && pdu[f.hlen..f.hlen + DIGEST_LEN] != farflash_wire::pdu::hdgst(&pdu[..f.hlen]) {
+        return Err(Fatal::hdgst());
+    }
+    Ok(())
 }

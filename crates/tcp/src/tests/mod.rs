@@ -76,9 +76,7 @@ impl Host {
     pub(super) fn feed(&mut self, bytes: &[u8]) {
         // Feed in odd-sized pieces to exercise reassembly.
         for chunk in bytes.chunks(37) {
-            let space = self.q.rx_space();
-            space[..chunk.len()].copy_from_slice(chunk);
-            self.q.on_received(chunk.len());
+            push(&mut self.q, chunk);
         }
         self.q.commit();
         while self.q.in_flight() > 0 {
@@ -300,6 +298,18 @@ impl Host {
 }
 
 /// The C2HData payloads among `rx`, concatenated in order.
+/// Hands `bytes` to the queue as reads would: as much as each
+/// `rx_space` offers (less than asked while a payload is received in place).
+pub(super) fn push(q: &mut QueuePair, mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        let space = q.rx_space();
+        let n = space.len().min(bytes.len());
+        space[..n].copy_from_slice(&bytes[..n]);
+        q.on_received(n);
+        bytes = &bytes[n..];
+    }
+}
+
 pub(super) fn data_of(rx: &[Rx]) -> Vec<u8> {
     rx.iter()
         .filter_map(|r| match r {

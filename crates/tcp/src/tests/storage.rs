@@ -19,9 +19,7 @@ fn scripted_target() -> (Arc<Target>, Arc<Script>) {
 /// Hands `bytes` to the queue and its storage requests to the backend,
 /// without waiting for any completion.
 fn send(h: &mut Host, bytes: &[u8]) {
-    let space = h.q.rx_space();
-    space[..bytes.len()].copy_from_slice(bytes);
-    h.q.on_received(bytes.len());
+    super::push(&mut h.q, bytes);
     h.q.commit();
 }
 
