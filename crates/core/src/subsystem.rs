@@ -268,12 +268,14 @@ impl Subsystem {
 
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
-    #[error("subsystem {nqn}, namespace {nsid}: {what}: {source}")]
+    #[error("subsystem {nqn}, namespace {nsid}: {what}: {cause}")]
     Backend {
         nqn: String,
         nsid: u32,
         what: String,
-        source: std::io::Error,
+        /// In the message, and not a `source()`: a printed error chain
+        /// names it once.
+        cause: std::io::Error,
     },
     #[error("subsystem {nqn}, namespace {nsid}: {msg}")]
     Invalid { nqn: String, nsid: u32, msg: String },
@@ -316,11 +318,11 @@ pub fn build_namespace(
 ) -> Result<Namespace, BuildError> {
     let bs = nc.block_size.unwrap_or(512);
     let size = nc.size.map(|s| s.0);
-    let err = |what: &str, source| BuildError::Backend {
+    let err = |what: &str, cause| BuildError::Backend {
         nqn: nqn.to_owned(),
         nsid,
         what: what.to_owned(),
-        source,
+        cause,
     };
     let (backend, describe) = match nc.backend {
         BackendKind::Ram => {
