@@ -76,8 +76,9 @@ impl Event {
     }
 
     /// The connection parameters of a CONNECT_REQUEST: its private data
-    /// (copied into `pd`, returning its length), the host's initiator depth
-    /// and responder resources.
+    /// (copied into `pd`, returning its length), the initiator depth and the
+    /// responder resources, as seen from the passive side (the CM swaps the
+    /// requester's values).
     pub fn conn_request(&self, pd: &mut [u8; 256]) -> (usize, u8, u8) {
         // SAFETY: for connection events `param.conn` is the active member;
         // private_data points at private_data_len bytes owned by the event.

@@ -167,6 +167,12 @@ impl RdmaConn {
 
     fn on_wc(&mut self, wc: &sys::ibv_wc) {
         let ok = wc.status == sys::IBV_WC_SUCCESS;
+        tracing::trace!(
+            wr_id = wc.wr_id,
+            status = wc.status,
+            len = wc.byte_len,
+            "RDMA completion"
+        );
         if !ok && !self.dead {
             // Flushes after a disconnect are expected; anything else is
             // the peer's or the device's error: this queue closes.
@@ -309,6 +315,7 @@ impl RdmaConn {
             self.wrs[k].next = next;
             self.wrs[k].sg_list = &mut self.sges[k];
         }
+        tracing::trace!(n, "RDMA post_send");
         if let Err(e) = self.qp.post_send(&mut self.wrs[0]) {
             tracing::debug!(peer = %self.peer, "ibv_post_send: {e}; closing the queue");
             self.dead = true;

@@ -97,7 +97,7 @@ impl RdmaListener {
             }
             let id = ev.id();
             let mut pd = [0u8; 256];
-            let (n, host_initiator, host_responder) = ev.conn_request(&mut pd);
+            let (n, initiator_depth, responder_resources) = ev.conn_request(&mut pd);
             // The event must be acked before its id migrates.
             drop(ev);
             // SAFETY: the request's id is live until we destroy it.
@@ -135,10 +135,12 @@ impl RdmaListener {
             let mut param: sys::rdma_conn_param = unsafe { std::mem::zeroed() };
             param.private_data = accept.as_ptr() as *const _;
             param.private_data_len = accept.len() as u8;
-            // We read with RDMA READ (initiator) as deep as the host serves
-            // (its responder resources), and serve none ourselves.
-            param.initiator_depth = host_responder.min(cap(dev.max_qp_init_rd_atom));
-            param.responder_resources = host_initiator.min(cap(dev.max_qp_rd_atom));
+            // The CM reports the request's depths from our side already
+            // (its initiator depth is the host's responder resources): we
+            // read the host's data with RDMA READ up to that depth, bounded
+            // by the device, as Linux's nvmet-rdma does.
+            param.initiator_depth = initiator_depth.min(cap(dev.max_qp_init_rd_atom));
+            param.responder_resources = responder_resources.min(cap(dev.max_qp_rd_atom));
             param.flow_control = 1;
             param.rnr_retry_count = 7;
             // SAFETY: live id with its QP; the private data outlives the call.
