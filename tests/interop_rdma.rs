@@ -10,7 +10,9 @@
 //!   rdma_rxe), the guest kernel's nvme-rdma as its host: discovery over
 //!   RDMA lists both transports, 2 I/O queues, fio verify on a RAM and a
 //!   file namespace (in-capsule data, RDMA READ, RDMA WRITE), disconnect,
-//!   and a clean exit on SIGTERM.
+//!   and a clean exit on SIGTERM; before the kernel host, a hostile CM
+//!   client (`rdma_cm_probe`) gets the reject STS of bad private data and
+//!   has its misbehaving queues disconnected, and the target keeps serving.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -91,13 +93,12 @@ fn harness_selftest_rdma_kernel_loop() {
 const RXE_PROVIDER: &str = "/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so";
 const RXE_DRIVER: &str = "/etc/libibverbs.d/rxe.driver";
 
-/// A stripped copy of the farflash binary (the debug build's symbols would
-/// make the guest's initramfs several times larger).
-fn guest_binary() -> PathBuf {
+/// A stripped copy of `src` (the debug build's symbols would make the
+/// guest's initramfs several times larger).
+fn guest_binary(src: &Path, name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rdma-guest");
     std::fs::create_dir_all(&dir).expect("create the guest binary's directory");
-    let dst = dir.join("farflash");
-    let src = env!("CARGO_BIN_EXE_farflash");
+    let dst = dir.join(name);
     let stripped = Command::new("strip")
         .args(["--strip-debug", "-o"])
         .arg(&dst)
@@ -105,9 +106,31 @@ fn guest_binary() -> PathBuf {
         .status()
         .is_ok_and(|s| s.success());
     if !stripped {
-        std::fs::copy(src, &dst).expect("copy the farflash binary");
+        std::fs::copy(src, &dst).expect("copy the binary");
     }
     dst
+}
+
+/// Builds the hostile CM client (crates/rdma-verbs/examples/rdma_cm_probe.rs)
+/// with the profile this test was built with; returns its path.
+fn probe_binary() -> PathBuf {
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_farflash"))
+        .parent()
+        .expect("the binary's directory");
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.current_dir(repo_root()).args([
+        "build",
+        "-p",
+        "farflash-rdma-verbs",
+        "--example",
+        "rdma_cm_probe",
+    ]);
+    if bin_dir.ends_with("release") {
+        cmd.arg("--release");
+    }
+    let st = cmd.status().expect("run cargo build");
+    assert!(st.success(), "building rdma_cm_probe failed: {st:?}");
+    bin_dir.join("examples/rdma_cm_probe")
 }
 
 #[test]
@@ -119,11 +142,17 @@ fn farflash_rdma_target_in_guest() {
             "{f} is missing: install ibverbs-providers (tests/run.sh does)"
         );
     }
-    let bin = guest_binary();
+    let bin = guest_binary(Path::new(env!("CARGO_BIN_EXE_farflash")), "farflash");
     let bin = bin.to_str().expect("UTF-8 path");
+    let probe = guest_binary(&probe_binary(), "rdma_cm_probe");
+    let probe = probe.to_str().expect("UTF-8 path");
     let extra: Vec<String> = [
         "--bin",
         bin,
+        "--bin",
+        probe,
+        "--env",
+        &format!("PROBE={probe}"),
         "--image-file",
         RXE_PROVIDER,
         "--image-file",
@@ -140,6 +169,14 @@ fn farflash_rdma_target_in_guest() {
         &[
             "rxe",
             "serve-rdma",
+            "probe-bad-recfmt",
+            "probe-wrong-qid",
+            "probe-bad-hsqsize",
+            "probe-bad-hrqsize",
+            "probe-oversized-capsule",
+            "probe-bad-key",
+            "probe-disconnect-at-once",
+            "hostile-cm-peer",
             "discover-rdma-both-transports",
             "connect-rdma",
             "disconnect-rdma",

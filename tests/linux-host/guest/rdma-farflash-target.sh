@@ -6,7 +6,8 @@
 # Needs an image with the RDMA modules, the farflash binary (--bin, which
 # brings libibverbs and librdmacm) and the rxe verbs provider, which ldd does
 # not list (--image-file .../libibverbs/librxe-rdmav34.so --image-file
-# /etc/libibverbs.d/rxe.driver); $FARFLASH names the binary. See
+# /etc/libibverbs.d/rxe.driver); $FARFLASH names the binary, $PROBE (when
+# set) the hostile CM client run before the kernel host. See
 # tests/interop_rdma.rs. Prints PASS:/FAIL: lines; exit status 0 when all
 # passed.
 set -uo pipefail
@@ -56,6 +57,20 @@ else
 	fail serve-rdma "farflash serve did not come up"
 	show_log
 	exit 1
+fi
+
+# Hostile peer first ($PROBE: crates/rdma-verbs/examples/rdma_cm_probe.rs):
+# bad CM private data is rejected with its STS, a misbehaving queue is
+# disconnected; the target keeps serving (the kernel host below).
+if [[ -n ${PROBE:-} ]]; then
+	"$PROBE" "$ADDR:4420"
+	st=$?
+	if ((st == 0)) && kill -0 "$PID" 2>/dev/null; then
+		pass hostile-cm-peer
+	else
+		fail hostile-cm-peer "probe status $st"
+		show_log
+	fi
 fi
 
 out=$(nvme discover -t rdma -a "$ADDR" -s 4420 2>&1)
