@@ -179,6 +179,7 @@ fn farflash_rdma_target_in_guest() {
             "hostile-cm-peer",
             "discover-rdma-both-transports",
             "connect-rdma",
+            "idle-sleeps",
             "disconnect-rdma",
             "target-exit-clean",
         ],
