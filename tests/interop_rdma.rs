@@ -175,6 +175,7 @@ fn farflash_rdma_target_in_guest() {
             "probe-bad-hrqsize",
             "probe-oversized-capsule",
             "probe-bad-key",
+            "probe-destroy-mid-transfer",
             "probe-disconnect-at-once",
             "hostile-cm-peer",
             "discover-rdma-both-transports",

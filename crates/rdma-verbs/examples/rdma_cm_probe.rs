@@ -5,7 +5,8 @@
 //! then connects properly and misbehaves on the established queue (a
 //! message larger than the target's receive buffers; a Connect whose keyed
 //! SGL names a key the target may not use; a disconnect right after the
-//! connect) and checks that the target disconnects that queue. Prints
+//! connect) and checks that the target disconnects that queue, and that it
+//! still accepts a queue after a host destroyed its own mid-transfer. Prints
 //! `PASS: probe-…` / `FAIL: probe-…` lines; exits 1 if any failed.
 
 use farflash_rdma::cm::{CmRequest, CM_REQ_LEN};
@@ -237,6 +238,25 @@ fn sockaddr(a: SocketAddr) -> libc::sockaddr_in {
     }
 }
 
+/// An admin queue Fabrics Connect whose 1024 bytes of data are at `addr`
+/// under `key` (keyed SGL).
+fn connect_sqe(addr: u64, key: u32) -> [u8; 64] {
+    let mut sqe = [0u8; 64];
+    sqe[0] = 0x7F; // Fabrics
+    sqe[1] = 0x40; // PSDT 01b: SGL
+    sqe[4] = 0x01; // fctype Connect
+    let d = KeyedSgl {
+        addr,
+        length: 1024,
+        key,
+        invalidate: false,
+    }
+    .encode();
+    sqe[24..40].copy_from_slice(&d);
+    sqe[44..46].copy_from_slice(&31u16.to_le_bytes()); // SQSIZE (RECFMT 0)
+    sqe
+}
+
 fn req(qid: u16, hrqsize: u16, hsqsize: u16) -> [u8; CM_REQ_LEN] {
     CmRequest {
         recfmt: 0,
@@ -308,24 +328,29 @@ fn main() {
     check(
         "bad-key",
         closed_by_target(addr, |c| {
-            let mut sqe = [0u8; 64];
-            sqe[0] = 0x7F; // Fabrics
-            sqe[1] = 0x40; // PSDT 01b: SGL
-            sqe[4] = 0x01; // fctype Connect
-            let d = KeyedSgl {
-                addr: c.buf.as_ptr() as u64 + 1024,
-                length: 1024,
-                key: c.rkey() ^ 0x5A5A_0000,
-                invalidate: false,
-            }
-            .encode();
-            sqe[24..40].copy_from_slice(&d);
-            sqe[40..42].copy_from_slice(&0u16.to_le_bytes()); // RECFMT
-            sqe[44..46].copy_from_slice(&31u16.to_le_bytes()); // SQSIZE
+            let sqe = connect_sqe(c.buf.as_ptr() as u64 + 1024, c.rkey() ^ 0x5A5A_0000);
             c.buf[..64].copy_from_slice(&sqe);
             c.send(64)
         }),
     );
+    // A Connect whose data the target must RDMA READ from us, and our QP
+    // and id destroyed right after the send (mid-transfer): the target may
+    // not wait for it, and a new queue is accepted afterwards.
+    check("destroy-mid-transfer", {
+        Client::new(addr).and_then(|mut c| {
+            c.connect(&req(0, 32, 31))?;
+            c.expect(sys::RDMA_CM_EVENT_ESTABLISHED)?;
+            let sqe = connect_sqe(c.buf.as_ptr() as u64 + 1024, c.rkey());
+            c.buf[..64].copy_from_slice(&sqe);
+            c.send(64)?;
+            drop(c);
+            let again = Client::new(addr)?;
+            again.connect(&req(0, 32, 31))?;
+            again.expect(sys::RDMA_CM_EVENT_ESTABLISHED)?;
+            again.disconnect();
+            again.expect(sys::RDMA_CM_EVENT_DISCONNECTED).map(|_| ())
+        })
+    });
     // Established, then gone at once: the target must just drop it.
     check("disconnect-at-once", {
         Client::new(addr).and_then(|c| {
