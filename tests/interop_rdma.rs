@@ -1,13 +1,20 @@
 //! NVMe over RDMA in the QEMU guest (tests/linux-host, Debian 6.1 kernel),
 //! over Soft-RoCE (`rdma_rxe` on the guest's NIC). See docs/rdma.md.
 //!
-//! Today: the harness's RDMA path with the guest kernel on both sides
-//! (nvmet-rdma target, nvme-rdma host): rxe0 comes up, discovery over
-//! RDMA lists the subsystem with TRTYPE rdma, a connect with 2 I/O queues
-//! gives a block device, fio verify passes, disconnect. farflash's own RDMA
-//! target and host are not built yet; their tests will share this image.
+//! - `harness_selftest_rdma_kernel_loop`: the harness's RDMA path with the
+//!   guest kernel on both sides (nvmet-rdma target, nvme-rdma host): rxe0
+//!   comes up, discovery over RDMA lists the subsystem with TRTYPE rdma, a
+//!   connect with 2 I/O queues gives a block device, fio verify passes.
+//! - `farflash_rdma_target_in_guest`: `farflash serve --listen rdma:…
+//!   --listen tcp:…` inside the guest (the host machine cannot load
+//!   rdma_rxe), the guest kernel's nvme-rdma as its host: discovery over
+//!   RDMA lists both transports, 2 I/O queues, fio verify on a RAM and a
+//!   file namespace (in-capsule data, RDMA READ, RDMA WRITE), disconnect,
+//!   and a clean exit on SIGTERM; before the kernel host, a hostile CM
+//!   client (`rdma_cm_probe`) gets the reject STS of bad private data and
+//!   has its misbehaving queues disconnected, and the target keeps serving.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const VM_TIMEOUT_SECS: u32 = 300;
@@ -33,17 +40,18 @@ fn rdma_image_args() -> Vec<String> {
     v
 }
 
-#[test]
-#[ignore = "boots a QEMU VM; run by tests/run.sh"]
-fn harness_selftest_rdma_kernel_loop() {
-    let script = repo_root().join("tests/linux-host/guest/rdma-kernel-loop.sh");
+/// Runs `script` in the RDMA image with `extra` harness options; returns
+/// its stdout after checking the exit status and a PASS line per name.
+fn run_guest(script: &str, extra: &[String], names: &[&str]) -> String {
+    let script = repo_root().join("tests/linux-host/guest").join(script);
     let out = Command::new(repo_root().join("tests/linux-host/run-linux-host"))
         .args(["-t", &VM_TIMEOUT_SECS.to_string()])
         .args(rdma_image_args())
+        .args(extra)
         .arg(&script)
         .output()
         .expect("run tests/linux-host/run-linux-host");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     print!("{stdout}");
     eprint!("{stderr}");
@@ -52,13 +60,7 @@ fn harness_selftest_rdma_kernel_loop() {
         "guest script failed: {:?}",
         out.status
     );
-    for name in [
-        "rxe-and-nvmet-rdma",
-        "discover-rdma",
-        "connect-rdma",
-        "fio-verify-rdma",
-        "disconnect-rdma",
-    ] {
+    for name in names {
         assert!(
             stdout
                 .lines()
@@ -67,4 +69,125 @@ fn harness_selftest_rdma_kernel_loop() {
         );
     }
     assert!(!stdout.contains("FAIL:"));
+    stdout
+}
+
+#[test]
+#[ignore = "boots a QEMU VM; run by tests/run.sh"]
+fn harness_selftest_rdma_kernel_loop() {
+    run_guest(
+        "rdma-kernel-loop.sh",
+        &[],
+        &[
+            "rxe-and-nvmet-rdma",
+            "discover-rdma",
+            "connect-rdma",
+            "fio-verify-rdma",
+            "disconnect-rdma",
+        ],
+    );
+}
+
+/// The rxe verbs provider libibverbs dlopens (ldd does not list it), and
+/// the file that names it.
+const RXE_PROVIDER: &str = "/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so";
+const RXE_DRIVER: &str = "/etc/libibverbs.d/rxe.driver";
+
+/// A stripped copy of `src` (the debug build's symbols would make the
+/// guest's initramfs several times larger).
+fn guest_binary(src: &Path, name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rdma-guest");
+    std::fs::create_dir_all(&dir).expect("create the guest binary's directory");
+    let dst = dir.join(name);
+    let stripped = Command::new("strip")
+        .args(["--strip-debug", "-o"])
+        .arg(&dst)
+        .arg(src)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !stripped {
+        std::fs::copy(src, &dst).expect("copy the binary");
+    }
+    dst
+}
+
+/// Builds the hostile CM client (crates/rdma-verbs/examples/rdma_cm_probe.rs)
+/// with the profile this test was built with; returns its path.
+fn probe_binary() -> PathBuf {
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_farflash"))
+        .parent()
+        .expect("the binary's directory");
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.current_dir(repo_root()).args([
+        "build",
+        "-p",
+        "farflash-rdma-verbs",
+        "--example",
+        "rdma_cm_probe",
+    ]);
+    if bin_dir.ends_with("release") {
+        cmd.arg("--release");
+    }
+    let st = cmd.status().expect("run cargo build");
+    assert!(st.success(), "building rdma_cm_probe failed: {st:?}");
+    bin_dir.join("examples/rdma_cm_probe")
+}
+
+#[test]
+#[ignore = "boots a QEMU VM; run by tests/run.sh"]
+fn farflash_rdma_target_in_guest() {
+    for f in [RXE_PROVIDER, RXE_DRIVER] {
+        assert!(
+            Path::new(f).exists(),
+            "{f} is missing: install ibverbs-providers (tests/run.sh does)"
+        );
+    }
+    let bin = guest_binary(Path::new(env!("CARGO_BIN_EXE_farflash")), "farflash");
+    let bin = bin.to_str().expect("UTF-8 path");
+    let probe = guest_binary(&probe_binary(), "rdma_cm_probe");
+    let probe = probe.to_str().expect("UTF-8 path");
+    let extra: Vec<String> = [
+        "--bin",
+        bin,
+        "--bin",
+        probe,
+        "--env",
+        &format!("PROBE={probe}"),
+        "--image-file",
+        RXE_PROVIDER,
+        "--image-file",
+        RXE_DRIVER,
+        "--env",
+        &format!("FARFLASH={bin}"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let out = run_guest(
+        "rdma-farflash-target.sh",
+        &extra,
+        &[
+            "rxe",
+            "serve-rdma",
+            "probe-bad-recfmt",
+            "probe-wrong-qid",
+            "probe-bad-hsqsize",
+            "probe-bad-hrqsize",
+            "probe-oversized-capsule",
+            "probe-bad-key",
+            "probe-destroy-mid-transfer",
+            "probe-disconnect-at-once",
+            "hostile-cm-peer",
+            "discover-rdma-both-transports",
+            "connect-rdma",
+            "idle-sleeps",
+            "disconnect-rdma",
+            "target-exit-clean",
+        ],
+    );
+    let verified = out
+        .lines()
+        .filter(|l| l.starts_with("PASS: fio-verify-rdma"))
+        .count();
+    assert_eq!(verified, 2, "fio verify on both namespaces (RAM, file)");
 }

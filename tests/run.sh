@@ -113,8 +113,9 @@ for pair in ceph-mon=ceph-mon ceph-mgr=ceph-mgr ceph-osd=ceph-osd ceph=ceph-comm
 	command -v "${pair%%=*}" >/dev/null || missing+=("${pair#*=}")
 done
 # crates/rdma-sys: bindgen over rdma-core's headers (libclang) and linking
-# against libibverbs / librdmacm
-for pkg in libibverbs-dev librdmacm-dev libclang-dev; do
+# against libibverbs / librdmacm; tests/interop_rdma.rs puts the rxe verbs
+# provider (ibverbs-providers) in the VM image
+for pkg in libibverbs-dev librdmacm-dev libclang-dev ibverbs-providers; do
 	dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 if [[ ${#missing[@]} -gt 0 ]]; then
@@ -173,7 +174,7 @@ else
 		cargo test --test interop_ha -- --ignored --test-threads=1 --nocapture
 	step "Linux host fio verify on an RBD namespace (cargo test --test interop_rbd -- --ignored)" 900 \
 		cargo test --test interop_rbd -- --ignored --test-threads=1 --nocapture
-	step "NVMe/RDMA over Soft-RoCE in the VM (cargo test --test interop_rdma -- --ignored)" 900 \
+	step "NVMe/RDMA over Soft-RoCE in the VM: kernel loop, farflash's RDMA target in the guest (cargo test --test interop_rdma -- --ignored)" 900 \
 		cargo test --test interop_rdma -- --ignored --test-threads=1 --nocapture
 fi
 

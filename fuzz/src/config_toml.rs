@@ -56,4 +56,17 @@ mod tests {
             assert!(Config::from_toml(&text, bad).is_err(), "{bad} accepted");
         }
     }
+
+    /// Listeners with a transport (strings and tables) reach the round
+    /// trip; an unknown transport is refused.
+    #[test]
+    fn rdma_listener_seeds() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/config_toml");
+        let text = std::fs::read_to_string(dir.join("rdma-listeners")).unwrap();
+        let cfg = Config::from_toml(&text, "rdma-listeners").unwrap();
+        assert_eq!(cfg.listen[2], "rdma:[::1]:4420");
+        run(text.as_bytes());
+        let text = std::fs::read_to_string(dir.join("rdma-bad-transport")).unwrap();
+        assert!(Config::from_toml(&text, "rdma-bad-transport").is_err());
+    }
 }

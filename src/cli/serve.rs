@@ -9,6 +9,7 @@ use farflash_core::config::{
     parse_cpu_list, BackendKind, Config, DhchapKey, HostAuthConfig, NamespaceConfig, PollMode,
     RbdConfig, Size, SubsystemConfig, DEFAULT_NQN,
 };
+use farflash_core::listen::{split_listen, ListenTransport};
 use farflash_core::subsystem::{build_subsystems, human};
 use farflash_core::Target;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
@@ -22,8 +23,9 @@ const DRAIN: Duration = Duration::from_secs(5);
 
 #[derive(Args, Debug, Default, Clone)]
 pub struct ServeFlags {
-    /// Listen on ADDR:PORT (repeatable; default 127.0.0.1:4420). IPv6: [::1]:4420.
-    #[arg(long = "listen", value_name = "ADDR:PORT")]
+    /// Listen on ADDR:PORT for NVMe/TCP, or rdma:ADDR:PORT for NVMe/RDMA
+    /// (repeatable; default 127.0.0.1:4420). IPv6: [::1]:4420.
+    #[arg(long = "listen", value_name = "[rdma:]ADDR:PORT")]
     pub listen: Vec<String>,
     /// Subsystem NQN for the namespaces given by flags.
     #[arg(long, value_name = "NQN")]
@@ -336,15 +338,44 @@ fn bind(addr: &str) -> Result<TcpListener> {
     TcpListener::bind(sa).with_context(|| format!("cannot listen on {sa}"))
 }
 
+/// An NVMe/RDMA listener (RDMA CM) on `addr`, which must be an address of
+/// an RDMA device's network interface (or unspecified).
+fn bind_rdma(addr: &str) -> Result<farflash_transport::RdmaListener> {
+    let sa: SocketAddr = addr
+        .to_socket_addrs()
+        .with_context(|| format!("bad listen address rdma:{addr} (want rdma:ADDR:PORT)"))?
+        .next()
+        .with_context(|| format!("listen address rdma:{addr} resolves to nothing"))?;
+    farflash_transport::RdmaListener::bind(sa, 128).with_context(|| {
+        format!("cannot listen for NVMe/RDMA on {sa} (is there an RDMA device on it? rdma link)")
+    })
+}
+
 pub fn run(args: ServeArgs) -> Result<()> {
     init_logging(&args.flags.log_level)?;
     let cfg = args.to_config()?;
     let subsystems = build_subsystems(&cfg)?;
-    let listeners: Vec<TcpListener> = cfg.listen.iter().map(|a| bind(a)).collect::<Result<_>>()?;
-    let addrs: Vec<SocketAddr> = listeners
-        .iter()
-        .map(|l| l.local_addr())
-        .collect::<Result<_, _>>()?;
+    // TCP and RDMA listeners, in the configured order (the discovery log's).
+    let mut listeners: Vec<TcpListener> = Vec::new();
+    let mut rdma_listeners: Vec<farflash_transport::RdmaListener> = Vec::new();
+    let mut addrs: Vec<SocketAddr> = Vec::new();
+    let mut kinds: Vec<ListenTransport> = Vec::new();
+    for c in &cfg.listen {
+        let (t, a) = split_listen(c).map_err(anyhow::Error::msg)?;
+        match t {
+            ListenTransport::Tcp => {
+                let l = bind(a)?;
+                addrs.push(l.local_addr()?);
+                listeners.push(l);
+            }
+            ListenTransport::Rdma => {
+                let l = bind_rdma(a)?;
+                addrs.push(l.local_addr());
+                rdma_listeners.push(l);
+            }
+        }
+        kinds.push(t);
+    }
     let cpus = parse_cpu_list(&cfg.transport.cpus_allowed).map_err(anyhow::Error::msg)?;
     let threads = match cfg.transport.threads {
         0 if !cpus.is_empty() => cpus.len(),
@@ -368,9 +399,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
         cfg.listen
             .iter()
             .zip(&addrs)
-            .map(|(c, a)| farflash_core::target::Listener {
+            .zip(&kinds)
+            .map(|((c, a), t)| farflash_core::target::Listener {
                 config: c.clone(),
                 addr: *a,
+                transport: *t,
             })
             .collect(),
     );
@@ -409,9 +442,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
     notify_ready();
     let reloader = spawn_reloader(target.clone(), args.clone(), listener_ctl)?;
     let size_watch = spawn_size_watch(target.clone(), stop.clone())?;
-    let served = farflash_transport::serve_with(
+    let served = farflash_transport::serve_all(
         target.clone(),
         listeners,
+        rdma_listeners,
         &loop_opts,
         stop.clone(),
         Some(listener_rx),
@@ -695,13 +729,20 @@ fn print_banner(target: &Target, addrs: &[SocketAddr], lo: &farflash_transport::
         "discovery subsystem {} on every listener",
         farflash_wire::DISCOVERY_NQN
     );
-    for a in addrs {
-        let _ = writeln!(out, "listening on {a}");
+    for (a, l) in addrs.iter().zip(target.listeners().iter()) {
+        let _ = match l.transport {
+            ListenTransport::Tcp => writeln!(out, "listening on {a}"),
+            ListenTransport::Rdma => writeln!(out, "listening on rdma:{a}"),
+        };
     }
     if let (Some(a), Some(sub)) = (addrs.first(), target.subsystems().first().cloned()) {
+        let t = target
+            .listeners()
+            .first()
+            .map_or("tcp", |l| l.transport.name());
         let _ = writeln!(
             out,
-            "connect with: nvme connect -t tcp -a {} -s {} -n {}",
+            "connect with: nvme connect -t {t} -a {} -s {} -n {}",
             a.ip(),
             a.port(),
             sub.nqn

@@ -13,8 +13,12 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:4420";
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
-    /// Addresses to listen on, `ADDR:PORT` (IPv6 as `[::1]:4420`).
-    #[serde(default = "default_listeners")]
+    /// Addresses to listen on, `[tcp:|rdma:]ADDR:PORT` (IPv6 as
+    /// `[::1]:4420`), or tables `{ address, transport }` (`crate::listen`).
+    #[serde(
+        default = "default_listeners",
+        deserialize_with = "crate::listen::deserialize_listen"
+    )]
     pub listen: Vec<String>,
     #[serde(default)]
     pub transport: TransportConfig,
@@ -499,6 +503,9 @@ impl Config {
         if self.listen.is_empty() {
             return bad("at least one listener is needed".into());
         }
+        for l in &self.listen {
+            crate::listen::split_listen(l).map_err(ConfigError::Invalid)?;
+        }
         if t.in_capsule_data_size > 1 << 20 || !t.in_capsule_data_size.is_multiple_of(16) {
             return bad("in_capsule_data_size must be a multiple of 16, at most 1 MiB".into());
         }
@@ -655,6 +662,44 @@ mod tests {
         assert!(parse_cpu_list("3-1").is_err());
         assert!(parse_cpu_list("x").is_err());
         assert_eq!("always".parse::<PollMode>(), Ok(PollMode::Always));
+    }
+
+    #[test]
+    fn listeners_carry_a_transport() {
+        const SUB: &str = "\n[[subsystem]]\nnqn = 'nqn.t:a'\n";
+        let from = |t: &str| Config::from_toml(&format!("{t}{SUB}"), "t");
+        let c = from(
+            "listen = ['10.0.2.15:4420', 'rdma:10.0.2.15:4420', \
+             { address = '10.0.2.15:4421', transport = 'rdma' }, { address = '[::1]:4420' }]",
+        )
+        .unwrap();
+        assert_eq!(
+            c.listen,
+            [
+                "10.0.2.15:4420",
+                "rdma:10.0.2.15:4420",
+                "rdma:10.0.2.15:4421",
+                "[::1]:4420"
+            ]
+        );
+        // An unknown transport names the field and the value, in either form.
+        let e = from("listen = [{ address = '10.0.2.15:4420', transport = 'roce' }]")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("transport \"roce\""), "{e}");
+        assert!(e.contains("listen"), "{e}");
+        let e = from("listen = ['iwarp:10.0.2.15:4420']")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("transport \"iwarp\""), "{e}");
+        let e = from("listen = [{ transport = 'rdma' }]")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("address"), "{e}");
+        let e = from("listen = [{ address = 'a:1', port = 3 }]")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field \"port\""), "{e}");
     }
 
     #[test]

@@ -3,14 +3,17 @@
 //! listener, plus the discovery subsystem itself on each listener.
 
 use crate::controller::Controller;
+use crate::listen::ListenTransport;
 use crate::queue::NvmeQueue;
+use crate::target::Listener;
 use farflash_wire::discovery::{self as d, DiscEntry};
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
-fn entry(addr: &SocketAddr, portid: u16, subtype: u8, nqn: &str, asqsz: u16) -> DiscEntry {
+fn entry(l: &Listener, portid: u16, subtype: u8, nqn: &str, asqsz: u16) -> DiscEntry {
+    let addr = &l.addr;
+    let rdma = l.transport == ListenTransport::Rdma;
     DiscEntry {
-        trtype: d::TRTYPE_TCP,
+        trtype: l.transport.trtype(),
         adrfam: if addr.is_ipv4() {
             d::ADRFAM_IPV4
         } else {
@@ -25,7 +28,15 @@ fn entry(addr: &SocketAddr, portid: u16, subtype: u8, nqn: &str, asqsz: u16) -> 
         trsvcid: addr.port().to_string(),
         subnqn: nqn.to_owned(),
         traddr: addr.ip().to_string(),
-        sectype: 0,
+        // TSAS: TCP SECTYPE none; RDMA (Fabrics "RDMA Transport Specific
+        // Address Subtype") reliable connected, provider not specified, rdma_cm.
+        sectype: if rdma { d::RDMA_QPTYPE_CONNECTED } else { 0 },
+        rdma_prtype: if rdma {
+            d::RDMA_PRTYPE_NOT_SPECIFIED
+        } else {
+            0
+        },
+        rdma_cms: if rdma { d::RDMA_CMS_RDMA_CM } else { 0 },
     }
 }
 
@@ -35,15 +46,14 @@ pub(crate) fn log_page(q: &NvmeQueue, ctrl: &Controller) -> Vec<u8> {
     let mut entries = Vec::new();
     let subsystems = t.subsystems();
     for (i, l) in t.listeners().iter().enumerate() {
-        let addr = &l.addr;
         let portid = i as u16 + 1;
         for sub in subsystems.iter() {
             if sub.host_allowed(&ctrl.hostnqn) {
-                entries.push(entry(addr, portid, d::SUBTYPE_NVM, &sub.nqn, asqsz));
+                entries.push(entry(l, portid, d::SUBTYPE_NVM, &sub.nqn, asqsz));
             }
         }
         entries.push(entry(
-            addr,
+            l,
             portid,
             d::SUBTYPE_CURRENT_DISCOVERY,
             farflash_wire::DISCOVERY_NQN,
@@ -51,4 +61,43 @@ pub(crate) fn log_page(q: &NvmeQueue, ctrl: &Controller) -> Vec<u8> {
         ));
     }
     d::encode_log(t.genctr.load(Ordering::Acquire), &entries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listener(s: &str) -> Listener {
+        let (transport, a) = crate::listen::split_listen(s).unwrap();
+        Listener {
+            config: s.into(),
+            addr: a.parse().unwrap(),
+            transport,
+        }
+    }
+
+    #[test]
+    fn rdma_and_tcp_entries_on_one_port() {
+        let r = entry(
+            &listener("rdma:10.0.2.15:4420"),
+            1,
+            d::SUBTYPE_NVM,
+            "nqn.x",
+            32,
+        );
+        assert_eq!(r.trtype, d::TRTYPE_RDMA);
+        assert_eq!((r.sectype, r.rdma_prtype, r.rdma_cms), (1, 1, 1));
+        assert_eq!(
+            (r.traddr.as_str(), r.trsvcid.as_str()),
+            ("10.0.2.15", "4420")
+        );
+        let t = entry(&listener("10.0.2.15:4420"), 2, d::SUBTYPE_NVM, "nqn.x", 32);
+        assert_eq!(t.trtype, d::TRTYPE_TCP);
+        assert_eq!((t.sectype, t.rdma_prtype, t.rdma_cms), (0, 0, 0));
+        // On the wire: TRTYPE byte 0, TSAS from byte 768.
+        let mut b = [0u8; d::DISC_ENTRY_LEN];
+        r.encode(&mut b);
+        assert_eq!((b[0], b[768], b[769], b[770]), (1, 1, 1, 1));
+        assert_eq!(d::DiscEntry::decode(&b), r);
+    }
 }

@@ -24,8 +24,14 @@ pub(crate) fn controller(q: &NvmeQueue, ctrl: &Controller) -> IdCtrl {
         ctratt: wid::CTRATT_HID128,
         kas,
         maxcmd: t.max_queue_depth as u16,
-        sgls: wid::SGLS_SUPPORTED | wid::SGLS_OFFSET,
-        // TCP: in-capsule data starts right after the SQE (ICDOFF 0), one SGL descriptor.
+        sgls: wid::SGLS_SUPPORTED
+            | wid::SGLS_OFFSET
+            | if q.trtype == farflash_wire::discovery::TRTYPE_RDMA {
+                wid::SGLS_KEYED
+            } else {
+                0
+            },
+        // TCP and RDMA: in-capsule data starts right after the SQE (ICDOFF 0), one SGL descriptor.
         icdoff: 0,
         msdbd: 1,
         ioccsz: (64 + t.in_capsule_data_size) / 16,

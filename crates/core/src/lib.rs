@@ -17,6 +17,7 @@ pub mod ana;
 pub mod cntlid;
 pub mod config;
 pub mod controller;
+pub mod listen;
 pub mod manage;
 pub mod qos;
 pub mod reload;

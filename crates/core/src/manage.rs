@@ -262,12 +262,27 @@ pub fn remove_listener(
     ctl: &dyn ListenerControl,
     addr: &str,
 ) -> Result<ReloadReport, ManageError> {
-    let found = target
-        .listeners()
+    use crate::listen::ListenTransport;
+    let ls = target.listeners();
+    // As configured, else the TCP listener on that address.
+    let found = ls
         .iter()
-        .find(|l| l.config == addr || l.addr.to_string() == addr)
-        .map(|l| l.addr)
+        .find(|l| l.config == addr)
+        .or_else(|| {
+            ls.iter()
+                .find(|l| l.transport == ListenTransport::Tcp && l.addr.to_string() == addr)
+        })
+        .map(|l| (l.addr, l.transport))
         .ok_or_else(|| ManageError::NotFound(format!("no listener {addr}")))?;
+    // A plain address names the TCP listener; RDMA listeners are set at start.
+    let found = match found {
+        (a, ListenTransport::Tcp) => a,
+        _ => {
+            return Err(ManageError::Invalid(format!(
+                "{addr}: RDMA listeners are set at start and cannot be removed at run time"
+            )))
+        }
+    };
     modify(target, Some(ctl), |cfg| {
         cfg.listen.retain(|l| *l != found.to_string());
         if cfg.listen.is_empty() {

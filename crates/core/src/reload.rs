@@ -96,7 +96,16 @@ pub fn current_config(target: &Target) -> Config {
 
 /// Whether listener `l` is what `want` (an `ADDR:PORT` as configured) asks for.
 fn same_listener(l: &Listener, want: &str) -> bool {
-    if l.config == want || l.addr.to_string() == want {
+    if l.config == want {
+        return true;
+    }
+    let Ok((t, want)) = crate::listen::split_listen(want) else {
+        return false;
+    };
+    if t != l.transport {
+        return false;
+    }
+    if l.addr.to_string() == want {
         return true;
     }
     want.to_socket_addrs()
@@ -182,6 +191,9 @@ pub(crate) fn apply_locked(
                         new_ls.push(Listener {
                             config: want.clone(),
                             addr,
+                            transport: crate::listen::split_listen(want)
+                                .map(|(t, _)| t)
+                                .unwrap_or_default(),
                         });
                     }
                     Err(msg) => {

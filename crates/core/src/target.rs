@@ -4,6 +4,7 @@
 
 use crate::config::TransportConfig;
 use crate::controller::{Controller, Kind};
+use crate::listen::ListenTransport;
 use crate::subsystem::Subsystem;
 use farflash_wire::identify::OAES_NS_ATTR;
 use std::collections::HashMap;
@@ -57,6 +58,9 @@ pub struct Listener {
     /// As configured (`listen = [...]`, `--listen`, `listeners.add`).
     pub config: String,
     pub addr: SocketAddr,
+    /// TCP and RDMA listeners may share an address and port: a queue
+    /// belongs to the listener of its own transport.
+    pub transport: ListenTransport,
 }
 
 /// What the management API reports of a live controller.
@@ -88,6 +92,7 @@ impl Target {
             .map(|addr| Listener {
                 config: addr.to_string(),
                 addr,
+                transport: ListenTransport::Tcp,
             })
             .collect();
         Target::with_listeners(subsystems, transport, ls)
@@ -163,10 +168,17 @@ impl Target {
         self.listeners_gen.load(Ordering::Acquire)
     }
 
-    /// Whether a connection that reached `local` still has its listener.
+    /// Whether a TCP connection that reached `local` still has its listener.
     pub fn serves(&self, local: &SocketAddr) -> bool {
+        self.serves_on(farflash_wire::discovery::TRTYPE_TCP, local)
+    }
+
+    /// Whether a queue of transport `trtype` that reached `local` still has
+    /// its listener (of the same transport).
+    pub fn serves_on(&self, trtype: u8, local: &SocketAddr) -> bool {
         self.listeners().iter().any(|l| {
-            l.addr.port() == local.port()
+            l.transport.trtype() == trtype
+                && l.addr.port() == local.port()
                 && (l.addr.ip() == local.ip() || l.addr.ip().is_unspecified())
         })
     }

@@ -226,6 +226,14 @@ fn admin_connect_identify_by_keyed_sgls() {
         &h.mem[0x8000 + 768..0x8000 + 768 + NQN.len()],
         NQN.as_bytes()
     );
+    // SGLS (bytes 539:536) says Keyed SGL Data Block: Linux's nvme-rdma
+    // refuses a controller without it ("Mandatory keyed sgls").
+    let sgls = u32::from_le_bytes(h.mem[0x8000 + 536..0x8000 + 540].try_into().unwrap());
+    assert_ne!(
+        sgls & farflash_wire::identify::SGLS_KEYED,
+        0,
+        "SGLS {sgls:#x}"
+    );
 }
 
 #[test]

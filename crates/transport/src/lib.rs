@@ -13,6 +13,8 @@ mod worker;
 
 pub use farflash_core::config::PollMode;
 use farflash_core::Target;
+pub use farflash_rdma_verbs::RdmaListener;
+use farflash_rdma_verbs::{Accepted, Staging};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token, Waker};
 use std::io;
@@ -23,6 +25,9 @@ use std::time::Duration;
 
 /// How often the acceptor looks at the stop flag.
 const ACCEPT_POLL: Duration = Duration::from_millis(50);
+/// Acceptor tokens of the RDMA listeners (`RDMA_LISTEN + k`); TCP
+/// listeners count from 0.
+const RDMA_LISTEN: usize = 1 << 40;
 
 /// How the event loops run.
 #[derive(Clone, Debug)]
@@ -68,7 +73,15 @@ pub fn listener_control() -> (ListenerHandle, ListenerControlRx) {
 
 impl farflash_core::reload::ListenerControl for ListenerHandle {
     fn add(&self, addr: &str) -> Result<std::net::SocketAddr, String> {
+        use farflash_core::listen::{split_listen, ListenTransport};
         use std::net::ToSocketAddrs;
+        let addr = match split_listen(addr)? {
+            (ListenTransport::Tcp, a) => a,
+            (ListenTransport::Rdma, _) => return Err(
+                "RDMA listeners are set at start (--listen rdma:ADDR:PORT), not added at run time"
+                    .into(),
+            ),
+        };
         let sa = addr
             .to_socket_addrs()
             .map_err(|e| format!("bad address (want ADDR:PORT): {e}"))?
@@ -110,6 +123,20 @@ pub fn serve_with(
     stop: Arc<AtomicBool>,
     control: Option<ListenerControlRx>,
 ) -> io::Result<()> {
+    serve_all(target, listeners, Vec::new(), opts, stop, control)
+}
+
+/// [`serve_with`], with NVMe/RDMA listeners too: the acceptor takes their
+/// connection requests and hands each accepted queue pair to a worker,
+/// round robin with the TCP connections.
+pub fn serve_all(
+    target: Arc<Target>,
+    listeners: Vec<std::net::TcpListener>,
+    mut rdma: Vec<RdmaListener>,
+    opts: &LoopOptions,
+    stop: Arc<AtomicBool>,
+    control: Option<ListenerControlRx>,
+) -> io::Result<()> {
     let threads = opts.threads.max(1);
     let mut poll = Poll::new()?;
     let mut ls: Vec<Option<TcpListener>> = Vec::new();
@@ -120,11 +147,32 @@ pub fn serve_with(
             .register(&mut ml, Token(i), Interest::READABLE)?;
         ls.push(Some(ml));
     }
+    for (k, l) in rdma.iter().enumerate() {
+        poll.registry().register(
+            &mut mio::unix::SourceFd(&l.fd()),
+            Token(RDMA_LISTEN + k),
+            Interest::READABLE,
+        )?;
+    }
+    let t = &target.transport;
+    let limits = farflash_rdma::cm::Limits {
+        max_qid: t.max_io_queues.min(u16::MAX as u32) as u16,
+        max_io_entries: t.max_queue_depth,
+        max_admin_entries: 32,
+        icd_bytes: t.in_capsule_data_size,
+    };
+    let staging = Staging {
+        io_slots: (t.max_queue_depth as usize).min(16),
+        admin_slots: 2,
+        slot_bytes: t.max_io_size as usize,
+    };
+    let mut accepted: Vec<Accepted> = Vec::new();
     let live = Arc::new(AtomicUsize::new(0));
     let offloader = offload::Offloader::spawn()?;
     let mut workers = Vec::new();
     for n in 0..threads {
         let (tx, rx) = mpsc::channel();
+        let (rdma_tx, rdma_rx) = mpsc::channel::<Accepted>();
         let wpoll = Poll::new()?;
         let waker = Arc::new(Waker::new(wpoll.registry(), worker::WAKE_TOKEN)?);
         let t = target.clone();
@@ -141,9 +189,11 @@ pub fn serve_with(
                         tracing::warn!("cannot pin I/O thread {n} to CPU {c}: {e}");
                     }
                 }
-                worker::Worker::new(t, wpoll, rx, st, lv, port, &o).run()
+                worker::Worker::new(t, wpoll, rx, st, lv, port, &o)
+                    .with_rdma(rdma_rx)
+                    .run()
             })?;
-        workers.push((tx, waker, h));
+        workers.push((tx, waker, h, rdma_tx));
     }
     let mut events = Events::with_capacity(64);
     let mut next = 0usize;
@@ -191,6 +241,28 @@ pub fn serve_with(
             Err(e) => return Err(e),
         }
         for ev in events.iter() {
+            if let Some(l) = ev
+                .token()
+                .0
+                .checked_sub(RDMA_LISTEN)
+                .and_then(|k| rdma.get_mut(k))
+            {
+                l.accept(&limits, &staging, &mut accepted);
+                for a in accepted.drain(..) {
+                    // Connection cap: as for TCP, released by the worker.
+                    if live.fetch_add(1, Ordering::AcqRel) >= opts.max_connections {
+                        live.fetch_sub(1, Ordering::AcqRel);
+                        tracing::warn!(peer = %a.peer, max = opts.max_connections, "RDMA queue dropped: too many connections");
+                        continue;
+                    }
+                    let (_, waker, _, rtx) = &workers[next % workers.len()];
+                    next += 1;
+                    if rtx.send(a).is_ok() {
+                        let _ = waker.wake();
+                    }
+                }
+                continue;
+            }
             let Some(l) = ls.get(ev.token().0).and_then(Option::as_ref) else {
                 continue;
             };
@@ -206,7 +278,7 @@ pub fn serve_with(
                         }
                         let local = sock.local_addr().unwrap_or(peer);
                         let _ = sock.set_nodelay(true);
-                        let (tx, waker, _) = &workers[next % workers.len()];
+                        let (tx, waker, _, _) = &workers[next % workers.len()];
                         next += 1;
                         if tx.send(worker::NewConn { sock, local, peer }).is_ok() {
                             let _ = waker.wake();
@@ -226,11 +298,12 @@ pub fn serve_with(
     }
     drop(ls);
     target.begin_shutdown();
-    for (_, waker, _) in &workers {
+    for (_, waker, _, _) in &workers {
         let _ = waker.wake();
     }
-    for (tx, _, h) in workers {
+    for (tx, _, h, rtx) in workers {
         drop(tx);
+        drop(rtx);
         if h.join().is_err() {
             tracing::error!("an I/O thread panicked");
         }

@@ -22,6 +22,7 @@ use crate::offload::OffloadPort;
 use crate::{LoopOptions, PollMode};
 use farflash_backend::{IoCompletion, QueueSet};
 use farflash_core::Target;
+use farflash_rdma_verbs::{Accepted, RdmaConn};
 use farflash_tcp::QueuePair;
 use mio::net::TcpStream;
 use mio::unix::SourceFd;
@@ -38,6 +39,11 @@ use std::time::{Duration, Instant};
 pub(crate) const WAKE_TOKEN: Token = Token(usize::MAX);
 /// The eventfds of the worker's storage queues.
 const STORAGE_TOKEN: Token = Token(usize::MAX - 1);
+/// Tokens of the RDMA queues' fds (`RDMA_TOKEN + index`; TCP connections
+/// count from 0).
+const RDMA_TOKEN: usize = 1 << 40;
+/// The connection half of an RDMA queue's storage tags (`index | RDMA_TAG`).
+const RDMA_TAG: u64 = 1 << 31;
 /// Depth the shared storage queues are opened with (io_uring rings of this
 /// many entries; requests beyond it wait in the queue's overflow list).
 const STORAGE_DEPTH: u32 = 1024;
@@ -146,6 +152,10 @@ pub(crate) struct Worker {
     /// The clock of the current pass, handed to the connections it drives
     /// (their latency samples; no clock read per command).
     now: Instant,
+    /// NVMe/RDMA queue pairs the acceptor handed here, and free indices.
+    rdma: Vec<Option<RdmaConn>>,
+    rdma_free: Vec<usize>,
+    rdma_rx: Option<Receiver<Accepted>>,
 }
 
 /// Pins the calling thread to one CPU.
@@ -202,7 +212,16 @@ impl Worker {
                 opts.fair_share
             },
             now: Instant::now(),
+            rdma: Vec::new(),
+            rdma_free: Vec::new(),
+            rdma_rx: None,
         }
+    }
+
+    /// Takes NVMe/RDMA queue pairs from `rx` too.
+    pub fn with_rdma(mut self, rx: Receiver<Accepted>) -> Worker {
+        self.rdma_rx = Some(rx);
+        self
     }
 
     pub fn run(mut self) {
@@ -267,6 +286,9 @@ impl Worker {
                         }
                     }
                 }
+                for c in self.rdma.iter_mut().flatten() {
+                    c.tick(now);
+                }
             }
             if !self.ready.is_empty() {
                 // Connections queued while these are driven (a completion
@@ -293,9 +315,15 @@ impl Worker {
                 }
                 self.prune_hot(now);
             }
+            if !self.rdma.is_empty() && self.drive_rdma() {
+                if slept && self.mode == PollMode::Adaptive {
+                    self.idle.woke_after(now.duration_since(last_work));
+                }
+                last_work = now;
+            }
             if self.stop.load(Ordering::Acquire) {
                 let deadline = *drain_deadline.get_or_insert(now + self.drain);
-                if self.conns.iter().all(Option::is_none) {
+                if self.conns.iter().all(Option::is_none) && self.rdma.iter().all(Option::is_none) {
                     return;
                 }
                 if now >= deadline {
@@ -304,6 +332,9 @@ impl Worker {
                 }
                 for c in self.conns.iter_mut().flatten() {
                     c.qp.tick(now);
+                }
+                for c in self.rdma.iter_mut().flatten() {
+                    c.tick(now);
                 }
             }
         }
@@ -315,9 +346,14 @@ impl Worker {
             let t = ev.token();
             if t == WAKE_TOKEN {
                 self.accept_new();
+                self.accept_rdma();
                 self.route_offloads();
             } else if t == STORAGE_TOKEN {
                 self.route_completions(usize::MAX);
+            } else if let Some(i) = t.0.checked_sub(RDMA_TOKEN) {
+                if let Some(c) = self.rdma.get_mut(i).and_then(Option::as_mut) {
+                    c.on_events();
+                }
             } else {
                 let i = t.0;
                 if ev.is_read_closed() {
@@ -609,6 +645,17 @@ impl Worker {
         let any = !comps.is_empty();
         for c in comps.drain(..) {
             let j = (c.tag >> 32) as usize;
+            if (c.tag >> 32) & RDMA_TAG != 0 {
+                let k = ((c.tag >> 32) & !RDMA_TAG) as usize;
+                match self.rdma.get_mut(k).and_then(Option::as_mut) {
+                    Some(r) => {
+                        r.queue().set_now(self.now);
+                        r.on_storage_completion(c);
+                    }
+                    None => tracing::error!(tag = c.tag, "storage completion for no RDMA queue"),
+                }
+                continue;
+            }
             match self.conns.get_mut(j).and_then(Option::as_mut) {
                 Some(conn) => {
                     conn.qp.set_now(self.now);
@@ -639,6 +686,87 @@ impl Worker {
                 None => tracing::error!(tag = d.tag, "offload completion for no connection"),
             }
         }
+    }
+
+    /// Takes the RDMA queue pairs the acceptor handed over and watches
+    /// their CM and completion channels.
+    fn accept_rdma(&mut self) {
+        let Some(rx) = self.rdma_rx.take() else {
+            return;
+        };
+        while let Ok(a) = rx.try_recv() {
+            let c = RdmaConn::new(a, self.target.clone());
+            let i = self.rdma_free.pop().unwrap_or_else(|| {
+                self.rdma.push(None);
+                self.rdma.len() - 1
+            });
+            let mut ok = true;
+            for fd in c.fds() {
+                if let Err(e) = self.poll.registry().register(
+                    &mut SourceFd(&fd),
+                    Token(RDMA_TOKEN + i),
+                    Interest::READABLE,
+                ) {
+                    tracing::warn!(peer = %c.peer(), "cannot watch an RDMA queue: {e}");
+                    ok = false;
+                }
+            }
+            if !ok {
+                self.rdma[i] = Some(c);
+                self.close_rdma(i);
+                continue;
+            }
+            tracing::debug!(peer = %c.peer(), local = %c.local(), "RDMA queue pair accepted");
+            self.rdma[i] = Some(c);
+        }
+        self.rdma_rx = Some(rx);
+    }
+
+    /// Polls every RDMA queue's CQ, hands their storage requests to the
+    /// worker's queues and routes what completed; closes the finished
+    /// ones. Returns whether anything moved.
+    fn drive_rdma(&mut self) -> bool {
+        let mut worked = false;
+        for i in 0..self.rdma.len() {
+            let Some(c) = self.rdma[i].as_mut() else {
+                continue;
+            };
+            worked |= c.drive(self.now);
+            if c.has_storage_requests() {
+                let hi = (RDMA_TAG | i as u64) << 32;
+                let (set, failed) = (&mut self.storage, &mut self.comps);
+                c.take_storage(|backend, mut req| {
+                    req.tag |= hi;
+                    set.submit(backend, req, failed);
+                });
+                if self.storage.len() != self.storage_opened {
+                    self.sync_storage_fds();
+                }
+                self.storage.commit();
+                worked = true;
+            }
+            if self.rdma[i].as_ref().is_some_and(|c| c.in_flight() > 0) {
+                self.route_completions(usize::MAX);
+            }
+            if self.rdma[i].as_ref().is_some_and(RdmaConn::finished) {
+                self.close_rdma(i);
+            }
+        }
+        worked
+    }
+
+    /// Drops RDMA queue `i` (its QP, CQ and channels are destroyed).
+    fn close_rdma(&mut self, i: usize) {
+        let Some(c) = self.rdma.get_mut(i).and_then(Option::take) else {
+            return;
+        };
+        for fd in c.fds() {
+            let _ = self.poll.registry().deregister(&mut SourceFd(&fd));
+        }
+        tracing::debug!(peer = %c.peer(), "RDMA queue pair closed");
+        drop(c);
+        self.live.fetch_sub(1, Ordering::AcqRel);
+        self.rdma_free.push(i);
     }
 
     /// Registers the eventfds of newly opened storage queues (closed ones

@@ -6,8 +6,14 @@ use crate::le::{put_str, put_u16, put_u64, str_at, u16_at, u64_at};
 pub const DISC_HEADER_LEN: usize = 1024;
 pub const DISC_ENTRY_LEN: usize = 1024;
 
-/// Transport type TCP (TRTYPE).
+/// Transport types (TRTYPE).
+pub const TRTYPE_RDMA: u8 = 1;
 pub const TRTYPE_TCP: u8 = 3;
+/// RDMA TSAS (Fabrics "Transport Specific Address Subtype" for RDMA): QP
+/// type reliable connected, provider type not specified, CM rdma_cm.
+pub const RDMA_QPTYPE_CONNECTED: u8 = 1;
+pub const RDMA_PRTYPE_NOT_SPECIFIED: u8 = 1;
+pub const RDMA_CMS_RDMA_CM: u8 = 1;
 /// Address family (ADRFAM).
 pub const ADRFAM_IPV4: u8 = 1;
 pub const ADRFAM_IPV6: u8 = 2;
@@ -36,8 +42,11 @@ pub struct DiscEntry {
     pub trsvcid: String,
     pub subnqn: String,
     pub traddr: String,
-    /// TCP TSAS byte 0: SECTYPE (0 = none).
+    /// TSAS byte 0: SECTYPE for TCP (0 = none), RDMA_QPTYPE for RDMA.
     pub sectype: u8,
+    /// RDMA TSAS bytes 1 and 2: RDMA_PRTYPE and RDMA_CMS (0 for TCP).
+    pub rdma_prtype: u8,
+    pub rdma_cms: u8,
 }
 
 impl DiscEntry {
@@ -55,6 +64,8 @@ impl DiscEntry {
         put_str(b, 256, 256, &self.subnqn, 0);
         put_str(b, 512, 256, &self.traddr, b' ');
         b[768] = self.sectype;
+        b[769] = self.rdma_prtype;
+        b[770] = self.rdma_cms;
     }
     pub fn decode(b: &[u8]) -> DiscEntry {
         let s = |off, len| str_at(b, off, len).unwrap_or("").trim().to_owned();
@@ -71,6 +82,8 @@ impl DiscEntry {
             subnqn: s(256, 256),
             traddr: s(512, 256),
             sectype: b[768],
+            rdma_prtype: b[769],
+            rdma_cms: b[770],
         }
     }
 }

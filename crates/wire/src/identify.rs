@@ -81,6 +81,9 @@ pub const ONCS_RESERVATIONS: u16 = 1 << 5;
 /// SGLS bits: 1:0 = 01b SGLs supported (byte-aligned), bit 20 = Offset
 /// subtype for in-capsule data.
 pub const SGLS_SUPPORTED: u32 = 1;
+/// SGLS bit 2: Keyed SGL Data Block descriptor supported (mandatory for
+/// NVMe/RDMA; Linux's nvme-rdma refuses a controller without it).
+pub const SGLS_KEYED: u32 = 1 << 2;
 pub const SGLS_OFFSET: u32 = 1 << 20;
 /// LPA bit 2: extended data for Get Log Page (NUMDU, LPO).
 pub const LPA_EXTENDED: u8 = 1 << 2;

@@ -30,7 +30,7 @@ impl NvmeQueue {
         let g = self.target.listeners_generation();
         if g != self.listeners_gen {
             self.listeners_gen = g;
-            if !self.target.serves(&self.local) {
+            if !self.target.serves_on(self.trtype, &self.local) {
                 tracing::info!(peer = %self.peer, local = %self.local, "listener removed; closing its connection");
                 self.closing = true;
                 return;

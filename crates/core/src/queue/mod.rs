@@ -74,7 +74,7 @@ pub struct NvmeQueue {
     pub(crate) local: SocketAddr,
     pub(crate) peer: SocketAddr,
     /// Transport type for the Error log (Fabrics TRTYPE).
-    trtype: u8,
+    pub(crate) trtype: u8,
     pub(crate) qid: u16,
     pub(crate) ctrl: Option<Arc<Controller>>,
     pub(crate) sqsize: u16,

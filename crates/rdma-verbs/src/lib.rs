@@ -1,0 +1,20 @@
+//! The verbs layer of farflash's NVMe/RDMA target: it moves what the
+//! sans-I/O binding (`farflash-rdma`) decides, with rdma-core's
+//! libibverbs and librdmacm (`farflash-rdma-sys`). A crate of its own so
+//! that `farflash-rdma` and the fuzzers stay free of C libraries.
+//!
+//! - [`RdmaListener`]: an RDMA CM listener on a non-blocking event channel;
+//!   checks each connection request's private data, rejects with its STS or
+//!   builds the queue pair and accepts with CRQSIZE ([`Accepted`]).
+//! - [`RdmaConn`]: one accepted queue pair, driven by a worker's event loop
+//!   (CQ polling, the CM and completion channels' fds for epoll).
+//!
+//! See docs/rdma.md.
+
+mod cm;
+mod conn;
+mod listener;
+mod qp;
+
+pub use conn::RdmaConn;
+pub use listener::{Accepted, RdmaListener, Staging};
