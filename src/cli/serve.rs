@@ -374,6 +374,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
             })
             .collect(),
     );
+    // Storage shared with other targets follows ANA (RBD's exclusive lock).
+    farflash_core::reload::claim_storage(&target)?;
     let (listener_ctl, listener_rx) = farflash_transport::listener_control();
     let api = Arc::new(farflash_mgmt::Api {
         target: target.clone(),

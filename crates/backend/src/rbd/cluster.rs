@@ -7,6 +7,7 @@ use std::ffi::{c_char, CString};
 use std::io;
 use std::path::PathBuf;
 use std::ptr;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 /// How to reach one RBD image.
@@ -63,6 +64,11 @@ pub(crate) struct Image {
     pub(crate) handle: sys::rbd_image_t,
     /// The OSD operation timeout in force (bounds every request).
     pub(crate) osd_op_timeout: Duration,
+    /// Whether this gateway may write: it owns the exclusive lock (taken
+    /// and released on ANA changes, `lock.rs`), or the image has no such
+    /// lock. Queues read it per write; written only on ANA changes and when
+    /// librbd reports this client blocklisted.
+    pub(crate) lock_owned: AtomicBool,
 }
 
 // SAFETY: librados cluster/ioctx handles and librbd image handles may be used
@@ -83,6 +89,7 @@ impl Image {
             ioctx: ptr::null_mut(),
             handle: ptr::null_mut(),
             osd_op_timeout: Duration::ZERO,
+            lock_owned: AtomicBool::new(false),
         };
         // SAFETY: `c_id` is a valid C string; `img.cluster` receives the handle.
         let rc = unsafe { sys::rados_create(&mut img.cluster, c_id.as_ptr()) };
