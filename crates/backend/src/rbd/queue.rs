@@ -222,6 +222,10 @@ impl RbdQueue {
             // nothing more goes through it (docs/rbd.md).
             self.image.lock_owned.store(false, Ordering::Release);
             Err(super::lock::not_owner())
+        } else if err == -i64::from(libc::EROFS) {
+            // librbd refused a write without the lock (released while the
+            // request was on its way): another path may take it.
+            Err(super::lock::not_owner())
         } else if err < 0 {
             Err(io::Error::from_raw_os_error(
                 i32::try_from(-err).unwrap_or(libc::EIO),
@@ -253,8 +257,21 @@ impl BackendQueue for RbdQueue {
             op,
             IoOp::Write { .. } | IoOp::WriteZeroes { .. } | IoOp::Deallocate { .. }
         );
-        if writes && !self.image.lock_owned.load(Ordering::Acquire) {
-            return self.refuse(tag, buf, super::lock::not_owner());
+        if writes || op == IoOp::Flush {
+            if !self.image.lock_owned.load(Ordering::Acquire) {
+                if writes {
+                    return self.refuse(tag, buf, super::lock::not_owner());
+                }
+                // Nothing of ours to flush: writes complete on the OSDs (no
+                // cache), and the release flushed librbd before letting go
+                // (librbd itself refuses a Flush without the lock, EROFS).
+                self.refused.push(IoCompletion {
+                    tag,
+                    buf,
+                    result: Ok(()),
+                });
+                return eventfd_signal(self.notifier.eventfd.as_raw_fd());
+            }
         }
         if self.free.is_empty() {
             self.grow();
