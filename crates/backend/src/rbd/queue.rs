@@ -257,21 +257,19 @@ impl BackendQueue for RbdQueue {
             op,
             IoOp::Write { .. } | IoOp::WriteZeroes { .. } | IoOp::Deallocate { .. }
         );
-        if writes || op == IoOp::Flush {
-            if !self.image.lock_owned.load(Ordering::Acquire) {
-                if writes {
-                    return self.refuse(tag, buf, super::lock::not_owner());
-                }
-                // Nothing of ours to flush: writes complete on the OSDs (no
-                // cache), and the release flushed librbd before letting go
-                // (librbd itself refuses a Flush without the lock, EROFS).
-                self.refused.push(IoCompletion {
-                    tag,
-                    buf,
-                    result: Ok(()),
-                });
-                return eventfd_signal(self.notifier.eventfd.as_raw_fd());
+        if (writes || op == IoOp::Flush) && !self.image.lock_owned.load(Ordering::Acquire) {
+            if writes {
+                return self.refuse(tag, buf, super::lock::not_owner());
             }
+            // Nothing of ours to flush: writes complete on the OSDs (no
+            // cache), and the release flushed librbd before letting go
+            // (librbd itself refuses a Flush without the lock, EROFS).
+            self.refused.push(IoCompletion {
+                tag,
+                buf,
+                result: Ok(()),
+            });
+            return eventfd_signal(self.notifier.eventfd.as_raw_fd());
         }
         if self.free.is_empty() {
             self.grow();
