@@ -568,7 +568,9 @@ fn blocklisted(c: &Cluster) -> usize {
 fn ha_connect(g: &Serve) -> (Controller, farflash_host::IoQueue) {
     let mut o = ConnectOptions::new(g.addr.clone(), HA_NQN);
     o.command_timeout = Duration::from_secs(60);
-    let c = Controller::connect_with_queues(&o, 1).expect("connect");
+    let mut c = Controller::connect_with_queues(&o, 1).expect("connect");
+    // The test pauses longer than KATO (5 s) between commands on a queue.
+    c.start_keep_alive().expect("keep-alive");
     let q = c.io_queue(1, queue_opts()).expect("I/O queue");
     (c, q)
 }

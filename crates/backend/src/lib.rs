@@ -22,6 +22,7 @@
 //! (completions held, reordered, delayed or failed on a test's command).
 
 mod buf;
+mod changes;
 mod check;
 mod file;
 mod null;
@@ -36,6 +37,7 @@ mod sync_queue;
 mod test_util;
 
 pub use buf::{BufPool, IoBuf, IO_ALIGN};
+pub use changes::{notify_changed, wait_changed};
 pub use check::dealloc_buf;
 pub use file::{open_file, DirectMode, FileOptions};
 pub use null::open_null;
