@@ -20,14 +20,15 @@
 # written once before the runs, so reads reach the OSD. Writes its section of
 # docs/benchmarks.md (OUT= to change, empty to skip).
 # Environment: RUNS (5), RUNTIME (10), RAMP (2), SIZE (1G), PORT (4540),
-# POLL (never: the target's --poll), PERF_POLL (block: perf's --poll), OUT.
+# POLL (never: the target's --poll), PERF_POLL (block: perf's --poll), OUT,
+# NOTE (a line on the run's conditions, e.g. other work on the machine).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
 cd "$ROOT"
 RUNS=${RUNS:-5} RUNTIME=${RUNTIME:-10} RAMP=${RAMP:-2} SIZE=${SIZE:-1G}
 PORT=${PORT:-4540} POLL=${POLL:-never} PERF_POLL=${PERF_POLL:-block}
-OUT=${OUT-docs/benchmarks.md}
+OUT=${OUT-docs/benchmarks.md} NOTE=${NOTE-}
 NQN=nqn.2026-11.io.farflash:bench
 NAME=rbd.sh
 for t in taskset python3 cargo fio rbd; do command -v "$t" >/dev/null || { echo "rbd.sh: $t is required" >&2; exit 1; }; done
@@ -111,6 +112,7 @@ done
 	echo "## Ceph RBD: the farflash gateway against librbd directly (benches/rbd.sh)"
 	echo
 	run_facts
+	[[ -z $NOTE ]] || echo "- conditions: $NOTE"
 	echo "- cluster: tests/ceph/cluster.sh (1 mon, 1 mgr, 1 BlueStore OSD on a sparse file, pool size 1), image $SIZE written once, rbd_cache off"
 	echo "- direct: fio's rbd engine on core 1; farflash: \`serve --rbd rbd/test --threads 1 --cpus-allowed 0 --poll $POLL\`, \`farflash perf --poll $PERF_POLL\` on core 1; 4 KiB, ${RUNTIME} s after ${RAMP} s of ramp, $RUNS alternating pairs per row"
 	echo

@@ -128,3 +128,198 @@ fn linux_host_fio_verify_and_resize_on_an_rbd_namespace() {
     );
     drop(serve);
 }
+
+const HA_NQN: &str = "nqn.2026-11.io.farflash:rbd-ha";
+
+/// A gateway's configuration: rbd/test as NSID 1 of `HA_NQN` (ANA group 1,
+/// the same NGUID and serial on both gateways, CNTLIDs from `cntlid_min`),
+/// listening on 127.0.0.1:`port` with group 1 in `state` there.
+fn gateway_config(
+    dir: &Path,
+    conf: &Path,
+    name: &str,
+    port: u16,
+    cntlid_min: u16,
+    state: &str,
+) -> PathBuf {
+    let addr = format!("127.0.0.1:{port}");
+    let ana = if state == "optimized" {
+        String::new()
+    } else {
+        format!("[[subsystem.ana]]\nlisten = \"{addr}\"\nanagrpid = 1\nstate = \"{state}\"\n")
+    };
+    let path = dir.join(format!("{name}.toml"));
+    let text = format!(
+        "listen = [\"{addr}\"]\n[[subsystem]]\nnqn = \"{HA_NQN}\"\nserial = \"FFRBDHA2\"\n\
+         cntlid_min = {cntlid_min}\ncntlid_max = {}\n{ana}\
+         [[subsystem.namespace]]\nnsid = 1\nbackend = \"rbd\"\n\
+         nguid = \"7c3a9e21d4b84f0a9d6e5f4a3b2c1d0e\"\n\
+         rbd = {{ pool = \"rbd\", image = \"test\", conf = \"{}\" }}\n",
+        cntlid_min + 998,
+        conf.display()
+    );
+    std::fs::write(&path, text).expect("write a gateway's config");
+    path
+}
+
+/// Starts `farflash serve --config CFG --rpc-socket SOCK` and waits until it accepts.
+fn start_gateway(cfg: &Path, sock: &Path, port: u16) -> Serve {
+    let addr = format!("127.0.0.1:{port}");
+    let child = Command::new(env!("CARGO_BIN_EXE_farflash"))
+        .args(["serve", "--log-level", "warn", "--threads", "1", "--config"])
+        .arg(cfg)
+        .arg("--rpc-socket")
+        .arg(sock)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start a gateway");
+    let up = common::eventually(Duration::from_secs(30), || {
+        std::net::TcpStream::connect(&addr).is_ok()
+    });
+    assert!(up, "gateway {addr} does not accept connections");
+    Serve { child, port, addr }
+}
+
+/// `farflash ctl ana set` through `sock`: group 1 in `state` via 127.0.0.1:`port`.
+fn ana_set(sock: &Path, port: u16, state: &str) -> Result<(), String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_farflash"))
+        .arg("ctl")
+        .arg("--rpc-socket")
+        .arg(sock)
+        .args([
+            "ana",
+            "set",
+            HA_NQN,
+            &format!("127.0.0.1:{port}"),
+            "1",
+            state,
+        ])
+        .output()
+        .map_err(|e| format!("cannot run farflash ctl: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ctl ana set {port} {state}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Clients in the cluster's OSD blocklist.
+fn blocklisted(conf: &Path) -> usize {
+    let out = Command::new("timeout")
+        .args(["60", "ceph", "-c"])
+        .arg(conf)
+        .args(["osd", "blocklist", "ls"])
+        .output()
+        .expect("run ceph osd blocklist ls");
+    assert!(out.status.success(), "ceph osd blocklist ls failed");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count()
+}
+
+/// Two gateways on one image, ANA failover and failback with the Linux
+/// host's native multipath (guest/rbd-failover.sh): A optimized (owns the
+/// exclusive lock), B inaccessible; with fio verify looping on the head,
+/// A is SIGKILLed and B made optimized (it breaks the dead A's lock); A
+/// comes back non-optimized and the ANA states fail back in order (B
+/// releases, A acquires). One VM boot.
+#[test]
+#[ignore = "boots a QEMU VM and starts a Ceph cluster; run by tests/run.sh"]
+fn linux_host_fails_over_between_two_rbd_gateways_with_ana() {
+    let c = Cluster(std::env::temp_dir().join(format!("ff-ceph-ha-{}", std::process::id())));
+    let _ = c.cmd("stop").status();
+    let st = c.cmd("start").stdout(Stdio::null()).status().unwrap();
+    assert!(st.success(), "the Ceph cluster did not start");
+    let conf = c.0.join("ceph.conf");
+    let (pa, pb) = (common::free_port(), common::free_port());
+    let (sock_a, sock_b) = (c.0.join("a.sock"), c.0.join("b.sock"));
+    let cfg_a = gateway_config(&c.0, &conf, "a", pa, 1, "optimized");
+    let cfg_a_back = gateway_config(&c.0, &conf, "a-back", pa, 1, "non-optimized");
+    let cfg_b = gateway_config(&c.0, &conf, "b", pb, 1000, "inaccessible");
+    let a = start_gateway(&cfg_a, &sock_a, pa);
+    let b = start_gateway(&cfg_b, &sock_b, pb);
+    let share = c.0.join("share");
+    std::fs::create_dir_all(&share).unwrap();
+    // The host side: the operator of the guest's requests (req.N).
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (share, stop) = (share.clone(), stop.clone());
+        let (sock_a, sock_b) = (sock_a.clone(), sock_b.clone());
+        std::thread::spawn(move || {
+            let mut a = Some(a);
+            let mut next = 1;
+            while !stop.load(Ordering::Acquire) {
+                let req = share.join(format!("req.{next}"));
+                let Ok(word) = std::fs::read_to_string(&req) else {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                };
+                let t = Instant::now();
+                let answer = match word.trim() {
+                    "kill-a" => {
+                        if let Some(mut g) = a.take() {
+                            let _ = g.child.kill();
+                            let _ = g.child.wait();
+                        }
+                        ana_set(&sock_b, pb, "optimized")
+                    }
+                    "restart-a" => {
+                        a = Some(start_gateway(&cfg_a_back, &sock_a, pa));
+                        Ok(())
+                    }
+                    "failback" => ana_set(&sock_b, pb, "inaccessible")
+                        .and_then(|()| ana_set(&sock_a, pa, "optimized")),
+                    w => Err(format!("unknown request {w:?}")),
+                };
+                let answer = match answer {
+                    Ok(()) => format!("ok in {:.0?}", t.elapsed()),
+                    Err(e) => e,
+                };
+                println!("[interop_rbd] host side: {}: {answer}", word.trim());
+                std::fs::write(share.join(format!("req.{next}.done")), answer)
+                    .expect("answer the guest");
+                next += 1;
+            }
+            a
+        })
+    };
+    let t = Instant::now();
+    let out = Command::new(root().join("tests/linux-host/run-linux-host"))
+        .args(["-t", VM_TIMEOUT_SECS])
+        .args(["-p", &format!("{pa}:{pa}"), "-p", &format!("{pb}:{pb}")])
+        .arg("-s")
+        .arg(&share)
+        .args(["-e", &format!("NQN={HA_NQN}")])
+        .arg(Path::new("tests/linux-host/guest/rbd-failover.sh"))
+        .current_dir(root())
+        .stdin(Stdio::null())
+        .process_group(0)
+        .output()
+        .expect("run tests/linux-host/run-linux-host");
+    stop.store(true, Ordering::Release);
+    let a = watcher.join().expect("host side");
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("{text}");
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    println!("VM run: {:.1?}", t.elapsed());
+    assert!(
+        out.status.success() && text.lines().any(|l| l.starts_with("PASS: rbd-failover ")),
+        "rbd-failover.sh did not pass ({})",
+        out.status
+    );
+    for phase in [
+        "ok: failover: fio verify went on through B",
+        "reads back the same through B",
+        "ok: failback: A optimized",
+        "ok: writes go down path A only",
+    ] {
+        assert!(text.contains(phase), "no phase {phase:?}");
+    }
+    // Only the dead A was fenced: the failback was orderly.
+    assert_eq!(blocklisted(&conf), 1, "blocklisted clients");
+    drop((a, b));
+}

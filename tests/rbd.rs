@@ -9,8 +9,10 @@
 //!   resized namespace (NSZE, Changed Namespace List);
 //! - a missing pool or image, a missing or wrong keyring, an unreachable
 //!   cluster: `farflash serve` exits at once with an error naming it;
-//! - two gateways on one image: each reads what the other wrote; one killed,
-//!   the other takes the exclusive lock over;
+//! - two gateways on one image with ANA: the exclusive lock follows the
+//!   optimized state (released on demotion, taken on promotion), a write to
+//!   the gateway without the lock gets ANA Transition, a promoted gateway
+//!   breaks a dead owner's lock at once and fences (blocklists) it;
 //! - the OSD stopped mid-run: an RBD command fails with an NVMe status
 //!   within the OSD operation timeout while a RAM namespace keeps serving.
 //!
@@ -20,6 +22,7 @@ mod common;
 
 use common::{Serve, NQN};
 use farflash_host::{ConnectOptions, Controller, IoQueueOptions};
+use farflash_wire::Status;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -491,72 +494,190 @@ fn stopped_osd_fails_rbd_commands_in_bounded_time_and_ram_keeps_serving() {
     let _ = ctrl.shutdown();
 }
 
+const HA_NQN: &str = "nqn.2026-11.io.farflash:rbd-ha";
+
+/// One gateway of a pair exporting rbd/test as NSID 1 (ANA group 1, the
+/// same NGUID and serial on both, CNTLIDs from `cntlid_min`) on
+/// 127.0.0.1:`port`, group 1 in `state` through that listener; its
+/// management socket is `DIR/NAME.sock`.
+fn gateway(c: &Cluster, name: &str, port: u16, cntlid_min: u16, state: &str) -> Serve {
+    let addr = format!("127.0.0.1:{port}");
+    let ana = if state == "optimized" {
+        String::new()
+    } else {
+        format!("[[subsystem.ana]]\nlisten = \"{addr}\"\nanagrpid = 1\nstate = \"{state}\"\n")
+    };
+    let cfg = c.dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &cfg,
+        format!(
+            "listen = [\"{addr}\"]\n[[subsystem]]\nnqn = \"{HA_NQN}\"\nserial = \"FFRBDHA1\"\n\
+             cntlid_min = {cntlid_min}\ncntlid_max = {}\n{ana}\
+             [[subsystem.namespace]]\nnsid = 1\nbackend = \"rbd\"\n\
+             nguid = \"2b7e151628aed2a6abf7158809cf4f3c\"\n\
+             rbd = {{ pool = \"rbd\", image = \"test\", conf = \"{}\" }}\n",
+            cntlid_min + 998,
+            c.conf()
+        ),
+    )
+    .expect("write the gateway's config");
+    let child = Command::new(env!("CARGO_BIN_EXE_farflash"))
+        .args(["serve", "--log-level", "warn", "--threads", "1", "--config"])
+        .arg(&cfg)
+        .arg("--rpc-socket")
+        .arg(c.dir.join(format!("{name}.sock")))
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start a gateway");
+    let up = common::eventually(Duration::from_secs(30), || {
+        std::net::TcpStream::connect(&addr).is_ok()
+    });
+    assert!(up, "gateway {name} does not accept connections");
+    Serve { child, port, addr }
+}
+
+/// `farflash ctl ana set` on gateway `name`: group 1 in `state` through its listener.
+fn ana_set(c: &Cluster, name: &str, g: &Serve, state: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_farflash"))
+        .arg("ctl")
+        .arg("--rpc-socket")
+        .arg(c.dir.join(format!("{name}.sock")))
+        .args(["ana", "set", HA_NQN, &g.addr, "1", state])
+        .output()
+        .expect("run farflash ctl");
+    assert!(
+        out.status.success(),
+        "ctl ana set {name} {state}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Clients in the cluster's OSD blocklist.
+fn blocklisted(c: &Cluster) -> usize {
+    let out = Command::new("timeout")
+        .args(["60", "ceph", "-c", c.conf(), "osd", "blocklist", "ls"])
+        .output()
+        .expect("run ceph osd blocklist ls");
+    assert!(out.status.success(), "ceph osd blocklist ls failed");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count()
+}
+
+fn ha_connect(g: &Serve) -> (Controller, farflash_host::IoQueue) {
+    let mut o = ConnectOptions::new(g.addr.clone(), HA_NQN);
+    o.command_timeout = Duration::from_secs(60);
+    let mut c = Controller::connect_with_queues(&o, 1).expect("connect");
+    // The test pauses longer than KATO (5 s) between commands on a queue.
+    c.start_keep_alive().expect("keep-alive");
+    let q = c.io_queue(1, queue_opts()).expect("I/O queue");
+    (c, q)
+}
+
+/// The NVMe status a failed command got.
+fn status_of(r: Result<(), farflash_host::HostError>) -> Status {
+    let e = r.expect_err("the command must fail");
+    let st = e.status().unwrap_or_else(|| panic!("no NVMe status: {e}"));
+    assert!(!st.is_dnr(), "an ANA status lets the host retry elsewhere");
+    st.code()
+}
+
 #[test]
 #[ignore = "starts a Ceph cluster (Debian's ceph packages); run by tests/run.sh"]
-fn two_gateways_on_one_image_see_the_same_data() {
-    let c = Cluster::start("two");
-    let args = [
-        "--rpc-socket",
-        "none",
-        "--threads",
-        "1",
-        "--rbd",
-        "rbd/test",
-        "--ceph-conf",
-        c.conf(),
-    ];
-    let a = Serve::start(&args);
-    let b = Serve::start(&args);
-    let ca = connect(&a, 1);
-    let cb = connect(&b, 1);
-    let mut qa = ca.io_queue(1, queue_opts()).expect("queue on A");
-    let mut qb = cb.io_queue(1, queue_opts()).expect("queue on B");
+fn two_gateways_move_the_exclusive_lock_with_ana() {
+    let c = Cluster::start("ana");
+    let (pa, pb) = (common::free_port(), common::free_port());
+    let a = gateway(&c, "a", pa, 1, "optimized");
+    let b = gateway(&c, "b", pb, 1000, "non-optimized");
+    let (_ca, mut qa) = ha_connect(&a);
+    let (_cb, mut qb) = ha_connect(&b);
     let mut buf = vec![0u8; 4096];
-    // Writes through one gateway are read through the other at once (no
-    // gateway cache); the exclusive lock moves with the writer.
+
+    // 1. A (optimized) owns the lock. B (non-optimized) reads what A wrote;
+    // its write gets ANA Transition instead of taking the lock over, and A
+    // keeps writing.
+    qa.write_at(1, 0, 8, &pattern(4096, 1)).expect("A writes");
+    qb.read_at(1, 0, 8, &mut buf).expect("B reads");
+    assert_eq!(buf, pattern(4096, 1), "A's write read through B");
+    let st = status_of(qb.write_at(1, 8, 8, &pattern(4096, 2)));
+    assert_eq!(
+        st,
+        Status::ANA_TRANSITION,
+        "a write to the gateway without the lock"
+    );
     let t = Instant::now();
-    for round in 0..6u8 {
-        let (w, r) = if round % 2 == 0 {
-            (&mut qa, &mut qb)
-        } else {
-            (&mut qb, &mut qa)
-        };
-        let lba = u64::from(round) * 8;
-        w.write_at(1, lba, 8, &pattern(4096, round)).expect("write");
-        r.read_at(1, lba, 8, &mut buf).expect("read");
-        assert_eq!(
-            buf,
-            pattern(4096, round),
-            "round {round}: the other gateway's write"
-        );
-    }
-    eprintln!(
-        "6 alternating write/read rounds over two gateways in {:.1?}",
+    qa.write_at(1, 8, 8, &pattern(4096, 3))
+        .expect("A still writes");
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "A lost the lock: {:?}",
         t.elapsed()
     );
+    qb.read_at(1, 8, 8, &mut buf).expect("B reads");
+    assert_eq!(buf, pattern(4096, 3), "B's refused write left nothing");
+    assert_eq!(blocklisted(&c), 0);
 
-    // Gateway A dies (SIGKILL, holding the lock after its last write): B
-    // takes over; what A acknowledged is there, and B's writes land.
-    qa.write_at(1, 64, 8, &pattern(4096, 0x77))
-        .expect("A's last write");
-    drop(qa);
-    drop(ca);
-    drop(a);
+    // 2. Orderly move: A demoted (releases), then B promoted (acquires, no
+    // one to break).
     let t = Instant::now();
-    qb.read_at(1, 64, 8, &mut buf).expect("read on B");
+    ana_set(&c, "a", &a, "inaccessible");
+    ana_set(&c, "b", &b, "optimized");
+    qb.write_at(1, 16, 8, &pattern(4096, 4))
+        .expect("B writes once optimized");
+    eprintln!("orderly lock move and B's first write: {:.1?}", t.elapsed());
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    let st = status_of(qa.write_at(1, 24, 8, &pattern(4096, 5)));
+    assert_eq!(st, Status::ANA_INACCESSIBLE, "A is inaccessible now");
+    assert_eq!(blocklisted(&c), 0, "an orderly move blocklists no one");
+
+    // 3. B dies holding the lock; A promoted breaks the dead owner's lock
+    // (blocklisting it) at once instead of waiting ~30 s for its watch to
+    // expire, reads B's acknowledged write and writes.
+    drop(qb);
+    drop(b);
+    let t = Instant::now();
+    ana_set(&c, "a", &a, "optimized");
+    qa.read_at(1, 16, 8, &mut buf).expect("A reads");
     assert_eq!(
         buf,
-        pattern(4096, 0x77),
-        "A's acknowledged write, read through B"
+        pattern(4096, 4),
+        "B's acknowledged write, read through A"
     );
-    qb.write_at(1, 72, 8, &pattern(4096, 0x78))
-        .expect("B writes after A died");
-    eprintln!("B wrote after A was killed in {:.1?}", t.elapsed());
-    drop(qb);
-    let _ = cb.shutdown();
-    drop(b);
+    qa.write_at(1, 24, 8, &pattern(4096, 6))
+        .expect("A writes after B died");
+    eprintln!(
+        "failover to A after B's SIGKILL, first write done: {:.1?}",
+        t.elapsed()
+    );
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    assert_eq!(blocklisted(&c), 1, "B's client is blocklisted");
+
+    // 4. The operator makes both optimized: the one promoted last (B,
+    // restarted) breaks A's lock and A is fenced: its writes get ANA
+    // Transition, nothing it sends reaches the image.
+    let b = gateway(&c, "b", pb, 1000, "non-optimized");
+    let (_cb, mut qb) = ha_connect(&b);
+    ana_set(&c, "b", &b, "optimized");
+    qb.write_at(1, 32, 8, &pattern(4096, 7)).expect("B writes");
+    let t = Instant::now();
+    let st = status_of(qa.write_at(1, 40, 8, &pattern(4096, 8)));
+    eprintln!("A fenced: its write failed after {:.1?}", t.elapsed());
+    assert_eq!(st, Status::ANA_TRANSITION, "the fenced gateway's write");
+    assert_eq!(blocklisted(&c), 2, "A's client is blocklisted too");
+    qb.read_at(1, 40, 8, &mut buf).expect("B reads");
+    assert_eq!(buf, vec![0u8; 4096], "A's fenced write is not in the image");
+
+    drop((qa, qb, a, b));
     let exported = c.dir.join("export.bin");
     c.rbd(&["export", "rbd/test", exported.to_str().unwrap()]);
     let img = std::fs::read(&exported).unwrap();
-    assert_eq!(&img[72 * 512..80 * 512], &pattern(4096, 0x78)[..]);
+    for (lba, seed) in [(0, 1), (8, 3), (16, 4), (24, 6), (32, 7)] {
+        assert_eq!(
+            &img[lba * 512..(lba + 8) * 512],
+            &pattern(4096, seed)[..],
+            "LBA {lba}"
+        );
+    }
+    assert!(img[40 * 512..48 * 512].iter().all(|&b| b == 0), "LBA 40");
 }

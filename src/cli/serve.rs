@@ -407,6 +407,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
             })
             .collect(),
     );
+    // Storage shared with other targets follows ANA (RBD's exclusive lock).
+    farflash_core::reload::claim_storage(&target)?;
     let (listener_ctl, listener_rx) = farflash_transport::listener_control();
     let api = Arc::new(farflash_mgmt::Api {
         target: target.clone(),
@@ -452,6 +454,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     )
     .context("serving");
     stop.store(true, std::sync::atomic::Ordering::Release);
+    farflash_backend::notify_changed();
     let _ = size_watch.join();
     reloader.close();
     drop(rpc);
@@ -585,13 +588,15 @@ fn spawn_reloader(
     Ok(handle)
 }
 
-/// How often storage that can be resized outside farflash (RBD images) is
-/// asked for its size.
-const SIZE_WATCH: Duration = Duration::from_secs(2);
+/// How long the size check sleeps without a notice from the storage
+/// (librbd's update watch wakes it at once; this bounds a missed one).
+const SIZE_WATCH: Duration = Duration::from_secs(30);
 
-/// Watches the size of RBD namespaces: when an image was resized in Ceph,
-/// re-applies the running configuration, which gives the namespace its new
-/// size and tells the hosts (Namespace Attribute Changed). Stops with `stop`.
+/// Watches the size of RBD namespaces: when an image was resized in Ceph
+/// (librbd's update watch, `farflash_backend::notify_changed`), re-applies
+/// the running configuration, which gives the namespace its new size and
+/// tells the hosts (Namespace Attribute Changed). Stops with `stop` (and a
+/// `notify_changed`).
 fn spawn_size_watch(
     target: Arc<Target>,
     stop: Arc<AtomicBool>,
@@ -600,13 +605,11 @@ fn spawn_size_watch(
     let handle = std::thread::Builder::new()
         .name("farflash-size-watch".into())
         .spawn(move || {
-            let mut next = std::time::Instant::now() + SIZE_WATCH;
             while !stop.load(Ordering::Acquire) {
-                std::thread::sleep(Duration::from_millis(200));
-                if std::time::Instant::now() < next {
-                    continue;
+                farflash_backend::wait_changed(SIZE_WATCH);
+                if stop.load(Ordering::Acquire) {
+                    break;
                 }
-                next = std::time::Instant::now() + SIZE_WATCH;
                 let mut resized = false;
                 for sub in target.subsystems().iter() {
                     for ns in sub.namespaces().iter() {

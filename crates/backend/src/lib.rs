@@ -22,6 +22,7 @@
 //! (completions held, reordered, delayed or failed on a test's command).
 
 mod buf;
+mod changes;
 mod check;
 mod file;
 mod null;
@@ -36,12 +37,13 @@ mod sync_queue;
 mod test_util;
 
 pub use buf::{BufPool, IoBuf, IO_ALIGN};
+pub use changes::{notify_changed, wait_changed};
 pub use check::dealloc_buf;
 pub use file::{open_file, DirectMode, FileOptions};
 pub use null::open_null;
 pub use queue_set::QueueSet;
 pub use ram::{open_ram, open_ram_committed};
-pub use rbd::{open_rbd, RbdOptions};
+pub use rbd::{is_not_lock_owner, open_rbd, NotLockOwner, RbdOptions};
 #[cfg(any(test, feature = "testing"))]
 pub use scripted::{open_scripted, OpKind, Script};
 
@@ -70,6 +72,15 @@ pub trait Backend: Send + Sync + 'static {
     /// changed. Storage whose size only farflash changes returns false.
     fn refresh_capacity(&self) -> io::Result<bool> {
         Ok(false)
+    }
+    /// Tells the storage whether the namespace's ANA group is now optimized
+    /// through at least one listener of this target (the command layer
+    /// calls it on every configuration change, before hosts see a
+    /// promotion and after they see a demotion). Storage shared by several
+    /// targets takes or gives up ownership (an RBD image's exclusive lock,
+    /// docs/rbd.md); an error refuses the promotion. Others do nothing.
+    fn set_ana_optimized(&self, _optimized: bool) -> io::Result<()> {
+        Ok(())
     }
 }
 

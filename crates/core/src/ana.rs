@@ -102,6 +102,15 @@ impl AnaTable {
         }
     }
 
+    /// Whether group `grp` is optimized through at least one of
+    /// `listeners`: then this target owns storage it shares with others
+    /// (`Backend::set_ana_optimized`, docs/rbd.md).
+    pub fn optimized_on_any(&self, listeners: &[SocketAddr], grp: u32) -> bool {
+        listeners
+            .iter()
+            .any(|l| self.state(l, grp) == AnaState::Optimized)
+    }
+
     /// The state of group `grp` through the listener a connection reached
     /// at `local` (an exact address wins over an unspecified one).
     pub fn state(&self, local: &SocketAddr, grp: u32) -> AnaState {

@@ -15,7 +15,9 @@
 //! before anything changes: a bad configuration changes nothing.
 
 use crate::config::Config;
-use crate::subsystem::{build_namespaces, build_subsystem, BuildError, HostAccess, Subsystem};
+use crate::subsystem::{
+    build_namespaces, build_subsystem, BuildError, HostAccess, Namespace, Subsystem,
+};
 use crate::target::{Listener, Target};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
@@ -73,6 +75,73 @@ pub enum ApplyError {
     Build(#[from] BuildError),
     #[error("listener {addr}: {msg}")]
     Listener { addr: String, msg: String },
+    #[error(
+        "subsystem {nqn}, namespace {nsid}: cannot serve ANA group {anagrpid} as optimized: {msg}"
+    )]
+    AnaStorage {
+        nqn: String,
+        nsid: u32,
+        anagrpid: u32,
+        msg: String,
+    },
+}
+
+/// Tells the storage of each namespace of `subs` (its namespaces, its ANA
+/// entries) whether its ANA group is optimized through one of `listeners`
+/// ([`farflash_backend::Backend::set_ana_optimized`]): the promotions are
+/// made here (an error stops at the first), the namespaces to demote are
+/// returned, for [`demote_storage`] once hosts see the new states.
+fn promote_storage<'a>(
+    subs: impl Iterator<Item = (&'a str, &'a [Arc<Namespace>], &'a [crate::ana::AnaConfig])>,
+    listeners: &[SocketAddr],
+) -> Result<Vec<Arc<Namespace>>, ApplyError> {
+    let mut demote = Vec::new();
+    for (nqn, namespaces, ana) in subs {
+        let table = crate::ana::AnaTable::build(ana);
+        for ns in namespaces {
+            if !table.optimized_on_any(listeners, ns.anagrpid) {
+                demote.push(ns.clone());
+                continue;
+            }
+            ns.backend
+                .set_ana_optimized(true)
+                .map_err(|e| ApplyError::AnaStorage {
+                    nqn: nqn.to_owned(),
+                    nsid: ns.nsid,
+                    anagrpid: ns.anagrpid,
+                    msg: e.to_string(),
+                })?;
+        }
+    }
+    Ok(demote)
+}
+
+/// The second half of [`promote_storage`]: failures are logged (the state
+/// has changed; a storage that cannot let go is fenced by the next owner).
+fn demote_storage(demote: &[Arc<Namespace>]) {
+    for ns in demote {
+        if let Err(e) = ns.backend.set_ana_optimized(false) {
+            tracing::warn!(nsid = ns.nsid, "{}: giving up ownership: {e}", ns.describe);
+        }
+    }
+}
+
+/// At start, before the listeners accept: the storage of every namespace
+/// optimized here is taken (RBD: breaking a dead gateway's lock), the
+/// rest let go. An error names the namespace.
+pub fn claim_storage(target: &Target) -> Result<(), ApplyError> {
+    let _serial = target.manage_lock();
+    let subs = target.subsystems();
+    let lists: Vec<_> = subs.iter().map(|s| (s.namespaces(), s.ana())).collect();
+    let addrs = target.listener_addrs();
+    let demote = promote_storage(
+        subs.iter()
+            .zip(&lists)
+            .map(|(s, (n, a))| (s.nqn.as_str(), &n[..], &a.config[..])),
+        &addrs,
+    )?;
+    demote_storage(&demote);
+    Ok(())
 }
 
 /// Applies `cfg` without touching listeners (a difference is reported as
@@ -219,7 +288,35 @@ pub(crate) fn apply_locked(
         _ => {}
     }
 
-    // 3. Commit.
+    // 3. Storage shared with other targets follows ANA: promotions before
+    // hosts see them, demotions after.
+    let ls_now: Vec<SocketAddr> = match listeners {
+        Some(_) if ls_differ => new_ls.iter().map(|l| l.addr).collect(),
+        _ => old_ls.iter().map(|l| l.addr).collect(),
+    };
+    let lists: Vec<Vec<Arc<Namespace>>> = plans
+        .iter()
+        .map(|(sub, new)| new.clone().unwrap_or_else(|| sub.namespaces().to_vec()))
+        .collect();
+    let demote = match promote_storage(
+        cfg.subsystems
+            .iter()
+            .zip(&lists)
+            .map(|(sc, n)| (sc.nqn.as_str(), &n[..], &sc.ana[..])),
+        &ls_now,
+    ) {
+        Ok(d) => d,
+        Err(e) => {
+            if let Some(ctl) = listeners {
+                for a in &report.listeners_added {
+                    ctl.remove(*a);
+                }
+            }
+            return Err(e);
+        }
+    };
+
+    // 4. Commit.
     // Lists change before controllers are swept: a Connect racing with
     // this checks the lists again after creating its controller.
     let mut discovery = false;
@@ -276,5 +373,6 @@ pub(crate) fn apply_locked(
     if discovery {
         target.discovery_changed();
     }
+    demote_storage(&demote);
     Ok(report)
 }

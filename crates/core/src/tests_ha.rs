@@ -470,3 +470,104 @@ fn ptpl_keeps_a_reservation_across_a_restart() {
     assert!(e.contains("ns1.ptpl") && e.contains("PTPL"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Storage shared by several targets (an RBD image, docs/rbd.md) hears of
+/// ANA changes through `Backend::set_ana_optimized`: at start
+/// (`claim_storage`), promotions before hosts can see them, demotions after,
+/// and a storage that cannot take ownership refuses the promotion.
+#[test]
+fn ana_changes_reach_storage_that_follows_them() {
+    use farflash_backend::{Backend, BackendQueue, SharedBackend};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    /// Records each call with the state hosts saw at that moment.
+    struct Owner {
+        inner: SharedBackend,
+        sub: Mutex<Option<Arc<crate::subsystem::Subsystem>>>,
+        calls: Mutex<Vec<(bool, AnaState)>>,
+        refuse: AtomicBool,
+    }
+    impl Backend for Owner {
+        fn kind(&self) -> &'static str {
+            "owner"
+        }
+        fn capacity(&self) -> u64 {
+            self.inner.capacity()
+        }
+        fn block_size(&self) -> u32 {
+            self.inner.block_size()
+        }
+        fn volatile_write_cache(&self) -> bool {
+            false
+        }
+        fn open_queue(&self, depth: u32) -> std::io::Result<Box<dyn BackendQueue>> {
+            self.inner.open_queue(depth)
+        }
+        fn sync_all(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn set_ana_optimized(&self, optimized: bool) -> std::io::Result<()> {
+            if optimized && self.refuse.load(Ordering::Acquire) {
+                return Err(std::io::Error::other("the lock is held elsewhere"));
+            }
+            let seen = self
+                .sub
+                .lock()
+                .unwrap()
+                .as_ref()
+                .map_or(AnaState::Optimized, |s| {
+                    s.ana().state(&"127.0.0.1:4420".parse().unwrap(), 1)
+                });
+            self.calls.lock().unwrap().push((optimized, seen));
+            Ok(())
+        }
+    }
+
+    let (t, _script) = target();
+    let sub = t.subsystem(NQN).unwrap();
+    let old = sub.namespace(1).unwrap();
+    let owner = Arc::new(Owner {
+        inner: old.backend.clone(),
+        sub: Mutex::new(Some(sub.clone())),
+        calls: Mutex::new(Vec::new()),
+        refuse: AtomicBool::new(false),
+    });
+    sub.replace_namespaces(vec![Arc::new(crate::subsystem::Namespace::with_backend(
+        &old,
+        owner.clone(),
+        "owner",
+    ))]);
+    let calls = || std::mem::take(&mut *owner.calls.lock().unwrap());
+
+    crate::reload::claim_storage(&t).unwrap();
+    assert_eq!(
+        calls(),
+        [(true, AnaState::Optimized)],
+        "start: optimized here"
+    );
+    // Demoted: told after hosts see the new state.
+    crate::manage::set_ana_state(&t, NQN, "127.0.0.1:4420", 1, "inaccessible").unwrap();
+    assert_eq!(calls(), [(false, AnaState::Inaccessible)]);
+    // Promoted: told before hosts see it (they still see inaccessible).
+    crate::manage::set_ana_state(&t, NQN, "127.0.0.1:4420", 1, "optimized").unwrap();
+    assert_eq!(calls(), [(true, AnaState::Inaccessible)]);
+    // Non-optimized is not optimized: the storage lets go.
+    crate::manage::set_ana_state(&t, NQN, "127.0.0.1:4420", 1, "non-optimized").unwrap();
+    assert_eq!(calls(), [(false, AnaState::NonOptimized)]);
+    // A promotion the storage refuses changes nothing, and says which namespace.
+    owner.refuse.store(true, Ordering::Release);
+    let e = crate::manage::set_ana_state(&t, NQN, "127.0.0.1:4420", 1, "optimized")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("namespace 1") && e.contains("held elsewhere"),
+        "{e}"
+    );
+    assert_eq!(
+        sub.ana().state(&"127.0.0.1:4420".parse().unwrap(), 1),
+        AnaState::NonOptimized
+    );
+    assert!(calls().is_empty());
+    *owner.sub.lock().unwrap() = None;
+}

@@ -7,6 +7,7 @@ use std::ffi::{c_char, CString};
 use std::io;
 use std::path::PathBuf;
 use std::ptr;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 /// How to reach one RBD image.
@@ -63,6 +64,20 @@ pub(crate) struct Image {
     pub(crate) handle: sys::rbd_image_t,
     /// The OSD operation timeout in force (bounds every request).
     pub(crate) osd_op_timeout: Duration,
+    /// Whether this gateway may write: it owns the exclusive lock (taken
+    /// and released on ANA changes, `lock.rs`), or the image has no such
+    /// lock. Queues read it per write; written only on ANA changes and when
+    /// librbd reports this client blocklisted.
+    pub(crate) lock_owned: AtomicBool,
+    /// librbd's update watch on the image header (a resize wakes the
+    /// target's size check, `crate::changes`), when registered.
+    update_watch: Option<u64>,
+}
+
+/// librbd's update-watch callback (its own thread): the image header
+/// changed (a resize, among others).
+unsafe extern "C" fn on_header_update(_arg: *mut std::ffi::c_void) {
+    crate::changes::notify_changed();
 }
 
 // SAFETY: librados cluster/ioctx handles and librbd image handles may be used
@@ -83,6 +98,8 @@ impl Image {
             ioctx: ptr::null_mut(),
             handle: ptr::null_mut(),
             osd_op_timeout: Duration::ZERO,
+            lock_owned: AtomicBool::new(false),
+            update_watch: None,
         };
         // SAFETY: `c_id` is a valid C string; `img.cluster` receives the handle.
         let rc = unsafe { sys::rados_create(&mut img.cluster, c_id.as_ptr()) };
@@ -169,6 +186,25 @@ impl Image {
                 format!("image {}/{}", opts.pool, opts.image),
             ));
         }
+        let mut watch = 0u64;
+        // SAFETY: the image is open; the callback takes no argument and
+        // only signals (`on_header_update`); it is unregistered in `Drop`
+        // before the image closes.
+        let rc = unsafe {
+            sys::rbd_update_watch(
+                img.handle,
+                &mut watch,
+                Some(on_header_update),
+                ptr::null_mut(),
+            )
+        };
+        if rc < 0 {
+            return Err(ceph_err(
+                rc.into(),
+                format!("watching image {}/{} for resizes", opts.pool, opts.image),
+            ));
+        }
+        img.update_watch = Some(watch);
         Ok(img)
     }
 
@@ -234,6 +270,9 @@ impl Drop for Image {
         // SAFETY: each handle is closed once, image before pool context
         // before cluster, and only those that were opened (non-null).
         unsafe {
+            if let Some(w) = self.update_watch {
+                sys::rbd_update_unwatch(self.handle, w);
+            }
             if !self.handle.is_null() {
                 sys::rbd_close(self.handle);
             }

@@ -12,19 +12,29 @@
 //! reads it; Flush and FUA still end in `rbd_aio_flush`.
 
 mod cluster;
+mod lock;
 mod queue;
 
 pub use cluster::RbdOptions;
+pub use lock::{is_not_lock_owner, NotLockOwner};
 
 use crate::check::Geometry;
 use crate::{Backend, BackendQueue, SharedBackend};
 use cluster::Image;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 struct RbdBackend {
     image: Arc<Image>,
+    /// Whether the image has the exclusive-lock feature (else every gateway
+    /// writes and ANA changes do nothing here).
+    locking: bool,
+    /// The last ANA state the target reported ([`Backend::set_ana_optimized`]):
+    /// only a change takes or releases the lock.
+    optimized: Mutex<Option<bool>>,
+    /// `pool/image`, for messages.
+    name: String,
     /// The image's size rounded down to the block size; changes when the
     /// image is resized ([`Backend::refresh_capacity`]). The queues read it
     /// (written only on a resize, so the cache line stays shared).
@@ -61,8 +71,15 @@ pub fn open_rbd(opts: &RbdOptions) -> io::Result<SharedBackend> {
             ),
         ));
     }
+    let locking = image.has_exclusive_lock()?;
+    if !locking {
+        image.lock_owned.store(true, Ordering::Release);
+    }
     Ok(Arc::new(RbdBackend {
         image: Arc::new(image),
+        locking,
+        optimized: Mutex::new(None),
+        name: format!("{}/{}", opts.pool, opts.image),
         capacity: Arc::new(AtomicU64::new(capacity)),
         block_size: bs,
     }))
@@ -113,5 +130,32 @@ impl Backend for RbdBackend {
             return Ok(false);
         }
         Ok(self.capacity.swap(now, Ordering::AcqRel) != now)
+    }
+
+    /// Optimized here: break any other gateway's lock (blocklisting it) and
+    /// take it; no longer optimized: release it. Only a change acts.
+    fn set_ana_optimized(&self, optimized: bool) -> io::Result<()> {
+        if !self.locking {
+            return Ok(());
+        }
+        let mut last = self.optimized.lock().unwrap_or_else(|p| p.into_inner());
+        if *last == Some(optimized) {
+            return Ok(());
+        }
+        if optimized {
+            let broken = self.image.take_lock()?;
+            for owner in broken {
+                tracing::warn!(
+                    "rbd {}: broke the exclusive lock of {owner} (now blocklisted) to serve as optimized",
+                    self.name
+                );
+            }
+            tracing::info!("rbd {}: exclusive lock acquired", self.name);
+        } else {
+            self.image.release_lock()?;
+            tracing::info!("rbd {}: exclusive lock released", self.name);
+        }
+        *last = Some(optimized);
+        Ok(())
     }
 }

@@ -23,6 +23,10 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Ceph's errno for a blocklisted client (`EBLOCKLISTED`, defined as
+/// `ESHUTDOWN` in Ceph's headers).
+const EBLOCKLISTED: i32 = libc::ESHUTDOWN;
+
 /// Where finished slots are announced (shared with librbd's callback thread).
 struct Notifier {
     done: Sender<u32>,
@@ -213,7 +217,16 @@ impl RbdQueue {
             return false;
         };
         // The bare errno, which the command layer maps to an NVMe status.
-        let result = if err < 0 {
+        let result = if err == -i64::from(EBLOCKLISTED) {
+            // Another gateway broke our lock and blocklisted this client:
+            // nothing more goes through it (docs/rbd.md).
+            self.image.lock_owned.store(false, Ordering::Release);
+            Err(super::lock::not_owner())
+        } else if err == -i64::from(libc::EROFS) {
+            // librbd refused a write without the lock (released while the
+            // request was on its way): another path may take it.
+            Err(super::lock::not_owner())
+        } else if err < 0 {
             Err(io::Error::from_raw_os_error(
                 i32::try_from(-err).unwrap_or(libc::EIO),
             ))
@@ -237,6 +250,26 @@ impl BackendQueue for RbdQueue {
         self.geometry.capacity = self.capacity.load(Ordering::Acquire);
         if let Err(e) = self.geometry.validate(&op, &buf) {
             return self.refuse(tag, buf, e);
+        }
+        // Writes need the exclusive lock, which only ANA hands out here
+        // (lock.rs): librbd must not fetch it from another gateway.
+        let writes = matches!(
+            op,
+            IoOp::Write { .. } | IoOp::WriteZeroes { .. } | IoOp::Deallocate { .. }
+        );
+        if (writes || op == IoOp::Flush) && !self.image.lock_owned.load(Ordering::Acquire) {
+            if writes {
+                return self.refuse(tag, buf, super::lock::not_owner());
+            }
+            // Nothing of ours to flush: writes complete on the OSDs (no
+            // cache), and the release flushed librbd before letting go
+            // (librbd itself refuses a Flush without the lock, EROFS).
+            self.refused.push(IoCompletion {
+                tag,
+                buf,
+                result: Ok(()),
+            });
+            return eventfd_signal(self.notifier.eventfd.as_raw_fd());
         }
         if self.free.is_empty() {
             self.grow();

@@ -82,7 +82,18 @@ impl NvmeQueue {
             self.pool.put(c.buf);
             return;
         };
-        if let Err(e) = &c.result {
+        if let Some(e) = c
+            .result
+            .as_ref()
+            .err()
+            .filter(|e| farflash_backend::is_not_lock_owner(e))
+        {
+            // Shared storage owned by another target (an RBD image's lock,
+            // docs/rbd.md): ANA Transition, no DNR, so the host retries on
+            // another path (Base §8.20.3.5).
+            tracing::debug!(cid = s.sqe.cid, opcode = s.sqe.opcode, "{e}");
+            s.status = Status::ANA_TRANSITION;
+        } else if let Err(e) = &c.result {
             let write = s.io.is_some_and(|io| io.writes());
             tracing::warn!(
                 cid = s.sqe.cid,
