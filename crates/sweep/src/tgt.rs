@@ -25,6 +25,13 @@ fn find(prog: &str) -> Result<PathBuf> {
     bail!("{prog} not found: the iSCSI baseline needs tgt's user-space target (apt-get install {TGT_PACKAGE})")
 }
 
+/// Fails, naming the package to install, unless tgtd and tgtadm are there.
+pub fn check_installed() -> Result<()> {
+    find("tgtd")?;
+    find("tgtadm")?;
+    Ok(())
+}
+
 /// The target name of target `tid`.
 pub fn target_iqn(tid: u32) -> String {
     format!("iqn.2026-11.io.farflash:baseline{tid}")

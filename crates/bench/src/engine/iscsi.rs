@@ -44,10 +44,19 @@ impl IscsiTarget {
         if host.contains('@') {
             bail!("iSCSI URL {url:?}: CHAP credentials in the URL are not supported");
         }
+        if host.starts_with('[') != host.contains(']') {
+            bail!("iSCSI URL {url:?}: unbalanced [ ] around an IPv6 address");
+        }
         let has_port = match host.rfind(']') {
             Some(b) => host[b..].contains(':'),
             None => host.contains(':'),
         };
+        if has_port {
+            let (name, port) = host.rsplit_once(':').unwrap_or_default();
+            if name.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
+                bail!("iSCSI URL {url:?}: bad portal {host:?} (HOST:PORT, port 1..65535)");
+            }
+        }
         let portal = if has_port {
             host.to_string()
         } else {
@@ -520,6 +529,11 @@ mod tests {
             "iscsi://h/iqn/16384",
             "iscsi://u%p@h/iqn/0",
             "iscsi://h/i qn/0",
+            "iscsi://h:x/iqn/0",
+            "iscsi://h:0/iqn/0",
+            "iscsi://:3260/iqn/0",
+            "iscsi://[::1/iqn/0",
+            "iscsi://::1]:3260/iqn/0",
         ] {
             assert!(IscsiTarget::parse(u).is_err(), "{u}");
         }
