@@ -6,7 +6,8 @@
 //! reads the LUN and reports the bytes in its JSON. tgtd is killed (and the
 //! file removed) on success and on failure alike (drop guards).
 
-use farflash_bench::engine::iscsi::IscsiTarget;
+use farflash_bench::engine::iscsi::{Iscsi, IscsiTarget};
+use farflash_bench::engine::{Done, Engine};
 use farflash_bench::size::BlockSizes;
 use farflash_bench::{JobSpec, PollMode, Rw, Target};
 use farflash_sweep::tgt::Tgtd;
@@ -71,6 +72,56 @@ fn verify_through_tgtd_and_perf_cli() {
     assert_eq!(r.total.write.bytes, SIZE, "the whole region written");
     assert_eq!(r.total.read.bytes, SIZE, "and read back");
     assert!(r.total.write.clat.n > 0 && r.total.write.clat.max_ns > 0);
+
+    // The engine by hand: a write and a read of the same block at QD 2,
+    // slots recycled, then an engine dropped with reads still in flight
+    // (its tasks are cancelled and freed, nothing is left behind).
+    {
+        let mut e = Iscsi::new(&t, 2, 4096).unwrap();
+        assert_eq!((e.block_size(), e.capacity()), (512, SIZE));
+        let w = e.alloc_slot().unwrap();
+        e.buf_mut(w)[..4096].fill(0xA5);
+        e.submit(w, true, 1 << 20, 4096).unwrap();
+        e.commit().unwrap();
+        let mut done: Vec<Done> = Vec::new();
+        while done.is_empty() {
+            e.wait().unwrap();
+            e.poll(&mut done).unwrap();
+        }
+        assert_eq!(
+            done[0],
+            Done {
+                slot: w,
+                error: None
+            }
+        );
+        e.release(w);
+        let r = e.alloc_slot().unwrap();
+        e.buf_mut(r)[..4096].fill(0);
+        e.submit(r, false, 1 << 20, 4096).unwrap();
+        e.commit().unwrap();
+        done.clear();
+        while done.is_empty() {
+            e.wait().unwrap();
+            e.poll(&mut done).unwrap();
+        }
+        assert_eq!(done[0].error, None);
+        assert!(e.buf(r)[..4096].iter().all(|&b| b == 0xA5));
+        e.release(r);
+        // Not whole blocks: refused before anything is sent.
+        let s = e.alloc_slot().unwrap();
+        assert!(e.submit(s, false, 100, 512).is_err());
+        e.release(s);
+    }
+    {
+        let mut e = Iscsi::new(&t, 4, 65536).unwrap();
+        for k in 0..4u64 {
+            let s = e.alloc_slot().unwrap();
+            e.submit(s, false, k * 65536, 65536).unwrap();
+        }
+        assert_eq!(e.alloc_slot(), None);
+        e.commit().unwrap();
+    }
 
     // The pattern reached tgt's backing file (it was all zeros).
     let on_disk = std::fs::read(&file).unwrap();

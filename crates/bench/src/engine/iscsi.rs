@@ -249,6 +249,8 @@ pub struct Iscsi {
     cbs: Box<[CbData]>,
     tasks: Box<[*mut sys::scsi_task]>,
     in_flight: Box<[bool]>,
+    /// Handed out by `alloc_slot` and not yet released.
+    taken: Box<[bool]>,
     free: Vec<u16>,
     // Boxed: callbacks hold a pointer to the Vec itself, which must not
     // move when the engine does.
@@ -283,6 +285,7 @@ impl Iscsi {
                 .collect(),
             tasks: vec![ptr::null_mut(); n].into(),
             in_flight: vec![false; n].into(),
+            taken: vec![false; n].into(),
             free: (0..depth).rev().collect(),
             sink,
         })
@@ -356,14 +359,17 @@ impl Iscsi {
 
 impl Drop for Iscsi {
     fn drop(&mut self) {
-        // Tasks still in flight: tear the session down first (their
-        // callbacks run with CANCELLED), then free them.
-        // SAFETY: ctx is live; destroying cancels every outstanding task.
-        unsafe {
-            sys::iscsi_destroy_context(self.session.ctx);
+        // Tasks still in flight (or completed, not reaped): tear the session
+        // down first (callbacks run with CANCELLED), then free them. With
+        // none, the Session's Drop logs out cleanly.
+        if self.in_flight.iter().any(|&b| b) {
+            // SAFETY: ctx is live; destroying cancels every outstanding task.
+            unsafe {
+                sys::iscsi_destroy_context(self.session.ctx);
+            }
+            // The Session's own Drop must not touch the destroyed context.
+            self.session.ctx = ptr::null_mut();
         }
-        // The Session's own Drop must not touch the destroyed context.
-        self.session.ctx = ptr::null_mut();
         for t in self.tasks.iter_mut() {
             if !t.is_null() {
                 // SAFETY: submitted by this engine, cancelled above, freed once.
@@ -382,7 +388,9 @@ impl Engine for Iscsi {
         self.capacity
     }
     fn alloc_slot(&mut self) -> Option<u16> {
-        self.free.pop()
+        let s = self.free.pop()?;
+        self.taken[s as usize] = true;
+        Some(s)
     }
     fn buf_mut(&mut self, slot: u16) -> &mut [u8] {
         match self.bufs.get_mut(slot as usize) {
@@ -492,7 +500,8 @@ impl Engine for Iscsi {
     }
     fn release(&mut self, slot: u16) {
         let i = slot as usize;
-        if i < self.in_flight.len() && !self.in_flight[i] && !self.free.contains(&slot) {
+        if i < self.taken.len() && self.taken[i] && !self.in_flight[i] {
+            self.taken[i] = false;
             self.free.push(slot);
         }
     }
