@@ -91,7 +91,13 @@ impl Tgtd {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Some(st) = t.child.try_wait()? {
-                bail!("{} exited ({st}): {}", t.command, t.log_tail());
+                // SAFETY: geteuid has no preconditions and cannot fail.
+                let hint = if unsafe { libc::geteuid() } != 0 {
+                    " (tgtd needs root: its control socket and lock are under /var/run/tgtd)"
+                } else {
+                    ""
+                };
+                bail!("{} exited ({st}){hint}: {}", t.command, t.log_tail());
             }
             let ready = t.adm(&["--mode", "system", "--op", "show"]).is_ok()
                 && std::net::TcpStream::connect(&t.portal).is_ok();
