@@ -178,6 +178,10 @@ impl Tgtd {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.log);
+        // A killed tgtd leaves its control socket and lock file behind.
+        let sock = format!("/var/run/tgtd/socket.{}", self.control_port);
+        let _ = std::fs::remove_file(format!("{sock}.lock"));
+        let _ = std::fs::remove_file(sock);
     }
 }
 
