@@ -118,6 +118,10 @@ done
 for pkg in libibverbs-dev librdmacm-dev libclang-dev ibverbs-providers; do
 	dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
+# crates/iscsi-sys: bindgen over libiscsi's headers; tests/iscsi.rs and the
+# sweep's --baseline iscsi start tgt's user-space target (tgtd, tgtadm)
+[[ -e /usr/include/iscsi/iscsi.h ]] || missing+=(libiscsi-dev)
+command -v tgtd >/dev/null || missing+=(tgt)
 if [[ ${#missing[@]} -gt 0 ]]; then
 	echo "installing: ${missing[*]}"
 	log=$(mktemp)

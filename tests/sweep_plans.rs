@@ -374,67 +374,105 @@ fn sweep_committed_results_are_complete_and_valid() {
 
 /// Checks a tenants results folder: every tenant of every count run alone
 /// and together, each phase's bytes and figures from its own perf JSON,
-/// slowdown = together / alone runtime, CSV rows, plots, report.
-fn check_tenants(dir: &Path, counts: &[usize]) -> farflash_sweep::tenants::results::TenantsResults {
-    use farflash_sweep::tenants::results::{TenantsResults, TENANTS_CSV_HEADER, TENANTS_SCHEMA};
-    use farflash_sweep::tenants::{tenant_hostnqn, tenant_nqn};
+/// slowdown = together / alone runtime, CSV rows, plots, report; with
+/// `baseline`, all of it for the iSCSI runs too.
+fn check_tenants(
+    dir: &Path,
+    counts: &[usize],
+    baseline: bool,
+) -> farflash_sweep::tenants::results::TenantsResults {
+    use farflash_sweep::tenants::results::{
+        TenantsResults, ISCSI, NVME_TCP, TENANTS_CSV_HEADER, TENANTS_SCHEMA,
+    };
+    use farflash_sweep::tenants::{tenant_hostnqn, tenant_initiator, tenant_nqn};
     let text = std::fs::read_to_string(dir.join("results.json")).unwrap();
     let r: TenantsResults = serde_json::from_str(&text).unwrap();
     assert_eq!(r.schema, TENANTS_SCHEMA);
     assert_eq!(r.plan.counts, counts);
-    let want_runs: usize = counts.iter().map(|c| 2 * c).sum();
+    let transports: &[&str] = if baseline {
+        &[NVME_TCP, ISCSI]
+    } else {
+        &[NVME_TCP]
+    };
+    assert_eq!(r.has_baseline(), baseline);
+    let want_runs: usize = transports.len() * counts.iter().map(|c| 2 * c).sum::<usize>();
     assert_eq!(r.runs.len(), want_runs);
-    assert_eq!(r.comparisons.len(), counts.iter().sum::<usize>());
-    for &c in counts {
-        for t in 1..=c {
-            for together in [false, true] {
-                let j = r
+    assert_eq!(
+        r.comparisons.len(),
+        transports.len() * counts.iter().sum::<usize>()
+    );
+    for &tr in transports {
+        for &c in counts {
+            for t in 1..=c {
+                for together in [false, true] {
+                    let j = r
+                        .runs
+                        .iter()
+                        .find(|j| {
+                            j.transport == tr
+                                && j.tenants == c
+                                && j.tenant == t
+                                && j.together == together
+                        })
+                        .unwrap_or_else(|| {
+                            panic!("{tr}: tenants {c}: tenant {t} together={together}")
+                        });
+                    // Its own subsystem (target) and host (initiator).
+                    let (sub, host) = if tr == ISCSI {
+                        (
+                            farflash_sweep::tgt::target_iqn(t as u32),
+                            tenant_initiator(t),
+                        )
+                    } else {
+                        (tenant_nqn(t), tenant_hostnqn(t))
+                    };
+                    assert_eq!(j.subsystem, sub);
+                    assert_eq!(j.hostnqn, host);
+                    assert_eq!(j.phases.len(), r.plan.phases.len());
+                    let mut ms = 0;
+                    for (p, ph) in j.phases.iter().zip(&r.plan.phases) {
+                        assert_eq!(p.phase, ph.name);
+                        if tr == ISCSI {
+                            assert!(p.command.contains("--iscsi iscsi://127.0.0.1:"));
+                            assert!(p.command.contains(&format!("/{sub}/1 --initiator {host}")));
+                        } else {
+                            assert!(p.command.contains(&format!("-n {sub}")));
+                            assert!(p.command.contains(&format!("-q {host}")));
+                        }
+                        let agg = &p.perf["aggregate"];
+                        let bytes = agg["read"]["io_bytes"].as_u64().unwrap()
+                            + agg["write"]["io_bytes"].as_u64().unwrap();
+                        assert_eq!(p.bytes, bytes);
+                        assert_eq!(p.bytes, ph.size, "a phase does its whole size");
+                        assert_eq!(Some(p.runtime_ms), agg["job_runtime"].as_u64());
+                        assert!(p.p99_us > 0.0);
+                        ms += p.runtime_ms;
+                    }
+                    assert_eq!(j.runtime_ms, ms);
+                    assert!(j.runtime_ms > 0);
+                    assert_eq!(j.bytes, r.plan.job_bytes());
+                    let mib = j.bytes as f64 / 1048576.0 / (j.runtime_ms as f64 / 1e3);
+                    assert!(close(j.throughput_mib_s, mib));
+                }
+                let c_ = r.comparison_on(tr, c, t).unwrap();
+                let alone = r
                     .runs
                     .iter()
-                    .find(|j| j.tenants == c && j.tenant == t && j.together == together)
-                    .unwrap_or_else(|| panic!("tenants {c}: tenant {t} together={together}"));
-                // Its own subsystem and host.
-                assert_eq!(j.subsystem, tenant_nqn(t));
-                assert_eq!(j.hostnqn, tenant_hostnqn(t));
-                assert_eq!(j.phases.len(), r.plan.phases.len());
-                let mut ms = 0;
-                for (p, ph) in j.phases.iter().zip(&r.plan.phases) {
-                    assert_eq!(p.phase, ph.name);
-                    assert!(p.command.contains(&format!("-n {}", tenant_nqn(t))));
-                    assert!(p.command.contains(&format!("-q {}", tenant_hostnqn(t))));
-                    let agg = &p.perf["aggregate"];
-                    let bytes = agg["read"]["io_bytes"].as_u64().unwrap()
-                        + agg["write"]["io_bytes"].as_u64().unwrap();
-                    assert_eq!(p.bytes, bytes);
-                    assert_eq!(p.bytes, ph.size, "a phase does its whole size");
-                    assert_eq!(Some(p.runtime_ms), agg["job_runtime"].as_u64());
-                    assert!(p.p99_us > 0.0);
-                    ms += p.runtime_ms;
-                }
-                assert_eq!(j.runtime_ms, ms);
-                assert!(j.runtime_ms > 0);
-                assert_eq!(j.bytes, r.plan.job_bytes());
-                let mib = j.bytes as f64 / 1048576.0 / (j.runtime_ms as f64 / 1e3);
-                assert!(close(j.throughput_mib_s, mib));
+                    .find(|j| j.transport == tr && j.tenants == c && j.tenant == t && !j.together)
+                    .unwrap();
+                let tog = r
+                    .runs
+                    .iter()
+                    .find(|j| j.transport == tr && j.tenants == c && j.tenant == t && j.together)
+                    .unwrap();
+                assert_eq!(c_.alone_runtime_ms, alone.runtime_ms);
+                assert_eq!(c_.together_runtime_ms, tog.runtime_ms);
+                assert!(close(
+                    c_.slowdown,
+                    tog.runtime_ms as f64 / alone.runtime_ms as f64
+                ));
+                assert!(close(c_.together_p99_us, tog.p99_us));
             }
-            let c_ = r.comparison(c, t).unwrap();
-            let alone = r
-                .runs
-                .iter()
-                .find(|j| j.tenants == c && j.tenant == t && !j.together)
-                .unwrap();
-            let tog = r
-                .runs
-                .iter()
-                .find(|j| j.tenants == c && j.tenant == t && j.together)
-                .unwrap();
-            assert_eq!(c_.alone_runtime_ms, alone.runtime_ms);
-            assert_eq!(c_.together_runtime_ms, tog.runtime_ms);
-            assert!(close(
-                c_.slowdown,
-                tog.runtime_ms as f64 / alone.runtime_ms as f64
-            ));
-            assert!(close(c_.together_p99_us, tog.p99_us));
         }
     }
     let csv = std::fs::read_to_string(dir.join("results.csv")).unwrap();
@@ -446,6 +484,7 @@ fn check_tenants(dir: &Path, counts: &[usize]) -> farflash_sweep::tenants::resul
         assert_eq!(f.len(), TENANTS_CSV_HEADER.split(',').count(), "{row}");
         // The together rows carry the slowdown.
         assert_eq!(f[2] == "true", !f[9].is_empty(), "{row}");
+        assert!(transports.contains(&f[10]), "{row}");
     }
     let png = std::fs::read(dir.join("tenants.png")).unwrap();
     assert!(png.len() > 10_000);
@@ -461,6 +500,23 @@ fn check_tenants(dir: &Path, counts: &[usize]) -> farflash_sweep::tenants::resul
         );
     }
     assert!(report.contains(&r.environment.commit));
+    assert_eq!(
+        report.contains("## NVMe/TCP and the iSCSI baseline side by side"),
+        baseline
+    );
+    if baseline {
+        assert!(r
+            .settings
+            .baseline_command
+            .as_deref()
+            .unwrap_or("")
+            .contains("tgtd"));
+        for &c in counts {
+            assert!(report.contains(&format!("\n| {c} | ")), "{c} side by side");
+            let s = if c == 1 { "" } else { "s" };
+            assert!(report.contains(&format!("**{c} tenant{s}**, iSCSI (tgtd): slowdown")));
+        }
+    }
     r
 }
 
@@ -482,7 +538,7 @@ fn sweep_tenants_plan_runs_alone_then_together() {
         out.to_str().unwrap(),
     ]);
     let dir = out.join("tenants");
-    let r = check_tenants(&dir, &[1, 2, 4]);
+    let r = check_tenants(&dir, &[1, 2, 4], false);
     assert_eq!(r.plan.file_size, 2 << 20);
     // The target exported one subsystem per tenant, each for its host only.
     for t in 1..=4 {
@@ -503,7 +559,7 @@ fn sweep_tenants_plan_runs_alone_then_together() {
         out.to_str().unwrap(),
         "--replot",
     ]);
-    check_tenants(&dir, &[1, 2, 4]);
+    check_tenants(&dir, &[1, 2, 4], false);
     // Bad counts and sizes are refused before anything starts.
     for bad in [
         ["--tenants", "0"],
@@ -522,9 +578,64 @@ fn sweep_tenants_plan_runs_alone_then_together() {
     }
 }
 
+/// `--baseline iscsi`: the same job over iSCSI (a private tgtd, libiscsi),
+/// both transports in the results, each with its slowdowns.
+#[test]
+fn sweep_tenants_with_iscsi_baseline() {
+    let s = Scratch::new("tenants-iscsi");
+    let out = s.0.join("out");
+    let data = s.0.join("data");
+    sweep(&[
+        "--plan",
+        "tenants",
+        "--baseline",
+        "iscsi",
+        "--tenants",
+        "1,2",
+        "--job-size",
+        "2M",
+        "--dir",
+        data.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let r = check_tenants(&out.join("tenants"), &[1, 2], true);
+    for c in r.comparisons.iter().filter(|c| c.transport == "iscsi") {
+        assert!(c.slowdown > 0.0 && c.alone_mib_s > 0.0 && c.together_p99_us > 0.0);
+    }
+    // The files and tgtd's log are gone; --replot keeps both transports.
+    assert_eq!(std::fs::read_dir(&data).map(|d| d.count()).unwrap_or(0), 0);
+    sweep(&[
+        "--plan",
+        "tenants",
+        "--out",
+        out.to_str().unwrap(),
+        "--replot",
+    ]);
+    check_tenants(&out.join("tenants"), &[1, 2], true);
+    // Only iscsi is a baseline, and only for the tenants plan.
+    for bad in [
+        vec!["--plan", "tenants", "--baseline", "nfs"],
+        vec!["--plan", "request-size", "--baseline", "iscsi"],
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_farflash"))
+            .arg("sweep")
+            .args(&bad)
+            .arg("--out")
+            .arg(s.0.join("bad"))
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{bad:?}");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("--baseline"),
+            "{bad:?}"
+        );
+    }
+}
+
 #[test]
 fn sweep_committed_tenants_results_are_complete() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/sweep/tenants");
-    let r = check_tenants(&root, &[1, 2, 4]);
+    let r = check_tenants(&root, &[1, 2, 4], true);
     assert!(r.plan.file_size >= 64 << 20, "a real run, not a test run");
 }

@@ -10,6 +10,7 @@ pub mod command_layer;
 pub mod config_toml;
 pub mod host_connection;
 pub mod input;
+pub mod iscsi_url;
 pub mod opcodes;
 pub mod pdu_framing;
 pub mod rdma_capsule;
@@ -41,7 +42,7 @@ pub fn tolerate(name: &str) -> bool {
 /// A harness: runs one input, panics on a finding.
 pub type Harness = fn(&[u8]);
 
-pub const TARGETS: [(&str, Harness); 9] = [
+pub const TARGETS: [(&str, Harness); 10] = [
     ("pdu_framing", pdu_framing::run),
     ("command_decode", command_decode::run),
     ("command_layer", command_layer::run),
@@ -51,4 +52,5 @@ pub const TARGETS: [(&str, Harness); 9] = [
     ("rpc_request", rpc_request::run),
     ("config_toml", config_toml::run),
     ("rdma_capsule", rdma_capsule::run),
+    ("iscsi_url", iscsi_url::run),
 ];

@@ -4,6 +4,7 @@
 
 use super::discover::{FabricsArgs, OutputFormat, IO_PORT};
 use anyhow::{bail, Context};
+use farflash_bench::engine::iscsi::IscsiTarget;
 use farflash_bench::size::{block_sizes, parse_size};
 use farflash_bench::{JobSpec, PollMode, Rw, Target};
 use std::io::IsTerminal;
@@ -17,6 +18,13 @@ pub struct PerfArgs {
     /// With --filename: 1 = O_DIRECT required, 0 = page cache (default: O_DIRECT where supported).
     #[arg(long = "direct")]
     pub direct: Option<u8>,
+    /// An iSCSI LUN instead (the sweep's baseline, through libiscsi):
+    /// iscsi://HOST:PORT/TARGET-IQN/LUN, one session per job.
+    #[arg(long = "iscsi", value_name = "URL")]
+    pub iscsi: Option<String>,
+    /// With --iscsi: the initiator name to log in with.
+    #[arg(long = "initiator", value_name = "IQN")]
+    pub initiator: Option<String>,
     #[command(flatten)]
     pub fabrics: FabricsArgs,
     /// Subsystem NQN (remote).
@@ -106,7 +114,21 @@ fn parse_duration(s: &str) -> anyhow::Result<Duration> {
 }
 
 fn spec(a: &PerfArgs) -> anyhow::Result<JobSpec> {
+    if a.initiator.is_some() && a.iscsi.is_none() {
+        bail!("--initiator is for --iscsi");
+    }
     let target = match (&a.filename, &a.fabrics.traddr) {
+        _ if a.iscsi.is_some() && (a.filename.is_some() || a.fabrics.traddr.is_some()) => {
+            bail!("give one of --filename, -a/--traddr or --iscsi")
+        }
+        (None, None) if a.iscsi.is_some() => {
+            let url = a.iscsi.as_deref().unwrap_or_default();
+            let mut t = IscsiTarget::parse(url)?;
+            if let Some(i) = &a.initiator {
+                t.initiator = i.clone();
+            }
+            Target::Iscsi(t)
+        }
         (Some(_), Some(_)) => bail!("give either --filename or -a/--traddr, not both"),
         (Some(p), None) => Target::Local {
             path: p.clone(),
@@ -119,7 +141,9 @@ fn spec(a: &PerfArgs) -> anyhow::Result<JobSpec> {
             opts.command_timeout = Duration::from_secs(30);
             Target::Remote { opts, nsid: a.nsid }
         }
-        (None, None) => bail!("give --filename PATH or -t tcp -a ADDR -s PORT -n NQN"),
+        (None, None) => {
+            bail!("give --filename PATH, -t tcp -a ADDR -s PORT -n NQN or --iscsi URL")
+        }
     };
     let rw = Rw::parse(&a.rw).with_context(|| format!("unknown --rw {:?}", a.rw))?;
     let verify = match a.verify.as_deref() {

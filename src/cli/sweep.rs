@@ -73,6 +73,10 @@ pub struct SweepArgs {
     /// A note for the report (e.g. what else was running on the machine).
     #[arg(long = "note", value_name = "TEXT")]
     pub note: Option<String>,
+    /// tenants plan: also run the same job over iSCSI, the comparison's
+    /// baseline (`iscsi`: a private tgtd, libiscsi initiator).
+    #[arg(long = "baseline", value_name = "iscsi")]
+    pub baseline: Option<String>,
     /// tenants plan: tenant counts, each run alone then together.
     #[arg(long = "tenants", value_name = "N,N,..", default_value = "1,2,4")]
     pub tenants: String,
@@ -161,6 +165,11 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
         if a.target.is_some() || a.filename.is_some() || a.only.is_some() {
             bail!("--plan tenants starts its own target on files of its own: --target, --filename and --only do not apply");
         }
+        let baseline_iscsi = match a.baseline.as_deref() {
+            None => false,
+            Some("iscsi") => true,
+            Some(b) => bail!("--baseline {b:?}: the only baseline is iscsi"),
+        };
         let plan = TenantsPlan::builtin(parse_counts(&a.tenants)?, parse_size(&a.job_size)?);
         let plan = TenantsPlan {
             target_threads: a.target_threads,
@@ -177,8 +186,12 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
             progress_bar: std::io::stderr().is_terminal(),
             plots: !a.no_plots,
             note: a.note.clone(),
+            baseline_iscsi,
         })
     } else {
+        if a.baseline.is_some() {
+            bail!("--baseline is for --plan tenants");
+        }
         None
     };
     let o = SweepOptions {

@@ -3,6 +3,7 @@
 //! and the CPU accounting of the measured interval.
 
 use crate::cpu::{cpu_use, proc_stat, process_rusage, sys_cpu, CpuUse, SysCpu};
+use crate::engine::iscsi::{probe, Iscsi};
 use crate::engine::local::Local;
 use crate::engine::remote::Remote;
 use crate::engine::Engine;
@@ -41,6 +42,11 @@ enum Setup {
         capacity: u64,
     },
     Local(SharedBackend),
+    /// Block size and capacity read at a probe login; each job logs in itself.
+    Iscsi {
+        lba: u32,
+        capacity: u64,
+    },
 }
 
 fn setup(spec: &JobSpec) -> anyhow::Result<Setup> {
@@ -76,6 +82,10 @@ fn setup(spec: &JobSpec) -> anyhow::Result<Setup> {
                 capacity: ns.nsze.saturating_mul(lba as u64),
             })
         }
+        Target::Iscsi(t) => {
+            let (lba, capacity) = probe(t)?;
+            Ok(Setup::Iscsi { lba, capacity })
+        }
         Target::Local { path, direct } => {
             let need = spec.size.map(|s| spec.offset + s);
             let exists = path.exists();
@@ -108,6 +118,7 @@ pub fn run(spec: &JobSpec) -> anyhow::Result<RunResult> {
     let (lba, capacity) = match &setup {
         Setup::Remote { lba, capacity, .. } => (*lba, *capacity),
         Setup::Local(b) => (b.block_size(), b.capacity()),
+        Setup::Iscsi { lba, capacity } => (*lba, *capacity),
     };
     let target = match (&spec.target, &setup) {
         (Target::Remote { opts, nsid }, _) => {
@@ -117,6 +128,7 @@ pub fn run(spec: &JobSpec) -> anyhow::Result<RunResult> {
             format!("{} ({})", path.display(), b.kind())
         }
         (Target::Local { path, .. }, _) => path.display().to_string(),
+        (Target::Iscsi(t), _) => t.to_string(),
     };
     spec.bs.check(lba)?;
     if !spec.offset.is_multiple_of(lba as u64) {
@@ -281,6 +293,14 @@ fn make_engine(
             Ok(Box::new(Remote::new(q, *nsid, *lba, *capacity)))
         }
         Setup::Local(b) => Ok(Box::new(Local::new(b.clone(), spec.iodepth, max_io)?)),
+        Setup::Iscsi { .. } => {
+            let Target::Iscsi(t) = &spec.target else {
+                bail!("internal: iSCSI setup without an iSCSI target");
+            };
+            let e = Iscsi::new(t, spec.iodepth, max_io)
+                .with_context(|| format!("job {j}: iSCSI session"))?;
+            Ok(Box::new(e))
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! What to run: a fio-like job description.
 
+use crate::engine::iscsi::IscsiTarget;
 use crate::size::BlockSizes;
 use farflash_host::ConnectOptions;
 use std::path::PathBuf;
@@ -60,6 +61,8 @@ pub enum Target {
     Local { path: PathBuf, direct: Option<bool> },
     /// A namespace of a remote NVMe/TCP subsystem.
     Remote { opts: ConnectOptions, nsid: u32 },
+    /// A LUN of an iSCSI target (libiscsi; one session per job).
+    Iscsi(IscsiTarget),
 }
 
 /// How job threads wait for completions.

@@ -26,6 +26,7 @@ pub mod summary;
 pub mod sweep;
 pub mod target;
 pub mod tenants;
+pub mod tgt;
 
 pub use plan::{Axis, Plan, BUILTIN};
 pub use results::{Mode, Results};

@@ -1,7 +1,9 @@
-//! The I/O engines a job drives: a remote NVMe/TCP I/O queue or a local
-//! file through the backend crate's io_uring queue. Both expose slots with
+//! The I/O engines a job drives: a remote NVMe/TCP I/O queue, a local
+//! file through the backend crate's io_uring queue, or an iSCSI LUN through
+//! libiscsi (the sweep's baseline). All expose slots with
 //! preallocated buffers, submit-by-slot and non-blocking completion polling.
 
+pub mod iscsi;
 pub mod local;
 pub mod remote;
 
@@ -22,6 +24,12 @@ pub enum ErrorKind {
     ShortTransfer,
     /// A local I/O error (errno).
     Os(i32),
+    /// A failed iSCSI task: libiscsi's status, sense key and ASC/ASCQ.
+    Scsi {
+        status: u32,
+        key: u8,
+        ascq: u16,
+    },
 }
 
 impl std::fmt::Display for ErrorKind {
@@ -31,6 +39,9 @@ impl std::fmt::Display for ErrorKind {
             ErrorKind::DataDigest => write!(f, "data digest error"),
             ErrorKind::ShortTransfer => write!(f, "short data transfer"),
             ErrorKind::Os(e) => write!(f, "{}", std::io::Error::from_raw_os_error(*e)),
+            ErrorKind::Scsi { status, key, ascq } => {
+                write!(f, "{}", iscsi::describe(*status, *key, *ascq))
+            }
         }
     }
 }

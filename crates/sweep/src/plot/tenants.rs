@@ -1,10 +1,11 @@
 //! The tenants study's figure: per tenant, alone (dark bars) against
-//! together (light bars): runtime, throughput, p99, and the slowdown.
+//! together (light bars): runtime, throughput, p99, and the slowdown; with
+//! the iSCSI baseline, its tenants' bars after NVMe/TCP's.
 
 use super::panels::{bars, frame, legend, nice_max, Axes, Key, Series};
 use super::Figure;
 use crate::results::Mode;
-use crate::tenants::results::{Comparison, TenantsResults};
+use crate::tenants::results::{Comparison, TenantsResults, ISCSI};
 use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -13,6 +14,7 @@ use plotters::prelude::*;
 pub struct TenantsFig<'a>(pub &'a TenantsResults);
 
 const X: &str = "tenant count : tenant";
+const X_BASELINE: &str = "N = NVMe/TCP, i = iSCSI (tgtd) · tenant count : tenant";
 
 fn pair(cs: &[Comparison], f: impl Fn(&Comparison) -> (f64, f64)) -> Vec<Series> {
     vec![
@@ -51,11 +53,12 @@ impl Figure for TenantsFig<'_> {
             &e.date[..e.date.len().min(10)],
             commit
         );
-        let (strip, body) = frame(
-            root,
-            "tenants: each tenant alone, then all together",
-            &footer,
-        )?;
+        let title = if r.has_baseline() {
+            "tenants: each tenant alone, then all together (NVMe/TCP, then the iSCSI baseline)"
+        } else {
+            "tenants: each tenant alone, then all together"
+        };
+        let (strip, body) = frame(root, title, &footer)?;
         legend(
             &strip,
             &[
@@ -64,10 +67,18 @@ impl Figure for TenantsFig<'_> {
             ],
         )?;
         let cs = &r.comparisons;
+        // With the iSCSI baseline its bars follow NVMe/TCP's: short labels
+        // (N2:1 = NVMe/TCP, 2 tenants, tenant 1; i2:1 = iSCSI), or they overlap.
+        let baseline = r.has_baseline();
         let labels: Vec<String> = cs
             .iter()
-            .map(|c| format!("{}:t{}", c.tenants, c.tenant))
+            .map(|c| match (baseline, c.transport.as_str()) {
+                (false, _) => format!("{}:t{}", c.tenants, c.tenant),
+                (true, ISCSI) => format!("i{}:{}", c.tenants, c.tenant),
+                (true, _) => format!("N{}:{}", c.tenants, c.tenant),
+            })
             .collect();
+        let x = if baseline { X_BASELINE } else { X };
         let panels = body.split_evenly((2, 2));
         let rt = pair(cs, |c| {
             (
@@ -90,7 +101,7 @@ impl Figure for TenantsFig<'_> {
         for (area, (title, y, s)) in panels.iter().zip(specs) {
             let a = Axes {
                 title,
-                x: X,
+                x,
                 y,
                 labels: &labels,
             };

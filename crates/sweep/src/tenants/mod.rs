@@ -4,6 +4,10 @@
 //! every tenant runs the same job ([`plan::TenantsPlan`]), first each
 //! alone, then all together, for 1, 2 and 4 tenants. Per tenant: runtime,
 //! throughput, p99 and slowdown = together / alone.
+//!
+//! With `--baseline iscsi` the same job then runs the same way over iSCSI:
+//! a private tgtd ([`crate::tgt`]) exports each tenant's file as its own
+//! target, and every phase is `farflash perf --iscsi` (libiscsi).
 
 pub mod plan;
 pub mod report;
@@ -15,7 +19,9 @@ use crate::runner::{run_perf, split_addr};
 use crate::target::{free_port, Backing, RemoteAddr, Serve};
 use anyhow::{bail, Context, Result};
 use plan::{Phase, TenantsPlan};
-use results::{compare, JobRun, PhaseRun, TenantsResults, TenantsSettings, TENANTS_SCHEMA};
+use results::{
+    compare, JobRun, PhaseRun, TenantsResults, TenantsSettings, ISCSI, NVME_TCP, TENANTS_SCHEMA,
+};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier};
@@ -38,6 +44,38 @@ pub struct TenantsOptions {
     pub progress_bar: bool,
     pub plots: bool,
     pub note: Option<String>,
+    /// Also run the job over iSCSI (tgtd + libiscsi) for comparison.
+    pub baseline_iscsi: bool,
+}
+
+/// How the tenants reach their files.
+#[derive(Clone, Debug)]
+pub enum Route {
+    /// `farflash serve` at this address, one subsystem per tenant.
+    NvmeTcp { addr: String },
+    /// tgtd: tenant i's LUN at `urls[i - 1]`.
+    Iscsi { urls: Vec<String> },
+}
+
+impl Route {
+    fn transport(&self) -> &'static str {
+        match self {
+            Route::NvmeTcp { .. } => NVME_TCP,
+            Route::Iscsi { .. } => ISCSI,
+        }
+    }
+    /// Tenant i's (target name, host name).
+    fn names(&self, i: usize) -> (String, String) {
+        match self {
+            Route::NvmeTcp { .. } => (tenant_nqn(i), tenant_hostnqn(i)),
+            Route::Iscsi { .. } => (crate::tgt::target_iqn(i as u32), tenant_initiator(i)),
+        }
+    }
+}
+
+/// Initiator IQN of tenant `i` (1-based) in the iSCSI baseline.
+pub fn tenant_initiator(i: usize) -> String {
+    format!("iqn.2026-11.io.farflash:tenant{i}-initiator")
 }
 
 /// Subsystem NQN of tenant `i` (1-based).
@@ -83,6 +121,27 @@ pub fn phase_args(addr: &str, i: usize, ph: &Phase, poll: &str) -> Result<Vec<St
         tenant_hostnqn(i),
         "--nsid".into(),
         "1".into(),
+    ];
+    a.extend(job_args(ph, poll));
+    Ok(a)
+}
+
+/// The perf arguments of one phase of tenant `i` over iSCSI (LUN `url`).
+pub fn iscsi_phase_args(url: &str, i: usize, ph: &Phase, poll: &str) -> Vec<String> {
+    let mut a: Vec<String> = vec![
+        "perf".into(),
+        "--iscsi".into(),
+        url.into(),
+        "--initiator".into(),
+        tenant_initiator(i),
+    ];
+    a.extend(job_args(ph, poll));
+    a
+}
+
+/// The job part of a phase's perf arguments, the same for both transports.
+fn job_args(ph: &Phase, poll: &str) -> Vec<String> {
+    let mut a: Vec<String> = vec![
         "--rw".into(),
         ph.rw.clone(),
         "--bs".into(),
@@ -101,7 +160,7 @@ pub fn phase_args(addr: &str, i: usize, ph: &Phase, poll: &str) -> Result<Vec<St
     if let Some(m) = ph.rwmixread {
         a.extend(["--rwmixread".into(), m.to_string()]);
     }
-    Ok(a)
+    a
 }
 
 fn io_bytes(perf: &serde_json::Value) -> u64 {
@@ -112,8 +171,14 @@ fn io_bytes(perf: &serde_json::Value) -> u64 {
 }
 
 /// Runs one phase for tenant `i` and reads its figures.
-fn run_phase(farflash: &Path, addr: &str, i: usize, ph: &Phase, poll: &str) -> Result<PhaseRun> {
-    let args = phase_args(addr, i, ph, poll)?;
+fn run_phase(farflash: &Path, route: &Route, i: usize, ph: &Phase, poll: &str) -> Result<PhaseRun> {
+    let args = match route {
+        Route::NvmeTcp { addr } => phase_args(addr, i, ph, poll)?,
+        Route::Iscsi { urls } => {
+            let url = urls.get(i - 1).context("no iSCSI target for this tenant")?;
+            iscsi_phase_args(url, i, ph, poll)
+        }
+    };
     // A fixed amount of work: allow a slow, shared machine plenty of time.
     let (out, _end, _samples) = run_perf(farflash, &args, None, Duration::from_secs(600))?;
     let perf: serde_json::Value =
@@ -152,7 +217,7 @@ fn run_phase(farflash: &Path, addr: &str, i: usize, ph: &Phase, poll: &str) -> R
 /// Runs the job of tenant `i` (1-based), phase after phase.
 fn run_job(
     o: &TenantsOptions,
-    addr: &str,
+    route: &Route,
     tenants: usize,
     i: usize,
     together: bool,
@@ -160,23 +225,81 @@ fn run_job(
     let mut phases = Vec::new();
     for ph in &o.plan.phases {
         phases.push(
-            run_phase(&o.farflash, addr, i, ph, &o.perf_poll)
-                .with_context(|| format!("tenant {i} of {tenants}, phase {}", ph.name))?,
+            run_phase(&o.farflash, route, i, ph, &o.perf_poll).with_context(|| {
+                format!(
+                    "{}: tenant {i} of {tenants}, phase {}",
+                    route.transport(),
+                    ph.name
+                )
+            })?,
         );
     }
-    Ok(JobRun::new(
-        tenants,
-        i,
-        together,
-        tenant_nqn(i),
-        tenant_hostnqn(i),
-        phases,
-    ))
+    let (subsystem, host) = route.names(i);
+    let mut r = JobRun::new(tenants, i, together, subsystem, host, phases);
+    r.transport = route.transport().into();
+    Ok(r)
+}
+
+/// The study over one route: a warm-up job per tenant (not measured: first
+/// touch of its file, the target's buffers, the page cache), then for each
+/// tenant count every tenant alone, then all together (a barrier).
+fn study(
+    o: &TenantsOptions,
+    route: &Route,
+    progress: &mut Progress,
+    runs: &mut Vec<JobRun>,
+) -> Result<()> {
+    let n = o.plan.max_tenants();
+    let t = route.transport();
+    for i in 1..=n {
+        let r = run_job(o, route, n, i, false)?;
+        progress.step(&format!("{t}: warm-up: tenant {i}: {} ms", r.runtime_ms));
+    }
+    for &c in &o.plan.counts {
+        for i in 1..=c {
+            let r = run_job(o, route, c, i, false)?;
+            progress.step(&format!(
+                "{t}: tenants {c}: tenant {i} alone: {} ms, {:.1} MiB/s, p99 {:.0} µs",
+                r.runtime_ms, r.throughput_mib_s, r.p99_us
+            ));
+            runs.push(r);
+        }
+        let barrier = Arc::new(Barrier::new(c));
+        let together: Vec<Result<JobRun>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (1..=c)
+                .map(|i| {
+                    let b = barrier.clone();
+                    s.spawn(move || {
+                        b.wait();
+                        run_job(o, route, c, i, true)
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("a tenant's thread panicked")))
+                })
+                .collect()
+        });
+        let mut line = format!("{t}: tenants {c}: together:");
+        for r in together {
+            let r = r?;
+            let _ = write!(line, " t{} {} ms", r.tenant, r.runtime_ms);
+            runs.push(r);
+        }
+        progress.step(&line);
+    }
+    Ok(())
 }
 
 /// Runs the study and writes `out/tenants/`; returns that folder.
 pub fn run(o: &TenantsOptions) -> Result<PathBuf> {
     o.plan.validate()?;
+    if o.baseline_iscsi {
+        // Before anything runs: a missing tgt is an error naming the package.
+        crate::tgt::check_installed()?;
+    }
     let n = o.plan.max_tenants();
     // Each tenant's file in its own folder (Backing names files by PID).
     let mut backings = Vec::new();
@@ -210,57 +333,38 @@ pub fn run(o: &TenantsOptions) -> Result<PathBuf> {
     let serve = Serve::start_config(&o.farflash, &cfg_path, remote, o.serve_poll.as_deref());
     let _ = std::fs::remove_file(&cfg_path);
     let mut serve = serve?;
-    let total: usize = n + o.plan.counts.iter().map(|c| c + 1).sum::<usize>();
+    let per_study: usize = n + o.plan.counts.iter().map(|c| c + 1).sum::<usize>();
+    let total = per_study * if o.baseline_iscsi { 2 } else { 1 };
     let per_job = o.plan.job_bytes() as f64 / 300e6 + 0.5;
     let mut progress = Progress::new(total as u64, per_job, o.progress_bar);
     let mut runs = Vec::new();
-    let result = (|| -> Result<()> {
-        // Warm-up, not measured: every tenant's job once (first touch of
-        // its file, the target's buffers, the page cache).
-        for i in 1..=n {
-            let r = run_job(o, &addr, n, i, false)?;
-            progress.step(&format!("warm-up: tenant {i}: {} ms", r.runtime_ms));
-        }
-        for &c in &o.plan.counts {
-            for i in 1..=c {
-                let r = run_job(o, &addr, c, i, false)?;
-                progress.step(&format!(
-                    "tenants {c}: tenant {i} alone: {} ms, {:.1} MiB/s, p99 {:.0} µs",
-                    r.runtime_ms, r.throughput_mib_s, r.p99_us
-                ));
-                runs.push(r);
-            }
-            let barrier = Arc::new(Barrier::new(c));
-            let together: Vec<Result<JobRun>> = std::thread::scope(|s| {
-                let hs: Vec<_> = (1..=c)
-                    .map(|i| {
-                        let b = barrier.clone();
-                        let addr = &addr;
-                        s.spawn(move || {
-                            b.wait();
-                            run_job(o, addr, c, i, true)
-                        })
-                    })
-                    .collect();
-                hs.into_iter()
-                    .map(|h| {
-                        h.join()
-                            .unwrap_or_else(|_| Err(anyhow::anyhow!("a tenant's thread panicked")))
-                    })
-                    .collect()
-            });
-            let mut line = format!("tenants {c}: together:");
-            for r in together {
-                let r = r?;
-                let _ = write!(line, " t{} {} ms", r.tenant, r.runtime_ms);
-                runs.push(r);
-            }
-            progress.step(&line);
-        }
-        Ok(())
-    })();
+    let result = study(
+        o,
+        &Route::NvmeTcp { addr: addr.clone() },
+        &mut progress,
+        &mut runs,
+    );
     serve.stop();
     let command = serve.command.clone();
+    // The baseline: the same files, one tgtd target each, after the
+    // NVMe/TCP target has stopped (never both at once).
+    let mut baseline_command = None;
+    let result = result.and_then(|()| {
+        if !o.baseline_iscsi {
+            return Ok(());
+        }
+        let log_dir = o
+            .dir
+            .join(format!("farflash-tenants-{}", std::process::id()));
+        let tgtd = crate::tgt::Tgtd::start(&log_dir)?;
+        baseline_command = Some(tgtd.command.clone());
+        let urls = files
+            .iter()
+            .enumerate()
+            .map(|(k, f)| tgtd.add_target(k as u32 + 1, f))
+            .collect::<Result<Vec<_>>>()?;
+        study(o, &Route::Iscsi { urls }, &mut progress, &mut runs)
+    });
     drop(backings);
     if let Some(r) = root {
         let _ = std::fs::remove_dir_all(r);
@@ -284,6 +388,7 @@ pub fn run(o: &TenantsOptions) -> Result<PathBuf> {
             backing_dir: o.dir.display().to_string(),
             perf_poll: o.perf_poll.clone(),
             note: o.note.clone(),
+            baseline_command,
         },
         comparisons: compare(&runs),
         runs,
@@ -347,5 +452,10 @@ mod tests {
             "{a}"
         );
         assert!(a.contains("--size 131072"), "{a}");
+        // The baseline: the same job arguments after its LUN and initiator.
+        let b = iscsi_phase_args("iscsi://127.0.0.1:9/iqn.x:t2/1", 2, &p.phases[1], "block");
+        let b = b.join(" ");
+        assert!(b.starts_with("perf --iscsi iscsi://127.0.0.1:9/iqn.x:t2/1 --initiator iqn.2026-11.io.farflash:tenant2-initiator --rw randrw"), "{b}");
+        assert!(a.ends_with(b.split_once(" --rw ").unwrap().1), "{a} / {b}");
     }
 }

@@ -9,6 +9,24 @@ use serde_json::Value;
 use std::fmt::Write as _;
 use std::path::Path;
 
+/// `transport` of the runs through `farflash serve` (NVMe/TCP).
+pub const NVME_TCP: &str = "nvme-tcp";
+/// `transport` of the `--baseline iscsi` runs (libiscsi against tgtd).
+pub const ISCSI: &str = "iscsi";
+
+fn nvme_tcp() -> String {
+    NVME_TCP.into()
+}
+
+/// How a transport is named in reports.
+pub fn transport_label(t: &str) -> &str {
+    match t {
+        NVME_TCP => "NVMe/TCP",
+        ISCSI => "iSCSI (tgtd)",
+        other => other,
+    }
+}
+
 /// The `schema` field of a tenants results.json.
 pub const TENANTS_SCHEMA: &str = "farflash-sweep-tenants/1";
 
@@ -34,13 +52,18 @@ pub struct PhaseRun {
 /// One tenant's job, once.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobRun {
+    /// [`NVME_TCP`] or [`ISCSI`] (results from before the baseline: NVMe/TCP).
+    #[serde(default = "nvme_tcp")]
+    pub transport: String,
     /// How many tenants the study point has.
     pub tenants: usize,
     /// This tenant (1-based).
     pub tenant: usize,
     /// false: the tenant ran alone; true: beside the point's other tenants.
     pub together: bool,
+    /// The subsystem NQN (NVMe/TCP) or target IQN (iSCSI).
     pub subsystem: String,
+    /// The host NQN (NVMe/TCP) or initiator IQN (iSCSI).
     pub hostnqn: String,
     pub phases: Vec<PhaseRun>,
     /// Sum of the phases' runtimes, ms.
@@ -67,6 +90,7 @@ impl JobRun {
         let bytes: u64 = phases.iter().map(|p| p.bytes).sum();
         let p99_us = phases.iter().map(|p| p.p99_us).fold(0.0, f64::max);
         JobRun {
+            transport: nvme_tcp(),
             tenants,
             tenant,
             together,
@@ -93,6 +117,8 @@ pub fn mib_s(bytes: u64, ms: u64) -> f64 {
 /// One tenant of one study point: alone against together.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Comparison {
+    #[serde(default = "nvme_tcp")]
+    pub transport: String,
     pub tenants: usize,
     pub tenant: usize,
     pub alone_runtime_ms: u64,
@@ -115,6 +141,9 @@ pub struct TenantsSettings {
     pub backing_dir: String,
     pub perf_poll: String,
     pub note: Option<String>,
+    /// With `--baseline iscsi`: the tgtd command line.
+    #[serde(default)]
+    pub baseline_command: Option<String>,
 }
 
 /// The whole study (results.json).
@@ -134,13 +163,16 @@ pub struct TenantsResults {
 pub fn compare(runs: &[JobRun]) -> Vec<Comparison> {
     let mut out = Vec::new();
     for t in runs.iter().filter(|r| r.together) {
-        let Some(a) = runs
-            .iter()
-            .find(|r| !r.together && r.tenants == t.tenants && r.tenant == t.tenant)
-        else {
+        let Some(a) = runs.iter().find(|r| {
+            !r.together
+                && r.transport == t.transport
+                && r.tenants == t.tenants
+                && r.tenant == t.tenant
+        }) else {
             continue;
         };
         out.push(Comparison {
+            transport: t.transport.clone(),
             tenants: t.tenants,
             tenant: t.tenant,
             alone_runtime_ms: a.runtime_ms,
@@ -156,20 +188,36 @@ pub fn compare(runs: &[JobRun]) -> Vec<Comparison> {
             },
         });
     }
-    out.sort_by_key(|c| (c.tenants, c.tenant));
+    // NVMe/TCP first, then the baseline; by tenant count and tenant.
+    out.sort_by_key(|c| (c.transport != NVME_TCP, c.tenants, c.tenant));
     out
 }
 
 /// The CSV's header: one row per job run.
 pub const TENANTS_CSV_HEADER: &str =
-    "tenants,tenant,together,subsystem,hostnqn,runtime_ms,bytes,throughput_mib_s,p99_us,slowdown";
+    "tenants,tenant,together,subsystem,hostnqn,runtime_ms,bytes,throughput_mib_s,p99_us,slowdown,transport";
 
 impl TenantsResults {
-    /// The comparison of one tenant of one study point.
+    /// The NVMe/TCP comparison of one tenant of one study point.
     pub fn comparison(&self, tenants: usize, tenant: usize) -> Option<&Comparison> {
+        self.comparison_on(NVME_TCP, tenants, tenant)
+    }
+
+    /// The comparison of one tenant of one study point over `transport`.
+    pub fn comparison_on(
+        &self,
+        transport: &str,
+        tenants: usize,
+        tenant: usize,
+    ) -> Option<&Comparison> {
         self.comparisons
             .iter()
-            .find(|c| c.tenants == tenants && c.tenant == tenant)
+            .find(|c| c.transport == transport && c.tenants == tenants && c.tenant == tenant)
+    }
+
+    /// Whether the iSCSI baseline ran.
+    pub fn has_baseline(&self) -> bool {
+        self.runs.iter().any(|r| r.transport == ISCSI)
     }
 
     /// One row per job run; `slowdown` on the together rows.
@@ -177,7 +225,7 @@ impl TenantsResults {
         let mut s = format!("{TENANTS_CSV_HEADER}\n");
         for r in &self.runs {
             let slow = if r.together {
-                self.comparison(r.tenants, r.tenant)
+                self.comparison_on(&r.transport, r.tenants, r.tenant)
                     .map(|c| format!("{:.4}", c.slowdown))
                     .unwrap_or_default()
             } else {
@@ -185,7 +233,7 @@ impl TenantsResults {
             };
             let _ = writeln!(
                 s,
-                "{},{},{},{},{},{},{},{:.3},{:.3},{}",
+                "{},{},{},{},{},{},{},{:.3},{:.3},{},{}",
                 r.tenants,
                 r.tenant,
                 r.together,
@@ -195,7 +243,8 @@ impl TenantsResults {
                 r.bytes,
                 r.throughput_mib_s,
                 r.p99_us,
-                slow
+                slow,
+                r.transport
             );
         }
         s
@@ -258,5 +307,21 @@ mod tests {
         assert_eq!(c[1].slowdown, 2.0);
         assert_eq!(c[1].alone_runtime_ms, 1000);
         assert_eq!(mib_s(1, 0), 0.0);
+        // The baseline's runs pair among themselves and sort after NVMe/TCP.
+        let mut runs = runs;
+        for (ms, tog) in [(400, false), (800, true)] {
+            let mut r = j(2, 1, tog, ms);
+            r.transport = ISCSI.into();
+            runs.insert(0, r);
+        }
+        let c = compare(&runs);
+        assert_eq!(c.len(), 3);
+        assert_eq!(c[0].slowdown, 1.5);
+        assert_eq!((c[2].transport.as_str(), c[2].slowdown), (ISCSI, 2.0));
+        // Results written before the baseline existed read as NVMe/TCP.
+        let mut v = serde_json::to_value(&c[0]).unwrap();
+        v.as_object_mut().unwrap().remove("transport");
+        let old: Comparison = serde_json::from_value(v).unwrap();
+        assert_eq!(old.transport, NVME_TCP);
     }
 }
