@@ -197,20 +197,20 @@ impl Host {
     /// Answers `r2t` with `data` in H2CData PDUs of 64 KiB (MAXH2CDATA),
     /// DATA_LAST on the last.
     pub(super) fn send_h2c(&mut self, r2t: &DataHeader, data: &[u8]) {
-        for (i, chunk) in data.chunks(65536).enumerate() {
-            let last = (i + 1) * 65536 >= data.len();
-            let mut p = vec![0u8; 24 + chunk.len()];
-            let dh = DataHeader {
-                cccid: r2t.cccid,
-                ttag: r2t.ttag,
-                offset: (i * 65536) as u32,
-                length: chunk.len() as u32,
-            };
-            let fl = if last { flags::DATA_LAST } else { 0 };
-            let (pdo, _) = dh.encode(&mut p, PduType::H2CData, fl, false, false, chunk.len());
-            p[pdo..].copy_from_slice(chunk);
-            self.feed(&p);
-        }
+        let b = h2c_pdus(r2t, data, self.hd, self.dd);
+        self.feed(&b);
+    }
+
+    /// Sends the capsule of a write that asks for an R2T and returns the R2T.
+    pub(super) fn write_r2t(&mut self, sqe: &mut Sqe) -> DataHeader {
+        sqe.cid = self.next_cid();
+        let b = self.capsule(sqe, &[]);
+        self.feed(&b);
+        let rx = self.recv_all();
+        let Some(Rx::R2T(r2t)) = rx.first() else {
+            panic!("no R2T: {rx:?}")
+        };
+        *r2t
     }
 
     pub(super) fn connect(&mut self, qid: u16, cntlid: u16, host: &str) -> Cqe {
@@ -298,6 +298,32 @@ impl Host {
 }
 
 /// The C2HData payloads among `rx`, concatenated in order.
+/// The H2CData PDUs answering `r2t` with `data` (64 KiB each, DATA_LAST on
+/// the last), with header and data digests if `hd` / `dd`.
+pub(super) fn h2c_pdus(r2t: &DataHeader, data: &[u8], hd: bool, dd: bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (i, chunk) in data.chunks(65536).enumerate() {
+        let last = (i + 1) * 65536 >= data.len();
+        let mut p = vec![0u8; 24 + 8 + chunk.len()];
+        let dh = DataHeader {
+            cccid: r2t.cccid,
+            ttag: r2t.ttag,
+            offset: (i * 65536) as u32,
+            length: chunk.len() as u32,
+        };
+        let fl = if last { flags::DATA_LAST } else { 0 };
+        let (pdo, plen) = dh.encode(&mut p, PduType::H2CData, fl, hd, dd, chunk.len());
+        p.truncate(plen);
+        p[pdo..pdo + chunk.len()].copy_from_slice(chunk);
+        if dd {
+            let crc = farflash_wire::digest::crc32c(chunk).to_le_bytes();
+            p[pdo + chunk.len()..].copy_from_slice(&crc);
+        }
+        out.extend_from_slice(&p);
+    }
+    out
+}
+
 /// Hands `bytes` to the queue as reads would: as much as each
 /// `rx_space` offers (less than asked while a payload is received in place).
 pub(super) fn push(q: &mut QueuePair, mut bytes: &[u8]) {

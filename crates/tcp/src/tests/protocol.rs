@@ -63,13 +63,7 @@ fn write_in_capsule_and_by_r2t_then_read_back() {
     // 192 KiB through one R2T and several H2CData PDUs (MAXH2CDATA 64 KiB).
     let big: Vec<u8> = (0..196608u32).map(|i| (i % 251) as u8).collect();
     let mut sqe = rw(io::WRITE, 100, 384, big.len() as u32, false);
-    sqe.cid = q.next_cid();
-    let b = q.capsule(&sqe, &[]);
-    q.feed(&b);
-    let rx = q.recv_all();
-    let Rx::R2T(r2t) = rx[0] else {
-        panic!("{rx:?}")
-    };
+    let r2t = q.write_r2t(&mut sqe);
     assert_eq!(
         (r2t.cccid, r2t.offset, r2t.length),
         (sqe.cid, 0, big.len() as u32)
@@ -300,32 +294,6 @@ fn write_zeroes_and_deallocate_read_back_zeroes() {
     }
 }
 
-/// Builds the H2CData PDUs answering `r2t` with `data` (64 KiB each), with
-/// the digests the connection negotiated.
-fn h2c_pdus(r2t: &DataHeader, data: &[u8], hd: bool, dd: bool) -> Vec<u8> {
-    let mut out = Vec::new();
-    for (i, chunk) in data.chunks(65536).enumerate() {
-        let last = (i + 1) * 65536 >= data.len();
-        let mut p = vec![0u8; 24 + 8 + chunk.len()];
-        let dh = DataHeader {
-            cccid: r2t.cccid,
-            ttag: r2t.ttag,
-            offset: (i * 65536) as u32,
-            length: chunk.len() as u32,
-        };
-        let fl = if last { flags::DATA_LAST } else { 0 };
-        let (pdo, plen) = dh.encode(&mut p, PduType::H2CData, fl, hd, dd, chunk.len());
-        p.truncate(plen);
-        p[pdo..pdo + chunk.len()].copy_from_slice(chunk);
-        if dd {
-            let crc = farflash_wire::digest::crc32c(chunk).to_le_bytes();
-            p[pdo + chunk.len()..].copy_from_slice(&crc);
-        }
-        out.extend_from_slice(&p);
-    }
-    out
-}
-
 /// A large H2CData payload goes from the "socket" straight into the
 /// command's buffer once its header is in (no staging in the receive
 /// buffer, which stays smaller than one payload), whatever the read sizes, with
@@ -346,13 +314,7 @@ fn h2c_payloads_are_received_in_place() {
                 .map(|i| (i % 253) as u8 ^ first as u8)
                 .collect();
             let mut sqe = rw(io::WRITE, 64, 256, big.len() as u32, false);
-            sqe.cid = q.next_cid();
-            let b = q.capsule(&sqe, &[]);
-            q.feed(&b);
-            let rx = q.recv_all();
-            let Rx::R2T(r2t) = rx[0] else {
-                panic!("{rx:?}")
-            };
+            let r2t = q.write_r2t(&mut sqe);
             // Both payloads, then a read of what they wrote, in one stream:
             // a first read of `first` bytes, then reads as large as offered.
             let mut stream = h2c_pdus(&r2t, &big, hd, dd);
@@ -394,13 +356,7 @@ fn h2c_payloads_are_received_in_place() {
     let mut a = Host::new(&t);
     let cntlid = a.bring_up();
     let mut q = io_queue(&t, cntlid);
-    let mut sqe = rw(io::WRITE, 0, 256, 131072, false);
-    sqe.cid = q.next_cid();
-    let b = q.capsule(&sqe, &[]);
-    q.feed(&b);
-    let Rx::R2T(mut r2t) = q.recv_all()[0] else {
-        panic!("no R2T")
-    };
+    let mut r2t = q.write_r2t(&mut rw(io::WRITE, 0, 256, 131072, false));
     r2t.ttag ^= 0x55;
     let stream = h2c_pdus(&r2t, &vec![1u8; 131072], false, false);
     push(&mut q.q, &stream[..100]);
