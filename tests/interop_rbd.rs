@@ -162,24 +162,6 @@ fn gateway_config(
     path
 }
 
-/// Starts `farflash serve --config CFG --rpc-socket SOCK` and waits until it accepts.
-fn start_gateway(cfg: &Path, sock: &Path, port: u16) -> Serve {
-    let addr = format!("127.0.0.1:{port}");
-    let child = Command::new(env!("CARGO_BIN_EXE_farflash"))
-        .args(["serve", "--log-level", "warn", "--threads", "1", "--config"])
-        .arg(cfg)
-        .arg("--rpc-socket")
-        .arg(sock)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start a gateway");
-    let up = common::eventually(Duration::from_secs(30), || {
-        std::net::TcpStream::connect(&addr).is_ok()
-    });
-    assert!(up, "gateway {addr} does not accept connections");
-    Serve { child, port, addr }
-}
-
 /// `farflash ctl ana set` through `sock`: group 1 in `state` via 127.0.0.1:`port`.
 fn ana_set(sock: &Path, port: u16, state: &str) -> Result<(), String> {
     let out = Command::new(env!("CARGO_BIN_EXE_farflash"))
@@ -240,8 +222,8 @@ fn linux_host_fails_over_between_two_rbd_gateways_with_ana() {
     let cfg_a = gateway_config(&c.0, &conf, "a", pa, 1, "optimized");
     let cfg_a_back = gateway_config(&c.0, &conf, "a-back", pa, 1, "non-optimized");
     let cfg_b = gateway_config(&c.0, &conf, "b", pb, 1000, "inaccessible");
-    let a = start_gateway(&cfg_a, &sock_a, pa);
-    let b = start_gateway(&cfg_b, &sock_b, pb);
+    let a = Serve::start_config(&cfg_a, &sock_a, pa);
+    let b = Serve::start_config(&cfg_b, &sock_b, pb);
     let share = c.0.join("share");
     std::fs::create_dir_all(&share).unwrap();
     // The host side: the operator of the guest's requests (req.N).
@@ -268,7 +250,7 @@ fn linux_host_fails_over_between_two_rbd_gateways_with_ana() {
                         ana_set(&sock_b, pb, "optimized")
                     }
                     "restart-a" => {
-                        a = Some(start_gateway(&cfg_a_back, &sock_a, pa));
+                        a = Some(Serve::start_config(&cfg_a_back, &sock_a, pa));
                         Ok(())
                     }
                     "failback" => ana_set(&sock_b, pb, "inaccessible")

@@ -521,19 +521,7 @@ fn gateway(c: &Cluster, name: &str, port: u16, cntlid_min: u16, state: &str) -> 
         ),
     )
     .expect("write the gateway's config");
-    let child = Command::new(env!("CARGO_BIN_EXE_farflash"))
-        .args(["serve", "--log-level", "warn", "--threads", "1", "--config"])
-        .arg(&cfg)
-        .arg("--rpc-socket")
-        .arg(c.dir.join(format!("{name}.sock")))
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start a gateway");
-    let up = common::eventually(Duration::from_secs(30), || {
-        std::net::TcpStream::connect(&addr).is_ok()
-    });
-    assert!(up, "gateway {name} does not accept connections");
-    Serve { child, port, addr }
+    Serve::start_config(&cfg, &c.dir.join(format!("{name}.sock")), port)
 }
 
 /// `farflash ctl ana set` on gateway `name`: group 1 in `state` through its listener.

@@ -63,6 +63,26 @@ impl Serve {
         Serve { child, port, addr }
     }
 
+    /// Starts `farflash serve --config CFG --rpc-socket SOCK` (one event
+    /// loop), whose config listens on 127.0.0.1:`port`, and waits until that
+    /// address accepts connections.
+    pub fn start_config(cfg: &std::path::Path, sock: &std::path::Path, port: u16) -> Serve {
+        let addr = format!("127.0.0.1:{port}");
+        let child = Command::new(env!("CARGO_BIN_EXE_farflash"))
+            .args(["serve", "--log-level", "warn", "--threads", "1", "--config"])
+            .arg(cfg)
+            .arg("--rpc-socket")
+            .arg(sock)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn farflash serve");
+        let up = eventually(Duration::from_secs(30), || {
+            std::net::TcpStream::connect(&addr).is_ok()
+        });
+        assert!(up, "farflash serve on {addr} does not accept connections");
+        Serve { child, port, addr }
+    }
+
     /// Whether the process is still running.
     pub fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
