@@ -103,189 +103,53 @@ fn hostile_reservation_and_ana_requests_get_the_spec_statuses() {
         "--rpc-socket",
         &sock.display().to_string(),
     ]);
-    let (_ca, mut a) = host(&s, 0xA);
-    let (_cb, mut b) = host(&s, 0xB);
+    let (_ca, a) = host(&s, 0xA);
+    let (_cb, b) = host(&s, 0xB);
     let inv = Status::INVALID_FIELD.dnr();
     let conflict = Status::RESERVATION_CONFLICT;
-
-    // Zero keys, unknown actions, CPTPL 01b.
-    assert_eq!(
-        resv(
-            &mut a,
-            io::RESERVATION_REGISTER,
-            c10(wr::RREGA_REGISTER, 0),
-            0,
-            0
-        ),
-        inv
+    let (reg, acq, rel) = (
+        io::RESERVATION_REGISTER,
+        io::RESERVATION_ACQUIRE,
+        io::RESERVATION_RELEASE,
     );
-    assert_eq!(
-        resv(&mut a, io::RESERVATION_REGISTER, c10(7, 0), 0, 0xAA),
-        inv
-    );
-    let bad_cptpl = ResvCdw10 {
-        cptpl: 1,
-        ..c10(wr::RREGA_REGISTER, 0)
-    };
-    assert_eq!(
-        resv(&mut a, io::RESERVATION_REGISTER, bad_cptpl, 0, 0xAA),
-        inv
-    );
-    // Not registered: every key-checked command conflicts.
-    assert_eq!(
-        resv(
-            &mut a,
-            io::RESERVATION_ACQUIRE,
-            c10(wr::RACQA_ACQUIRE, 1),
-            0xAA,
-            0
-        ),
-        conflict
-    );
-    assert_eq!(
-        resv(
-            &mut a,
-            io::RESERVATION_RELEASE,
-            c10(wr::RRELA_CLEAR, 0),
-            0xAA,
-            0
-        ),
-        conflict
-    );
-    assert_eq!(
-        resv(
-            &mut a,
-            io::RESERVATION_REGISTER,
-            c10(wr::RREGA_REPLACE, 0),
-            0xAA,
-            0xAB
-        ),
-        conflict
-    );
-    let set = ResvCdw10 {
-        cptpl: wr::CPTPL_SET,
-        ..c10(wr::RREGA_REGISTER, 0)
-    };
-    assert_eq!(
-        resv(&mut a, io::RESERVATION_REGISTER, set, 0, 0xAA),
-        Status::SUCCESS
-    );
-    assert_eq!(
-        resv(
-            &mut b,
-            io::RESERVATION_REGISTER,
-            c10(wr::RREGA_REGISTER, 0),
-            0,
-            0xBB
-        ),
-        Status::SUCCESS
-    );
-    // Registering again with another key; wrong current keys; IEKEY.
-    assert_eq!(
-        resv(
-            &mut a,
-            io::RESERVATION_REGISTER,
-            c10(wr::RREGA_REGISTER, 0),
-            0,
-            0x11
-        ),
-        conflict
-    );
-    assert_eq!(
-        resv(
-            &mut a,
-            io::RESERVATION_REGISTER,
-            c10(wr::RREGA_REPLACE, 0),
-            0x11,
-            0xA2
-        ),
-        conflict
-    );
-    let iekey = ResvCdw10 {
-        iekey: true,
-        ..c10(wr::RREGA_REPLACE, 0)
-    };
-    assert_eq!(
-        resv(&mut a, io::RESERVATION_REGISTER, iekey, 0x11, 0xAA),
-        Status::SUCCESS
-    );
-    // Wrong types, wrong keys.
-    for t in [0, 7, 0xFF] {
-        assert_eq!(
-            resv(
-                &mut a,
-                io::RESERVATION_ACQUIRE,
-                c10(wr::RACQA_ACQUIRE, t),
-                0xAA,
-                0
-            ),
-            inv,
-            "type {t}"
-        );
+    let with = |c: ResvCdw10, cptpl: u8, iekey: bool| ResvCdw10 { cptpl, iekey, ..c };
+    // (host, opcode, CDW10, CRKEY/PRKEY, NRKEY/PRKEY, expected status, what the row checks)
+    #[rustfmt::skip]
+    let rows = [
+        // Zero keys, unknown actions, CPTPL 01b.
+        (0, reg, c10(wr::RREGA_REGISTER, 0), 0, 0, inv, "register a zero key"),
+        (0, reg, c10(7, 0), 0, 0xAA, inv, "unknown RREGA"),
+        (0, reg, with(c10(wr::RREGA_REGISTER, 0), 1, false), 0, 0xAA, inv, "CPTPL 01b"),
+        // Not registered: every key-checked command conflicts.
+        (0, acq, c10(wr::RACQA_ACQUIRE, 1), 0xAA, 0, conflict, "acquire unregistered"),
+        (0, rel, c10(wr::RRELA_CLEAR, 0), 0xAA, 0, conflict, "clear unregistered"),
+        (0, reg, c10(wr::RREGA_REPLACE, 0), 0xAA, 0xAB, conflict, "replace unregistered"),
+        (0, reg, with(c10(wr::RREGA_REGISTER, 0), wr::CPTPL_SET, false), 0, 0xAA, Status::SUCCESS, "A registers, PTPL on"),
+        (1, reg, c10(wr::RREGA_REGISTER, 0), 0, 0xBB, Status::SUCCESS, "B registers"),
+        // Registering again with another key; wrong current keys; IEKEY.
+        (0, reg, c10(wr::RREGA_REGISTER, 0), 0, 0x11, conflict, "register again, another key"),
+        (0, reg, c10(wr::RREGA_REPLACE, 0), 0x11, 0xA2, conflict, "replace, wrong CRKEY"),
+        (0, reg, with(c10(wr::RREGA_REPLACE, 0), 0, true), 0x11, 0xAA, Status::SUCCESS, "replace, IEKEY"),
+        // Wrong types, wrong keys.
+        (0, acq, c10(wr::RACQA_ACQUIRE, 0), 0xAA, 0, inv, "acquire RTYPE 0"),
+        (0, acq, c10(wr::RACQA_ACQUIRE, 7), 0xAA, 0, inv, "acquire RTYPE 7"),
+        (0, acq, c10(wr::RACQA_ACQUIRE, 0xFF), 0xAA, 0, inv, "acquire RTYPE FFh"),
+        (0, acq, c10(wr::RACQA_ACQUIRE, 1), 0xBB, 0, conflict, "acquire with B's key"),
+        (0, acq, c10(wr::RACQA_ACQUIRE, 1), 0xAA, 0, Status::SUCCESS, "A acquires Write Exclusive"),
+        (1, acq, c10(wr::RACQA_ACQUIRE, 1), 0xBB, 0, conflict, "B acquires over A"),
+        // A zero PRKEY only preempts an all-registrants reservation.
+        (1, acq, c10(wr::RACQA_PREEMPT, 1), 0xBB, 0, inv, "preempt with a zero PRKEY"),
+        // Preempting oneself changes the type and keeps the registration.
+        (0, acq, c10(wr::RACQA_PREEMPT, 2), 0xAA, 0xAA, Status::SUCCESS, "A preempts itself"),
+        // Release with the wrong type.
+        (0, rel, c10(wr::RRELA_RELEASE, 1), 0xAA, 0, inv, "release, wrong RTYPE"),
+    ];
+    let mut qs = [a, b];
+    for (h, opcode, cdw10, k1, k2, want, what) in rows {
+        assert_eq!(resv(&mut qs[h], opcode, cdw10, k1, k2), want, "{what}");
     }
-    assert_eq!(
-        resv(
-            &mut a,
-            io::RESERVATION_ACQUIRE,
-            c10(wr::RACQA_ACQUIRE, 1),
-            0xBB,
-            0
-        ),
-        conflict
-    );
-    assert_eq!(
-        resv(
-            &mut a,
-            io::RESERVATION_ACQUIRE,
-            c10(wr::RACQA_ACQUIRE, 1),
-            0xAA,
-            0
-        ),
-        Status::SUCCESS
-    );
-    assert_eq!(
-        resv(
-            &mut b,
-            io::RESERVATION_ACQUIRE,
-            c10(wr::RACQA_ACQUIRE, 1),
-            0xBB,
-            0
-        ),
-        conflict
-    );
-    // A zero PRKEY only preempts an all-registrants reservation.
-    assert_eq!(
-        resv(
-            &mut b,
-            io::RESERVATION_ACQUIRE,
-            c10(wr::RACQA_PREEMPT, 1),
-            0xBB,
-            0
-        ),
-        inv
-    );
-    // Preempting oneself changes the type and keeps the registration.
-    assert_eq!(
-        resv(
-            &mut a,
-            io::RESERVATION_ACQUIRE,
-            c10(wr::RACQA_PREEMPT, 2),
-            0xAA,
-            0xAA
-        ),
-        Status::SUCCESS
-    );
-    // Release with the wrong type, B's write and read under Exclusive Access.
-    assert_eq!(
-        resv(
-            &mut a,
-            io::RESERVATION_RELEASE,
-            c10(wr::RRELA_RELEASE, 1),
-            0xAA,
-            0
-        ),
-        inv
-    );
+    let [mut a, mut b] = qs;
+    // B's write and read under Exclusive Access.
     let mut buf = vec![0u8; 512];
     assert!(
         b.read_at(1, 0, 1, &mut buf).is_err(),
