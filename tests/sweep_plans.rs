@@ -520,23 +520,55 @@ fn check_tenants(
     r
 }
 
+/// `sweep --plan tenants` of 2 MiB jobs in `data`, results in `out`, with `extra` flags.
+fn run_tenants(out: &Path, data: &Path, extra: &[&str]) {
+    let (out, data) = (out.to_str().unwrap(), data.to_str().unwrap());
+    let common = [
+        "--plan",
+        "tenants",
+        "--job-size",
+        "2M",
+        "--dir",
+        data,
+        "--out",
+        out,
+    ];
+    sweep(&[&common[..], extra].concat());
+}
+
+/// `sweep --plan tenants --replot` of the results in `out`.
+fn replot_tenants(out: &Path) {
+    sweep(&[
+        "--plan",
+        "tenants",
+        "--out",
+        out.to_str().unwrap(),
+        "--replot",
+    ]);
+}
+
+/// `sweep ARGS` fails before writing anything, its error naming `names` if given.
+fn refused(s: &Scratch, args: &[&str], names: Option<&str>) {
+    let o = Command::new(env!("CARGO_BIN_EXE_farflash"))
+        .arg("sweep")
+        .args(args)
+        .arg("--out")
+        .arg(s.0.join("bad"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "{args:?}");
+    assert!(!s.0.join("bad").exists(), "{args:?} wrote its folder");
+    if let Some(n) = names {
+        assert!(String::from_utf8_lossy(&o.stderr).contains(n), "{args:?}");
+    }
+}
+
 #[test]
 fn sweep_tenants_plan_runs_alone_then_together() {
     let s = Scratch::new("tenants");
     let out = s.0.join("out");
     let data = s.0.join("data");
-    sweep(&[
-        "--plan",
-        "tenants",
-        "--tenants",
-        "1,2,4",
-        "--job-size",
-        "2M",
-        "--dir",
-        data.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    run_tenants(&out, &data, &["--tenants", "1,2,4"]);
     let dir = out.join("tenants");
     let r = check_tenants(&dir, &[1, 2, 4], false);
     assert_eq!(r.plan.file_size, 2 << 20);
@@ -552,13 +584,7 @@ fn sweep_tenants_plan_runs_alone_then_together() {
     // --replot rebuilds the figure and report from results.json.
     std::fs::remove_file(dir.join("tenants.png")).unwrap();
     std::fs::remove_file(dir.join("report.md")).unwrap();
-    sweep(&[
-        "--plan",
-        "tenants",
-        "--out",
-        out.to_str().unwrap(),
-        "--replot",
-    ]);
+    replot_tenants(&out);
     check_tenants(&dir, &[1, 2, 4], false);
     // Bad counts and sizes are refused before anything starts.
     for bad in [
@@ -566,15 +592,7 @@ fn sweep_tenants_plan_runs_alone_then_together() {
         ["--tenants", "1,x"],
         ["--job-size", "1000"],
     ] {
-        let o = Command::new(env!("CARGO_BIN_EXE_farflash"))
-            .args(["sweep", "--plan", "tenants"])
-            .args(bad)
-            .args(["--out"])
-            .arg(s.0.join("bad"))
-            .output()
-            .unwrap();
-        assert!(!o.status.success(), "{bad:?}");
-        assert!(!s.0.join("bad").exists());
+        refused(&s, &[&["--plan", "tenants"][..], &bad].concat(), None);
     }
 }
 
@@ -585,51 +603,21 @@ fn sweep_tenants_with_iscsi_baseline() {
     let s = Scratch::new("tenants-iscsi");
     let out = s.0.join("out");
     let data = s.0.join("data");
-    sweep(&[
-        "--plan",
-        "tenants",
-        "--baseline",
-        "iscsi",
-        "--tenants",
-        "1,2",
-        "--job-size",
-        "2M",
-        "--dir",
-        data.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    run_tenants(&out, &data, &["--baseline", "iscsi", "--tenants", "1,2"]);
     let r = check_tenants(&out.join("tenants"), &[1, 2], true);
     for c in r.comparisons.iter().filter(|c| c.transport == "iscsi") {
         assert!(c.slowdown > 0.0 && c.alone_mib_s > 0.0 && c.together_p99_us > 0.0);
     }
     // The files and tgtd's log are gone; --replot keeps both transports.
     assert_eq!(std::fs::read_dir(&data).map(|d| d.count()).unwrap_or(0), 0);
-    sweep(&[
-        "--plan",
-        "tenants",
-        "--out",
-        out.to_str().unwrap(),
-        "--replot",
-    ]);
+    replot_tenants(&out);
     check_tenants(&out.join("tenants"), &[1, 2], true);
     // Only iscsi is a baseline, and only for the tenants plan.
     for bad in [
-        vec!["--plan", "tenants", "--baseline", "nfs"],
-        vec!["--plan", "request-size", "--baseline", "iscsi"],
+        ["--plan", "tenants", "--baseline", "nfs"],
+        ["--plan", "request-size", "--baseline", "iscsi"],
     ] {
-        let o = Command::new(env!("CARGO_BIN_EXE_farflash"))
-            .arg("sweep")
-            .args(&bad)
-            .arg("--out")
-            .arg(s.0.join("bad"))
-            .output()
-            .unwrap();
-        assert!(!o.status.success(), "{bad:?}");
-        assert!(
-            String::from_utf8_lossy(&o.stderr).contains("--baseline"),
-            "{bad:?}"
-        );
+        refused(&s, &bad, Some("--baseline"));
     }
 }
 
