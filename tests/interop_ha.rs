@@ -142,6 +142,8 @@ fn linux_multipath_joins_two_farflash_targets() {
         .args(["-p", &format!("{port_a}:{port_a}")])
         .args(["-p", &format!("{}:{}", b.port, b.port)])
         .args(["-e", &format!("NQN={NQN}")])
+        .arg("-f")
+        .arg(root.join("tests/linux-host/guest/lib.sh"))
         .arg(root.join("tests/linux-host/guest/multipath.sh"))
         .output()
         .expect("run run-linux-host");

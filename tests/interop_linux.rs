@@ -642,6 +642,8 @@ fn linux_host_sees_namespaces_change_at_run_time() {
         share.display().to_string(),
         "-e".into(),
         format!("NQN={nqn}"),
+        "-f".into(),
+        guest_script("lib.sh").display().to_string(),
         guest_script("aen.sh").display().to_string(),
     ];
     run_vm_scenarios(

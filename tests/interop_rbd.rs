@@ -276,6 +276,7 @@ fn linux_host_fails_over_between_two_rbd_gateways_with_ana() {
         .arg("-s")
         .arg(&share)
         .args(["-e", &format!("NQN={HA_NQN}")])
+        .args(["-f", "tests/linux-host/guest/lib.sh"])
         .arg(Path::new("tests/linux-host/guest/rbd-failover.sh"))
         .current_dir(root())
         .stdin(Stdio::null())

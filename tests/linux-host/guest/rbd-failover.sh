@@ -18,8 +18,6 @@
 set -eu
 NQN=${NQN:?}
 T0=$(cut -d' ' -f1 /proc/uptime)
-now() { cut -d' ' -f1 /proc/uptime; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 fail() {
 	echo "FAIL: rbd-failover: $*"
 	tail -20 /tmp/fio.log 2>/dev/null || true
@@ -27,76 +25,17 @@ fail() {
 	exit 1
 }
 [ -n "${SHARE_DIR:-}" ] || fail "needs the 9p share (-s)"
-[ "$(cat /sys/module/nvme_core/parameters/multipath)" = Y ] || fail "nvme_core.multipath is off"
-set -- $TARGET_PORTS
-PA=$1 PB=$2
-for p in $PA $PB; do
-	nvme connect -t tcp -a "$TARGET_ADDR" -s "$p" -n "$NQN" --reconnect-delay=1 --ctrl-loss-tmo=120 >/dev/null ||
-		fail "nvme connect to port $p"
-done
-i=0
-until [ "$(ls /sys/class/nvme-subsystem/nvme-subsys*/ 2>/dev/null | grep -c '^nvme[0-9]*$')" = 2 ]; do
-	i=$((i + 1))
-	[ $i -le 300 ] || fail "not one subsystem with two controllers after 30 s"
-	sleep 0.1
-done
-heads=$(ls /sys/block | grep -c '^nvme[0-9]*n[0-9]*$' || true)
-[ "$heads" = 1 ] || fail "$heads namespace block devices, want one multipath head"
-dev=/dev/$(ls /sys/block | grep '^nvme[0-9]*n[0-9]*$')
-echo "  ok: one subsystem, two controllers, head $dev"
+. "${GUEST_FILES:-/guest/files}/lib.sh"
+connect_paths
 
 req=0
 # ask WORD: the host side acts (see above); fails unless it answers "ok ...".
 ask() {
 	req=$((req + 1))
 	echo "$1" >"$SHARE_DIR/.req.$req" && mv "$SHARE_DIR/.req.$req" "$SHARE_DIR/req.$req"
-	i=0
-	until [ -f "$SHARE_DIR/req.$req.done" ]; do
-		i=$((i + 1))
-		[ $i -le 600 ] || fail "the host side did not answer $1 in 60 s"
-		sleep 0.1
-	done
+	wait_for 600 "the host side did not answer $1 in 60 s" test -f "$SHARE_DIR/req.$req.done"
 	answer=$(cat "$SHARE_DIR/req.$req.done")
 	case "$answer" in ok*) echo "  host side: $1: $answer" ;; *) fail "host side: $1: $answer" ;; esac
-}
-# path a|b: sysfs block directory of A's (CNTLID < 1000) or B's path.
-path() {
-	for c in /sys/class/nvme-subsystem/nvme-subsys*/nvme[0-9]*; do
-		[ -f "$c/cntlid" ] || continue
-		id=$(cat "$c/cntlid")
-		case "$1:$((id < 1000))" in
-		a:1 | b:0) ls -d /sys/block/nvme*c"${c##*/nvme}"n1 2>/dev/null || true ;;
-		esac
-	done
-}
-wait_ana() { # a|b STATE
-	i=0
-	until [ "$(cat "$(path "$1")/ana_state" 2>/dev/null)" = "$2" ]; do
-		i=$((i + 1))
-		[ $i -le 300 ] || fail "path $1 is not $2 after 30 s"
-		sleep 0.1
-	done
-}
-ctrl_live() { # a|b
-	for c in /sys/class/nvme-subsystem/nvme-subsys*/nvme[0-9]*; do
-		[ -f "$c/cntlid" ] || continue
-		id=$(cat "$c/cntlid")
-		case "$1:$((id < 1000))" in
-		a:1 | b:0) [ "$(cat "$c/state")" = live ] && return 0 ;;
-		esac
-	done
-	return 1
-}
-writes() { awk '{ print $5 }' "$(path "$1")/stat"; }
-progress() { # WHAT: one more fio verify run completes, none failed
-	runs=$(cat /tmp/fio-runs 2>/dev/null || echo 0)
-	i=0
-	until [ "$(cat /tmp/fio-runs 2>/dev/null || echo 0)" -gt "$runs" ]; do
-		[ ! -f /tmp/fio-failed ] || fail "$(cat /tmp/fio-failed) ($1)"
-		i=$((i + 1))
-		[ $i -le 600 ] || fail "fio made no progress in 60 s ($1)"
-		sleep 0.1
-	done
 }
 wait_ana a optimized
 wait_ana b inaccessible
@@ -107,19 +46,7 @@ dd if=/dev/urandom of=/tmp/block bs=64k count=16 2>/dev/null
 dd if=/tmp/block of="$dev" bs=64k seek=64 oflag=direct conv=fsync 2>/dev/null || fail "dd to $dev"
 before=$(md5sum </tmp/block)
 
-rm -f /tmp/fio-stop /tmp/fio-failed /tmp/fio-runs
-(
-	n=0
-	while [ ! -f /tmp/fio-stop ]; do
-		n=$((n + 1))
-		fio --name=verify --filename="$dev" --ioengine=libaio --direct=1 \
-			--rw=randwrite --bs=4k --size=2m --iodepth=4 \
-			--verify=crc32c --verify_fatal=1 --do_verify=1 --verify_state_save=0 \
-			--eta=never >>/tmp/fio.log 2>&1 || { echo "fio run $n failed" >/tmp/fio-failed; break; }
-		echo "$n" >/tmp/fio-runs
-	done
-) &
-loop=$!
+fio_loop_start "$dev"
 progress "before the failover"
 
 # 1. A dies; the operator (host side) makes B optimized.
@@ -134,12 +61,7 @@ echo "  ok: the block written through A before its death reads back the same thr
 
 # 2. A back as non-optimized, then failback in order.
 ask restart-a
-i=0
-until ctrl_live a; do
-	i=$((i + 1))
-	[ $i -le 600 ] || fail "path A not live again 60 s after the restart"
-	sleep 0.1
-done
+wait_for 600 "path A not live again 60 s after the restart" state_is a live
 wait_ana a non-optimized
 progress "with A back as non-optimized"
 t=$(now)
@@ -153,11 +75,6 @@ progress "only on A"
 [ "$(writes b)" = "$wb" ] || fail "path B got writes after the failback"
 [ "$(writes a)" -gt "$wa" ] || fail "path A got no writes after the failback"
 echo "  ok: writes go down path A only"
-touch /tmp/fio-stop
-wait "$loop" || true
-[ ! -f /tmp/fio-failed ] || fail "$(cat /tmp/fio-failed)"
-! grep -qiE 'verify failed|bad magic|bad header|crc32c: |io_u error|err= *[1-9]' /tmp/fio.log ||
-	fail "fio reported verify/I/O errors"
-echo "  ok: fio verify across the failover and the failback: $(cat /tmp/fio-runs) runs, no error"
+fio_loop_stop "the failover and the failback"
 nvme disconnect -n "$NQN" >/dev/null || fail "nvme disconnect"
 echo "PASS: rbd-failover ($(since "$T0")s)"
