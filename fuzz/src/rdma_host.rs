@@ -10,7 +10,10 @@
 //! - `2`: a message (`len: u8 % 33` bytes) received, maybe flagged as
 //!   SEND_WITH_INVALIDATE;
 //! - `3`: a well-formed response (status `u16`) for an in-flight CID;
-//! - `4`: take the completions.
+//! - `4`: a SEND completion after a failure.
+//!
+//! Completions are taken after every step (a finished command's CID is
+//! free at once).
 //!
 //! Checks: no panic; the Reject/Accept decoders agree with the bytes
 //! (RECFMT 0, 16-bit fields); a capsule's SQE carries its CID and PSDT
@@ -173,23 +176,25 @@ pub fn run(data: &[u8]) {
                 }
             }
             _ => {
-                let dead = q.dead().is_some();
-                out.clear();
-                q.take_completions(&mut out);
-                for c in &out {
-                    let m = &mut model[c.cid as usize];
-                    assert!(m.busy && m.sent && m.resp, "cid {} finished early", c.cid);
-                    assert!(c.transferred <= c.expected && c.expected == m.len);
-                    *m = Model::default();
-                }
-                if dead {
-                    // Only what finished before the failure may come out.
-                    out.clear();
+                if q.dead().is_some() {
+                    // Nothing finishes on a failed queue.
                     q.on_send_done(0);
-                    q.take_completions(&mut out);
-                    assert!(out.is_empty(), "a dead queue completed a command");
                 }
             }
+        }
+        // A finished command's CID is free at once (a caller may reuse it
+        // before it looks at the completion), so check after every step.
+        let dead = q.dead().is_some();
+        out.clear();
+        q.take_completions(&mut out);
+        for c in &out {
+            let m = &mut model[c.cid as usize];
+            assert!(m.busy && m.sent && m.resp, "cid {} finished early", c.cid);
+            assert!(c.transferred <= c.expected && c.expected == m.len);
+            *m = Model::default();
+        }
+        if dead {
+            assert!(out.is_empty(), "a dead queue completed a command");
         }
         assert!(q.outstanding() <= depth as usize);
     }

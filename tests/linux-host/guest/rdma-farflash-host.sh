@@ -97,9 +97,10 @@ perf_verify() { # NAME PORT NQN
 }
 perf_verify perf-verify-rdma-kernel "$KPORT" "$KNQN"
 
-# Two jobs: two I/O queues of one controller, reads and writes mixed.
+# Two jobs: two I/O queues of one controller, reads and writes mixed, the
+# jobs sleeping on the completion channel between completions (--poll block).
 out=$(ff perf -t rdma -a "$ADDR" -s "$KPORT" -n "$KNQN" --rw randrw --bs 4k --iodepth 4 \
-	--numjobs 2 --runtime 2s --size 8M 2>&1)
+	--numjobs 2 --runtime 2s --size 8M --poll block 2>&1)
 st=$?
 echo "$out" | tail -n 12
 if ((st == 0)) && grep -qi "iops" <<<"$out"; then
