@@ -210,16 +210,17 @@ impl IoQueue {
         self.submit(cid, cmd::rw(true, nsid, slba, nlb), DataDir::ToCtrl, len)
     }
 
-    /// Sends what is queued now (one `writev` per 64 segments) without
-    /// receiving; returns true when all of it went out. [`IoQueue::poll`]
-    /// does this too; calling it first lets a caller timestamp the moment
-    /// its commands reached the socket (fio's submission/completion split).
+    /// Sends what is queued now (TCP: one `writev` per 64 segments; RDMA:
+    /// one chain of SENDs) without receiving; returns true when all of it
+    /// went out. [`IoQueue::poll`] does this too; calling it first lets a
+    /// caller timestamp the moment its commands reached the transport
+    /// (fio's submission/completion split).
     pub fn send_queued(&mut self) -> Result<bool> {
         self.conn.send_queued()
     }
 
-    /// Sends what is queued (one `writev` per 64 segments), receives what
-    /// arrived, appends completions to `out`; returns how many. Never blocks.
+    /// Sends what is queued (as `send_queued`), receives what arrived,
+    /// appends completions to `out`; returns how many. Never blocks.
     /// Errors if commands are outstanding and nothing completed for the
     /// command timeout.
     pub fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize> {
