@@ -111,3 +111,109 @@ pub fn wait_for(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use farflash_wire::{Cqe, Status};
+
+    /// A queue pair whose completions arrive on a script: `arrivals[i]`
+    /// is what the i-th `progress` finds.
+    struct Scripted {
+        arrivals: Vec<Vec<u16>>,
+        calls: usize,
+        waits: usize,
+    }
+
+    impl HostTransport for Scripted {
+        fn depth(&self) -> u16 {
+            4
+        }
+        fn outstanding(&self) -> usize {
+            0
+        }
+        fn alloc_cid(&mut self) -> Option<u16> {
+            None
+        }
+        fn release_cid(&mut self, _: u16) {}
+        fn buf(&self, _: u16) -> &[u8] {
+            &[]
+        }
+        fn buf_mut(&mut self, _: u16) -> Option<&mut [u8]> {
+            None
+        }
+        fn ensure_buf(&mut self, _: u16, _: usize) -> Result<()> {
+            Ok(())
+        }
+        fn submit(&mut self, _: u16, _: Sqe, _: DataDir, _: u32) -> Result<()> {
+            Ok(())
+        }
+        fn send_queued(&mut self) -> Result<bool> {
+            Ok(true)
+        }
+        fn progress(&mut self, out: &mut Vec<Completion>) -> Result<()> {
+            if let Some(cids) = self.arrivals.get(self.calls) {
+                out.extend(cids.iter().map(|&cid| Completion {
+                    cid,
+                    cqe: Cqe {
+                        cid,
+                        status: Status(0),
+                        ..Default::default()
+                    },
+                    dir: DataDir::None,
+                    expected: 0,
+                    transferred: 0,
+                    digest_error: false,
+                }));
+            }
+            self.calls += 1;
+            Ok(())
+        }
+        fn wait_ready(&mut self, ms: i32) -> Result<()> {
+            assert!(ms >= 1);
+            self.waits += 1;
+            std::thread::sleep(Duration::from_millis(1));
+            Ok(())
+        }
+        fn close(&mut self, _: Duration) {}
+    }
+
+    #[test]
+    fn wait_for_keeps_other_completions_and_sleeps_only_when_idle() {
+        let mut t = Scripted {
+            arrivals: vec![vec![], vec![3, 1], vec![], vec![0, 2]],
+            calls: 0,
+            waits: 0,
+        };
+        let mut others = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let c = wait_for(&mut t, 0, deadline, "cid 0", &mut others).unwrap();
+        assert_eq!(c.cid, 0);
+        // 3 and 1 came first, 2 with 0: all kept, in arrival order.
+        let rest: Vec<u16> = others.iter().map(|c| c.cid).collect();
+        assert_eq!(rest, [3, 1, 2]);
+        // It slept after the two empty polls only.
+        assert_eq!(t.waits, 2);
+    }
+
+    #[test]
+    fn wait_for_ends_with_a_timeout_naming_the_wait() {
+        let mut t = Scripted {
+            arrivals: vec![vec![1]],
+            calls: 0,
+            waits: 0,
+        };
+        let mut others = Vec::new();
+        let deadline = Instant::now() + Duration::from_millis(20);
+        let e = wait_for(&mut t, 0, deadline, "the answer", &mut others).unwrap_err();
+        assert!(matches!(e, HostError::Timeout("the answer")), "{e}");
+        assert_eq!(others.len(), 1);
+        assert!(t.waits >= 1);
+    }
+
+    #[test]
+    fn tcp_is_the_default_transport() {
+        let o = ConnectOptions::new("127.0.0.1:1", "nqn.x");
+        assert_eq!(o.transport_name(), "tcp");
+    }
+}
