@@ -13,6 +13,12 @@
 //!   and a clean exit on SIGTERM; before the kernel host, a hostile CM
 //!   client (`rdma_cm_probe`) gets the reject STS of bad private data and
 //!   has its misbehaving queues disconnected, and the target keeps serving.
+//! - `farflash_rdma_host_in_guest`: farflash's host (`-t rdma`) in the
+//!   guest against the guest kernel's nvmet-rdma (discover, identify, perf
+//!   --verify of 4 KiB and 128 KiB writes, two I/O queues) and against
+//!   `farflash serve --listen rdma:…` (perf --verify, discover); refused
+//!   connects (wrong NQN, no listener, a QID the target refuses) end with
+//!   a clear error.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -190,4 +196,70 @@ fn farflash_rdma_target_in_guest() {
         .filter(|l| l.starts_with("PASS: fio-verify-rdma"))
         .count();
     assert_eq!(verified, 2, "fio verify on both namespaces (RAM, file)");
+}
+
+/// Builds `example` of farflash-rdma-verbs with the profile this test was
+/// built with; returns its path.
+fn rdma_example(example: &str) -> PathBuf {
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_farflash"))
+        .parent()
+        .expect("the binary's directory");
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.current_dir(repo_root())
+        .args(["build", "-p", "farflash-rdma-verbs", "--example", example]);
+    if bin_dir.ends_with("release") {
+        cmd.arg("--release");
+    }
+    let st = cmd.status().expect("run cargo build");
+    assert!(st.success(), "building {example} failed: {st:?}");
+    bin_dir.join("examples").join(example)
+}
+
+#[test]
+#[ignore = "boots a QEMU VM; run by tests/run.sh"]
+fn farflash_rdma_host_in_guest() {
+    for f in [RXE_PROVIDER, RXE_DRIVER] {
+        assert!(
+            Path::new(f).exists(),
+            "{f} is missing: install ibverbs-providers (tests/run.sh does)"
+        );
+    }
+    let bin = guest_binary(Path::new(env!("CARGO_BIN_EXE_farflash")), "farflash");
+    let bin = bin.to_str().expect("UTF-8 path");
+    let reject = guest_binary(&rdma_example("rdma_host_reject"), "rdma_host_reject");
+    let reject = reject.to_str().expect("UTF-8 path");
+    let extra: Vec<String> = [
+        "--bin",
+        bin,
+        "--bin",
+        reject,
+        "--env",
+        &format!("REJECT={reject}"),
+        "--image-file",
+        RXE_PROVIDER,
+        "--image-file",
+        RXE_DRIVER,
+        "--env",
+        &format!("FARFLASH={bin}"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    run_guest(
+        "rdma-farflash-host.sh",
+        &extra,
+        &[
+            "rxe-and-nvmet-rdma",
+            "discover-rdma-kernel",
+            "identify-rdma-kernel",
+            "perf-verify-rdma-kernel",
+            "perf-rdma-kernel-2-queues",
+            "reject-wrong-nqn",
+            "reject-no-listener",
+            "perf-verify-rdma-farflash",
+            "discover-rdma-farflash",
+            "reject-qid-sts",
+            "farflash-target-exit-clean",
+        ],
+    );
 }

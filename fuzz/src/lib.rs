@@ -14,6 +14,7 @@ pub mod iscsi_url;
 pub mod opcodes;
 pub mod pdu_framing;
 pub mod rdma_capsule;
+pub mod rdma_host;
 pub mod rpc_request;
 pub mod stream;
 pub mod target_cmds;
@@ -42,7 +43,7 @@ pub fn tolerate(name: &str) -> bool {
 /// A harness: runs one input, panics on a finding.
 pub type Harness = fn(&[u8]);
 
-pub const TARGETS: [(&str, Harness); 10] = [
+pub const TARGETS: [(&str, Harness); 11] = [
     ("pdu_framing", pdu_framing::run),
     ("command_decode", command_decode::run),
     ("command_layer", command_layer::run),
@@ -53,4 +54,5 @@ pub const TARGETS: [(&str, Harness); 10] = [
     ("config_toml", config_toml::run),
     ("rdma_capsule", rdma_capsule::run),
     ("iscsi_url", iscsi_url::run),
+    ("rdma_host", rdma_host::run),
 ];

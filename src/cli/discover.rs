@@ -15,13 +15,15 @@ pub const IO_PORT: u16 = 4420;
 /// Transport options in nvme-cli's words.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct FabricsArgs {
-    /// Transport type (only `tcp`).
+    /// Transport type: `tcp` or `rdma` (RDMA CM over an RDMA device's
+    /// address: RoCE, iWARP, InfiniBand, Soft-RoCE).
     #[arg(short = 't', long = "transport", default_value = "tcp")]
     pub transport: String,
     /// Transport address of the controller (IPv4 or IPv6 literal, or a host name).
     #[arg(short = 'a', long = "traddr")]
     pub traddr: Option<String>,
-    /// Transport service id (TCP port).
+    /// Transport service id (TCP or RDMA CM port; discovery defaults to
+    /// 8009 on TCP and 4420 on RDMA, as nvme-cli).
     #[arg(short = 's', long = "trsvcid")]
     pub trsvcid: Option<u16>,
     /// Host NQN (default: /etc/nvme/hostnqn, else a UUID NQN).
@@ -82,8 +84,20 @@ impl SecretArg {
 impl FabricsArgs {
     /// Builds connect options for `subnqn`, `default_port` when -s is absent.
     pub fn options(&self, subnqn: &str, default_port: u16) -> anyhow::Result<ConnectOptions> {
-        if self.transport != "tcp" {
-            bail!("transport {:?} is not supported (only tcp)", self.transport);
+        let connector: Option<std::sync::Arc<dyn farflash_host::Connector>> =
+            match self.transport.as_str() {
+                "tcp" => None,
+                "rdma" => Some(std::sync::Arc::new(farflash_rdma_verbs::RdmaConnector)),
+                t => bail!("-t/--transport {t:?} is not supported (tcp or rdma)"),
+            };
+        // nvme-cli: RDMA has no separate discovery port (NVME_RDMA_IP_PORT).
+        let default_port = if connector.is_some() {
+            IO_PORT
+        } else {
+            default_port
+        };
+        if connector.is_some() && (self.hdr_digest || self.data_digest) {
+            bail!("-g/-G (digests) are NVMe/TCP options; RDMA has none");
         }
         let addr = self
             .traddr
@@ -96,6 +110,7 @@ impl FabricsArgs {
             format!("{addr}:{port}")
         };
         let mut o = ConnectOptions::new(hostport, subnqn);
+        o.connector = connector;
         if let Some(id) = &self.hostid {
             o.hostid = farflash_host::options::parse_uuid(id)
                 .with_context(|| format!("--hostid {id:?} is not a UUID"))?;
@@ -155,8 +170,13 @@ pub fn run(args: DiscoverArgs) -> anyhow::Result<()> {
     if args.fabrics.keep_alive_tmo.is_none() {
         opts.kato_ms = 0;
     }
-    let ctrl = Controller::connect(&opts)
-        .with_context(|| format!("connecting to the discovery controller at {}", opts.addr))?;
+    let ctrl = Controller::connect(&opts).with_context(|| {
+        format!(
+            "connecting to the discovery controller at {} ({})",
+            opts.addr,
+            opts.transport_name()
+        )
+    })?;
     let (genctr, entries) = ctrl.discovery_log().context("reading the discovery log")?;
     ctrl.shutdown().context("disconnecting")?;
     match args.output_format {

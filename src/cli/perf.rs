@@ -1,6 +1,6 @@
 //! `farflash perf`: fio-style workloads on a local file/block device
 //! (`--filename`, the io_uring baseline) or a remote NVMe/TCP namespace
-//! (`-t tcp -a ADDR -s PORT -n NQN`). Option names and meanings follow fio.
+//! (`-t tcp|rdma -a ADDR -s PORT -n NQN`). Option names and meanings follow fio.
 
 use super::discover::{FabricsArgs, OutputFormat, IO_PORT};
 use anyhow::{bail, Context};
@@ -142,7 +142,7 @@ fn spec(a: &PerfArgs) -> anyhow::Result<JobSpec> {
             Target::Remote { opts, nsid: a.nsid }
         }
         (None, None) => {
-            bail!("give --filename PATH, -t tcp -a ADDR -s PORT -n NQN or --iscsi URL")
+            bail!("give --filename PATH, -t tcp|rdma -a ADDR -s PORT -n NQN or --iscsi URL")
         }
     };
     let rw = Rw::parse(&a.rw).with_context(|| format!("unknown --rw {:?}", a.rw))?;

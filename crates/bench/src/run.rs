@@ -53,8 +53,14 @@ fn setup(spec: &JobSpec) -> anyhow::Result<Setup> {
     match &spec.target {
         Target::Remote { opts, nsid } => {
             let n = u16::try_from(spec.numjobs).context("--numjobs too large")?;
-            let mut ctrl = Controller::connect_with_queues(opts, n)
-                .with_context(|| format!("connecting to {} at {}", opts.subnqn, opts.addr))?;
+            let mut ctrl = Controller::connect_with_queues(opts, n).with_context(|| {
+                format!(
+                    "connecting to {} at {} ({})",
+                    opts.subnqn,
+                    opts.addr,
+                    opts.transport_name()
+                )
+            })?;
             ctrl.start_keep_alive()?;
             let info = ctrl.info().clone();
             if info.io_queues < n {

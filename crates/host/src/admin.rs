@@ -7,7 +7,7 @@ use crate::error::{HostError, Result};
 use crate::options::ConnectOptions;
 use crate::queue::{QueueConfig, ADMIN_ICD};
 use crate::slot::{Completion, DataDir};
-use crate::socket::Conn;
+use crate::transport::{self, HostTransport};
 use farflash_wire::fabrics::{ConnectData, CNTLID_DYNAMIC, CONNECT_DATA_LEN};
 use farflash_wire::Sqe;
 use std::time::{Duration, Instant};
@@ -17,14 +17,15 @@ use std::time::{Duration, Instant};
 pub const ADMIN_MAX_DATA: u32 = 4 << 20;
 
 pub struct AdminQueue {
-    conn: Conn,
+    conn: Box<dyn HostTransport>,
     timeout: Duration,
     /// Completions that arrived for commands nobody waits for any more.
     stray: Vec<Completion>,
 }
 
 impl AdminQueue {
-    /// TCP connect + ICReq/ICResp for queue 0.
+    /// Connects queue 0 with the transport `opts` names (TCP: connect +
+    /// ICReq/ICResp; RDMA: RDMA CM connect with QID 0).
     pub fn open(opts: &ConnectOptions) -> Result<AdminQueue> {
         let cfg = QueueConfig {
             depth: opts.admin_depth.max(2),
@@ -34,7 +35,7 @@ impl AdminQueue {
             hdgst: opts.hdr_digest,
             ddgst: opts.data_digest,
         };
-        let conn = Conn::open(&opts.addr, cfg, opts.connect_timeout, opts.command_timeout)?;
+        let conn = transport::open(opts, 0, cfg)?;
         Ok(AdminQueue {
             conn,
             timeout: opts.command_timeout,
@@ -42,8 +43,9 @@ impl AdminQueue {
         })
     }
 
-    pub fn conn(&self) -> &Conn {
-        &self.conn
+    /// The queue pair underneath (its transport).
+    pub fn transport(&self) -> &dyn HostTransport {
+        &*self.conn
     }
 
     /// Runs one command and waits for it. `out` is the data sent
@@ -56,7 +58,7 @@ impl AdminQueue {
         len: u32,
         what: &'static str,
     ) -> Result<(Completion, Vec<u8>)> {
-        let qp = &mut self.conn.qp;
+        let qp = &mut *self.conn;
         let cid = qp
             .alloc_cid()
             .ok_or_else(|| HostError::Invalid("admin queue full".into()))?;
@@ -78,11 +80,11 @@ impl AdminQueue {
             return Err(e);
         }
         let deadline = Instant::now() + self.timeout;
-        let c = self.conn.wait_for(cid, deadline, what, &mut self.stray)?;
+        let c = transport::wait_for(&mut *self.conn, cid, deadline, what, &mut self.stray)?;
         self.stray.clear();
         let data = if dir == DataDir::FromCtrl {
             let n = (c.transferred as usize).min(len as usize);
-            self.conn.qp.buf(cid)[..n].to_vec()
+            self.conn.buf(cid)[..n].to_vec()
         } else {
             Vec::new()
         };

@@ -31,7 +31,7 @@ pub struct ControllerInfo {
     /// I/O queues the controller granted (Set Features Number of Queues);
     /// 0 for a discovery controller.
     pub io_queues: u16,
-    /// MAXH2CDATA of the admin connection's ICResp.
+    /// MAXH2CDATA of the admin connection's ICResp (NVMe/TCP; 0 on RDMA).
     pub maxh2cdata: u32,
 }
 
@@ -278,7 +278,7 @@ fn bring_up(
     opts: &ConnectOptions,
     nr_io_queues: u16,
 ) -> Result<ControllerInfo> {
-    let maxh2cdata = aq.conn().qp.maxh2cdata();
+    let maxh2cdata = aq.transport().maxh2cdata();
     let cntlid = aq.connect(opts)?;
     let cap = aq.property_get(props::CAP, true)?;
     let vs = aq.property_get(props::VS, false)? as u32;

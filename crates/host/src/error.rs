@@ -28,6 +28,10 @@ pub enum TransportError {
     /// The controller closed the connection.
     #[error("connection closed by the controller")]
     Closed,
+    /// A queue pair of another binding (RDMA) failed: a failed work
+    /// completion, a disconnect, a response that breaks the binding's rules.
+    #[error("RDMA: {0}")]
+    Rdma(String),
 }
 
 /// Everything a host operation can fail with.

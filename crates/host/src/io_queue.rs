@@ -1,7 +1,8 @@
-//! A poll-driven I/O queue (one TCP connection, one thread: `Send`, not
+//! A poll-driven I/O queue (one queue pair of any transport, one thread: `Send`, not
 //! `Sync`). Reads and writes are submitted on CID slots whose buffers are
 //! preallocated at connect time; [`IoQueue::poll`] sends everything queued
-//! with one `writev`, receives what arrived and returns completions. No
+//! (one `writev` on TCP, one chain of work requests on RDMA), receives what
+//! arrived and returns completions. No
 //! allocation happens on that path. Blocking helpers cover one-off
 //! commands (Flush, Write Zeroes, DSM) for tools and tests.
 
@@ -11,7 +12,7 @@ use crate::error::{HostError, Result};
 use crate::options::ConnectOptions;
 use crate::queue::QueueConfig;
 use crate::slot::{Completion, DataDir};
-use crate::socket::Conn;
+use crate::transport::{self, HostTransport};
 use farflash_wire::fabrics::{ConnectData, CONNECT_DATA_LEN};
 use farflash_wire::Sqe;
 use std::time::{Duration, Instant};
@@ -38,7 +39,7 @@ impl Default for IoQueueOptions {
 const IDLE_POLLS_PER_CLOCK_CHECK: u32 = 1024;
 
 pub struct IoQueue {
-    conn: Conn,
+    conn: Box<dyn HostTransport>,
     qid: u16,
     max_io: u32,
     timeout: Duration,
@@ -86,7 +87,7 @@ impl IoQueue {
             hdgst: opts.hdr_digest,
             ddgst: opts.data_digest,
         };
-        let conn = Conn::open(&opts.addr, cfg, opts.connect_timeout, opts.command_timeout)?;
+        let conn = transport::open(opts, qid, cfg)?;
         let mut q = IoQueue {
             conn,
             qid,
@@ -155,36 +156,36 @@ impl IoQueue {
         self.qid
     }
     pub fn depth(&self) -> u16 {
-        self.conn.qp.depth()
+        self.conn.depth()
     }
     pub fn max_io(&self) -> u32 {
         self.max_io
     }
     pub fn maxh2cdata(&self) -> u32 {
-        self.conn.qp.maxh2cdata()
+        self.conn.maxh2cdata()
     }
     /// Commands in flight (submitted, completion not yet returned).
     pub fn outstanding(&self) -> usize {
-        self.conn.qp.outstanding()
+        self.conn.outstanding()
     }
     pub fn alloc_cid(&mut self) -> Option<u16> {
-        self.conn.qp.alloc_cid()
+        self.conn.alloc_cid()
     }
     pub fn release_cid(&mut self, cid: u16) {
-        self.conn.qp.release_cid(cid)
+        self.conn.release_cid(cid)
     }
     /// A slot's buffer (read data after its completion).
     pub fn buf(&self, cid: u16) -> &[u8] {
-        self.conn.qp.buf(cid)
+        self.conn.buf(cid)
     }
     /// A slot's buffer for filling write data; `None` while in flight.
     pub fn buf_mut(&mut self, cid: u16) -> Option<&mut [u8]> {
-        self.conn.qp.buf_mut(cid)
+        self.conn.buf_mut(cid)
     }
 
     /// Queues any command on `cid`; nothing is sent before the next poll.
     pub fn submit(&mut self, cid: u16, sqe: Sqe, dir: DataDir, len: u32) -> Result<()> {
-        self.conn.qp.submit(cid, sqe, dir, len)
+        self.conn.submit(cid, sqe, dir, len)
     }
     /// Queues a Read of `nlb` blocks at `slba` into slot `cid` (`len` = nlb × block size).
     pub fn submit_read(
@@ -209,26 +210,23 @@ impl IoQueue {
         self.submit(cid, cmd::rw(true, nsid, slba, nlb), DataDir::ToCtrl, len)
     }
 
-    /// Sends what is queued now (one `writev` per 64 segments) without
-    /// receiving; returns true when all of it went out. [`IoQueue::poll`]
-    /// does this too; calling it first lets a caller timestamp the moment
-    /// its commands reached the socket (fio's submission/completion split).
+    /// Sends what is queued now (TCP: one `writev` per 64 segments; RDMA:
+    /// one chain of SENDs) without receiving; returns true when all of it
+    /// went out. [`IoQueue::poll`] does this too; calling it first lets a
+    /// caller timestamp the moment its commands reached the transport
+    /// (fio's submission/completion split).
     pub fn send_queued(&mut self) -> Result<bool> {
-        self.conn.flush()
+        self.conn.send_queued()
     }
 
-    /// Sends what is queued (one `writev` per 64 segments), receives what
-    /// arrived, appends completions to `out`; returns how many. Never blocks.
+    /// Sends what is queued (as `send_queued`), receives what arrived,
+    /// appends completions to `out`; returns how many. Never blocks.
     /// Errors if commands are outstanding and nothing completed for the
     /// command timeout.
     pub fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize> {
         let before = out.len();
         out.append(&mut self.held);
-        self.conn.flush()?;
-        if self.conn.readable()? {
-            self.conn.recv_all()?;
-        }
-        self.conn.qp.take_completions(out);
+        self.conn.progress(out)?;
         let n = out.len() - before;
         if n > 0 || self.outstanding() == 0 {
             self.idle_polls = 0;
@@ -269,7 +267,7 @@ impl IoQueue {
                 return Ok(0);
             }
             let ms = (deadline - now).as_millis().clamp(1, 1000) as i32;
-            self.conn.poll_fd(ms)?;
+            self.conn.wait_ready(ms)?;
         }
     }
 
@@ -299,8 +297,13 @@ impl IoQueue {
             return Err(e);
         }
         let deadline = Instant::now() + self.timeout;
-        self.conn
-            .wait_for(cid, deadline, "command completion", &mut self.held)
+        transport::wait_for(
+            &mut *self.conn,
+            cid,
+            deadline,
+            "command completion",
+            &mut self.held,
+        )
     }
 
     /// Blocking Read of `nlb` blocks into `out` (whose length is the transfer size).

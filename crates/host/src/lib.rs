@@ -1,4 +1,5 @@
-//! farflash-host: an NVMe over Fabrics (TCP) host.
+//! farflash-host: an NVMe over Fabrics host (NVMe/TCP built in; other
+//! transports plug in through [`transport::Connector`]).
 //!
 //! Layers, bottom up:
 //! - [`QueuePair`]: a sans-I/O state machine for one NVMe/TCP connection
@@ -8,6 +9,9 @@
 //!   panics on what the network sends.
 //! - [`socket`]: moving those bytes over a `TcpStream` (one `writev` per
 //!   flush, optional receive straight into a read's buffer).
+//! - [`transport`]: the seam: [`HostTransport`] (one queue pair: submit on
+//!   a CID slot, progress, completions, slot buffers) and [`Connector`]
+//!   (opens one); everything above is written against it only.
 //! - [`AdminQueue`] / [`Controller`]: the blocking admin queue and the
 //!   controller bring-up (Connect, properties, CC.EN, Identify, Number of
 //!   Queues), log pages, discovery, Keep Alive, shutdown.
@@ -57,6 +61,7 @@ pub mod options;
 pub mod queue;
 pub mod slot;
 pub mod socket;
+pub mod transport;
 mod tx;
 
 pub use admin::AdminQueue;
@@ -66,3 +71,4 @@ pub use io_queue::{IoQueue, IoQueueOptions};
 pub use options::ConnectOptions;
 pub use queue::{QueueConfig, QueuePair};
 pub use slot::{Completion, DataDir};
+pub use transport::{Connector, HostTransport};

@@ -34,6 +34,9 @@ pub struct ConnectOptions {
     /// The controller's secret (`--dhchap-ctrl-secret`): the controller
     /// must prove it too (bidirectional), else the connect fails.
     pub dhchap_ctrl_secret: Option<farflash_auth::Secret>,
+    /// The transport binding that opens the queues: `None` is NVMe/TCP
+    /// (built in); RDMA is `farflash_rdma_verbs::RdmaConnector`.
+    pub connector: Option<std::sync::Arc<dyn crate::transport::Connector>>,
 }
 
 /// Linux's default KATO for I/O controllers (`NVME_DEFAULT_KATO`, 5 s).
@@ -56,7 +59,13 @@ impl ConnectOptions {
             disable_sqflow: true,
             dhchap_secret: None,
             dhchap_ctrl_secret: None,
+            connector: None,
         }
+    }
+
+    /// The transport's name as nvme-cli spells it (`tcp`, `rdma`).
+    pub fn transport_name(&self) -> &'static str {
+        self.connector.as_ref().map_or("tcp", |c| c.name())
     }
 
     /// Whether this targets the well-known discovery subsystem.

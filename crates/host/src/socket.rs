@@ -254,3 +254,58 @@ impl Conn {
         self.qp.dead()
     }
 }
+
+impl crate::transport::HostTransport for Conn {
+    fn depth(&self) -> u16 {
+        self.qp.depth()
+    }
+    fn outstanding(&self) -> usize {
+        self.qp.outstanding()
+    }
+    fn alloc_cid(&mut self) -> Option<u16> {
+        self.qp.alloc_cid()
+    }
+    fn release_cid(&mut self, cid: u16) {
+        self.qp.release_cid(cid)
+    }
+    fn buf(&self, cid: u16) -> &[u8] {
+        self.qp.buf(cid)
+    }
+    fn buf_mut(&mut self, cid: u16) -> Option<&mut [u8]> {
+        self.qp.buf_mut(cid)
+    }
+    fn ensure_buf(&mut self, cid: u16, len: usize) -> Result<()> {
+        self.qp.ensure_buf(cid, len)
+    }
+    fn submit(
+        &mut self,
+        cid: u16,
+        sqe: farflash_wire::Sqe,
+        dir: crate::slot::DataDir,
+        len: u32,
+    ) -> Result<()> {
+        self.qp.submit(cid, sqe, dir, len)
+    }
+    fn send_queued(&mut self) -> Result<bool> {
+        self.flush()
+    }
+    /// One `writev` batch of what is queued, then `recv` only when
+    /// `poll(2)` says something is waiting (see [`Conn::readable`]).
+    fn progress(&mut self, out: &mut Vec<Completion>) -> Result<()> {
+        self.flush()?;
+        if self.readable()? {
+            self.recv_all()?;
+        }
+        self.qp.take_completions(out);
+        Ok(())
+    }
+    fn wait_ready(&mut self, ms: i32) -> Result<()> {
+        self.poll_fd(ms).map(|_| ())
+    }
+    fn close(&mut self, timeout: Duration) {
+        Conn::close(self, timeout)
+    }
+    fn maxh2cdata(&self) -> u32 {
+        self.qp.maxh2cdata()
+    }
+}

@@ -8,13 +8,17 @@
 //!   builds the queue pair and accepts with CRQSIZE ([`Accepted`]).
 //! - [`RdmaConn`]: one accepted queue pair, driven by a worker's event loop
 //!   (CQ polling, the CM and completion channels' fds for epoll).
+//! - [`RdmaConnector`] / [`RdmaHostQueue`]: the host side, one queue pair
+//!   of `farflash-host` over RDMA CM (`-t rdma`).
 //!
 //! See docs/rdma.md.
 
 mod cm;
 mod conn;
+mod host;
 mod listener;
 mod qp;
 
 pub use conn::RdmaConn;
+pub use host::{RdmaConnector, RdmaHostQueue};
 pub use listener::{Accepted, RdmaListener, Staging};

@@ -158,6 +158,48 @@ pub fn encode_reject(sts: RejectStatus) -> [u8; CM_REJ_LEN] {
     b
 }
 
+impl RejectStatus {
+    /// The status of an STS value, if defined (RDMA §3.2).
+    pub fn from_code(sts: u16) -> Option<RejectStatus> {
+        use RejectStatus::*;
+        Some(match sts {
+            0x01 => InvalidLength,
+            0x02 => InvalidRecfmt,
+            0x03 => InvalidQid,
+            0x04 => InvalidHsqsize,
+            0x05 => InvalidHrqsize,
+            0x06 => NoResources,
+            0x07 => InvalidIrd,
+            0x08 => InvalidOrd,
+            _ => return None,
+        })
+    }
+
+    /// The spec's meaning of the status, for error messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            RejectStatus::InvalidLength => "invalid private data length",
+            RejectStatus::InvalidRecfmt => "invalid RECFMT",
+            RejectStatus::InvalidQid => "invalid QID",
+            RejectStatus::InvalidHsqsize => "invalid HSQSIZE",
+            RejectStatus::InvalidHrqsize => "invalid HRQSIZE",
+            RejectStatus::NoResources => "no resources",
+            RejectStatus::InvalidIrd => "invalid IRD",
+            RejectStatus::InvalidOrd => "invalid ORD",
+        }
+    }
+}
+
+/// Decodes a Reject's private data (the host side): its STS, or `None`
+/// when it is shorter than 4 bytes or its RECFMT is not 0 (a reject by
+/// the CM itself, e.g. no listener, carries no NVMe private data).
+pub fn decode_reject(b: &[u8]) -> Option<u16> {
+    if b.len() < CM_REJ_LEN || le16(b, 0) != RECFMT_1_0 {
+        return None;
+    }
+    Some(le16(b, 2))
+}
+
 /// Decodes an Accept (the host side): CRQSIZE.
 pub fn decode_accept(b: &[u8]) -> Result<u16, RejectStatus> {
     if b.len() < 4 {
@@ -254,5 +296,43 @@ mod tests {
     fn reject_carries_recfmt_and_sts() {
         assert_eq!(encode_reject(RejectStatus::InvalidQid), [0, 0, 3, 0]);
         assert_eq!(encode_reject(RejectStatus::NoResources), [0, 0, 6, 0]);
+    }
+
+    #[test]
+    fn host_side_decodes_reject_and_accept() {
+        for sts in [
+            RejectStatus::InvalidLength,
+            RejectStatus::InvalidRecfmt,
+            RejectStatus::InvalidQid,
+            RejectStatus::InvalidHsqsize,
+            RejectStatus::InvalidHrqsize,
+            RejectStatus::NoResources,
+            RejectStatus::InvalidIrd,
+            RejectStatus::InvalidOrd,
+        ] {
+            let code = decode_reject(&encode_reject(sts)).unwrap();
+            assert_eq!(code, sts as u16);
+            assert_eq!(RejectStatus::from_code(code), Some(sts));
+            assert!(!sts.describe().is_empty());
+        }
+        assert_eq!(RejectStatus::from_code(0), None);
+        assert_eq!(RejectStatus::from_code(9), None);
+        // Too short, or another RECFMT: not NVMe private data.
+        assert_eq!(decode_reject(&[0, 0, 3]), None);
+        assert_eq!(decode_reject(&[1, 0, 3, 0]), None);
+        // The CM pads private data: extra bytes are ignored.
+        assert_eq!(decode_reject(&[0, 0, 3, 0, 0xAA, 0xBB]), Some(3));
+        let g = Geometry {
+            qid: 1,
+            recv_entries: 128,
+            recv_bytes: 64 + 8192,
+            send_entries: 128,
+        };
+        assert_eq!(decode_accept(&encode_accept(&g)), Ok(128));
+        assert_eq!(decode_accept(&[0, 0]), Err(RejectStatus::InvalidLength));
+        assert_eq!(
+            decode_accept(&[2, 0, 1, 0]),
+            Err(RejectStatus::InvalidRecfmt)
+        );
     }
 }

@@ -1,4 +1,4 @@
-//! The NVMe/RDMA binding of farflash's target (NVMe RDMA Transport
+//! The NVMe/RDMA binding of farflash's target and host (NVMe RDMA Transport
 //! Specification 1.0), sans-I/O part: it decides, the verbs layer moves.
 //!
 //! - [`cm`]: RDMA CM private data (Request: RECFMT, QID, HRQSIZE, HSQSIZE;
@@ -7,6 +7,8 @@
 //!   moved by RDMA READ / RDMA WRITE, and the key to invalidate.
 //! - [`capsule`]: a received command capsule cut into SQE and in-capsule
 //!   data.
+//! - [`host`]: the host side: a host queue pair's command slots, the
+//!   capsules it sends and the responses it takes.
 //!
 //! See docs/rdma.md for what exists and what does not yet.
 
@@ -14,6 +16,7 @@
 
 pub mod capsule;
 pub mod cm;
+pub mod host;
 pub mod queue;
 pub mod sgl;
 

@@ -1,4 +1,5 @@
-//! The I/O engines a job drives: a remote NVMe/TCP I/O queue, a local
+//! The I/O engines a job drives: a remote NVMe-oF I/O queue (NVMe/TCP or
+//! NVMe/RDMA, whichever transport the host library's queue runs on), a local
 //! file through the backend crate's io_uring queue, or an iSCSI LUN through
 //! libiscsi (the sweep's baseline). All expose slots with
 //! preallocated buffers, submit-by-slot and non-blocking completion polling.

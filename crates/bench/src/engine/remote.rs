@@ -1,4 +1,7 @@
-//! Engine over a remote namespace: one farflash-host I/O queue.
+//! Engine over a remote namespace: one farflash-host I/O queue, over
+//! whichever transport it was connected with (`-t tcp` or `-t rdma`: the
+//! queue's `HostTransport`), with the same slots, latency accounting and
+//! `--verify` on both.
 
 use super::{Done, Engine, ErrorKind};
 use farflash_host::{Completion, HostError, IoQueue};

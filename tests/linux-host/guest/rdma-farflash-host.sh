@@ -1,0 +1,168 @@
+#!/bin/bash
+# rdma-farflash-host.sh -- guest script for run-linux-host: farflash's
+# NVMe/RDMA HOST (`-t rdma`) inside the guest, over Soft-RoCE (rdma_rxe on
+# the guest's NIC), against the guest kernel's nvmet-rdma target (a
+# RAM-backed null_blk namespace) and against farflash's own RDMA target
+# (docs/rdma.md, "The host side").
+#
+# Needs the image of tests/interop_rdma.rs (RDMA modules, the farflash
+# binary and the rxe verbs provider); $FARFLASH names the binary, $REJECT
+# (when set) the example that asks the target for a QID it refuses.
+# Prints PASS:/FAIL: lines; exit status 0 when all passed.
+set -uo pipefail
+
+ADDR=${RDMA_ADDR:-10.0.2.15}
+KPORT=4420 # the kernel's nvmet-rdma
+FPORT=4430 # farflash serve --listen rdma:
+KNQN=nqn.2014-08.io.farflash:rdma-kernel-target
+FNQN=nqn.2026-11.io.farflash:rdma-host
+FF=${FARFLASH:?FARFLASH names the farflash binary}
+LOG=/tmp/farflash.log
+CFG=/sys/kernel/config/nvmet
+FAILED=0
+
+pass() { echo "PASS: $1 (${SECONDS}s)"; }
+fail() {
+	echo "FAIL: $1: $2"
+	FAILED=1
+}
+
+setup() {
+	local m
+	modprobe null_blk nr_devices=0 || return 1
+	for m in crc32_generic rdma_rxe ib_uverbs rdma_ucm nvmet nvmet-rdma; do
+		modprobe "$m" || return 1
+	done
+	rdma link add rxe0 type rxe netdev eth0 || return 1
+	[[ -d /sys/class/infiniband/rxe0 ]] || return 1
+	local d=/sys/kernel/config/nullb/nullb0
+	mkdir "$d" && echo 64 >"$d/size" && echo 1 >"$d/memory_backed" &&
+		echo 1 >"$d/power" || return 1
+	mkdir "$CFG/subsystems/$KNQN" || return 1
+	echo 1 >"$CFG/subsystems/$KNQN/attr_allow_any_host"
+	mkdir "$CFG/subsystems/$KNQN/namespaces/1"
+	echo /dev/nullb0 >"$CFG/subsystems/$KNQN/namespaces/1/device_path"
+	echo 1 >"$CFG/subsystems/$KNQN/namespaces/1/enable" || return 1
+	mkdir "$CFG/ports/1"
+	echo rdma >"$CFG/ports/1/addr_trtype"
+	echo ipv4 >"$CFG/ports/1/addr_adrfam"
+	echo "$ADDR" >"$CFG/ports/1/addr_traddr"
+	echo "$KPORT" >"$CFG/ports/1/addr_trsvcid"
+	ln -s "$CFG/subsystems/$KNQN" "$CFG/ports/1/subsystems/$KNQN" || return 1
+}
+
+if setup; then
+	pass rxe-and-nvmet-rdma
+else
+	fail rxe-and-nvmet-rdma "module, rxe0 or nvmet configfs setup failed"
+	dmesg | tail -n 30
+	exit 1
+fi
+
+# Every farflash host command is bounded: a hang is a failure, not a stuck VM.
+ff() { timeout 60 "$FF" "$@"; }
+
+out=$(ff discover -t rdma -a "$ADDR" -s "$KPORT" 2>&1)
+echo "$out"
+if grep -q "trtype: *rdma" <<<"$out" && grep -q "subnqn: *$KNQN" <<<"$out"; then
+	pass discover-rdma-kernel
+else
+	fail discover-rdma-kernel "no rdma entry for $KNQN"
+fi
+
+out=$(ff identify -t rdma -a "$ADDR" -s "$KPORT" -n "$KNQN" --nsid 1 2>&1)
+echo "$out" | head -n 40
+# 64 MiB of 512-byte blocks: NSZE 131072 (0x20000).
+if grep -q "NVME Identify Namespace 1" <<<"$out" && grep -Eq "nsze *: *(131072|0x20000)" <<<"$out"; then
+	pass identify-rdma-kernel
+else
+	fail identify-rdma-kernel "no namespace 1 of 64 MiB"
+fi
+
+# 4 KiB writes go in the capsule (nvmet-rdma's 4 KiB of inline data),
+# 128 KiB ones by the target's RDMA READ; every read back by RDMA WRITE.
+perf_verify() { # NAME PORT NQN
+	local name=$1 port=$2 nqn=$3 bs ok=1
+	for bs in 4k 128k; do
+		out=$(ff perf -t rdma -a "$ADDR" -s "$port" -n "$nqn" --rw randwrite --bs "$bs" \
+			--size 4M --iodepth 8 --verify crc32c 2>&1)
+		st=$?
+		echo "$out" | tail -n 12
+		if ((st != 0)); then
+			ok=0
+			fail "$name" "perf --verify bs=$bs exited with $st"
+		fi
+	done
+	((ok)) && pass "$name"
+}
+perf_verify perf-verify-rdma-kernel "$KPORT" "$KNQN"
+
+# Two jobs: two I/O queues of one controller, reads and writes mixed, the
+# jobs sleeping on the completion channel between completions (--poll block).
+out=$(ff perf -t rdma -a "$ADDR" -s "$KPORT" -n "$KNQN" --rw randrw --bs 4k --iodepth 4 \
+	--numjobs 2 --runtime 2s --size 8M --poll block 2>&1)
+st=$?
+echo "$out" | tail -n 12
+if ((st == 0)) && grep -qi "iops" <<<"$out"; then
+	pass perf-rdma-kernel-2-queues
+else
+	fail perf-rdma-kernel-2-queues "perf exited with $st"
+fi
+
+# Refused connects end with a clear error, not a hang.
+out=$(ff identify -t rdma -a "$ADDR" -s "$KPORT" -n nqn.2014-08.io.farflash:no-such-subsystem 2>&1)
+st=$?
+echo "$out"
+if ((st != 0 && st != 124)) && grep -qi "connect" <<<"$out" && grep -q "NVMe status" <<<"$out"; then
+	pass reject-wrong-nqn
+else
+	fail reject-wrong-nqn "status $st"
+fi
+out=$(ff discover -t rdma -a "$ADDR" -s 4499 2>&1)
+st=$?
+echo "$out"
+if ((st != 0 && st != 124)) && grep -q "rejected" <<<"$out"; then
+	pass reject-no-listener
+else
+	fail reject-no-listener "status $st"
+fi
+# farflash host against farflash target, both in the guest.
+"$FF" serve --listen "rdma:$ADDR:$FPORT" --nqn "$FNQN" --ram 64M --threads 1 \
+	--log-level "${FARFLASH_LOG:-info}" >"$LOG" 2>&1 &
+PID=$!
+for _ in $(seq 1 300); do
+	grep -q "listening on rdma:$ADDR:$FPORT" "$LOG" && break
+	kill -0 "$PID" 2>/dev/null || break
+	sleep 0.2
+done
+if grep -q "listening on rdma:$ADDR:$FPORT" "$LOG" && kill -0 "$PID" 2>/dev/null; then
+	perf_verify perf-verify-rdma-farflash "$FPORT" "$FNQN"
+	out=$(ff discover -t rdma -a "$ADDR" -s "$FPORT" 2>&1)
+	grep -q "subnqn: *$FNQN" <<<"$out" && pass discover-rdma-farflash ||
+		fail discover-rdma-farflash "no entry for $FNQN: $out"
+	# QID 1000 is beyond the target's queue count: the Reject's STS 03h
+	# must reach the user as an error naming it.
+	if [[ -n ${REJECT:-} ]]; then
+		out=$(timeout 60 "$REJECT" "$ADDR:$FPORT" 1000 32 2>&1)
+		st=$?
+		echo "$out"
+		if ((st == 0)) && grep -q "STS 0x03" <<<"$out" && grep -q "invalid QID" <<<"$out"; then
+			pass reject-qid-sts
+		else
+			fail reject-qid-sts "status $st"
+		fi
+	fi
+	kill -TERM "$PID"
+	wait "$PID"
+	st=$?
+	if ((st == 0)) && ! grep -q panicked "$LOG"; then
+		pass farflash-target-exit-clean
+	else
+		fail farflash-target-exit-clean "farflash serve exited with $st"
+		tail -n 40 "$LOG"
+	fi
+else
+	fail perf-verify-rdma-farflash "farflash serve did not come up"
+	tail -n 40 "$LOG"
+fi
+exit $FAILED
