@@ -10,27 +10,44 @@
 #   bash benches/rbd.sh                      # 5 pairs of 10 s runs per row
 #   RUNS=3 RUNTIME=5 OUT= bash benches/rbd.sh
 #
-# Target on core 0 (`--threads 1 --cpus-allowed 0`), fio and perf on core 1;
-# the Ceph daemons and librbd's threads are not pinned. The target sleeps in
-# epoll (`--poll never`) and perf blocks for completions (`--poll block`), as
-# fio does: on a small machine that also runs the OSD, a spinning event loop
-# and a spinning perf would take the cores the OSD and librbd need (measured
-# here at QD 1: 699 IOPS spinning, 1945 sleeping, against fio's 2400-3000). rbd_cache is off for both (farflash turns
-# it off; the benchmark's ceph.conf says so for fio). The image (SIZE, 1G) is
-# written once before the runs, so reads reach the OSD. Writes its section of
-# docs/benchmarks.md (OUT= to change, empty to skip).
+# Placement (PLACE): "split" (the default): the target's event loop on core 0
+# (`--threads 1 --cpus-allowed 0`), fio and perf on core 1 (fio's librbd
+# threads with it; the target's librbd threads are not pinned). "float" pins
+# nothing: fio, the target and perf go wherever the scheduler puts them, as do
+# the Ceph daemons. Neither was better for the gateway in paired runs on the
+# shared machine (docs/rbd.md). The target
+# sleeps in epoll (`--poll never`) and perf blocks for completions (`--poll
+# block`), as fio does: on a small machine that also runs the OSD, a spinning
+# event loop and a spinning perf would take the cores the OSD and librbd need
+# (measured here at QD 1: 699 IOPS spinning, 1945 sleeping, against fio's
+# 2400-3000). rbd_cache is off for both (farflash turns it off; the
+# benchmark's ceph.conf says so for fio). The image (SIZE, 1G) is written
+# once before the runs, so reads reach the OSD.
+#
+# Where the gateway's time goes at QD 1: each randread QD 1 pair also runs the
+# same target and perf on a null namespace (`--null`, no storage): its latency
+# is the NVMe/TCP exchange alone (perf's command, the target's pass, the
+# response), the part of the gateway's read that is not librbd's.
+#
+# Writes its section of docs/benchmarks.md (OUT= to change, empty to skip).
 # Environment: RUNS (5), RUNTIME (10), RAMP (2), SIZE (1G), PORT (4540),
-# POLL (never: the target's --poll), PERF_POLL (block: perf's --poll), OUT,
-# NOTE (a line on the run's conditions, e.g. other work on the machine).
+# PLACE (split or float), POLL (never: the target's --poll), PERF_POLL
+# (block: perf's --poll), OUT, NOTE (a line on the run's conditions, e.g.
+# other work on the machine).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
 cd "$ROOT"
 RUNS=${RUNS:-5} RUNTIME=${RUNTIME:-10} RAMP=${RAMP:-2} SIZE=${SIZE:-1G}
-PORT=${PORT:-4540} POLL=${POLL:-never} PERF_POLL=${PERF_POLL:-block}
+PORT=${PORT:-4540} POLL=${POLL:-never} PERF_POLL=${PERF_POLL:-block} PLACE=${PLACE:-split}
 OUT=${OUT-docs/benchmarks.md} NOTE=${NOTE-}
 NQN=nqn.2026-11.io.farflash:bench
 NAME=rbd.sh
+case $PLACE in
+float) FIO_CPUS=() SERVE_CPUS=() PERF_TASKSET=() PERF_CPUS=() ;;
+split) FIO_CPUS=(taskset -c 1) SERVE_CPUS=(--cpus-allowed 0) PERF_TASKSET=(taskset -c 1) PERF_CPUS=(--cpus-allowed 1) ;;
+*) echo "rbd.sh: PLACE=$PLACE: split or float" >&2; exit 1 ;;
+esac
 for t in taskset python3 cargo fio rbd; do command -v "$t" >/dev/null || { echo "rbd.sh: $t is required" >&2; exit 1; }; done
 fio --enghelp 2>/dev/null | grep -qw rbd || { echo "rbd.sh: this fio has no rbd engine" >&2; exit 1; }
 # shellcheck source=benches/lib.sh
@@ -53,7 +70,7 @@ echo "== writing the image once ($SIZE)"
 fio --name=fill --ioengine=rbd --clientname=admin --pool=rbd --rbdname=test --rw=write \
 	--bs=4M --iodepth=4 --size="$SIZE" --output=/dev/null
 
-# metrics FILE: "IOPS P50_US P99_US" of the read or write side of a fio-style JSON
+# metrics FILE SIDE: "IOPS P50_US P99_US MEAN_US" of the read or write side of a fio-style JSON
 # (fio: jobs[0]; farflash perf: aggregate).
 metrics() {
 	python3 - "$1" "$2" <<'PY'
@@ -62,43 +79,52 @@ d = json.load(open(sys.argv[1]))
 j = d["aggregate"] if "aggregate" in d else d["jobs"][0]
 s = j[sys.argv[2]]
 p = s["lat_ns"]["percentile"]
-print(f'{s["iops"]:.0f} {p["50.000000"] / 1000:.0f} {p["99.000000"] / 1000:.0f}')
+print(f'{s["iops"]:.0f} {p["50.000000"] / 1000:.0f} {p["99.000000"] / 1000:.0f} {s["lat_ns"]["mean"] / 1000:.0f}')
 PY
 }
 
-direct() { # RW QD -> "IOPS P50 P99"
-	taskset -c 1 fio --name=direct --ioengine=rbd --clientname=admin --pool=rbd --rbdname=test \
+direct() { # RW QD -> "IOPS P50 P99 MEAN"
+	"${FIO_CPUS[@]}" fio --name=direct --ioengine=rbd --clientname=admin --pool=rbd --rbdname=test \
 		--rw="$1" --bs=4k --iodepth="$2" --size="$SIZE" --time_based --runtime="$RUNTIME" \
 		--ramp_time="$RAMP" --lat_percentiles=1 --output-format=json --output="$TMP/direct.json" ||
 		die "fio (rbd engine) failed"
 	metrics "$TMP/direct.json" "${1#rand}"
 }
 
-gateway() { # RW QD -> "IOPS P50 P99"
-	"$FF" serve --listen "127.0.0.1:$PORT" --nqn "$NQN" --rbd rbd/test --ceph-conf "$CONF" \
-		--threads 1 --cpus-allowed 0 --poll "$POLL" --rpc-socket none --log-level warn >"$TMP/serve.log" 2>&1 &
+gateway() { # RW QD [NAMESPACE...] -> "IOPS P50 P99 MEAN" (default namespace: the RBD image)
+	local rw=$1 qd=$2
+	shift 2
+	(($#)) || set -- --rbd rbd/test --ceph-conf "$CONF"
+	"$FF" serve --listen "127.0.0.1:$PORT" --nqn "$NQN" "$@" \
+		--threads 1 "${SERVE_CPUS[@]}" --poll "$POLL" --rpc-socket none --log-level warn >"$TMP/serve.log" 2>&1 &
 	local pid=$!
 	PIDS+=("$pid")
 	wait_listen "$PORT"
-	taskset -c 1 "$FF" perf -t tcp -a 127.0.0.1 -s "$PORT" -n "$NQN" --rw "$1" --bs 4k \
-		--iodepth "$2" --size "$SIZE" --runtime "$RUNTIME" --ramp_time "$RAMP" --cpus-allowed 1 --poll "$PERF_POLL" \
+	"${PERF_TASKSET[@]}" "$FF" perf -t tcp -a 127.0.0.1 -s "$PORT" -n "$NQN" --rw "$rw" --bs 4k \
+		--iodepth "$qd" --size "$SIZE" --runtime "$RUNTIME" --ramp_time "$RAMP" "${PERF_CPUS[@]}" --poll "$PERF_POLL" \
 		--output-format=json >"$TMP/perf.json" || die "farflash perf failed ($(tail -3 "$TMP/serve.log"))"
 	kill -TERM "$pid" 2>/dev/null || true
 	wait "$pid" 2>/dev/null || true
-	metrics "$TMP/perf.json" "${1#rand}"
+	metrics "$TMP/perf.json" "${rw#rand}"
 }
 
-rows=() lines=()
+rows=() lines=() hops=()
 for rw in randread randwrite; do
 	for qd in 1 32; do
 		ratios=() d50=() d99=() f50=() f99=()
 		for r in $(seq "$RUNS"); do
 			# Alternate which goes first, so a drift of the machine hits both.
-			if ((r % 2)); then read -r d_iops dp50 dp99 <<<"$(direct "$rw" "$qd")"; read -r f_iops fp50 fp99 <<<"$(gateway "$rw" "$qd")"
-			else read -r f_iops fp50 fp99 <<<"$(gateway "$rw" "$qd")"; read -r d_iops dp50 dp99 <<<"$(direct "$rw" "$qd")"; fi
+			if ((r % 2)); then read -r d_iops dp50 dp99 dmean <<<"$(direct "$rw" "$qd")"; read -r f_iops fp50 fp99 fmean <<<"$(gateway "$rw" "$qd")"
+			else read -r f_iops fp50 fp99 fmean <<<"$(gateway "$rw" "$qd")"; read -r d_iops dp50 dp99 dmean <<<"$(direct "$rw" "$qd")"; fi
 			ratio=$(python3 -c "print($f_iops / max($d_iops, 1))")
 			ratios+=("$ratio") d50+=("$dp50") d99+=("$dp99") f50+=("$fp50") f99+=("$fp99")
-			lines+=("- $rw QD $qd pair $r: direct $d_iops IOPS (p50 ${dp50} µs, p99 ${dp99} µs), farflash $f_iops IOPS (p50 ${fp50} µs, p99 ${fp99} µs), ratio $(printf '%.3f' "$ratio")")
+			hop=
+			if [[ $rw = randread && $qd = 1 ]]; then
+				read -r _ np50 _ nmean <<<"$(gateway randread 1 --null "$SIZE")"
+				hops+=("$np50")
+				hop="; null namespace (the NVMe/TCP exchange alone) p50 ${np50} µs, mean ${nmean} µs"
+			fi
+			lines+=("- $rw QD $qd pair $r: direct $d_iops IOPS (p50 ${dp50} µs, p99 ${dp99} µs, mean ${dmean} µs), farflash $f_iops IOPS (p50 ${fp50} µs, p99 ${fp99} µs, mean ${fmean} µs), ratio $(printf '%.3f' "$ratio")$hop")
 			echo "${lines[-1]}"
 		done
 		med=$(median "${ratios[@]}")
@@ -114,7 +140,12 @@ done
 	run_facts
 	[[ -z $NOTE ]] || echo "- conditions: $NOTE"
 	echo "- cluster: tests/ceph/cluster.sh (1 mon, 1 mgr, 1 BlueStore OSD on a sparse file, pool size 1), image $SIZE written once, rbd_cache off"
-	echo "- direct: fio's rbd engine on core 1; farflash: \`serve --rbd rbd/test --threads 1 --cpus-allowed 0 --poll $POLL\`, \`farflash perf --poll $PERF_POLL\` on core 1; 4 KiB, ${RUNTIME} s after ${RAMP} s of ramp, $RUNS alternating pairs per row"
+	if [[ $PLACE = split ]]; then
+		echo "- placement split: fio's rbd engine on core 1; farflash: \`serve --rbd rbd/test --threads 1 --cpus-allowed 0 --poll $POLL\`, \`farflash perf --poll $PERF_POLL\` on core 1"
+	else
+		echo "- placement float (nothing pinned): fio's rbd engine; farflash: \`serve --rbd rbd/test --threads 1 --poll $POLL\`, \`farflash perf --poll $PERF_POLL\`"
+	fi
+	echo "- 4 KiB, ${RUNTIME} s after ${RAMP} s of ramp, $RUNS alternating pairs per row; the NVMe/TCP exchange alone (null namespace, randread QD 1, same target and perf settings): median p50 $(median "${hops[@]}") µs"
 	echo
 	echo "| workload | QD | direct p50 / p99 (µs) | farflash p50 / p99 (µs) | median IOPS ratio (goal 0.9) |"
 	echo "| --- | --- | --- | --- | --- |"
