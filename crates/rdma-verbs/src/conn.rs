@@ -12,7 +12,7 @@
 use crate::listener::Accepted;
 use crate::qp::Qp;
 use farflash_backend::{IoCompletion, IoRequest, SharedBackend};
-use farflash_core::Target;
+use farflash_core::{Offload, OffloadDone, Target};
 use farflash_rdma::queue::{RdmaQueue, Work};
 use farflash_rdma::sgl::Remote;
 use farflash_rdma_sys as sys;
@@ -379,6 +379,22 @@ impl RdmaConn {
 
     pub fn in_flight(&self) -> usize {
         self.q.in_flight()
+    }
+
+    /// Slow work (authentication's DH, a PTPL write) waits to be taken.
+    pub fn has_offloads(&self) -> bool {
+        self.q.has_offloads()
+    }
+
+    /// Hands the slow work to `run` (the worker's helper thread).
+    pub fn take_offloads(&mut self, run: impl FnMut(Offload)) {
+        self.q.take_offloads(run);
+    }
+
+    /// Offloaded work finished: posts what its command produced.
+    pub fn on_offload_completion(&mut self, d: OffloadDone) {
+        self.q.on_offload_completion(d);
+        self.post();
     }
 
     pub fn tick(&mut self, now: Instant) {
