@@ -262,29 +262,17 @@ pub fn remove_listener(
     ctl: &dyn ListenerControl,
     addr: &str,
 ) -> Result<ReloadReport, ManageError> {
-    use crate::listen::ListenTransport;
     let ls = target.listeners();
-    // As configured, else the TCP listener on that address.
+    // As configured, else by address (`rdma:ADDR:PORT` for the RDMA one;
+    // a plain address names the TCP listener).
     let found = ls
         .iter()
         .find(|l| l.config == addr)
-        .or_else(|| {
-            ls.iter()
-                .find(|l| l.transport == ListenTransport::Tcp && l.addr.to_string() == addr)
-        })
-        .map(|l| (l.addr, l.transport))
+        .or_else(|| ls.iter().find(|l| crate::reload::same_listener(l, addr)))
+        .map(|l| crate::listen::join_listen(l.transport, &l.addr.to_string()))
         .ok_or_else(|| ManageError::NotFound(format!("no listener {addr}")))?;
-    // A plain address names the TCP listener; RDMA listeners are set at start.
-    let found = match found {
-        (a, ListenTransport::Tcp) => a,
-        _ => {
-            return Err(ManageError::Invalid(format!(
-                "{addr}: RDMA listeners are set at start and cannot be removed at run time"
-            )))
-        }
-    };
     modify(target, Some(ctl), |cfg| {
-        cfg.listen.retain(|l| *l != found.to_string());
+        cfg.listen.retain(|l| *l != found);
         if cfg.listen.is_empty() {
             return Err(ManageError::Invalid(
                 "the last listener cannot be removed".to_owned(),
