@@ -95,7 +95,7 @@ pub enum ApplyError {
 /// returned, for [`demote_storage`] once hosts see the new states.
 fn promote_storage<'a>(
     subs: impl Iterator<Item = (&'a str, &'a [Arc<Namespace>], &'a [crate::ana::AnaConfig])>,
-    listeners: &[SocketAddr],
+    listeners: &[(SocketAddr, ListenTransport)],
 ) -> Result<Vec<Arc<Namespace>>, ApplyError> {
     let mut demote = Vec::new();
     for (nqn, namespaces, ana) in subs {
@@ -135,7 +135,11 @@ pub fn claim_storage(target: &Target) -> Result<(), ApplyError> {
     let _serial = target.manage_lock();
     let subs = target.subsystems();
     let lists: Vec<_> = subs.iter().map(|s| (s.namespaces(), s.ana())).collect();
-    let addrs = target.listener_addrs();
+    let addrs: Vec<_> = target
+        .listeners()
+        .iter()
+        .map(|l| (l.addr, l.transport))
+        .collect();
     let demote = promote_storage(
         subs.iter()
             .zip(&lists)
@@ -296,9 +300,9 @@ pub(crate) fn apply_locked(
 
     // 3. Storage shared with other targets follows ANA: promotions before
     // hosts see them, demotions after.
-    let ls_now: Vec<SocketAddr> = match listeners {
-        Some(_) if ls_differ => new_ls.iter().map(|l| l.addr).collect(),
-        _ => old_ls.iter().map(|l| l.addr).collect(),
+    let ls_now: Vec<(SocketAddr, ListenTransport)> = match listeners {
+        Some(_) if ls_differ => new_ls.iter().map(|l| (l.addr, l.transport)).collect(),
+        _ => old_ls.iter().map(|l| (l.addr, l.transport)).collect(),
     };
     let lists: Vec<Vec<Arc<Namespace>>> = plans
         .iter()

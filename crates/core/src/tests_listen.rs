@@ -122,3 +122,55 @@ fn a_reload_removes_an_rdma_listener_by_its_transport() {
     assert!(t.serves_on(RDMA, &a));
     assert!(!t.serves_on(TCP, &a));
 }
+
+#[test]
+fn ana_states_set_per_transport_through_management() {
+    use crate::manage::{ana_states, set_ana_state};
+    use farflash_wire::ana::AnaState;
+    let t = target();
+    let nqn = "nqn.2026-11.io.farflash:listen";
+    let states = |t: &Target| -> Vec<(String, AnaState)> {
+        ana_states(t, nqn)
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.anagrpid == 1)
+            .map(|r| (r.listen, r.state))
+            .collect()
+    };
+    let row = |l: &str, s| (l.to_owned(), s);
+    let (tcp, rdma) = ("10.0.2.15:4420", "rdma:10.0.2.15:4420");
+    set_ana_state(&t, nqn, rdma, 1, "inaccessible").unwrap();
+    assert_eq!(
+        states(&t),
+        [
+            row(tcp, AnaState::Optimized),
+            row(rdma, AnaState::Inaccessible)
+        ]
+    );
+    // The plain address: both transports, replacing the RDMA entry.
+    set_ana_state(&t, nqn, tcp, 1, "non-optimized").unwrap();
+    assert_eq!(
+        states(&t),
+        [
+            row(tcp, AnaState::NonOptimized),
+            row(rdma, AnaState::NonOptimized)
+        ]
+    );
+    assert_eq!(t.subsystem(nqn).unwrap().ana().config.len(), 1);
+    // One transport back to optimized: an explicit entry, as one for
+    // both would apply otherwise.
+    set_ana_state(&t, nqn, rdma, 1, "optimized").unwrap();
+    assert_eq!(
+        states(&t),
+        [
+            row(tcp, AnaState::NonOptimized),
+            row(rdma, AnaState::Optimized)
+        ]
+    );
+    // Both optimized: no entry left.
+    set_ana_state(&t, nqn, tcp, 1, "optimized").unwrap();
+    assert!(t.subsystem(nqn).unwrap().ana().config.is_empty());
+    // A transport the address does not have.
+    let e = set_ana_state(&t, nqn, "rdma:10.0.2.15:4421", 1, "change").unwrap_err();
+    assert!(e.to_string().contains("rdma:10.0.2.15:4421"), "{e}");
+}
