@@ -157,7 +157,9 @@ impl RdmaConn {
             self.post();
         }
         worked |= self.post();
-        if self.wants_close() && !self.disconnect_sent {
+        // A queue the command layer closes sends what it already answered
+        // first (the disconnect would flush it); a dead one goes at once.
+        if !self.disconnect_sent && (self.dead || (self.q.wants_close() && self.flushed())) {
             self.disconnect_sent = true;
             tracing::debug!(peer = %self.peer, fault = ?self.q.fault(), "RDMA queue closing");
             self.qp.disconnect();
@@ -406,9 +408,15 @@ impl RdmaConn {
         self.dead || self.q.wants_close()
     }
 
-    /// Closing and no storage request in flight: the queue may be dropped
-    /// (destroying the QP first makes the device drop posted work).
+    /// Closing, no storage request in flight, and dead or every response
+    /// sent: the queue may be dropped (destroying the QP first makes the
+    /// device drop posted work).
     pub fn finished(&self) -> bool {
-        self.wants_close() && self.q.in_flight() == 0
+        self.wants_close() && self.q.in_flight() == 0 && (self.dead || self.flushed())
+    }
+
+    /// Nothing produced is waiting or unsent (see [`RdmaQueue::flushed`]).
+    fn flushed(&self) -> bool {
+        self.held.is_none() && self.q.flushed(self.qp.sq_depth)
     }
 }

@@ -129,7 +129,16 @@ impl RdmaQueue {
 
     /// Closing, no storage request in flight and no work outstanding.
     pub fn finished(&self, sq_entries: usize) -> bool {
-        self.wants_close() && self.core.in_flight() == 0 && self.sq_free == sq_entries
+        self.wants_close() && self.core.in_flight() == 0 && self.flushed(sq_entries)
+    }
+
+    /// Every piece of work produced has been posted and has completed (of
+    /// `sq_entries` send-queue entries, all are free): a disconnect now
+    /// loses no response. A disconnect moves the QP to the error state,
+    /// which flushes posted work the device has not sent yet, such as the
+    /// AUTH_Failure1 that ends an association.
+    pub fn flushed(&self, sq_entries: usize) -> bool {
+        self.out.is_empty() && self.sq_free == sq_entries
     }
 
     /// Receive buffer `buf` completed with `msg` (its first `byte_len` bytes).

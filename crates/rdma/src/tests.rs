@@ -430,4 +430,8 @@ fn work_waits_for_send_queue_entries() {
     };
     assert_eq!(Cqe::decode(&cqe).status, Status::SUCCESS);
     assert!(!q.finished(1));
+    // Posted, not completed: a disconnect now would flush the response.
+    assert!(!q.flushed(1));
+    q.on_send_done(1);
+    assert!(q.flushed(1));
 }
