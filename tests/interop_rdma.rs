@@ -117,7 +117,7 @@ fn guest_binary(src: &Path, name: &str) -> PathBuf {
     dst
 }
 
-/// Builds the hostile CM client (crates/rdma-verbs/examples/rdma_cm_probe.rs)
+/// Builds the hostile CM client (crates/rdma-verbs/examples/rdma_cm_probe/)
 /// with the profile this test was built with; returns its path.
 fn probe_binary() -> PathBuf {
     let bin_dir = Path::new(env!("CARGO_BIN_EXE_farflash"))
@@ -183,6 +183,8 @@ fn farflash_rdma_target_in_guest() {
             "probe-bad-key",
             "probe-destroy-mid-transfer",
             "probe-disconnect-at-once",
+            "probe-io-destroy-with-reads-in-flight",
+            "probe-io-bad-key-beside-traffic",
             "hostile-cm-peer",
             "discover-rdma-both-transports",
             "connect-rdma",
