@@ -275,6 +275,7 @@ fn farflash_rdma_auth_and_run_time_listeners_612() {
             "serve-rdma-auth",
             "rdma-auth-wrong-key",
             "rdma-auth-right-key",
+            "rdma-reauth-during-io",
             "rdma-listener-added",
             "rdma-connect-added-listener",
             "rdma-listener-removed-closes-its-queues-only",

@@ -141,6 +141,44 @@ else
 	dev=""
 fi
 
+# Re-authentication while fio runs: the same secret written to the
+# controller's sysfs dhchap_secret makes the kernel re-authenticate every
+# queue (the target computes on its helper thread while I/O goes on); the
+# controller stays live, no reset, fio verifies.
+c=$(ctrls | head -n 1)
+if [[ -n $dev && -n $c ]]; then
+	dmesg -c >/dev/null
+	(verify "$dev"; echo $? >/tmp/fio.rc) &
+	FPID=$!
+	sleep 1
+	printf '%s' "$KEY" >"/sys/class/nvme/$c/dhchap_secret"
+	for _ in $(seq 1 300); do
+		kill -0 "$FPID" 2>/dev/null || break
+		sleep 0.2
+	done
+	if kill -0 "$FPID" 2>/dev/null; then
+		echo 124 >/tmp/fio.rc
+		echo "fio still running 60 s after the re-authentication began"
+		dmesg | tail -n 30
+		SHOW_LINES=150 show_log
+	else
+		wait "$FPID"
+	fi
+	log=$(dmesg)
+	echo "$log" | grep -iE "auth" | head -n 5
+	if [[ $(cat /tmp/fio.rc) = 0 ]] && grep -q "re-authenticating controller" <<<"$log" &&
+		grep -q "qid 0: authenticated with hash" <<<"$log" &&
+		! grep -qiE "authentication failed|reset|reconnect" <<<"$log" &&
+		[[ $(cat "/sys/class/nvme/$c/state") = live ]]; then
+		pass rdma-reauth-during-io
+	else
+		fail rdma-reauth-during-io "fio $(cat /tmp/fio.rc), state $(cat "/sys/class/nvme/$c/state")"
+		show_log
+	fi
+else
+	fail rdma-reauth-during-io "no controller"
+fi
+
 # An RDMA listener added at run time: discovery through it, and a second
 # controller connects through it and authenticates.
 if ctl listener add "rdma:$ADDR:4422"; then
