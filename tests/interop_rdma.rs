@@ -19,6 +19,12 @@
 //!   `farflash serve --listen rdma:…` (perf --verify, discover); refused
 //!   connects (wrong NQN, no listener, a QID the target refuses) end with
 //!   a clear error.
+//! - `farflash_rdma_auth_and_run_time_listeners_612` (the 6.12 guest, whose
+//!   nvme-rdma host has DH-HMAC-CHAP): `farflash serve --config` with a
+//!   subsystem that requires the guest's host NQN to authenticate; a wrong
+//!   secret is refused, the right one connects (ffdhe2048, fio verify);
+//!   an RDMA listener added through `farflash ctl` takes a second
+//!   controller; removing the first listener closes its queues only.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -117,7 +123,7 @@ fn guest_binary(src: &Path, name: &str) -> PathBuf {
     dst
 }
 
-/// Builds the hostile CM client (crates/rdma-verbs/examples/rdma_cm_probe.rs)
+/// Builds the hostile CM client (crates/rdma-verbs/examples/rdma_cm_probe/)
 /// with the profile this test was built with; returns its path.
 fn probe_binary() -> PathBuf {
     let bin_dir = Path::new(env!("CARGO_BIN_EXE_farflash"))
@@ -183,6 +189,8 @@ fn farflash_rdma_target_in_guest() {
             "probe-bad-key",
             "probe-destroy-mid-transfer",
             "probe-disconnect-at-once",
+            "probe-io-destroy-with-reads-in-flight",
+            "probe-io-bad-key-beside-traffic",
             "hostile-cm-peer",
             "discover-rdma-both-transports",
             "connect-rdma",
@@ -260,6 +268,91 @@ fn farflash_rdma_host_in_guest() {
             "discover-rdma-farflash",
             "reject-qid-sts",
             "farflash-target-exit-clean",
+        ],
+    );
+}
+
+/// A random DH-HMAC-CHAP secret (`DHHC-1:00:...:`), as `nvme gen-dhchap-key`
+/// makes them.
+fn dhchap_secret() -> String {
+    use std::io::Read;
+    let mut key = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut key))
+        .expect("read /dev/urandom");
+    let s = farflash_auth::Secret::new(&key, None).expect("secret");
+    s.to_dhhc().to_string()
+}
+
+#[test]
+#[ignore = "boots a QEMU VM with the 6.12 kernel; run by tests/run.sh"]
+fn farflash_rdma_auth_and_run_time_listeners_612() {
+    for f in [RXE_PROVIDER, RXE_DRIVER] {
+        assert!(
+            Path::new(f).exists(),
+            "{f} is missing: install ibverbs-providers (tests/run.sh does)"
+        );
+    }
+    let bin = guest_binary(Path::new(env!("CARGO_BIN_EXE_farflash")), "farflash");
+    let bin = bin.to_str().expect("UTF-8 path");
+    let uuid = std::fs::read_to_string("/proc/sys/kernel/random/uuid").expect("a uuid");
+    let hostnqn = format!("nqn.2014-08.org.nvmexpress:uuid:{}", uuid.trim());
+    let nqn = "nqn.2026-11.io.farflash:rdma-auth";
+    let (key, wrong) = (dhchap_secret(), dhchap_secret());
+    let conf = format!(
+        "listen = [{{ address = '10.0.2.15:4420', transport = 'rdma' }}]\n\
+         [transport]\nmax_io_queues = 2\n\
+         [[subsystem]]\nnqn = '{nqn}'\nrequire_auth = true\n\
+         [[subsystem.host]]\nnqn = '{hostnqn}'\ndhchap_key = '{key}'\n\
+         dhchap_dhgroup = ['ffdhe2048']\n\
+         [[subsystem.namespace]]\nbackend = 'ram'\nsize = '32M'\n"
+    );
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rdma-auth");
+    std::fs::create_dir_all(&dir).expect("create the config's directory");
+    let conf_path = dir.join("rdma-auth.toml");
+    std::fs::write(&conf_path, conf).expect("write the config");
+    let extra: Vec<String> = [
+        "--kernel",
+        "6.12",
+        // The crypto self-tests take minutes under TCG.
+        "--append",
+        "cryptomgr.notests",
+        "--hostnqn",
+        &hostnqn,
+        "--bin",
+        bin,
+        "--image-file",
+        RXE_PROVIDER,
+        "--image-file",
+        RXE_DRIVER,
+        "-f",
+        conf_path.to_str().expect("UTF-8 path"),
+        "--env",
+        &format!("FARFLASH={bin}"),
+        "--env",
+        &format!("NQN={nqn}"),
+        "--env",
+        &format!("KEY={key}"),
+        "--env",
+        &format!("WRONG={wrong}"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    run_guest(
+        "rdma-farflash-auth.sh",
+        &extra,
+        &[
+            "rxe",
+            "serve-rdma-auth",
+            "rdma-auth-wrong-key",
+            "rdma-auth-right-key",
+            "rdma-reauth-during-io",
+            "rdma-listener-added",
+            "rdma-connect-added-listener",
+            "rdma-listener-removed-closes-its-queues-only",
+            "no-secret-in-log",
+            "target-exit-clean",
         ],
     );
 }

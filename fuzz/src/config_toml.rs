@@ -69,4 +69,18 @@ mod tests {
         let text = std::fs::read_to_string(dir.join("rdma-bad-transport")).unwrap();
         assert!(Config::from_toml(&text, "rdma-bad-transport").is_err());
     }
+
+    /// ANA entries for one transport (field and prefix) reach the round
+    /// trip with it; a prefix and a field that disagree are refused.
+    #[test]
+    fn ana_transport_seeds() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/config_toml");
+        let text = std::fs::read_to_string(dir.join("ana-transport")).unwrap();
+        let cfg = Config::from_toml(&text, "ana-transport").unwrap();
+        assert_eq!(cfg.subsystems[0].ana[1].transport.as_deref(), Some("rdma"));
+        run(text.as_bytes());
+        let text = std::fs::read_to_string(dir.join("ana-bad-transport")).unwrap();
+        let e = Config::from_toml(&text, "ana-bad-transport").unwrap_err();
+        assert!(e.to_string().contains("transport"), "{e}");
+    }
 }

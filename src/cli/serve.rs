@@ -346,9 +346,13 @@ fn bind_rdma(addr: &str) -> Result<farflash_transport::RdmaListener> {
         .with_context(|| format!("bad listen address rdma:{addr} (want rdma:ADDR:PORT)"))?
         .next()
         .with_context(|| format!("listen address rdma:{addr} resolves to nothing"))?;
-    farflash_transport::RdmaListener::bind(sa, 128).with_context(|| {
-        format!("cannot listen for NVMe/RDMA on {sa} (is there an RDMA device on it? rdma link)")
-    })
+    farflash_transport::RdmaListener::bind(sa, farflash_transport::RDMA_BACKLOG).with_context(
+        || {
+            format!(
+                "cannot listen for NVMe/RDMA on {sa} (is there an RDMA device on it? rdma link)"
+            )
+        },
+    )
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {

@@ -219,6 +219,7 @@ fn get_log_page(q: &mut NvmeQueue, idx: usize, ctrl: &Controller, sqe: &Sqe) -> 
             let groups = crate::ana::log_groups(
                 &sub.ana(),
                 list.iter().map(|n| (n.nsid, n.anagrpid)),
+                crate::listen::ListenTransport::from_trtype(q.trtype),
                 &q.local,
                 chgcnt,
             );

@@ -45,3 +45,5 @@ pub use target::Target;
 mod tests;
 #[cfg(test)]
 mod tests_ha;
+#[cfg(test)]
+mod tests_listen;

@@ -32,7 +32,16 @@ impl ListenTransport {
         }
     }
 
-    fn from_name(s: &str) -> Option<ListenTransport> {
+    /// The transport of a queue's TRTYPE (RDMA, else TCP).
+    pub fn from_trtype(t: u8) -> ListenTransport {
+        if t == farflash_wire::discovery::TRTYPE_RDMA {
+            ListenTransport::Rdma
+        } else {
+            ListenTransport::Tcp
+        }
+    }
+
+    pub(crate) fn from_name(s: &str) -> Option<ListenTransport> {
         match s {
             "tcp" => Some(ListenTransport::Tcp),
             "rdma" => Some(ListenTransport::Rdma),

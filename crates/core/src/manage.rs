@@ -262,29 +262,17 @@ pub fn remove_listener(
     ctl: &dyn ListenerControl,
     addr: &str,
 ) -> Result<ReloadReport, ManageError> {
-    use crate::listen::ListenTransport;
     let ls = target.listeners();
-    // As configured, else the TCP listener on that address.
+    // As configured, else by address (`rdma:ADDR:PORT` for the RDMA one;
+    // a plain address names the TCP listener).
     let found = ls
         .iter()
         .find(|l| l.config == addr)
-        .or_else(|| {
-            ls.iter()
-                .find(|l| l.transport == ListenTransport::Tcp && l.addr.to_string() == addr)
-        })
-        .map(|l| (l.addr, l.transport))
+        .or_else(|| ls.iter().find(|l| crate::reload::same_listener(l, addr)))
+        .map(|l| crate::listen::join_listen(l.transport, &l.addr.to_string()))
         .ok_or_else(|| ManageError::NotFound(format!("no listener {addr}")))?;
-    // A plain address names the TCP listener; RDMA listeners are set at start.
-    let found = match found {
-        (a, ListenTransport::Tcp) => a,
-        _ => {
-            return Err(ManageError::Invalid(format!(
-                "{addr}: RDMA listeners are set at start and cannot be removed at run time"
-            )))
-        }
-    };
     modify(target, Some(ctl), |cfg| {
-        cfg.listen.retain(|l| *l != found.to_string());
+        cfg.listen.retain(|l| *l != found);
         if cfg.listen.is_empty() {
             return Err(ManageError::Invalid(
                 "the last listener cannot be removed".to_owned(),
@@ -305,23 +293,41 @@ pub fn set_ana_state(
     anagrpid: u32,
     state: &str,
 ) -> Result<ReloadReport, ManageError> {
-    let addr = target
-        .listeners()
+    use crate::listen::split_listen;
+    // A listener as configured, or its address: plain for both transports
+    // on it, `tcp:` / `rdma:` for one.
+    let (t, rest) = split_listen(listen).map_err(ManageError::Invalid)?;
+    let prefixed = rest.len() != listen.len();
+    let ls = target.listeners();
+    let (addr, transport) = ls
         .iter()
-        .find(|l| l.config == listen || l.addr.to_string() == listen)
-        .map(|l| l.addr)
+        .find(|l| l.config == listen)
+        .or_else(|| {
+            ls.iter()
+                .find(|l| l.addr.to_string() == rest && (!prefixed || l.transport == t))
+        })
+        .map(|l| (l.addr, prefixed.then_some(l.transport)))
         .ok_or_else(|| ManageError::NotFound(format!("no listener {listen}")))?;
     let entry = crate::ana::AnaConfig {
         listen: addr.to_string(),
+        transport: transport.map(|t| t.name().to_owned()),
         anagrpid,
         state: state.to_owned(),
     };
-    let (_, parsed) = entry.parse().map_err(ManageError::Invalid)?;
+    let (_, _, parsed) = entry.parse().map_err(ManageError::Invalid)?;
     modify(target, None, |cfg| {
         let s = subsystem(cfg, nqn)?;
-        s.ana
-            .retain(|a| !(a.anagrpid == anagrpid && a.parse().is_ok_and(|(l, _)| l == addr)));
-        if parsed != farflash_wire::ana::AnaState::Optimized {
+        // Both transports replace every entry of the address; one replaces
+        // its own.
+        s.ana.retain(|a| {
+            !(a.anagrpid == anagrpid
+                && a.parse()
+                    .is_ok_and(|(l, at, _)| l == addr && (transport.is_none() || at == transport)))
+        });
+        let shadowed = transport.is_some_and(|t| {
+            crate::ana::AnaTable::build(&s.ana).state(t, &addr, anagrpid) != parsed
+        });
+        if parsed != farflash_wire::ana::AnaState::Optimized || shadowed {
             s.ana.push(entry);
         }
         Ok(())
@@ -353,9 +359,9 @@ pub fn ana_states(target: &Target, nqn: &str) -> Result<Vec<AnaRow>, ManageError
     for l in target.listeners().iter() {
         for &g in &groups {
             out.push(AnaRow {
-                listen: l.addr.to_string(),
+                listen: crate::listen::join_listen(l.transport, &l.addr.to_string()),
                 anagrpid: g,
-                state: table.state(&l.addr, g),
+                state: table.state(l.transport, &l.addr, g),
                 nsids: list
                     .iter()
                     .filter(|n| n.anagrpid == g)

@@ -15,6 +15,7 @@
 //! before anything changes: a bad configuration changes nothing.
 
 use crate::config::Config;
+use crate::listen::ListenTransport;
 use crate::subsystem::{
     build_namespaces, build_subsystem, BuildError, HostAccess, Namespace, Subsystem,
 };
@@ -34,9 +35,10 @@ pub trait ListenerControl {
     /// Binds `addr` (as configured) and starts accepting on it; returns
     /// the bound address.
     fn add(&self, addr: &str) -> Result<SocketAddr, String>;
-    /// Stops accepting on `addr` (connections that came through it close
-    /// at their next tick, see [`Target::serves`]).
-    fn remove(&self, addr: SocketAddr);
+    /// Stops accepting on `addr` with `transport` (queues that came
+    /// through it close at their next tick, see [`Target::serves_on`]; a
+    /// listener of the other transport on the same address is untouched).
+    fn remove(&self, addr: SocketAddr, transport: ListenTransport);
 }
 
 /// What a reload did.
@@ -93,7 +95,7 @@ pub enum ApplyError {
 /// returned, for [`demote_storage`] once hosts see the new states.
 fn promote_storage<'a>(
     subs: impl Iterator<Item = (&'a str, &'a [Arc<Namespace>], &'a [crate::ana::AnaConfig])>,
-    listeners: &[SocketAddr],
+    listeners: &[(SocketAddr, ListenTransport)],
 ) -> Result<Vec<Arc<Namespace>>, ApplyError> {
     let mut demote = Vec::new();
     for (nqn, namespaces, ana) in subs {
@@ -133,7 +135,11 @@ pub fn claim_storage(target: &Target) -> Result<(), ApplyError> {
     let _serial = target.manage_lock();
     let subs = target.subsystems();
     let lists: Vec<_> = subs.iter().map(|s| (s.namespaces(), s.ana())).collect();
-    let addrs = target.listener_addrs();
+    let addrs: Vec<_> = target
+        .listeners()
+        .iter()
+        .map(|l| (l.addr, l.transport))
+        .collect();
     let demote = promote_storage(
         subs.iter()
             .zip(&lists)
@@ -156,7 +162,7 @@ pub fn current_config(target: &Target) -> Config {
         listen: target
             .listeners()
             .iter()
-            .map(|l| l.addr.to_string())
+            .map(|l| crate::listen::join_listen(l.transport, &l.addr.to_string()))
             .collect(),
         transport: target.transport.clone(),
         subsystems: target.subsystems().iter().map(|s| s.to_config()).collect(),
@@ -164,7 +170,7 @@ pub fn current_config(target: &Target) -> Config {
 }
 
 /// Whether listener `l` is what `want` (an `ADDR:PORT` as configured) asks for.
-fn same_listener(l: &Listener, want: &str) -> bool {
+pub(crate) fn same_listener(l: &Listener, want: &str) -> bool {
     if l.config == want {
         return true;
     }
@@ -239,7 +245,9 @@ pub(crate) fn apply_locked(
     // 2. Listeners: bind the new ones (undone if one fails).
     let old_ls = target.listeners();
     let mut new_ls: Vec<Listener> = Vec::new();
-    let mut to_remove: Vec<SocketAddr> = Vec::new();
+    let mut to_remove: Vec<Listener> = Vec::new();
+    // What this call bound, to undo if a later step fails.
+    let mut added: Vec<(SocketAddr, ListenTransport)> = Vec::new();
     let ls_differ = cfg.listen.len() != old_ls.len()
         || cfg
             .listen
@@ -256,18 +264,20 @@ pub(crate) fn apply_locked(
                 }
                 match ctl.add(want) {
                     Ok(addr) => {
+                        let transport = crate::listen::split_listen(want)
+                            .map(|(t, _)| t)
+                            .unwrap_or_default();
                         report.listeners_added.push(addr);
+                        added.push((addr, transport));
                         new_ls.push(Listener {
                             config: want.clone(),
                             addr,
-                            transport: crate::listen::split_listen(want)
-                                .map(|(t, _)| t)
-                                .unwrap_or_default(),
+                            transport,
                         });
                     }
                     Err(msg) => {
-                        for a in &report.listeners_added {
-                            ctl.remove(*a);
+                        for (a, t) in &added {
+                            ctl.remove(*a, *t);
                         }
                         return Err(ApplyError::Listener {
                             addr: want.clone(),
@@ -278,7 +288,7 @@ pub(crate) fn apply_locked(
             }
             for l in old_ls.iter() {
                 if !new_ls.contains(l) {
-                    to_remove.push(l.addr);
+                    to_remove.push(l.clone());
                 }
             }
         }
@@ -290,9 +300,9 @@ pub(crate) fn apply_locked(
 
     // 3. Storage shared with other targets follows ANA: promotions before
     // hosts see them, demotions after.
-    let ls_now: Vec<SocketAddr> = match listeners {
-        Some(_) if ls_differ => new_ls.iter().map(|l| l.addr).collect(),
-        _ => old_ls.iter().map(|l| l.addr).collect(),
+    let ls_now: Vec<(SocketAddr, ListenTransport)> = match listeners {
+        Some(_) if ls_differ => new_ls.iter().map(|l| (l.addr, l.transport)).collect(),
+        _ => old_ls.iter().map(|l| (l.addr, l.transport)).collect(),
     };
     let lists: Vec<Vec<Arc<Namespace>>> = plans
         .iter()
@@ -308,8 +318,8 @@ pub(crate) fn apply_locked(
         Ok(d) => d,
         Err(e) => {
             if let Some(ctl) = listeners {
-                for a in &report.listeners_added {
-                    ctl.remove(*a);
+                for (a, t) in &added {
+                    ctl.remove(*a, *t);
                 }
             }
             return Err(e);
@@ -362,10 +372,10 @@ pub(crate) fn apply_locked(
     }
     if let Some(ctl) = listeners {
         if ls_differ {
-            for a in &to_remove {
-                ctl.remove(*a);
+            for l in &to_remove {
+                ctl.remove(l.addr, l.transport);
             }
-            report.listeners_removed = to_remove;
+            report.listeners_removed = to_remove.iter().map(|l| l.addr).collect();
             target.set_listeners(new_ls);
             discovery = true;
         }

@@ -517,7 +517,11 @@ fn ana_changes_reach_storage_that_follows_them() {
                 .unwrap()
                 .as_ref()
                 .map_or(AnaState::Optimized, |s| {
-                    s.ana().state(&"127.0.0.1:4420".parse().unwrap(), 1)
+                    s.ana().state(
+                        crate::listen::ListenTransport::Tcp,
+                        &"127.0.0.1:4420".parse().unwrap(),
+                        1,
+                    )
                 });
             self.calls.lock().unwrap().push((optimized, seen));
             Ok(())
@@ -565,7 +569,11 @@ fn ana_changes_reach_storage_that_follows_them() {
         "{e}"
     );
     assert_eq!(
-        sub.ana().state(&"127.0.0.1:4420".parse().unwrap(), 1),
+        sub.ana().state(
+            crate::listen::ListenTransport::Tcp,
+            &"127.0.0.1:4420".parse().unwrap(),
+            1,
+        ),
         AnaState::NonOptimized
     );
     assert!(calls().is_empty());

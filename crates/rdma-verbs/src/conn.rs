@@ -12,7 +12,7 @@
 use crate::listener::Accepted;
 use crate::qp::Qp;
 use farflash_backend::{IoCompletion, IoRequest, SharedBackend};
-use farflash_core::Target;
+use farflash_core::{Offload, OffloadDone, Target};
 use farflash_rdma::queue::{RdmaQueue, Work};
 use farflash_rdma::sgl::Remote;
 use farflash_rdma_sys as sys;
@@ -157,7 +157,9 @@ impl RdmaConn {
             self.post();
         }
         worked |= self.post();
-        if self.wants_close() && !self.disconnect_sent {
+        // A queue the command layer closes sends what it already answered
+        // first (the disconnect would flush it); a dead one goes at once.
+        if !self.disconnect_sent && (self.dead || (self.q.wants_close() && self.flushed())) {
             self.disconnect_sent = true;
             tracing::debug!(peer = %self.peer, fault = ?self.q.fault(), "RDMA queue closing");
             self.qp.disconnect();
@@ -381,6 +383,22 @@ impl RdmaConn {
         self.q.in_flight()
     }
 
+    /// Slow work (authentication's DH, a PTPL write) waits to be taken.
+    pub fn has_offloads(&self) -> bool {
+        self.q.has_offloads()
+    }
+
+    /// Hands the slow work to `run` (the worker's helper thread).
+    pub fn take_offloads(&mut self, run: impl FnMut(Offload)) {
+        self.q.take_offloads(run);
+    }
+
+    /// Offloaded work finished: posts what its command produced.
+    pub fn on_offload_completion(&mut self, d: OffloadDone) {
+        self.q.on_offload_completion(d);
+        self.post();
+    }
+
     pub fn tick(&mut self, now: Instant) {
         self.q.tick(now);
         self.post();
@@ -390,9 +408,15 @@ impl RdmaConn {
         self.dead || self.q.wants_close()
     }
 
-    /// Closing and no storage request in flight: the queue may be dropped
-    /// (destroying the QP first makes the device drop posted work).
+    /// Closing, no storage request in flight, and dead or every response
+    /// sent: the queue may be dropped (destroying the QP first makes the
+    /// device drop posted work).
     pub fn finished(&self) -> bool {
-        self.wants_close() && self.q.in_flight() == 0
+        self.wants_close() && self.q.in_flight() == 0 && (self.dead || self.flushed())
+    }
+
+    /// Nothing produced is waiting or unsent (see [`RdmaQueue::flushed`]).
+    fn flushed(&self) -> bool {
+        self.held.is_none() && self.q.flushed(self.qp.sq_depth)
     }
 }

@@ -14,7 +14,7 @@ use crate::capsule::{self, CapsuleError};
 use crate::cm::Geometry;
 use crate::sgl::{self, Placement, Remote};
 use farflash_backend::{IoBuf, IoCompletion, IoRequest, SharedBackend};
-use farflash_core::{Begin, Completion, NvmeQueue, Target};
+use farflash_core::{Begin, Completion, NvmeQueue, Offload, OffloadDone, Target};
 use farflash_wire::cqe::CQE_SIZE;
 use farflash_wire::Cqe;
 use std::collections::VecDeque;
@@ -129,7 +129,16 @@ impl RdmaQueue {
 
     /// Closing, no storage request in flight and no work outstanding.
     pub fn finished(&self, sq_entries: usize) -> bool {
-        self.wants_close() && self.core.in_flight() == 0 && self.sq_free == sq_entries
+        self.wants_close() && self.core.in_flight() == 0 && self.flushed(sq_entries)
+    }
+
+    /// Every piece of work produced has been posted and has completed (of
+    /// `sq_entries` send-queue entries, all are free): a disconnect now
+    /// loses no response. A disconnect moves the QP to the error state,
+    /// which flushes posted work the device has not sent yet, such as the
+    /// AUTH_Failure1 that ends an association.
+    pub fn flushed(&self, sq_entries: usize) -> bool {
+        self.out.is_empty() && self.sq_free == sq_entries
     }
 
     /// Receive buffer `buf` completed with `msg` (its first `byte_len` bytes).
@@ -250,6 +259,25 @@ impl RdmaQueue {
 
     pub fn in_flight(&self) -> usize {
         self.core.in_flight()
+    }
+
+    /// Whether slow work (authentication's DH, a PTPL write) waits to be
+    /// taken, as on a TCP queue.
+    pub fn has_offloads(&self) -> bool {
+        self.core.has_offloads()
+    }
+
+    /// Hands the slow work to `run` (the worker's helper thread); each
+    /// comes back once through [`RdmaQueue::on_offload_completion`].
+    pub fn take_offloads(&mut self, run: impl FnMut(Offload)) {
+        self.core.take_offloads(run);
+    }
+
+    /// Offloaded work finished: its command goes on (its response, or the
+    /// next step of the exchange, becomes work).
+    pub fn on_offload_completion(&mut self, d: OffloadDone) {
+        self.core.on_offload_completion(d);
+        self.flush_completions();
     }
 
     /// Standalone use (tests, fuzzers): runs storage on the queue's own set.

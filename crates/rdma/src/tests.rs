@@ -15,6 +15,8 @@ use farflash_wire::sqe::{SglDescriptor, PSDT_SGL};
 use farflash_wire::{props, Cqe, Sqe, Status};
 use std::sync::Arc;
 
+mod auth;
+
 const NQN: &str = "nqn.2026-11.io.farflash:rdma-test";
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:rdma-host";
 const KEY: u32 = 0x1234;
@@ -52,6 +54,10 @@ struct Host {
     cid: u16,
     replies: Vec<Reply>,
     recv_outstanding: usize,
+    /// Offloads taken from the queue (run here, as the worker's helper
+    /// thread would), and the bytes of the last RDMA WRITE.
+    offloads: usize,
+    written: usize,
 }
 
 impl Host {
@@ -70,6 +76,8 @@ impl Host {
             cid: 0,
             replies: Vec::new(),
             recv_outstanding: entries as usize,
+            offloads: 0,
+            written: 0,
         }
     }
 
@@ -91,6 +99,14 @@ impl Host {
 
     fn run(&mut self) {
         loop {
+            // The worker's path: offloads leave the queue, run elsewhere
+            // and come back (commit() would run them in place).
+            let mut jobs = Vec::new();
+            self.q.take_offloads(|o| jobs.push(o));
+            self.offloads += jobs.len();
+            for j in jobs {
+                self.q.on_offload_completion(j.run());
+            }
             self.q.commit();
             while self.q.in_flight() > 0 {
                 self.q.poll_backends();
@@ -122,6 +138,7 @@ impl Host {
                         self.mem[r.addr as usize..][..len as usize]
                             .copy_from_slice(&buf.as_slice()[..len as usize]);
                         self.q.release(buf);
+                        self.written = len as usize;
                     }
                     self.q.on_send_done(n);
                     self.replies.push(Reply {
@@ -413,4 +430,8 @@ fn work_waits_for_send_queue_entries() {
     };
     assert_eq!(Cqe::decode(&cqe).status, Status::SUCCESS);
     assert!(!q.finished(1));
+    // Posted, not completed: a disconnect now would flush the response.
+    assert!(!q.flushed(1));
+    q.on_send_done(1);
+    assert!(q.flushed(1));
 }

@@ -12,6 +12,7 @@ mod offload;
 mod worker;
 
 pub use farflash_core::config::PollMode;
+use farflash_core::listen::{split_listen, ListenTransport};
 use farflash_core::Target;
 pub use farflash_rdma_verbs::RdmaListener;
 use farflash_rdma_verbs::{Accepted, Staging};
@@ -28,6 +29,8 @@ const ACCEPT_POLL: Duration = Duration::from_millis(50);
 /// Acceptor tokens of the RDMA listeners (`RDMA_LISTEN + k`); TCP
 /// listeners count from 0.
 const RDMA_LISTEN: usize = 1 << 40;
+/// Connection requests an RDMA listener queues (`rdma_listen` backlog).
+pub const RDMA_BACKLOG: i32 = 128;
 
 /// How the event loops run.
 #[derive(Clone, Debug)]
@@ -51,7 +54,8 @@ pub struct LoopOptions {
 /// What the management API asks of the acceptor.
 enum ListenerCmd {
     Add(std::net::TcpListener),
-    Remove(std::net::SocketAddr, mpsc::Sender<()>),
+    AddRdma(RdmaListener),
+    Remove(std::net::SocketAddr, ListenTransport, mpsc::Sender<()>),
 }
 
 /// Starts and stops listeners of a running [`serve_with`]: binds in the
@@ -73,30 +77,40 @@ pub fn listener_control() -> (ListenerHandle, ListenerControlRx) {
 
 impl farflash_core::reload::ListenerControl for ListenerHandle {
     fn add(&self, addr: &str) -> Result<std::net::SocketAddr, String> {
-        use farflash_core::listen::{split_listen, ListenTransport};
         use std::net::ToSocketAddrs;
-        let addr = match split_listen(addr)? {
-            (ListenTransport::Tcp, a) => a,
-            (ListenTransport::Rdma, _) => return Err(
-                "RDMA listeners are set at start (--listen rdma:ADDR:PORT), not added at run time"
-                    .into(),
-            ),
-        };
+        let (transport, addr) = split_listen(addr)?;
         let sa = addr
             .to_socket_addrs()
             .map_err(|e| format!("bad address (want ADDR:PORT): {e}"))?
             .next()
             .ok_or_else(|| "the address resolves to nothing".to_owned())?;
-        let l = std::net::TcpListener::bind(sa).map_err(|e| format!("cannot listen: {e}"))?;
-        let bound = l.local_addr().map_err(|e| e.to_string())?;
+        let (cmd, bound) = match transport {
+            ListenTransport::Tcp => {
+                let l =
+                    std::net::TcpListener::bind(sa).map_err(|e| format!("cannot listen: {e}"))?;
+                let bound = l.local_addr().map_err(|e| e.to_string())?;
+                (ListenerCmd::Add(l), bound)
+            }
+            ListenTransport::Rdma => {
+                let l = RdmaListener::bind(sa, RDMA_BACKLOG).map_err(|e| {
+                    format!("cannot listen for NVMe/RDMA (is there an RDMA device on it? rdma link): {e}")
+                })?;
+                let bound = l.local_addr();
+                (ListenerCmd::AddRdma(l), bound)
+            }
+        };
         self.tx
-            .send(ListenerCmd::Add(l))
+            .send(cmd)
             .map_err(|_| "the target is stopping".to_owned())?;
         Ok(bound)
     }
-    fn remove(&self, addr: std::net::SocketAddr) {
+    fn remove(&self, addr: std::net::SocketAddr, transport: ListenTransport) {
         let (tx, rx) = mpsc::channel();
-        if self.tx.send(ListenerCmd::Remove(addr, tx)).is_ok() {
+        if self
+            .tx
+            .send(ListenerCmd::Remove(addr, transport, tx))
+            .is_ok()
+        {
             // The acceptor looks every ACCEPT_POLL; when it is gone, so is the socket.
             let _ = rx.recv_timeout(Duration::from_secs(2));
         }
@@ -132,7 +146,7 @@ pub fn serve_with(
 pub fn serve_all(
     target: Arc<Target>,
     listeners: Vec<std::net::TcpListener>,
-    mut rdma: Vec<RdmaListener>,
+    rdma: Vec<RdmaListener>,
     opts: &LoopOptions,
     stop: Arc<AtomicBool>,
     control: Option<ListenerControlRx>,
@@ -147,7 +161,10 @@ pub fn serve_all(
             .register(&mut ml, Token(i), Interest::READABLE)?;
         ls.push(Some(ml));
     }
-    for (k, l) in rdma.iter().enumerate() {
+    // RDMA listeners by token (`RDMA_LISTEN + k`); a removed one leaves
+    // its slot empty, as TCP listeners do.
+    let mut rdma: Vec<Option<RdmaListener>> = rdma.into_iter().map(Some).collect();
+    for (k, l) in rdma.iter().flatten().enumerate() {
         poll.registry().register(
             &mut mio::unix::SourceFd(&l.fd()),
             Token(RDMA_LISTEN + k),
@@ -221,12 +238,43 @@ pub fn serve_all(
                             Err(e) => tracing::warn!("new listener: {e}"),
                         }
                     }
-                    ListenerCmd::Remove(addr, done) => {
+                    ListenerCmd::AddRdma(l) => {
+                        let k = rdma.len();
+                        match poll.registry().register(
+                            &mut mio::unix::SourceFd(&l.fd()),
+                            Token(RDMA_LISTEN + k),
+                            Interest::READABLE,
+                        ) {
+                            Ok(()) => {
+                                tracing::info!(addr = %l.local_addr(), "RDMA listener added");
+                                rdma.push(Some(l));
+                            }
+                            Err(e) => tracing::warn!("new RDMA listener: {e}"),
+                        }
+                    }
+                    ListenerCmd::Remove(addr, ListenTransport::Tcp, done) => {
                         for slot in ls.iter_mut() {
                             if slot.as_ref().and_then(|l| l.local_addr().ok()) == Some(addr) {
                                 if let Some(mut l) = slot.take() {
                                     let _ = poll.registry().deregister(&mut l);
                                     tracing::info!(%addr, "listener removed");
+                                }
+                            }
+                        }
+                        let _ = done.send(());
+                    }
+                    ListenerCmd::Remove(addr, ListenTransport::Rdma, done) => {
+                        // Its CM id goes; the queues accepted through it
+                        // have ids of their own and close at their next
+                        // tick (Target::serves_on), TCP ones on the same
+                        // address stay.
+                        for slot in rdma.iter_mut() {
+                            if slot.as_ref().map(RdmaListener::local_addr) == Some(addr) {
+                                if let Some(l) = slot.take() {
+                                    let _ = poll
+                                        .registry()
+                                        .deregister(&mut mio::unix::SourceFd(&l.fd()));
+                                    tracing::info!(%addr, "RDMA listener removed");
                                 }
                             }
                         }
@@ -246,6 +294,7 @@ pub fn serve_all(
                 .0
                 .checked_sub(RDMA_LISTEN)
                 .and_then(|k| rdma.get_mut(k))
+                .and_then(Option::as_mut)
             {
                 l.accept(&limits, &staging, &mut accepted);
                 for a in accepted.drain(..) {

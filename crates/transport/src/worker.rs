@@ -677,6 +677,17 @@ impl Worker {
     fn route_offloads(&mut self) {
         while let Some(d) = self.offload.try_recv() {
             let j = (d.tag >> 32) as usize;
+            if (d.tag >> 32) & RDMA_TAG != 0 {
+                let k = ((d.tag >> 32) & !RDMA_TAG) as usize;
+                match self.rdma.get_mut(k).and_then(Option::as_mut) {
+                    Some(r) => {
+                        r.queue().set_now(self.now);
+                        r.on_offload_completion(d);
+                    }
+                    None => tracing::error!(tag = d.tag, "offload completion for no RDMA queue"),
+                }
+                continue;
+            }
             match self.conns.get_mut(j).and_then(Option::as_mut) {
                 Some(conn) => {
                     conn.qp.set_now(self.now);
@@ -732,6 +743,16 @@ impl Worker {
                 continue;
             };
             worked |= c.drive(self.now);
+            if c.has_offloads() {
+                // Authentication's DH and PTPL writes: the helper thread,
+                // as for TCP (route_offloads brings them back).
+                let (port, hi) = (&self.offload, (RDMA_TAG | i as u64) << 32);
+                c.take_offloads(|mut o| {
+                    o.tag |= hi;
+                    port.submit(o);
+                });
+                worked = true;
+            }
             if c.has_storage_requests() {
                 let hi = (RDMA_TAG | i as u64) << 32;
                 let (set, failed) = (&mut self.storage, &mut self.comps);

@@ -59,11 +59,13 @@ else
 	exit 1
 fi
 
-# Hostile peer first ($PROBE: crates/rdma-verbs/examples/rdma_cm_probe.rs):
+# Hostile peer first ($PROBE: crates/rdma-verbs/examples/rdma_cm_probe/):
 # bad CM private data is rejected with its STS, a misbehaving queue is
-# disconnected; the target keeps serving (the kernel host below).
+# disconnected, I/O queues of one controller: one destroyed with RDMA READs
+# in flight, one with a bad key beside another carrying traffic; the target
+# keeps serving (the kernel host below).
 if [[ -n ${PROBE:-} ]]; then
-	"$PROBE" "$ADDR:4420"
+	"$PROBE" "$ADDR:4420" "$NQN"
 	st=$?
 	if ((st == 0)) && kill -0 "$PID" 2>/dev/null; then
 		pass hostile-cm-peer

@@ -12,6 +12,7 @@
 
 use crate::command::{Completion, Connected, IoCmd};
 use crate::controller::Controller;
+use crate::listen::ListenTransport;
 use crate::nstable::NsTable;
 use crate::stats::QueueStats;
 use crate::target::Target;
@@ -307,7 +308,9 @@ impl NvmeQueue {
         self.epoch = ctrl.epoch();
         if let Some(sub) = ctrl.subsystem() {
             self.ns.load(&sub.namespaces(), sub.generation());
-            self.ana_blocked = sub.ana().blocked(&self.local);
+            self.ana_blocked = sub
+                .ana()
+                .blocked(ListenTransport::from_trtype(self.trtype), &self.local);
             self.resv_block = crate::resv::cmd::blocked(&self.ns, &ctrl.hostid);
             self.stats = Some(sub.stats.register(&ctrl.hostnqn));
         }
@@ -347,7 +350,9 @@ impl NvmeQueue {
             if g != self.ns.generation() {
                 let list = sub.namespaces();
                 self.ns.load(&list, g);
-                self.ana_blocked = sub.ana().blocked(&self.local);
+                self.ana_blocked = sub
+                    .ana()
+                    .blocked(ListenTransport::from_trtype(self.trtype), &self.local);
                 let h = self.ctrl.as_ref().map_or([0; 16], |c| c.hostid);
                 self.resv_block = crate::resv::cmd::blocked(&self.ns, &h);
             }

@@ -6,12 +6,19 @@
 //! message larger than the target's receive buffers; a Connect whose keyed
 //! SGL names a key the target may not use; a disconnect right after the
 //! connect) and checks that the target disconnects that queue, and that it
-//! still accepts a queue after a host destroyed its own mid-transfer. Prints
-//! `PASS: probe-…` / `FAIL: probe-…` lines; exits 1 if any failed.
+//! still accepts a queue after a host destroyed its own mid-transfer. With
+//! `rdma_cm_probe ADDR:PORT NQN`, also on I/O queues of a controller of
+//! subsystem NQN (namespace 1 is written): a host that destroys its QP with
+//! many RDMA READs of large writes in flight, and a bad key on one I/O queue
+//! while another queue of the same controller carries verified traffic.
+//! Prints `PASS: probe-…` / `FAIL: probe-…` lines; exits 1 if any failed.
+
+mod nvme;
 
 use farflash_rdma::cm::{CmRequest, CM_REQ_LEN};
 use farflash_rdma::sgl::KeyedSgl;
 use farflash_rdma_sys as sys;
+use nvme::{Queue, DATA_AT};
 use std::net::SocketAddr;
 use std::ptr::null_mut;
 use std::time::Duration;
@@ -31,12 +38,18 @@ struct Client {
     pd: *mut sys::ibv_pd,
     cq: *mut sys::ibv_cq,
     mr: *mut sys::ibv_mr,
-    buf: Box<[u8; 4096]>,
+    buf: Box<[u8]>,
 }
 
 impl Client {
     /// Resolves `addr` and creates a QP (send and receive queues of 4).
     fn new(addr: SocketAddr) -> Result<Client, String> {
+        Client::with(addr, 4096, 4)
+    }
+
+    /// As [`Client::new`] with `mem` bytes of registered memory and queues
+    /// of `depth` entries.
+    fn with(addr: SocketAddr, mem: usize, depth: u32) -> Result<Client, String> {
         // SAFETY: plain librdmacm calls on objects created here; each
         // result is checked before use.
         unsafe {
@@ -54,7 +67,7 @@ impl Client {
                 pd: null_mut(),
                 cq: null_mut(),
                 mr: null_mut(),
-                buf: Box::new([0u8; 4096]),
+                buf: vec![0u8; mem].into_boxed_slice(),
             };
             let mut ss = sockaddr(addr);
             if sys::rdma_resolve_addr(
@@ -72,7 +85,7 @@ impl Client {
             }
             c.expect(sys::RDMA_CM_EVENT_ROUTE_RESOLVED)?;
             c.pd = sys::ibv_alloc_pd((*id).verbs);
-            c.cq = sys::ibv_create_cq((*id).verbs, 16, null_mut(), null_mut(), 0);
+            c.cq = sys::ibv_create_cq((*id).verbs, 2 * depth as i32 + 8, null_mut(), null_mut(), 0);
             if c.pd.is_null() || c.cq.is_null() {
                 return Err("PD or CQ creation failed".into());
             }
@@ -81,8 +94,8 @@ impl Client {
                 recv_cq: c.cq,
                 qp_type: sys::IBV_QPT_RC,
                 cap: sys::ibv_qp_cap {
-                    max_send_wr: 4,
-                    max_recv_wr: 4,
+                    max_send_wr: depth,
+                    max_recv_wr: depth,
                     max_send_sge: 1,
                     max_recv_sge: 1,
                     max_inline_data: 0,
@@ -95,7 +108,7 @@ impl Client {
             let access = sys::IBV_ACCESS_LOCAL_WRITE
                 | sys::IBV_ACCESS_REMOTE_READ
                 | sys::IBV_ACCESS_REMOTE_WRITE;
-            c.mr = sys::ibv_reg_mr(c.pd, c.buf.as_mut_ptr() as *mut _, 4096, access as i32);
+            c.mr = sys::ibv_reg_mr(c.pd, c.buf.as_mut_ptr() as *mut _, mem, access as i32);
             if c.mr.is_null() {
                 return Err("ibv_reg_mr failed".into());
             }
@@ -170,11 +183,16 @@ impl Client {
 
     /// SENDs the first `len` bytes of the buffer.
     fn send(&mut self, len: usize) -> Result<(), String> {
+        self.send_at(0, len)
+    }
+
+    /// SENDs `len` bytes of the buffer from offset `off`.
+    fn send_at(&self, off: usize, len: usize) -> Result<(), String> {
         // SAFETY: one SGE into our registered buffer; the WR is copied by
         // the provider.
         unsafe {
             let mut sge = sys::ibv_sge {
-                addr: self.buf.as_ptr() as u64,
+                addr: self.buf.as_ptr() as u64 + off as u64,
                 length: len as u32,
                 lkey: (*self.mr).lkey,
             };
@@ -297,14 +315,112 @@ fn closed_by_target(
     Ok(())
 }
 
+/// A 4 KiB write at byte `pos` of namespace 1, read back and compared.
+fn verified_io(q: &mut Queue, bs: usize, pos: u64) -> Result<(), String> {
+    for (k, b) in q.c.buf[DATA_AT..DATA_AT + 4096].iter_mut().enumerate() {
+        *b = (k * 31 + pos as usize / 4096) as u8;
+    }
+    let key = q.c.rkey();
+    for (write, off) in [(true, DATA_AT), (false, DATA_AT + 4096)] {
+        q.rw(write, pos, 4096, bs, off, key)?;
+        let c = q.next_cqe()?;
+        if c.status != farflash_wire::Status::SUCCESS {
+            return Err(format!(
+                "{} on a fresh queue: {:?}",
+                if write { "Write" } else { "Read" },
+                c.status
+            ));
+        }
+    }
+    if q.c.buf[DATA_AT..DATA_AT + 4096] != q.c.buf[DATA_AT + 4096..DATA_AT + 8192] {
+        return Err("read back other data than written".into());
+    }
+    Ok(())
+}
+
+/// 16 writes of 128 KiB (each one RDMA READ by the target) sent on an I/O
+/// queue, then its QP, memory region and id destroyed at once: the
+/// target's READs fail, that queue closes, and the controller takes a new
+/// I/O queue that carries verified data.
+fn io_destroy_with_reads_in_flight(addr: SocketAddr, nqn: &str) -> Result<(), String> {
+    const N: usize = 16;
+    const LEN: usize = 128 << 10;
+    let (mut admin, cntlid) = Queue::admin(addr, nqn)?;
+    let bs = admin.block_size()?;
+    let (mut q, _) = Queue::connect(addr, nqn, 1, cntlid, DATA_AT + N * LEN)?;
+    let key = q.c.rkey();
+    for k in 0..N {
+        q.rw(true, (k * LEN) as u64, LEN, bs, DATA_AT + k * LEN, key)?;
+    }
+    drop(q);
+    let (mut again, _) = Queue::connect(addr, nqn, 2, cntlid, DATA_AT + 8192)?;
+    verified_io(&mut again, bs, 4 << 20)
+}
+
+/// Two I/O queues of one controller: 8 writes of 64 KiB in flight on the
+/// first while the second sends a write whose keyed SGL names a key that
+/// is not its own. The second is disconnected; the first's writes
+/// complete and read back as written.
+fn io_bad_key_beside_traffic(addr: SocketAddr, nqn: &str) -> Result<(), String> {
+    const N: usize = 8;
+    const LEN: usize = 64 << 10;
+    const POS: usize = 8 << 20;
+    let (mut admin, cntlid) = Queue::admin(addr, nqn)?;
+    let bs = admin.block_size()?;
+    let (mut good, _) = Queue::connect(addr, nqn, 1, cntlid, DATA_AT + 2 * N * LEN)?;
+    let (mut bad, _) = Queue::connect(addr, nqn, 2, cntlid, DATA_AT + LEN)?;
+    for (k, b) in good.c.buf[DATA_AT..DATA_AT + N * LEN]
+        .iter_mut()
+        .enumerate()
+    {
+        *b = (k * 7 + k / 4096) as u8;
+    }
+    let key = good.c.rkey();
+    for k in 0..N {
+        good.rw(
+            true,
+            (POS + k * LEN) as u64,
+            LEN,
+            bs,
+            DATA_AT + k * LEN,
+            key,
+        )?;
+    }
+    let wrong = bad.c.rkey() ^ 0x5A5A_0000;
+    bad.rw(true, (POS + N * LEN) as u64, LEN, bs, DATA_AT, wrong)?;
+    for _ in 0..N {
+        let c = good.next_cqe()?;
+        if c.status != farflash_wire::Status::SUCCESS {
+            return Err(format!("Write beside the bad queue: {:?}", c.status));
+        }
+    }
+    bad.c.expect(sys::RDMA_CM_EVENT_DISCONNECTED)?;
+    for k in 0..N {
+        let off = DATA_AT + (N + k) * LEN;
+        good.rw(false, (POS + k * LEN) as u64, LEN, bs, off, key)?;
+    }
+    for _ in 0..N {
+        let c = good.next_cqe()?;
+        if c.status != farflash_wire::Status::SUCCESS {
+            return Err(format!("Read after the bad queue closed: {:?}", c.status));
+        }
+    }
+    let (written, read) = good.c.buf[DATA_AT..DATA_AT + 2 * N * LEN].split_at(N * LEN);
+    if written != read {
+        return Err("read back other data than written".into());
+    }
+    Ok(())
+}
+
 fn main() {
     let addr: SocketAddr = match std::env::args().nth(1).map(|a| a.parse()) {
         Some(Ok(a)) => a,
         _ => {
-            eprintln!("usage: rdma_cm_probe ADDR:PORT");
+            eprintln!("usage: rdma_cm_probe ADDR:PORT [NQN]");
             std::process::exit(2);
         }
     };
+    let nqn = std::env::args().nth(2);
     let mut failed = false;
     let mut check = |name: &str, r: Result<(), String>| match r {
         Ok(()) => println!("PASS: probe-{name}"),
@@ -360,5 +476,15 @@ fn main() {
             c.expect(sys::RDMA_CM_EVENT_DISCONNECTED).map(|_| ())
         })
     });
+    if let Some(nqn) = &nqn {
+        check(
+            "io-destroy-with-reads-in-flight",
+            io_destroy_with_reads_in_flight(addr, nqn),
+        );
+        check(
+            "io-bad-key-beside-traffic",
+            io_bad_key_beside_traffic(addr, nqn),
+        );
+    }
     std::process::exit(failed as i32);
 }
