@@ -20,6 +20,9 @@
 //! scenarios, space separated), `FARFLASH_INTEROP_BLOCK_SIZE` (512 or 4096,
 //! default 512).
 
+mod common;
+
+use common::dhchap_secret;
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -663,17 +666,6 @@ fn linux_host_sees_namespaces_change_at_run_time() {
         matches!(status, Some(s) if s.success()),
         "farflash serve did not exit 0 ({status:?})"
     );
-}
-
-/// A random DH-HMAC-CHAP secret of `len` bytes with transformation `hmac`
-/// (`DHHC-1:0X:...:`), as `nvme gen-dhchap-key` makes them.
-fn dhchap_secret(len: usize, hmac: Option<farflash_auth::HashId>) -> String {
-    let mut key = vec![0u8; len];
-    fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut key))
-        .expect("read /dev/urandom");
-    let s = farflash_auth::Secret::new(&key, hmac).expect("secret");
-    s.to_dhhc().to_string()
 }
 
 /// NVMe in-band authentication with the Linux 6.12 host (NVME_HOST_AUTH=y;

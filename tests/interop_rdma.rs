@@ -26,6 +26,9 @@
 //!   an RDMA listener added through `farflash ctl` takes a second
 //!   controller; removing the first listener closes its queues only.
 
+mod common;
+
+use common::dhchap_secret;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -123,31 +126,26 @@ fn guest_binary(src: &Path, name: &str) -> PathBuf {
     dst
 }
 
-/// Builds the hostile CM client (crates/rdma-verbs/examples/rdma_cm_probe/)
-/// with the profile this test was built with; returns its path.
-fn probe_binary() -> PathBuf {
+/// Builds `example` of farflash-rdma-verbs with the profile this test was
+/// built with; returns its path.
+fn rdma_example(example: &str) -> PathBuf {
     let bin_dir = Path::new(env!("CARGO_BIN_EXE_farflash"))
         .parent()
         .expect("the binary's directory");
     let mut cmd = Command::new(env!("CARGO"));
-    cmd.current_dir(repo_root()).args([
-        "build",
-        "-p",
-        "farflash-rdma-verbs",
-        "--example",
-        "rdma_cm_probe",
-    ]);
+    cmd.current_dir(repo_root())
+        .args(["build", "-p", "farflash-rdma-verbs", "--example", example]);
     if bin_dir.ends_with("release") {
         cmd.arg("--release");
     }
     let st = cmd.status().expect("run cargo build");
-    assert!(st.success(), "building rdma_cm_probe failed: {st:?}");
-    bin_dir.join("examples/rdma_cm_probe")
+    assert!(st.success(), "building {example} failed: {st:?}");
+    bin_dir.join("examples").join(example)
 }
 
-#[test]
-#[ignore = "boots a QEMU VM; run by tests/run.sh"]
-fn farflash_rdma_target_in_guest() {
+/// The farflash binary for the guest (stripped), after checking that the rxe
+/// verbs provider the image needs is installed.
+fn guest_farflash() -> String {
     for f in [RXE_PROVIDER, RXE_DRIVER] {
         assert!(
             Path::new(f).exists(),
@@ -155,8 +153,15 @@ fn farflash_rdma_target_in_guest() {
         );
     }
     let bin = guest_binary(Path::new(env!("CARGO_BIN_EXE_farflash")), "farflash");
-    let bin = bin.to_str().expect("UTF-8 path");
-    let probe = guest_binary(&probe_binary(), "rdma_cm_probe");
+    bin.to_str().expect("UTF-8 path").to_string()
+}
+
+#[test]
+#[ignore = "boots a QEMU VM; run by tests/run.sh"]
+fn farflash_rdma_target_in_guest() {
+    let bin = guest_farflash();
+    let bin = bin.as_str();
+    let probe = guest_binary(&rdma_example("rdma_cm_probe"), "rdma_cm_probe");
     let probe = probe.to_str().expect("UTF-8 path");
     let extra: Vec<String> = [
         "--bin",
@@ -206,34 +211,11 @@ fn farflash_rdma_target_in_guest() {
     assert_eq!(verified, 2, "fio verify on both namespaces (RAM, file)");
 }
 
-/// Builds `example` of farflash-rdma-verbs with the profile this test was
-/// built with; returns its path.
-fn rdma_example(example: &str) -> PathBuf {
-    let bin_dir = Path::new(env!("CARGO_BIN_EXE_farflash"))
-        .parent()
-        .expect("the binary's directory");
-    let mut cmd = Command::new(env!("CARGO"));
-    cmd.current_dir(repo_root())
-        .args(["build", "-p", "farflash-rdma-verbs", "--example", example]);
-    if bin_dir.ends_with("release") {
-        cmd.arg("--release");
-    }
-    let st = cmd.status().expect("run cargo build");
-    assert!(st.success(), "building {example} failed: {st:?}");
-    bin_dir.join("examples").join(example)
-}
-
 #[test]
 #[ignore = "boots a QEMU VM; run by tests/run.sh"]
 fn farflash_rdma_host_in_guest() {
-    for f in [RXE_PROVIDER, RXE_DRIVER] {
-        assert!(
-            Path::new(f).exists(),
-            "{f} is missing: install ibverbs-providers (tests/run.sh does)"
-        );
-    }
-    let bin = guest_binary(Path::new(env!("CARGO_BIN_EXE_farflash")), "farflash");
-    let bin = bin.to_str().expect("UTF-8 path");
+    let bin = guest_farflash();
+    let bin = bin.as_str();
     let reject = guest_binary(&rdma_example("rdma_host_reject"), "rdma_host_reject");
     let reject = reject.to_str().expect("UTF-8 path");
     let extra: Vec<String> = [
@@ -272,33 +254,15 @@ fn farflash_rdma_host_in_guest() {
     );
 }
 
-/// A random DH-HMAC-CHAP secret (`DHHC-1:00:...:`), as `nvme gen-dhchap-key`
-/// makes them.
-fn dhchap_secret() -> String {
-    use std::io::Read;
-    let mut key = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut key))
-        .expect("read /dev/urandom");
-    let s = farflash_auth::Secret::new(&key, None).expect("secret");
-    s.to_dhhc().to_string()
-}
-
 #[test]
 #[ignore = "boots a QEMU VM with the 6.12 kernel; run by tests/run.sh"]
 fn farflash_rdma_auth_and_run_time_listeners_612() {
-    for f in [RXE_PROVIDER, RXE_DRIVER] {
-        assert!(
-            Path::new(f).exists(),
-            "{f} is missing: install ibverbs-providers (tests/run.sh does)"
-        );
-    }
-    let bin = guest_binary(Path::new(env!("CARGO_BIN_EXE_farflash")), "farflash");
-    let bin = bin.to_str().expect("UTF-8 path");
+    let bin = guest_farflash();
+    let bin = bin.as_str();
     let uuid = std::fs::read_to_string("/proc/sys/kernel/random/uuid").expect("a uuid");
     let hostnqn = format!("nqn.2014-08.org.nvmexpress:uuid:{}", uuid.trim());
     let nqn = "nqn.2026-11.io.farflash:rdma-auth";
-    let (key, wrong) = (dhchap_secret(), dhchap_secret());
+    let (key, wrong) = (dhchap_secret(32, None), dhchap_secret(32, None));
     let conf = format!(
         "listen = [{{ address = '10.0.2.15:4420', transport = 'rdma' }}]\n\
          [transport]\nmax_io_queues = 2\n\

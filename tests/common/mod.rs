@@ -742,3 +742,15 @@ pub fn rpc_exchange(sock: &std::path::Path, line: &[u8]) -> (serde_json::Value, 
     let v = serde_json::from_str(&l).unwrap_or_else(|e| panic!("answer {l:?}: {e}"));
     (v, l)
 }
+
+/// A random DH-HMAC-CHAP secret of `len` bytes with transformation `hmac`
+/// (`DHHC-1:0X:...:`), as `nvme gen-dhchap-key` makes them.
+pub fn dhchap_secret(len: usize, hmac: Option<farflash_auth::HashId>) -> String {
+    use std::io::Read;
+    let mut key = vec![0u8; len];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut key))
+        .expect("read /dev/urandom");
+    let s = farflash_auth::Secret::new(&key, hmac).expect("secret");
+    s.to_dhhc().to_string()
+}
