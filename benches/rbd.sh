@@ -29,20 +29,35 @@
 # is the NVMe/TCP exchange alone (perf's command, the target's pass, the
 # response), the part of the gateway's read that is not librbd's.
 #
-# Writes its section of docs/benchmarks.md (OUT= to change, empty to skip).
+# Priority (PRIO): "normal" (the default) runs everything under the normal
+# scheduler. "rt" runs both sides and the cluster at SCHED_FIFO priority 10:
+# fio, `farflash serve`, `farflash perf`, and every thread of the Ceph
+# daemons (`chrt -a`), as a storage node would with its I/O threads above
+# everything else; other work on the machine then waits for them, and a
+# wake-up is served at once instead of behind the scheduler's time slices.
+#
+# Writes its section of docs/benchmarks.md (OUT= to change, empty to skip;
+# PRIO=rt writes a section of its own).
 # Environment: RUNS (5), RUNTIME (10), RAMP (2), SIZE (1G), PORT (4540),
-# PLACE (split or float), POLL (never: the target's --poll), PERF_POLL
-# (block: perf's --poll), OUT, NOTE (a line on the run's conditions, e.g.
-# other work on the machine).
+# PLACE (split or float), PRIO (normal or rt), RWS ("randread randwrite"),
+# QDS ("1 32"), POLL (never: the target's --poll), PERF_POLL (block: perf's
+# --poll), OUT, NOTE (a line on the run's conditions, e.g. other work on the
+# machine).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
 cd "$ROOT"
 RUNS=${RUNS:-5} RUNTIME=${RUNTIME:-10} RAMP=${RAMP:-2} SIZE=${SIZE:-1G}
 PORT=${PORT:-4540} POLL=${POLL:-never} PERF_POLL=${PERF_POLL:-block} PLACE=${PLACE:-split}
+PRIO=${PRIO:-normal} RWS=${RWS:-randread randwrite} QDS=${QDS:-1 32}
 OUT=${OUT-docs/benchmarks.md} NOTE=${NOTE-}
 NQN=nqn.2026-11.io.farflash:bench
-NAME=rbd.sh
+NAME=rbd.sh SECTION=rbd.sh
+case $PRIO in
+normal) RTP=() ;;
+rt) RTP=(chrt -f 10) SECTION="rbd.sh rt" ;;
+*) echo "rbd.sh: PRIO=$PRIO: normal or rt" >&2; exit 1 ;;
+esac
 case $PLACE in
 float) FIO_CPUS=() SERVE_CPUS=() PERF_TASKSET=() PERF_CPUS=() ;;
 split) FIO_CPUS=(taskset -c 1) SERVE_CPUS=(--cpus-allowed 0) PERF_TASKSET=(taskset -c 1) PERF_CPUS=(--cpus-allowed 1) ;;
@@ -64,6 +79,9 @@ trap 'stop_cluster; cleanup' EXIT
 CEPH_IMAGE_SIZE=$SIZE bash "$ROOT/tests/ceph/cluster.sh" start "$CEPH" >/dev/null
 CONF=$CEPH/ceph.conf
 printf '\n[client.admin]\nrbd_cache = false\n' >>"$CONF"
+if [[ $PRIO = rt ]]; then
+	for d in $(pgrep -f "ceph-(mon|mgr|osd) .*$CEPH"); do chrt -a -f -p 10 "$d" >/dev/null; done
+fi
 export CEPH_CONF=$CONF
 
 echo "== writing the image once ($SIZE)"
@@ -84,7 +102,7 @@ PY
 }
 
 direct() { # RW QD -> "IOPS P50 P99 MEAN"
-	"${FIO_CPUS[@]}" fio --name=direct --ioengine=rbd --clientname=admin --pool=rbd --rbdname=test \
+	"${RTP[@]}" "${FIO_CPUS[@]}" fio --name=direct --ioengine=rbd --clientname=admin --pool=rbd --rbdname=test \
 		--rw="$1" --bs=4k --iodepth="$2" --size="$SIZE" --time_based --runtime="$RUNTIME" \
 		--ramp_time="$RAMP" --lat_percentiles=1 --output-format=json --output="$TMP/direct.json" ||
 		die "fio (rbd engine) failed"
@@ -95,12 +113,12 @@ gateway() { # RW QD [NAMESPACE...] -> "IOPS P50 P99 MEAN" (default namespace: th
 	local rw=$1 qd=$2
 	shift 2
 	(($#)) || set -- --rbd rbd/test --ceph-conf "$CONF"
-	"$FF" serve --listen "127.0.0.1:$PORT" --nqn "$NQN" "$@" \
+	"${RTP[@]}" "$FF" serve --listen "127.0.0.1:$PORT" --nqn "$NQN" "$@" \
 		--threads 1 "${SERVE_CPUS[@]}" --poll "$POLL" --rpc-socket none --log-level warn >"$TMP/serve.log" 2>&1 &
 	local pid=$!
 	PIDS+=("$pid")
 	wait_listen "$PORT"
-	"${PERF_TASKSET[@]}" "$FF" perf -t tcp -a 127.0.0.1 -s "$PORT" -n "$NQN" --rw "$rw" --bs 4k \
+	"${RTP[@]}" "${PERF_TASKSET[@]}" "$FF" perf -t tcp -a 127.0.0.1 -s "$PORT" -n "$NQN" --rw "$rw" --bs 4k \
 		--iodepth "$qd" --size "$SIZE" --runtime "$RUNTIME" --ramp_time "$RAMP" "${PERF_CPUS[@]}" --poll "$PERF_POLL" \
 		--output-format=json >"$TMP/perf.json" || die "farflash perf failed ($(tail -3 "$TMP/serve.log"))"
 	kill -TERM "$pid" 2>/dev/null || true
@@ -109,8 +127,8 @@ gateway() { # RW QD [NAMESPACE...] -> "IOPS P50 P99 MEAN" (default namespace: th
 }
 
 rows=() lines=() hops=()
-for rw in randread randwrite; do
-	for qd in 1 32; do
+for rw in $RWS; do
+	for qd in $QDS; do
 		ratios=() d50=() d99=() f50=() f99=()
 		for r in $(seq "$RUNS"); do
 			# Alternate which goes first, so a drift of the machine hits both.
@@ -135,7 +153,11 @@ for rw in randread randwrite; do
 done
 [[ -n $OUT ]] || exit 0
 {
-	echo "## Ceph RBD: the farflash gateway against librbd directly (benches/rbd.sh)"
+	if [[ $PRIO = rt ]]; then
+		echo "## Ceph RBD at real-time priority: the farflash gateway against librbd directly (PRIO=rt benches/rbd.sh)"
+	else
+		echo "## Ceph RBD: the farflash gateway against librbd directly (benches/rbd.sh)"
+	fi
 	echo
 	run_facts
 	[[ -z $NOTE ]] || echo "- conditions: $NOTE"
@@ -145,6 +167,7 @@ done
 	else
 		echo "- placement float (nothing pinned): fio's rbd engine; farflash: \`serve --rbd rbd/test --threads 1 --poll $POLL\`, \`farflash perf --poll $PERF_POLL\`"
 	fi
+	[[ $PRIO = normal ]] || echo "- priority rt: fio, serve, perf and every thread of the Ceph daemons at SCHED_FIFO 10"
 	echo "- 4 KiB, ${RUNTIME} s after ${RAMP} s of ramp, $RUNS alternating pairs per row; the NVMe/TCP exchange alone (null namespace, randread QD 1, same target and perf settings): median p50 $(median "${hops[@]}") µs"
 	echo
 	echo "| workload | QD | direct p50 / p99 (µs) | farflash p50 / p99 (µs) | median IOPS ratio (goal 0.9) |"
@@ -152,4 +175,4 @@ done
 	printf '%s\n' "${rows[@]}"
 	echo
 	printf '%s\n' "${lines[@]}"
-} | write_section "$OUT" rbd.sh
+} | write_section "$OUT" "$SECTION"

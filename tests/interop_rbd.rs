@@ -104,6 +104,7 @@ fn linux_host_fio_verify_and_resize_on_an_rbd_namespace() {
         .args(["-e", &format!("SCENARIOS={SCENARIOS}")])
         .args(["-e", "RBD_SIZE_MIB=256", "-e", "RBD_GROWN_MIB=384"])
         .args(["-f", "tests/linux-host/guest/interop.sh"])
+        .args(["-f", "tests/linux-host/guest/lib.sh"])
         .arg(Path::new("tests/linux-host/guest/rbd.sh"))
         .current_dir(root())
         .stdin(Stdio::null())

@@ -170,7 +170,7 @@ fn fatal_if_admin(q: &mut NvmeQueue) {
 
 #[cfg(test)]
 mod tests {
-    use crate::command::{Begin, Completion, Xfer};
+    use crate::command::{Begin, Completion};
     use crate::config::{
         BackendKind, Config, DhchapKey, HostAuthConfig, NamespaceConfig, SubsystemConfig,
         TransportConfig,
@@ -218,33 +218,11 @@ mod tests {
         Target::new(subs, cfg.transport, vec!["127.0.0.1:4420".parse().unwrap()])
     }
 
-    fn queue(t: &Arc<Target>) -> NvmeQueue {
-        let a = "127.0.0.1:4420".parse().unwrap();
-        let p = "127.0.0.1:50000".parse().unwrap();
-        NvmeQueue::new(t.clone(), a, p, farflash_wire::discovery::TRTYPE_TCP)
-    }
+    use crate::tests::queue;
 
     /// Runs one command; returns its completion and the data it returned.
     fn run(q: &mut NvmeQueue, sqe: Sqe, data: &[u8]) -> (Completion, Vec<u8>) {
-        match q.begin(sqe) {
-            Begin::Ready { slot, xfer } => {
-                if let Xfer::H2C(n) = xfer {
-                    assert_eq!(n as usize, data.len());
-                    q.data_buf(slot).copy_from_slice(data);
-                }
-                q.execute(slot);
-            }
-            Begin::Answered => {}
-            other => panic!("not runnable: {other:?}"),
-        }
-        q.commit();
-        while q.in_flight() > 0 {
-            q.poll_backends();
-        }
-        let mut c = Vec::new();
-        q.take_completions(&mut c);
-        assert_eq!(c.len(), 1, "{c:?}");
-        let c = c.remove(0);
+        let c = crate::tests::run(q, sqe, data);
         let d = c
             .data
             .as_ref()

@@ -22,23 +22,8 @@ fail() {
 }
 . "${GUEST_FILES:-/guest/files}/lib.sh"
 ns_count() { ls /sys/block | grep -c '^nvme[0-9]*n[0-9]*$' || true; }
-ns_dev() { ls /sys/block | grep "^nvme[0-9]*n$1\$" | head -1; }
-wait_ok() { # WHAT COMMAND...
-	what=$1
-	shift
-	i=0
-	until "$@"; do
-		i=$((i + 1))
-		[ $i -le 300 ] || fail "$what: not after 30 s"
-		sleep 0.1
-	done
-	echo "  ok: $what after $((i / 10)).$((i % 10)) s"
-}
+ns_count() { ls /sys/block | grep -c '^nvme[0-9]*n[0-9]*$' || true; }
 count_is() { [ "$(ns_count)" = "$1" ]; }
-sectors_are() { # NSID SECTORS
-	d=$(ns_dev "$1")
-	[ -n "$d" ] && [ "$(cat /sys/block/"$d"/size)" = "$2" ]
-}
 [ -n "${SHARE_DIR:-}" ] || fail "needs the 9p share (-s)"
 nvme connect -t tcp -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN" >/dev/null || fail "nvme connect"
 wait_ok "3 namespaces present" count_is 3

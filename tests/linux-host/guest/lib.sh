@@ -1,6 +1,7 @@
 #!/bin/sh
-# lib.sh -- helpers shared by guest scripts: waiting, fio verify looping in
-# the background (aen.sh, multipath.sh, rbd-failover.sh), and the Linux
+# lib.sh -- helpers shared by guest scripts: waiting, namespaces' block
+# devices, fio verify looping in the background (aen.sh, rbd.sh,
+# multipath.sh, rbd-failover.sh), and the Linux
 # host's native multipath over two targets A and B (multipath.sh,
 # rbd-failover.sh; A's controllers have CNTLIDs below 1000, B's above,
 # docs/ha.md). Sourced after the script has defined fail(); the test passes
@@ -19,6 +20,23 @@ wait_for() {
 		[ $i -le "$n" ] || fail "$what"
 		sleep 0.1
 	done
+}
+
+# wait_ok WHAT COMMAND...: COMMAND succeeds within 30 s (says how long it
+# took), or fail "WHAT: not after 30 s".
+wait_ok() {
+	ok_what=$1 ok_t0=$(now)
+	shift
+	wait_for 300 "$ok_what: not after 30 s" "$@"
+	echo "  ok: $ok_what after $(since "$ok_t0") s"
+}
+
+# ns_dev NSID: the block device (nvmeXnNSID) of that namespace, if present.
+ns_dev() { ls /sys/block | grep "^nvme[0-9]*n$1\$" | head -1; }
+# sectors_are NSID SECTORS: that namespace's block device has SECTORS sectors of 512 bytes.
+sectors_are() {
+	d=$(ns_dev "$1")
+	[ -n "$d" ] && [ "$(cat /sys/block/"$d"/size)" = "$2" ]
 }
 
 # connect_paths: nvme connect to $NQN on every port of $TARGET_PORTS; one

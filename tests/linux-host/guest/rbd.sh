@@ -21,28 +21,13 @@ fail() {
 	dmesg | grep -i nvme | tail -20
 	exit 1
 }
-ns_dev() { ls /sys/block | grep "^nvme[0-9]*n$1\$" | head -1; }
-sectors_are() { # NSID SECTORS
-	d=$(ns_dev "$1")
-	[ -n "$d" ] && [ "$(cat /sys/block/"$d"/size)" = "$2" ]
-}
-wait_for() { # WHAT COMMAND...
-	what=$1
-	shift
-	i=0
-	until "$@"; do
-		i=$((i + 1))
-		[ $i -le 300 ] || fail "$what: not after 30 s"
-		sleep 0.1
-	done
-	echo "  ok: $what after $((i / 10)).$((i % 10)) s"
-}
+. "${GUEST_FILES:-/guest/files}/lib.sh"
 [ -n "${SHARE_DIR:-}" ] || fail "needs the 9p share (-s)"
 nvme disconnect -n "$NQN" >/dev/null 2>&1 || true
 nvme connect -t tcp -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN" >/dev/null || fail "nvme connect"
-wait_for "namespace 1 is ${RBD_SIZE_MIB} MiB" sectors_are 1 $((RBD_SIZE_MIB * 2048))
+wait_ok "namespace 1 is ${RBD_SIZE_MIB} MiB" sectors_are 1 $((RBD_SIZE_MIB * 2048))
 echo resize >"$SHARE_DIR/request"
-wait_for "namespace 1 grew to ${RBD_GROWN_MIB} MiB" sectors_are 1 $((RBD_GROWN_MIB * 2048))
+wait_ok "namespace 1 grew to ${RBD_GROWN_MIB} MiB" sectors_are 1 $((RBD_GROWN_MIB * 2048))
 dmesg | grep -iE 'nvme.*(rescan|size|capacity)' | tail -3 | sed 's/^/  /' || true
 dev=/dev/$(ns_dev 1)
 out=$(fio --name=tail --filename="$dev" --ioengine=libaio --direct=1 --rw=randwrite --bs=4k \
