@@ -5,6 +5,7 @@ use crate::perfjson::Figures;
 use crate::plan::{Plan, PointParams};
 use crate::procfs::SysSplit;
 use crate::target::SmartCounters;
+use crate::transport::{cpu_us_per_io, tcp_only, Kind, Transport};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -17,7 +18,8 @@ pub const SCHEMA: &str = "farflash-sweep/1";
 /// The JSON Schema (draft 2020-12) of `results.json`.
 pub const SCHEMA_JSON: &str = include_str!("../results.schema.json");
 
-/// Local (io_uring on the backing file) or remote (NVMe/TCP to the target).
+/// Local (io_uring on the backing file) or remote (NVMe/TCP or NVMe/RDMA
+/// to the target; the point's `transport` says which).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
@@ -76,6 +78,13 @@ pub struct Settings {
     /// Free text for the report (`--note`), e.g. what else loaded the machine.
     #[serde(default)]
     pub note: Option<String>,
+    /// The remote runs' transports, in the order each point ran them
+    /// (`--transport`; results written before it existed: tcp).
+    #[serde(default = "tcp_only")]
+    pub transports: Vec<Transport>,
+    /// The started target's NVMe/RDMA listener (`ip:port`), when RDMA was swept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_rdma_addr: Option<String>,
 }
 
 /// A side's CPU split in percent of all the machine's CPUs (100 = every
@@ -109,12 +118,39 @@ pub struct Window {
     pub end: f64,
 }
 
+/// µs of CPU per I/O over a point's measured interval (see
+/// [`cpu_us_per_io`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuPerIo {
+    /// The host side: perf's usr + sys and the machine's softirq.
+    pub host: f64,
+    /// The target process's usr + sys; null when its CPU is unknown or the run is local.
+    pub target: Option<f64>,
+}
+
+impl CpuPerIo {
+    /// From a point's CPU split, its runtime and I/O count; None without I/Os.
+    pub fn of(cpu: &Cpu, f: &Figures, nproc: usize) -> Option<CpuPerIo> {
+        let secs = f.runtime_ms as f64 / 1e3;
+        Some(CpuPerIo {
+            host: cpu_us_per_io(cpu.host.busy, nproc, secs, f.total_ios)?,
+            target: cpu
+                .target
+                .and_then(|t| cpu_us_per_io(t.busy, nproc, secs, f.total_ios)),
+        })
+    }
+}
+
 /// One perf run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Point {
     /// Position on the plan's axis (0-based).
     pub index: usize,
     pub mode: Mode,
+    /// The transport of a remote run (absent on local runs; results
+    /// written before `--transport` existed have none and ran over tcp).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport: Option<Transport>,
     /// The axis value (bytes for request size) and its label (`4K`).
     pub value: u64,
     pub label: String,
@@ -127,6 +163,10 @@ pub struct Point {
     pub cpu: Cpu,
     /// IOPS / (host busy + target busy), CPU in % of the machine.
     pub iops_per_cpu_pct: Option<f64>,
+    /// µs of CPU per I/O, host and target (null without I/Os; absent in
+    /// results written before it existed, and then computed from `cpu`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_us_per_io: Option<CpuPerIo>,
     /// SMART counter deltas over the run, ramp included (remote only).
     pub target_counters: Option<SmartCounters>,
     /// The whole `farflash perf --output-format=json` document.
@@ -151,8 +191,65 @@ pub struct Results {
     pub points: Vec<Point>,
 }
 
+impl Point {
+    /// Local, or remote over its transport (tcp when the results predate `transport`).
+    pub fn kind(&self) -> Kind {
+        match self.mode {
+            Mode::Local => Kind::Local,
+            Mode::Remote => Kind::remote(self.transport.unwrap_or(Transport::Tcp)),
+        }
+    }
+}
+
 impl Results {
-    /// The point of `mode` at axis position `index`.
+    /// The point of `kind` at axis position `index`.
+    pub fn point_of(&self, kind: Kind, index: usize) -> Option<&Point> {
+        self.points
+            .iter()
+            .find(|p| p.kind() == kind && p.index == index)
+    }
+
+    /// Whether any point of `kind` exists.
+    pub fn has_kind(&self, kind: Kind) -> bool {
+        self.points.iter().any(|p| p.kind() == kind)
+    }
+
+    /// The kinds that have points, in plot order.
+    pub fn kinds(&self) -> Vec<Kind> {
+        Kind::ALL
+            .into_iter()
+            .filter(|k| self.has_kind(*k))
+            .collect()
+    }
+
+    /// Whether remote runs went over more than NVMe/TCP (RDMA points exist).
+    pub fn has_rdma(&self) -> bool {
+        self.has_kind(Kind::Rdma)
+    }
+
+    /// The name of a kind in tables and messages: `local`, and `remote`
+    /// while every remote run is NVMe/TCP, else `remote tcp` / `remote rdma`.
+    pub fn kind_name(&self, kind: Kind) -> &'static str {
+        match kind {
+            Kind::Tcp if !self.has_rdma() => "remote",
+            k => k.name(),
+        }
+    }
+
+    /// The kind the local-vs-remote comparison uses: TCP, or RDMA when there is no TCP.
+    pub fn primary_remote(&self) -> Option<Kind> {
+        [Kind::Tcp, Kind::Rdma]
+            .into_iter()
+            .find(|k| self.has_kind(*k))
+    }
+
+    /// µs of CPU per I/O of a point: recorded, or computed from its CPU split.
+    pub fn cpu_per_io(&self, p: &Point) -> Option<CpuPerIo> {
+        p.cpu_us_per_io
+            .or_else(|| CpuPerIo::of(&p.cpu, &p.figures, self.environment.nproc))
+    }
+
+    /// The point of `mode` at axis position `index` (the first remote transport).
     pub fn point(&self, mode: Mode, index: usize) -> Option<&Point> {
         self.points
             .iter()
@@ -187,9 +284,10 @@ impl Results {
             let t = p.cpu.target;
             let c = p.target_counters;
             let sy = &p.cpu.system;
+            let cpi = self.cpu_per_io(p);
             let _ = writeln!(
                 s,
-                "{},{},{},{},{},{},{},{},{},{:.1},{:.3},{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},{:.3},{:.3},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{:.1},{:.3},{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},{:.3},{:.3},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{},{},{},{},{},{}",
                 self.plan.name,
                 p.mode.name(),
                 p.label,
@@ -223,6 +321,9 @@ impl Results {
                 c.map(|c| c.host_write_commands.to_string()).unwrap_or_default(),
                 c.map(|c| c.data_units_read.to_string()).unwrap_or_default(),
                 c.map(|c| c.data_units_written.to_string()).unwrap_or_default(),
+                p.transport.map(Transport::name).unwrap_or_default(),
+                o(cpi.map(|c| c.host)),
+                o(cpi.and_then(|c| c.target)),
             );
         }
         s
@@ -230,4 +331,4 @@ impl Results {
 }
 
 /// The CSV columns (CPU in % of all CPUs, latency in µs).
-pub const CSV_HEADER: &str = "plan,mode,point,rw,bs,iodepth,numjobs,runtime_ms,total_ios,iops,bw_mib_s,lat_mean_us,lat_p20_us,lat_p50_us,lat_p95_us,lat_p99_us,lat_max_us,host_usr_pct,host_sys_pct,host_iowait_pct,host_soft_pct,target_usr_pct,target_sys_pct,sys_usr_pct,sys_sys_pct,sys_iowait_pct,sys_soft_pct,sys_idle_pct,iops_per_cpu_pct,target_read_cmds,target_write_cmds,target_data_units_read,target_data_units_written";
+pub const CSV_HEADER: &str = "plan,mode,point,rw,bs,iodepth,numjobs,runtime_ms,total_ios,iops,bw_mib_s,lat_mean_us,lat_p20_us,lat_p50_us,lat_p95_us,lat_p99_us,lat_max_us,host_usr_pct,host_sys_pct,host_iowait_pct,host_soft_pct,target_usr_pct,target_sys_pct,sys_usr_pct,sys_sys_pct,sys_iowait_pct,sys_soft_pct,sys_idle_pct,iops_per_cpu_pct,target_read_cmds,target_write_cmds,target_data_units_read,target_data_units_written,transport,host_cpu_us_per_io,target_cpu_us_per_io";
