@@ -866,6 +866,20 @@ fn sweep_tenants_with_iscsi_baseline() {
     }
 }
 
+/// `docs/sweep/transport/`: the in-guest run of `--transport tcp,rdma`
+/// (Soft-RoCE under TCG), labelled as such.
+#[test]
+fn sweep_committed_transport_results_are_complete() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/sweep/transport");
+    let r = check_folder(&root, true);
+    assert_eq!(r.settings.transports, vec![Transport::Tcp, Transport::Rdma]);
+    assert!(r.has_rdma() && r.settings.runtime_s >= 1.0, "a real run");
+    let note = r.settings.note.as_deref().unwrap_or_default();
+    assert!(note.contains("Soft-RoCE") && note.contains("TCG"), "{note}");
+    let report = std::fs::read_to_string(root.join("report.md")).unwrap();
+    assert!(report.contains("RDMA / TCP at iodepth = 1 "));
+}
+
 #[test]
 fn sweep_committed_tenants_results_are_complete() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/sweep/tenants");

@@ -362,13 +362,26 @@ impl Figure for TransportFig<'_> {
             ("p99 latency", "latency (µs)", &p99),
         ];
         for (area, (t, y, s)) in panels.iter().zip(specs) {
+            // Local next to remote can span decades: then a log axis, as in the latency figure.
+            let (lo, hi) = (min_of(s), max_of(s));
+            let log = lo > 0.0 && hi / lo > 30.0;
+            let ylog = format!("{y}, log scale");
             let a = Axes {
                 title: t,
                 x: r.plan.vary.title(),
-                y,
+                y: if log { &ylog } else { y },
                 labels: &labels,
             };
-            bars(area, &a, s, nice_max(max_of(s)), None)?;
+            if log {
+                let (mut ymin, ymax) = log_range(lo, hi);
+                // A bar just above the axis' floor would not show: a decade more.
+                if lo < 2.0 * ymin {
+                    ymin /= 10.0;
+                }
+                bars(area, &a, s, ymax, Some(ymin))?;
+            } else {
+                bars(area, &a, s, nice_max(hi), None)?;
+            }
         }
         Ok(())
     }
