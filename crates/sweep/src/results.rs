@@ -332,3 +332,115 @@ impl Results {
 
 /// The CSV columns (CPU in % of all CPUs, latency in µs).
 pub const CSV_HEADER: &str = "plan,mode,point,rw,bs,iodepth,numjobs,runtime_ms,total_ios,iops,bw_mib_s,lat_mean_us,lat_p20_us,lat_p50_us,lat_p95_us,lat_p99_us,lat_max_us,host_usr_pct,host_sys_pct,host_iowait_pct,host_soft_pct,target_usr_pct,target_sys_pct,sys_usr_pct,sys_sys_pct,sys_iowait_pct,sys_soft_pct,sys_idle_pct,iops_per_cpu_pct,target_read_cmds,target_write_cmds,target_data_units_read,target_data_units_written,transport,host_cpu_us_per_io,target_cpu_us_per_io";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(index: usize, mode: Mode, transport: Option<Transport>, busy: f64) -> Point {
+        let figures = Figures {
+            total_ios: 2000,
+            runtime_ms: 500,
+            ..Default::default()
+        };
+        let cpu = Cpu {
+            host: Side {
+                busy,
+                ..Default::default()
+            },
+            target: (mode == Mode::Remote).then(|| Side {
+                busy: busy / 2.0,
+                ..Default::default()
+            }),
+            system: SysSplit::default(),
+        };
+        Point {
+            index,
+            mode,
+            transport,
+            value: 1,
+            label: "1".into(),
+            rw: "randread".into(),
+            params: PointParams {
+                bs: 4096,
+                iodepth: 1,
+                numjobs: 1,
+            },
+            command: String::new(),
+            window: Window::default(),
+            cpu_us_per_io: CpuPerIo::of(&cpu, &figures, 2),
+            figures,
+            cpu,
+            iops_per_cpu_pct: None,
+            target_counters: None,
+            perf: Value::Null,
+        }
+    }
+
+    fn results(points: Vec<Point>) -> Results {
+        Results {
+            schema: SCHEMA.into(),
+            plan: Plan::builtin("request-size").unwrap(),
+            environment: Environment {
+                nproc: 2,
+                ..Default::default()
+            },
+            settings: Settings::default(),
+            skipped: Vec::new(),
+            points,
+        }
+    }
+
+    #[test]
+    fn transport_fields_and_kinds() {
+        let r = results(vec![
+            point(0, Mode::Local, None, 10.0),
+            point(0, Mode::Remote, Some(Transport::Tcp), 20.0),
+            point(0, Mode::Remote, Some(Transport::Rdma), 40.0),
+        ]);
+        assert_eq!(r.kinds(), vec![Kind::Local, Kind::Tcp, Kind::Rdma]);
+        assert!(r.has_rdma());
+        assert_eq!(r.kind_name(Kind::Tcp), "remote tcp");
+        assert_eq!(r.point_of(Kind::Rdma, 0).unwrap().cpu.host.busy, 40.0);
+        // 40% of 2 CPUs for 0.5 s = 0.4 CPU-s over 2000 I/Os = 200 µs; target half.
+        let c = r.cpu_per_io(r.point_of(Kind::Rdma, 0).unwrap()).unwrap();
+        assert!((c.host - 200.0).abs() < 1e-9 && (c.target.unwrap() - 100.0).abs() < 1e-9);
+        let local = r.cpu_per_io(r.point_of(Kind::Local, 0).unwrap()).unwrap();
+        assert_eq!(local.target, None);
+        // The CSV's last columns: transport and CPU per I/O.
+        let csv = r.csv();
+        let rows: Vec<&str> = csv.lines().collect();
+        assert!(rows[0].ends_with(",transport,host_cpu_us_per_io,target_cpu_us_per_io"));
+        assert!(rows[1].ends_with(",,50.000,"), "{}", rows[1]);
+        assert!(rows[3].ends_with(",rdma,200.000,100.000"), "{}", rows[3]);
+        let cols = rows[0].split(',').count();
+        assert!(rows.iter().all(|r| r.split(',').count() == cols));
+        // TCP alone is still "remote" in tables.
+        let tcp = results(vec![point(0, Mode::Remote, Some(Transport::Tcp), 20.0)]);
+        assert_eq!(tcp.kind_name(Kind::Tcp), "remote");
+        assert_eq!(tcp.primary_remote(), Some(Kind::Tcp));
+    }
+
+    #[test]
+    fn results_without_the_new_fields_read_as_tcp() {
+        let r = results(vec![point(0, Mode::Remote, Some(Transport::Tcp), 20.0)]);
+        let mut v = serde_json::to_value(&r).unwrap();
+        v["settings"].as_object_mut().unwrap().remove("transports");
+        let p = v["points"][0].as_object_mut().unwrap();
+        p.remove("transport");
+        p.remove("cpu_us_per_io");
+        let old: Results = serde_json::from_value(v).unwrap();
+        assert_eq!(old.settings.transports, vec![Transport::Tcp]);
+        assert_eq!(old.settings.target_rdma_addr, None);
+        let p = &old.points[0];
+        assert_eq!((p.transport, p.kind()), (None, Kind::Tcp));
+        assert_eq!(p.cpu_us_per_io, None);
+        // Computed from the CPU split as the run would have recorded it.
+        assert_eq!(old.cpu_per_io(p), r.points[0].cpu_us_per_io);
+        // New results: the fields are written (local points have no transport).
+        let l = serde_json::to_value(point(0, Mode::Local, None, 1.0)).unwrap();
+        assert!(l.get("transport").is_none() && l.get("cpu_us_per_io").is_some());
+        let t = serde_json::to_value(&r.points[0]).unwrap();
+        assert_eq!(t["transport"], "tcp");
+    }
+}
