@@ -281,11 +281,14 @@ mod tests {
         assert!(seconds("x").is_err());
         assert_eq!(plans(&["all".into()]).unwrap().len(), 4);
         assert!(plans(&["nope".into()]).is_err());
-        // Without a device (or with none on 127.0.0.1) the RDMA check names the address.
-        if !std::path::Path::new("/sys/class/infiniband").exists() {
-            let e = check_rdma_address("127.0.0.1").unwrap_err().to_string();
-            assert!(e.contains("no RDMA device on 127.0.0.1"), "{e}");
-        }
-        assert!(check_rdma_address("not-an-ip").is_err());
+        // 192.0.2.1 (TEST-NET-1) is no interface's address, so no RDMA
+        // device's either: the bind fails (ENODEV without any device,
+        // EADDRNOTAVAIL with one) and the error names the address. Nothing
+        // is sent anywhere.
+        let e = check_rdma_address("192.0.2.1").unwrap_err().to_string();
+        assert!(e.contains("no RDMA device on 192.0.2.1"), "{e}");
+        assert!(e.contains("rdma link"), "{e}");
+        let e = check_rdma_address("not-an-ip").unwrap_err().to_string();
+        assert!(e.contains("--address \"not-an-ip\""), "{e}");
     }
 }
