@@ -19,6 +19,11 @@
 //!   `farflash serve --listen rdma:…` (perf --verify, discover); refused
 //!   connects (wrong NQN, no listener, a QID the target refuses) end with
 //!   a clear error.
+//! - `farflash_sweep_tcp_and_rdma_in_guest`: `farflash sweep --transport
+//!   tcp,rdma` inside the guest (a tiny plan: 4 KiB random reads, QD 1 and
+//!   4); the results folder comes back through the 9p share and is checked
+//!   here: every point local, over TCP and over RDMA with I/Os, CPU per I/O
+//!   on host and target, SMART counters equal to perf's I/Os, the plots.
 //! - `farflash_rdma_auth_and_run_time_listeners_612` (the 6.12 guest, whose
 //!   nvme-rdma host has DH-HMAC-CHAP): `farflash serve --config` with a
 //!   subsystem that requires the guest's host NQN to authenticate; a wrong
@@ -252,6 +257,120 @@ fn farflash_rdma_host_in_guest() {
             "farflash-target-exit-clean",
         ],
     );
+}
+
+#[test]
+#[ignore = "boots a QEMU VM; run by tests/run.sh"]
+fn farflash_sweep_tcp_and_rdma_in_guest() {
+    use farflash_sweep::results::{Mode, Results};
+    use farflash_sweep::{Kind, Transport};
+    let bin = guest_farflash();
+    let bin = bin.as_str();
+    let share = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rdma-sweep");
+    let _ = std::fs::remove_dir_all(&share);
+    std::fs::create_dir_all(&share).expect("create the share");
+    let extra: Vec<String> = [
+        "--bin",
+        bin,
+        "--image-file",
+        RXE_PROVIDER,
+        "--image-file",
+        RXE_DRIVER,
+        "-s",
+        share.to_str().expect("UTF-8 path"),
+        "--env",
+        &format!("FARFLASH={bin}"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    run_guest(
+        "rdma-farflash-sweep.sh",
+        &extra,
+        &[
+            "rxe",
+            "sweep-tcp-rdma",
+            "sweep-data-removed",
+            "results-copied",
+        ],
+    );
+    let dir = share.join("transport");
+    let text = std::fs::read_to_string(dir.join("results.json")).expect("results.json came back");
+    farflash_sweep::schema::validate_results(&text).expect("results.json fits its schema");
+    let r: Results = serde_json::from_str(&text).expect("results.json");
+    assert_eq!(r.settings.transports, vec![Transport::Tcp, Transport::Rdma]);
+    let rdma_addr = r
+        .settings
+        .target_rdma_addr
+        .as_deref()
+        .expect("RDMA listener");
+    assert!(rdma_addr.starts_with("10.0.2.15:"), "{rdma_addr}");
+    let target = r
+        .settings
+        .target_command
+        .as_deref()
+        .expect("started target");
+    assert!(
+        target.contains(&format!("--listen rdma:{rdma_addr}")),
+        "{target}"
+    );
+    assert_eq!(r.plan.values, vec![1, 4]);
+    assert_eq!(r.points.len(), 2 * 3, "local, tcp and rdma per point");
+    for i in 0..r.plan.values.len() {
+        assert!(r.point_of(Kind::Local, i).is_some(), "local point {i}");
+        for t in [Transport::Tcp, Transport::Rdma] {
+            let p = r
+                .point_of(Kind::remote(t), i)
+                .unwrap_or_else(|| panic!("no {} point {i}", t.name()));
+            let f = &p.figures;
+            let at = format!("{} iodepth={}", t.name(), p.label);
+            assert!(
+                p.command
+                    .contains(&format!(" -t {} -a 10.0.2.15 ", t.name())),
+                "{at}: {}",
+                p.command
+            );
+            assert!(f.total_ios > 0, "{at}: no I/O");
+            let c = p.cpu_us_per_io.expect("CPU per I/O recorded");
+            assert!(c.host > 0.0, "{at}: host CPU per I/O {}", c.host);
+            let tc = c.target.expect("target CPU per I/O");
+            assert!(tc > 0.0, "{at}: target CPU per I/O {tc}");
+            // The arithmetic: busy % of all CPUs / 100 x CPUs x runtime / I/Os.
+            let n = r.environment.nproc as f64;
+            let secs = f.runtime_ms as f64 / 1e3;
+            let want = p.cpu.host.busy / 100.0 * n * secs / f.total_ios as f64 * 1e6;
+            assert!(
+                (c.host - want).abs() <= 1e-6 * want,
+                "{at}: {} vs {want}",
+                c.host
+            );
+            // The target counted exactly perf's reads (ramp included), per transport.
+            let smart = p.target_counters.expect("SMART counters");
+            assert_eq!(
+                smart.host_read_commands,
+                f.total_ios + f.ramp_ios,
+                "{at}: SMART read commands vs perf's I/Os"
+            );
+            assert_eq!(p.mode, Mode::Remote);
+        }
+    }
+    for stem in farflash_sweep::output::plots(&r) {
+        assert!(stem != "transport" || r.has_rdma());
+        for ext in ["png", "svg"] {
+            let f = dir.join(format!("{stem}.{ext}"));
+            let len = std::fs::metadata(&f).map(|m| m.len()).unwrap_or(0);
+            assert!(len > 1000, "{} is {len} bytes", f.display());
+        }
+    }
+    assert!(dir.join("transport.png").exists());
+    let report = std::fs::read_to_string(dir.join("report.md")).expect("report.md");
+    for v in ["1", "4"] {
+        assert!(
+            report.contains(&format!("RDMA / TCP at iodepth = {v} ")),
+            "no RDMA/TCP ratio for iodepth {v}"
+        );
+    }
+    assert!(report.contains("Soft-RoCE") && report.contains("TCG"));
 }
 
 #[test]

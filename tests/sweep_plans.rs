@@ -3,11 +3,16 @@
 //! schema-valid JSON, one CSV row per point, non-empty PNG and SVG per
 //! plot, and figures that agree with the underlying perf JSON and with the
 //! target's SMART counters. Also: a plan file, and an external target
-//! without a local file (local runs skipped with a stated reason).
+//! without a local file (local runs skipped with a stated reason);
+//! `--transport tcp` (the default, output as before) and `--transport
+//! rdma` without an RDMA device (refused before anything starts). RDMA
+//! runs themselves need Soft-RoCE: `tests/interop_rdma.rs`
+//! (`farflash_sweep_tcp_and_rdma_in_guest`).
 
 mod common;
 
 use farflash_sweep::results::{Mode, Results, CSV_HEADER};
+use farflash_sweep::{Kind, Transport};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -53,9 +58,14 @@ fn sweep(args: &[&str]) -> std::process::Output {
 /// of a fresh job can take longer than a tiny runtime) on a 16 MiB backing
 /// file in `s`.
 fn run_tiny(s: &Scratch, plan: &str) -> PathBuf {
+    run_tiny_with(s, plan, &[])
+}
+
+/// `run_tiny` with more sweep options.
+fn run_tiny_with(s: &Scratch, plan: &str, extra: &[&str]) -> PathBuf {
     let out = s.0.join("out");
     let dir = s.0.join("data");
-    sweep(&[
+    let mut args = vec![
         "--plan",
         plan,
         "--runtime",
@@ -68,7 +78,9 @@ fn run_tiny(s: &Scratch, plan: &str) -> PathBuf {
         dir.to_str().unwrap(),
         "--out",
         out.to_str().unwrap(),
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    sweep(&args);
     out
 }
 
@@ -82,10 +94,12 @@ fn check_folder(dir: &Path, both_sides: bool) -> Results {
     farflash_sweep::schema::validate_results(&text).unwrap();
     let r: Results = serde_json::from_str(&text).unwrap();
     let n = r.plan.values.len();
-    let sides = if both_sides { 2 } else { 1 };
+    let sides = usize::from(both_sides) + r.settings.transports.len();
     assert_eq!(r.points.len(), n * sides, "one point per value and side");
     for i in 0..n {
-        assert!(r.point(Mode::Remote, i).is_some());
+        for &t in &r.settings.transports {
+            assert!(r.point_of(Kind::remote(t), i).is_some());
+        }
         if both_sides {
             assert!(r.point(Mode::Local, i).is_some());
         }
@@ -138,8 +152,13 @@ fn check_folder(dir: &Path, both_sides: bool) -> Results {
             p.label
         )));
     }
-    // Plots: a non-empty PNG and SVG each.
-    for stem in farflash_sweep::output::PLOTS {
+    // Plots: a non-empty PNG and SVG each (the transport figure only with RDMA points).
+    let plots = farflash_sweep::output::plots(&r);
+    assert_eq!(
+        plots.contains(&farflash_sweep::output::TRANSPORT_PLOT),
+        r.has_rdma()
+    );
+    for stem in &plots {
         let png = std::fs::read(dir.join(format!("{stem}.png"))).unwrap();
         assert!(png.len() > 10_000, "{stem}.png is {} bytes", png.len());
         assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
@@ -149,7 +168,7 @@ fn check_folder(dir: &Path, both_sides: bool) -> Results {
     }
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(report.contains("## Summary"));
-    for stem in farflash_sweep::output::PLOTS {
+    for stem in &plots {
         assert!(
             report.contains(&format!("]({stem}.png)")),
             "{stem} in report"
@@ -206,7 +225,22 @@ fn check_point(r: &Results, p: &farflash_sweep::results::Point) {
             assert!(p.command.contains("--filename"));
         }
         Mode::Remote => {
+            let t = p.transport.unwrap_or(Transport::Tcp);
+            assert!(
+                p.command.contains(&format!(" -t {} ", t.name())),
+                "{}",
+                p.command
+            );
             assert!(p.cpu.target.is_some(), "target CPU of a spawned target");
+            // CPU per I/O: busy % of all CPUs x CPUs x runtime / I/Os, both sides.
+            if f.total_ios > 0 {
+                let c = r.cpu_per_io(p).expect("CPU per I/O");
+                let secs = f.runtime_ms as f64 / 1e3;
+                let per = |busy: f64| busy / 100.0 * ncpu * secs / f.total_ios as f64 * 1e6;
+                assert!(close(c.host, per(p.cpu.host.busy)));
+                assert!(close(c.target.unwrap(), per(p.cpu.target.unwrap().busy)));
+                assert!(c.host > 0.0, "host CPU per I/O at {}", p.label);
+            }
             let c = p.target_counters.expect("SMART counters");
             let cmds = if r.plan.writes() {
                 c.host_write_commands
@@ -357,6 +391,217 @@ fn sweep_refuses_to_overwrite_a_given_file_with_a_write_plan() {
         .unwrap();
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("request-size"));
+}
+
+/// `--transport tcp` is the default: the same points, commands and files as
+/// without it; each remote point says it ran over tcp, and results.json
+/// without the transport fields (written before they existed) still
+/// replots, read as tcp.
+#[test]
+fn sweep_transport_tcp_is_the_default_and_old_results_replot() {
+    let s = Scratch::new("tcp");
+    let plan = s.0.join("tcp.toml");
+    std::fs::write(
+        &plan,
+        "name = 'tcp'\nrw = 'randread'\nvary = 'iodepth'\nvalues = [1, 4]\n",
+    )
+    .unwrap();
+    let out = run_tiny_with(&s, plan.to_str().unwrap(), &["--transport", "tcp"]);
+    let dir = out.join("tcp");
+    let r = check_folder(&dir, true);
+    assert_eq!(r.settings.transports, vec![Transport::Tcp]);
+    assert_eq!(r.settings.target_rdma_addr, None);
+    assert!(!r.has_rdma());
+    for p in &r.points {
+        match p.mode {
+            Mode::Local => assert_eq!(p.transport, None),
+            Mode::Remote => assert_eq!(p.transport, Some(Transport::Tcp)),
+        }
+    }
+    let target = r.settings.target_command.as_deref().unwrap();
+    assert!(target.contains("--listen 127.0.0.1:") && !target.contains("rdma:"));
+    // Exactly the files of a sweep without --transport.
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    files.sort();
+    let mut want: Vec<String> = [
+        "report.md",
+        "results.csv",
+        "results.json",
+        "results.schema.json",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain(
+        farflash_sweep::output::PLOTS
+            .iter()
+            .flat_map(|p| [format!("{p}.png"), format!("{p}.svg")]),
+    )
+    .collect();
+    want.sort();
+    assert_eq!(files, want);
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(report.contains("| remote |") && !report.contains("remote tcp"));
+    // An old results.json: no transport, transports, cpu_us_per_io.
+    let mut doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
+    doc["settings"]
+        .as_object_mut()
+        .unwrap()
+        .remove("transports");
+    for p in doc["points"].as_array_mut().unwrap() {
+        let o = p.as_object_mut().unwrap();
+        o.remove("transport");
+        o.remove("cpu_us_per_io");
+    }
+    let old = serde_json::to_string_pretty(&doc).unwrap();
+    std::fs::write(dir.join("results.json"), &old).unwrap();
+    std::fs::remove_file(dir.join("cpu.png")).unwrap();
+    sweep(&[
+        "--plan",
+        plan.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--replot",
+    ]);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("results.json")).unwrap(),
+        old
+    );
+    let again = check_folder(&dir, true);
+    assert_eq!(again.settings.transports, vec![Transport::Tcp]);
+    for p in again.points.iter().filter(|p| p.mode == Mode::Remote) {
+        assert_eq!(p.kind(), Kind::Tcp);
+        // CPU per I/O computed from the CPU split is what the run recorded.
+        let was = r.point_of(Kind::Tcp, p.index).unwrap().cpu_us_per_io;
+        let now = again.cpu_per_io(p);
+        assert_eq!(now.is_some(), was.is_some());
+        if let (Some(a), Some(b)) = (now, was) {
+            assert!(close(a.host, b.host) && close(a.target.unwrap(), b.target.unwrap()));
+        }
+    }
+    // Rendering of RDMA points (their runs need Soft-RoCE, tests/interop_rdma.rs):
+    // the TCP points copied as RDMA points with half the target's CPU and a
+    // lower p50 must give the transport figure, five CPU panels, RDMA rows
+    // and the RDMA / TCP ratios of the summary.
+    let mut r2 = r.clone();
+    r2.settings.transports = vec![Transport::Tcp, Transport::Rdma];
+    let copies: Vec<_> = r
+        .points
+        .iter()
+        .filter(|p| p.mode == Mode::Remote)
+        .map(|p| {
+            let mut q = p.clone();
+            q.transport = Some(Transport::Rdma);
+            if let Some(t) = q.cpu.target.as_mut() {
+                t.usr /= 2.0;
+                t.sys /= 2.0;
+                t.busy /= 2.0;
+            }
+            q.cpu_us_per_io = None;
+            q.figures.lat_us.p50 *= 0.5;
+            q
+        })
+        .collect();
+    r2.points.extend(copies);
+    let dir2 = out.join("tcp-rdma");
+    std::fs::create_dir_all(&dir2).unwrap();
+    std::fs::write(
+        dir2.join("results.json"),
+        serde_json::to_string_pretty(&r2).unwrap(),
+    )
+    .unwrap();
+    farflash_sweep::output::replot(&dir2).unwrap();
+    let png = std::fs::read(dir2.join("transport.png")).unwrap();
+    assert!(png.len() > 10_000 && png.starts_with(b"\x89PNG"));
+    let svg = std::fs::read_to_string(dir2.join("transport.svg")).unwrap();
+    assert!(svg.contains("NVMe/RDMA") && svg.contains("CPU per I/O"));
+    assert!(std::fs::read_to_string(dir2.join("cpu.svg"))
+        .unwrap()
+        .contains("NVMe/RDMA run: target side"));
+    let report = std::fs::read_to_string(dir2.join("report.md")).unwrap();
+    assert!(report.contains("](transport.png)"), "{report}");
+    assert!(report.contains("| remote rdma |") && report.contains("| remote tcp |"));
+    for i in 0..r.plan.values.len() {
+        let (t, d) = (
+            r2.point_of(Kind::Tcp, i).unwrap(),
+            r2.point_of(Kind::Rdma, i).unwrap(),
+        );
+        let (ct, cd) = (r2.cpu_per_io(t).unwrap(), r2.cpu_per_io(d).unwrap());
+        let want = format!("RDMA / TCP at iodepth = {}", t.label);
+        let line = report.lines().find(|l| l.contains(&want)).expect(&want);
+        let target = cd.target.unwrap() / ct.target.unwrap();
+        assert!((target - 0.5).abs() < 1e-9);
+        assert!(
+            line.contains("target 0.50x") && line.contains("p50 0.50x"),
+            "{line}"
+        );
+        assert!(
+            line.contains(&format!("host {:.2}x", cd.host / ct.host)),
+            "{line}"
+        );
+    }
+    let csv = std::fs::read_to_string(dir2.join("results.csv")).unwrap();
+    assert_eq!(
+        csv.lines().filter(|l| l.contains(",rdma,")).count(),
+        r.plan.values.len()
+    );
+}
+
+/// `--transport rdma` on an address without an RDMA device (this machine
+/// has none on 127.0.0.1) fails before anything starts, with an error
+/// naming the address; bad `--transport` values name the value.
+#[test]
+fn sweep_transport_rdma_without_a_device_fails_fast() {
+    let s = Scratch::new("rdma-refused");
+    let data = s.0.join("data");
+    for t in ["rdma", "tcp,rdma"] {
+        let started = std::time::Instant::now();
+        refused(
+            &s,
+            &[
+                "--plan",
+                "request-size",
+                "--transport",
+                t,
+                "--dir",
+                data.to_str().unwrap(),
+            ],
+            Some("no RDMA device on 127.0.0.1"),
+        );
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "refused after {:?}",
+            started.elapsed()
+        );
+        // No backing file was created, no target started.
+        assert!(!data.exists());
+    }
+    refused(
+        &s,
+        &["--transport", "roce"],
+        Some("\"roce\" is not tcp or rdma"),
+    );
+    refused(&s, &["--transport", "tcp,tcp"], Some("given twice"));
+    refused(
+        &s,
+        &["--plan", "tenants", "--transport", "tcp,rdma"],
+        Some("--transport"),
+    );
+    refused(
+        &s,
+        &[
+            "--transport",
+            "rdma",
+            "--target",
+            "127.0.0.1:4420",
+            "--nqn",
+            "nqn.2026-11.io.farflash:x",
+        ],
+        Some("--target"),
+    );
 }
 
 #[test]
@@ -619,6 +864,20 @@ fn sweep_tenants_with_iscsi_baseline() {
     ] {
         refused(&s, &bad, Some("--baseline"));
     }
+}
+
+/// `docs/sweep/transport/`: the in-guest run of `--transport tcp,rdma`
+/// (Soft-RoCE under TCG), labelled as such.
+#[test]
+fn sweep_committed_transport_results_are_complete() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/sweep/transport");
+    let r = check_folder(&root, true);
+    assert_eq!(r.settings.transports, vec![Transport::Tcp, Transport::Rdma]);
+    assert!(r.has_rdma() && r.settings.runtime_s >= 1.0, "a real run");
+    let note = r.settings.note.as_deref().unwrap_or_default();
+    assert!(note.contains("Soft-RoCE") && note.contains("TCG"), "{note}");
+    let report = std::fs::read_to_string(root.join("report.md")).unwrap();
+    assert!(report.contains("RDMA / TCP at iodepth = 1 "));
 }
 
 #[test]

@@ -7,7 +7,8 @@ use farflash_bench::size::parse_size;
 use farflash_sweep::target::RemoteAddr;
 use farflash_sweep::tenants::plan::{parse_counts, TenantsPlan};
 use farflash_sweep::tenants::TenantsOptions;
-use farflash_sweep::{Mode, Plan, SweepOptions, BUILTIN};
+use farflash_sweep::transport::parse_transports;
+use farflash_sweep::{Mode, Plan, SweepOptions, Transport, BUILTIN};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
@@ -86,6 +87,17 @@ pub struct SweepArgs {
     /// tenants plan: event-loop threads of the started target (0: one per CPU).
     #[arg(long = "target-threads", value_name = "N", default_value_t = 0)]
     pub target_threads: u32,
+    /// Remote transports, each point runs over each: tcp, rdma, or tcp,rdma.
+    #[arg(
+        long = "transport",
+        value_name = "tcp|rdma|tcp,rdma",
+        default_value = "tcp"
+    )]
+    pub transport: String,
+    /// Listen address of the started target (RDMA: an address of an RDMA
+    /// device's interface; default 127.0.0.1).
+    #[arg(long = "address", value_name = "ADDR")]
+    pub address: Option<String>,
     /// Redo only the plots and report of existing results folders (OUT/<plan>/results.json).
     #[arg(long = "replot")]
     pub replot: bool,
@@ -111,6 +123,22 @@ fn seconds(s: &str) -> anyhow::Result<f64> {
         bail!("duration {s:?} out of range");
     }
     Ok(v * mul)
+}
+
+/// Fails unless an RDMA CM id can be bound on `address` (an RDMA device's
+/// interface), so that a sweep over RDMA stops before it starts anything.
+fn check_rdma_address(address: &str) -> anyhow::Result<()> {
+    let ip: std::net::IpAddr = address
+        .parse()
+        .with_context(|| format!("--address {address:?}: expected an IP address"))?;
+    farflash_rdma_verbs::RdmaListener::bind(std::net::SocketAddr::new(ip, 0), 1).map_err(|e| {
+        anyhow::anyhow!(
+            "--transport rdma: no RDMA device on {ip} ({e}); give --address an address of an \
+             RDMA device's network interface (`rdma link` lists them; Soft-RoCE: \
+             `rdma link add rxe0 type rxe netdev IFACE`)"
+        )
+    })?;
+    Ok(())
 }
 
 fn plans(names: &[String]) -> anyhow::Result<Vec<Plan>> {
@@ -142,6 +170,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    let transports = parse_transports(&a.transport)?;
     let only = match a.only.as_deref() {
         None => None,
         Some("local") => Some(Mode::Local),
@@ -164,6 +193,9 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
     let tenants = if tenants {
         if a.target.is_some() || a.filename.is_some() || a.only.is_some() {
             bail!("--plan tenants starts its own target on files of its own: --target, --filename and --only do not apply");
+        }
+        if transports != [Transport::Tcp] || a.address.is_some() {
+            bail!("--plan tenants runs over NVMe/TCP on 127.0.0.1 (and iSCSI with --baseline): --transport {} and --address do not apply", a.transport);
         }
         let baseline_iscsi = match a.baseline.as_deref() {
             None => false,
@@ -194,6 +226,16 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
         }
         None
     };
+    let rdma = transports.contains(&Transport::Rdma);
+    if !plans.is_empty() && rdma && only != Some(Mode::Local) {
+        if a.target.is_some() {
+            bail!("--transport rdma needs the target the sweep starts: an existing target (--target) is measured over NVMe/TCP only");
+        }
+        check_rdma_address(a.address.as_deref().unwrap_or("127.0.0.1"))?;
+    }
+    if a.address.is_some() && a.target.is_some() {
+        bail!("--address is the started target's; --target names an existing one");
+    }
     let o = SweepOptions {
         farflash,
         plans,
@@ -212,6 +254,8 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
         progress_bar: std::io::stderr().is_terminal(),
         plots: !a.no_plots,
         note: a.note,
+        transports,
+        address: a.address,
     };
     if !o.plans.is_empty() {
         for d in farflash_sweep::run(&o)? {
@@ -237,5 +281,14 @@ mod tests {
         assert!(seconds("x").is_err());
         assert_eq!(plans(&["all".into()]).unwrap().len(), 4);
         assert!(plans(&["nope".into()]).is_err());
+        // 192.0.2.1 (TEST-NET-1) is no interface's address, so no RDMA
+        // device's either: the bind fails (ENODEV without any device,
+        // EADDRNOTAVAIL with one) and the error names the address. Nothing
+        // is sent anywhere.
+        let e = check_rdma_address("192.0.2.1").unwrap_err().to_string();
+        assert!(e.contains("no RDMA device on 192.0.2.1"), "{e}");
+        assert!(e.contains("rdma link"), "{e}");
+        let e = check_rdma_address("not-an-ip").unwrap_err().to_string();
+        assert!(e.contains("--address \"not-an-ip\""), "{e}");
     }
 }

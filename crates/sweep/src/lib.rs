@@ -27,7 +27,9 @@ pub mod sweep;
 pub mod target;
 pub mod tenants;
 pub mod tgt;
+pub mod transport;
 
 pub use plan::{Axis, Plan, BUILTIN};
 pub use results::{Mode, Results};
 pub use sweep::{run, SweepOptions};
+pub use transport::{Kind, Transport};

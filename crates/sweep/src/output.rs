@@ -4,8 +4,21 @@ use crate::results::Results;
 use anyhow::{Context, Result};
 use std::path::Path;
 
-/// The plots of a folder (file stems; each is written as `.svg` and `.png`).
+/// The plots of every folder (file stems; each is written as `.svg` and `.png`).
 pub const PLOTS: [&str; 4] = ["latency", "throughput", "cpu", "efficiency"];
+
+/// The transports figure (CPU per I/O and p50/p99 of local, TCP and RDMA),
+/// written when the results hold NVMe/RDMA points.
+pub const TRANSPORT_PLOT: &str = "transport";
+
+/// The plots of this folder: [`PLOTS`], and [`TRANSPORT_PLOT`] when RDMA ran.
+pub fn plots(r: &Results) -> Vec<&'static str> {
+    let mut v = PLOTS.to_vec();
+    if r.has_rdma() {
+        v.push(TRANSPORT_PLOT);
+    }
+    v
+}
 
 /// Writes `results.json`, `results.schema.json`, `results.csv`, the plots
 /// (when `plots`) and `report.md` into `dir` (created if missing).
@@ -19,13 +32,14 @@ pub fn write_folder(r: &Results, dir: &Path, plots: bool) -> Result<()> {
     Ok(())
 }
 
-/// Reads `dir/results.json` back and rewrites its plots and report (the
-/// data files are left as they are).
+/// Reads `dir/results.json` back and rewrites its plots, report and
+/// `results.csv` (derived from the JSON; results.json is left as it is).
 pub fn replot(dir: &Path) -> Result<()> {
     let p = dir.join("results.json");
     let text = std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
     crate::schema::validate_results(&text).with_context(|| format!("{}", p.display()))?;
     let r: Results = serde_json::from_str(&text).with_context(|| format!("{}", p.display()))?;
+    std::fs::write(dir.join("results.csv"), r.csv())?;
     crate::plot::write_all(&r, dir)?;
     std::fs::write(dir.join("report.md"), crate::report::markdown(&r, true))?;
     Ok(())

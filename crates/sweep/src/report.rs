@@ -2,7 +2,7 @@
 //! each figure is measured.
 
 use crate::plan::size_label;
-use crate::results::{Mode, Results};
+use crate::results::Results;
 use std::fmt::Write as _;
 
 /// How the figures are measured (shared with docs/sweep.md).
@@ -13,8 +13,11 @@ so slow drift of a shared machine affects both alike. Rates and latency are perf
 (`aggregate` job; latency is perf's total latency `lat_ns` of the plan's direction, from \
 preparing the command to its completion, as fio's `lat`, from perf's HDR histograms).
 - **Local** runs read or write the backing file with `perf --filename` (io_uring, O_DIRECT \
-where the file system supports it). **Remote** runs go over NVMe/TCP on 127.0.0.1 to a \
-`farflash serve` exporting the same file.
+where the file system supports it). **Remote** runs go to a `farflash serve` exporting the \
+same file, on 127.0.0.1 or `--address`: over NVMe/TCP (`perf -t tcp`), and with \
+`--transport tcp,rdma` also over NVMe/RDMA (`perf -t rdma` to the same target's RDMA \
+listener), one run after the other for each point. The SMART log is read over the TCP \
+listener either way.
 - **CPU, in % of all the machine's CPUs** (100% = every CPU busy), over each point's \
 measured interval (after ramp):
   - *host usr / sys*: the perf process's own `getrusage` (perf's `cpu` figures divided by \
@@ -29,6 +32,13 @@ is taken as perf's measured runtime ending at perf's exit);
 `/proc/stat` samples over the same interval, an independent check of perf's `sys_cpu`.
 - **IOPS per CPU-%** = IOPS / (host usr + sys + softirq + target usr + sys), CPU in % of \
 all CPUs; iowait is idle time and is not counted. Local runs have no target.
+- **CPU per I/O** (µs of CPU per I/O, `cpu_us_per_io` in results.json, CSV \
+`host_cpu_us_per_io` / `target_cpu_us_per_io`), per side: the side's busy CPU in % of all \
+CPUs / 100 × the number of CPUs × the measured interval (perf's runtime) / the I/Os \
+completed in it (perf's `total_ios`). Host = perf's usr + sys + the machine's softirq \
+(so the softirq work of both sides, on one machine, is counted once, on the host); \
+target = the `farflash serve` process's usr + sys. Soft-RoCE (rdma_rxe) does its RDMA \
+work in the kernel, largely in softirq: it lands on the host side too.
 - **Target counters**: the target's SMART / Health log (Get Log Page 02h) read before and \
 after each remote run; the deltas include ramp I/Os (perf's `total_ios + ramp_ios`).
 - **Both sides share one machine**: the host's jobs and the target's event loops compete \
@@ -98,7 +108,14 @@ pub fn markdown(r: &Results, plots: bool) -> String {
         (
             "target",
             match &st.target_command {
-                Some(c) => format!("`{c}`"),
+                Some(c) => format!(
+                    "`{c}` (remote runs over {})",
+                    st.transports
+                        .iter()
+                        .map(|t| t.title())
+                        .collect::<Vec<_>>()
+                        .join(", then ")
+                ),
                 None => format!("{} {} at {}", st.target_kind, st.target_nqn, st.target_addr),
             },
         ),
@@ -126,27 +143,36 @@ pub fn markdown(r: &Results, plots: bool) -> String {
                 "efficiency",
                 "Protocol efficiency: IOPS per CPU-percent (host + target).",
             ),
+            (
+                "transport",
+                "CPU per I/O (µs of CPU, host and target) and p50 / p99 latency per point: local, NVMe/TCP and NVMe/RDMA side by side.",
+            ),
         ] {
+            if !crate::output::plots(r).contains(&stem) {
+                continue;
+            }
             let _ = writeln!(s, "![{stem}]({stem}.png)\n\n*{cap}* ([SVG]({stem}.svg))\n");
         }
     }
     let _ = writeln!(s, "## Points\n");
     let _ = writeln!(
         s,
-        "CPU in % of all {} CPUs; latency in µs.\n\n| {} | side | IOPS | MiB/s | p20 | p50 | p95 | p99 | host usr+sys | soft | target usr+sys | IOPS/CPU-% |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "CPU in % of all {} CPUs; latency and CPU per I/O in µs.\n\n| {} | side | IOPS | MiB/s | p20 | p50 | p95 | p99 | host usr+sys | soft | target usr+sys | IOPS/CPU-% | host CPU/I/O | target CPU/I/O |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
         e.nproc,
         p.vary.name()
     );
     for i in 0..p.values.len() {
-        for m in [Mode::Local, Mode::Remote] {
-            let Some(pt) = r.point(m, i) else { continue };
+        for k in r.kinds() {
+            let Some(pt) = r.point_of(k, i) else { continue };
             let f = &pt.figures;
             let l = &f.lat_us;
+            let cpi = r.cpu_per_io(pt);
+            let dash = |v: Option<f64>| v.map(|x| format!("{x:.1}")).unwrap_or_else(|| "-".into());
             let _ = writeln!(
                 s,
-                "| {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {} |",
+                "| {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {} | {} | {} |",
                 pt.label,
-                m.name(),
+                r.kind_name(k),
                 f.iops,
                 f.bw_mib_s,
                 l.p20,
@@ -162,6 +188,8 @@ pub fn markdown(r: &Results, plots: bool) -> String {
                 pt.iops_per_cpu_pct
                     .map(|x| format!("{x:.0}"))
                     .unwrap_or_else(|| "-".into()),
+                dash(cpi.map(|c| c.host)),
+                dash(cpi.and_then(|c| c.target)),
             );
         }
     }

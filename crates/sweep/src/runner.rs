@@ -5,8 +5,9 @@
 use crate::perfjson::{figures, Figures};
 use crate::plan::{Plan, PointParams};
 use crate::procfs::{self, nproc, Sampler};
-use crate::results::{Cpu, Mode, Point, Side, Window};
+use crate::results::{Cpu, CpuPerIo, Mode, Point, Side, Window};
 use crate::target::{RemoteAddr, SmartCounters};
+use crate::transport::Transport;
 use anyhow::{bail, Context, Result};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -21,8 +22,20 @@ pub const SAMPLE_PERIOD: Duration = Duration::from_millis(50);
 pub enum Where {
     /// `perf --filename PATH` (io_uring).
     Local(PathBuf),
-    /// `perf -t tcp -a .. -s .. -n .. --nsid ..`; the target's PID if known.
-    Remote(RemoteAddr, Option<u32>),
+    /// `perf -t tcp|rdma -a .. -s .. -n .. --nsid ..`.
+    Remote(Remote),
+}
+
+/// A remote side of a point: the target, and the transport and address perf uses.
+#[derive(Clone, Debug)]
+pub struct Remote {
+    /// The target (its TCP address: the SMART log is read there), its subsystem and namespace.
+    pub target: RemoteAddr,
+    /// The target's PID, if known (for its CPU time).
+    pub pid: Option<u32>,
+    pub transport: Transport,
+    /// `ip:port` of the listener of `transport`.
+    pub addr: String,
 }
 
 /// Per-point timing and perf options common to a sweep.
@@ -55,19 +68,19 @@ pub fn perf_args(w: &Where, rw: &str, p: &PointParams, s: &RunSettings) -> Resul
     let mut a: Vec<String> = vec!["perf".into()];
     match w {
         Where::Local(path) => a.extend(["--filename".into(), path.display().to_string()]),
-        Where::Remote(r, _) => {
+        Where::Remote(r) => {
             let (host, port) = split_addr(&r.addr)?;
             a.extend([
                 "-t".into(),
-                "tcp".into(),
+                r.transport.name().into(),
                 "-a".into(),
                 host,
                 "-s".into(),
                 port.to_string(),
                 "-n".into(),
-                r.nqn.clone(),
+                r.target.nqn.clone(),
                 "--nsid".into(),
-                r.nsid.to_string(),
+                r.target.nsid.to_string(),
             ]);
         }
     }
@@ -151,9 +164,9 @@ pub fn run_point(
     s: &RunSettings,
 ) -> Result<Point> {
     let args = perf_args(w, &plan.rw, params, s)?;
-    let (remote, target_pid) = match w {
-        Where::Remote(r, pid) => (Some(r), *pid),
-        Where::Local(_) => (None, None),
+    let (remote, target_pid, transport) = match w {
+        Where::Remote(r) => (Some(&r.target), r.pid, Some(r.transport)),
+        Where::Local(_) => (None, None, None),
     };
     let before = remote.map(SmartCounters::read).transpose()?;
     let limit = Duration::from_secs_f64(s.runtime_s + s.ramp_s + 60.0);
@@ -170,6 +183,7 @@ pub fn run_point(
     let busy = cpu.host.busy + cpu.target.map(|t| t.busy).unwrap_or(0.0);
     let iops_per_cpu_pct =
         (busy > 0.0 && (remote.is_none() || cpu.target.is_some())).then(|| f.iops / busy);
+    let cpu_us_per_io = CpuPerIo::of(&cpu, &f, nproc());
     Ok(Point {
         index,
         mode: if remote.is_some() {
@@ -177,6 +191,7 @@ pub fn run_point(
         } else {
             Mode::Local
         },
+        transport,
         value: match plan.vary {
             crate::plan::Axis::Bs => params.bs,
             crate::plan::Axis::Iodepth => params.iodepth,
@@ -190,6 +205,7 @@ pub fn run_point(
         figures: f,
         cpu,
         iops_per_cpu_pct,
+        cpu_us_per_io,
         target_counters: before.zip(after).map(|(b, a)| b.delta(&a)),
         perf,
     })
@@ -258,5 +274,28 @@ mod tests {
         };
         let a = perf_args(&Where::Local("/x".into()), "read", &p, &s).unwrap();
         assert_eq!(a.join(" "), "perf --filename /x --rw read --bs 4096 --iodepth 2 --numjobs 3 --runtime 0.250 --poll block --output-format json");
+        let target = RemoteAddr {
+            addr: "10.0.2.15:4420".into(),
+            nqn: "nqn.x:y".into(),
+            nsid: 1,
+        };
+        for (t, addr) in [
+            (Transport::Tcp, "10.0.2.15:4420"),
+            (Transport::Rdma, "10.0.2.15:4421"),
+        ] {
+            let w = Where::Remote(Remote {
+                target: target.clone(),
+                pid: None,
+                transport: t,
+                addr: addr.into(),
+            });
+            let a = perf_args(&w, "randread", &p, &s).unwrap().join(" ");
+            let want = format!(
+                "perf -t {} -a 10.0.2.15 -s {} -n nqn.x:y --nsid 1 --rw randread",
+                t.name(),
+                &addr[10..]
+            );
+            assert!(a.starts_with(&want), "{a}");
+        }
     }
 }

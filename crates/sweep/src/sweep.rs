@@ -5,8 +5,9 @@
 use crate::plan::Plan;
 use crate::progress::Progress;
 use crate::results::{Mode, Results, Settings, Skipped, SCHEMA};
-use crate::runner::{run_point, RunSettings, Where};
+use crate::runner::{run_point, Remote, RunSettings, Where};
 use crate::target::{Backing, RemoteAddr, Serve, ServeConfig};
+use crate::transport::Transport;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
@@ -44,12 +45,22 @@ pub struct SweepOptions {
     pub plots: bool,
     /// Free text for the report.
     pub note: Option<String>,
+    /// The remote runs' transports (`--transport`), each point runs them in this order.
+    pub transports: Vec<Transport>,
+    /// The started target's listen address (`--address`; default 127.0.0.1).
+    pub address: Option<String>,
 }
 
 /// Runs every plan; returns the results folders.
 pub fn run(o: &SweepOptions) -> Result<Vec<PathBuf>> {
     if o.runtime_s <= 0.0 || o.ramp_s < 0.0 {
         bail!("--runtime must be positive and --ramp not negative");
+    }
+    if o.transports.is_empty() {
+        bail!("--transport: give tcp, rdma or tcp,rdma");
+    }
+    if o.target.is_some() && o.transports.contains(&Transport::Rdma) {
+        bail!("--transport rdma needs the target the sweep starts: an existing target (--target) is measured over NVMe/TCP only");
     }
     if let (Some(f), false) = (&o.filename, o.allow_writes) {
         if let Some(p) = o.plans.iter().find(|p| p.writes()) {
@@ -76,11 +87,12 @@ pub fn run(o: &SweepOptions) -> Result<Vec<PathBuf>> {
     Ok(dirs)
 }
 
+/// perf runs per point: local, and one remote run per transport.
 fn sides(o: &SweepOptions) -> usize {
-    if o.only.is_some() {
-        1
-    } else {
-        2
+    match o.only {
+        Some(Mode::Local) => 1,
+        Some(Mode::Remote) => o.transports.len(),
+        None => 1 + o.transports.len(),
     }
 }
 
@@ -121,6 +133,8 @@ pub fn run_plan(o: &SweepOptions, plan: &Plan, progress: &mut Progress) -> Resul
                 threads: plan.target_threads,
                 cpus: plan.target_cpus.clone(),
                 poll: o.serve_poll.clone(),
+                address: o.address.clone(),
+                rdma: o.transports.contains(&Transport::Rdma),
             };
             let s = Serve::start(&o.farflash, &b.path, &cfg)?;
             let r = (s.remote.clone(), Some(s.pid()));
@@ -139,8 +153,22 @@ pub fn run_plan(o: &SweepOptions, plan: &Plan, progress: &mut Progress) -> Resul
     if let (true, Some(b)) = (want(Mode::Local), &backing) {
         wheres.push(Where::Local(b.path.clone()));
     }
+    let rdma_addr = serve.as_ref().and_then(|s| s.rdma_addr.clone());
     if let (true, Some((r, pid))) = (want(Mode::Remote), &remote) {
-        wheres.push(Where::Remote(r.clone(), *pid));
+        for &t in &o.transports {
+            let addr = match t {
+                Transport::Tcp => r.addr.clone(),
+                Transport::Rdma => rdma_addr
+                    .clone()
+                    .context("the started target has no RDMA listener")?,
+            };
+            wheres.push(Where::Remote(Remote {
+                target: r.clone(),
+                pid: *pid,
+                transport: t,
+                addr,
+            }));
+        }
     }
     let mut points = Vec::new();
     for (i, params) in plan.points().iter().enumerate() {
@@ -151,7 +179,7 @@ pub fn run_plan(o: &SweepOptions, plan: &Plan, progress: &mut Progress) -> Resul
             progress.step(&format!(
                 "{} {} {}={}: {:.0} IOPS, {:.1} MiB/s, p50 {:.0} µs",
                 plan.name,
-                p.mode.name(),
+                p.kind().name(),
                 plan.vary.name(),
                 p.label,
                 p.figures.iops,
@@ -190,6 +218,8 @@ pub fn run_plan(o: &SweepOptions, plan: &Plan, progress: &mut Progress) -> Resul
         target_command: serve.as_ref().map(|s| s.command.clone()),
         target_cpu_known: remote.as_ref().is_some_and(|(_, pid)| pid.is_some()),
         note: o.note.clone(),
+        transports: o.transports.clone(),
+        target_rdma_addr: rdma_addr,
     };
     if let Some(mut s) = serve {
         s.stop();

@@ -1,12 +1,14 @@
 //! The remote side: a `farflash serve` child the sweep starts on a free
-//! 127.0.0.1 port (or an existing target given by address), and its SMART
-//! counters read through the host library.
+//! port of 127.0.0.1 or `--address` (an NVMe/TCP listener, and an
+//! NVMe/RDMA one on another port when RDMA is swept), or an existing target
+//! given by address, and its SMART counters read through the host library
+//! (over the TCP listener).
 
 use anyhow::{bail, Context, Result};
 use farflash_host::{ConnectOptions, Controller};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -33,6 +35,10 @@ pub struct ServeConfig {
     pub cpus: Option<String>,
     /// `serve --poll`.
     pub poll: Option<String>,
+    /// The listen address (an IP; default 127.0.0.1).
+    pub address: Option<String>,
+    /// Also listen for NVMe/RDMA (`--listen rdma:ADDR:PORT`).
+    pub rdma: bool,
 }
 
 /// A running `farflash serve` child, stopped with SIGTERM when dropped.
@@ -40,6 +46,8 @@ pub struct Serve {
     child: Child,
     /// Its address and namespace.
     pub remote: RemoteAddr,
+    /// Its NVMe/RDMA listener (`ip:port`), when started with one.
+    pub rdma_addr: Option<String>,
     /// The command line, for the report.
     pub command: String,
 }
@@ -49,23 +57,59 @@ pub fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// A TCP port nothing listens on right now on `ip`.
+pub fn free_port_on(ip: IpAddr) -> Result<u16> {
+    Ok(TcpListener::bind((ip, 0))
+        .with_context(|| format!("no free TCP port on {ip}"))?
+        .local_addr()?
+        .port())
+}
+
+/// `ip:port`, or `[ip]:port` for IPv6.
+pub fn join_addr(ip: IpAddr, port: u16) -> String {
+    SocketAddr::new(ip, port).to_string()
+}
+
 impl Serve {
-    /// Starts `farflash serve --file <backing>` on a free port and waits
-    /// (up to 30 s) for `listening on`.
+    /// Starts `farflash serve --file <backing>` on a free port (and, with
+    /// `cfg.rdma`, an RDMA listener on another) and waits (up to 30 s) for
+    /// `listening on`.
     pub fn start(farflash: &Path, backing: &Path, cfg: &ServeConfig) -> Result<Serve> {
-        let port = free_port()?;
-        let addr = format!("127.0.0.1:{port}");
-        let mut args: Vec<String> = vec![
-            "serve".into(),
-            "--listen".into(),
-            addr.clone(),
+        let ip: IpAddr = cfg
+            .address
+            .as_deref()
+            .unwrap_or("127.0.0.1")
+            .parse()
+            .with_context(|| {
+                format!(
+                    "--address {:?}: expected an IP address",
+                    cfg.address.as_deref().unwrap_or_default()
+                )
+            })?;
+        let port = free_port_on(ip)?;
+        let addr = join_addr(ip, port);
+        let mut args: Vec<String> = vec!["serve".into(), "--listen".into(), addr.clone()];
+        // The RDMA CM's port space is not TCP's: a port free for TCP is
+        // taken for the RDMA listener too, but never the TCP listener's.
+        let rdma_addr = if cfg.rdma {
+            let mut p = free_port_on(ip)?;
+            while p == port {
+                p = free_port_on(ip)?;
+            }
+            let a = join_addr(ip, p);
+            args.extend(["--listen".into(), format!("rdma:{a}")]);
+            Some(a)
+        } else {
+            None
+        };
+        args.extend([
             "--nqn".into(),
             SWEEP_NQN.into(),
             "--file".into(),
             backing.display().to_string(),
             "--log-level".into(),
             "warn".into(),
-        ];
+        ]);
         if let Some(t) = cfg.threads {
             args.extend(["--threads".into(), t.to_string()]);
         }
@@ -80,7 +124,9 @@ impl Serve {
             nqn: SWEEP_NQN.into(),
             nsid: 1,
         };
-        Serve::spawn(farflash, args, remote)
+        let mut s = Serve::spawn(farflash, args, remote)?;
+        s.rdma_addr = rdma_addr;
+        Ok(s)
     }
 
     /// Starts `farflash serve --config <file>` (the file names the listen
@@ -137,6 +183,7 @@ impl Serve {
         Ok(Serve {
             child,
             remote,
+            rdma_addr: None,
             command,
         })
     }

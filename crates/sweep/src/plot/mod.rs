@@ -1,8 +1,9 @@
 //! Plots with `plotters`, each written as SVG and PNG. Text uses an
 //! embedded DejaVu Sans (no system fonts needed). Local and remote differ
 //! in more than colour: local is solid black with filled circles (or black
-//! bars), remote is dashed gray with hollow triangles (or light bars with a
-//! black outline), so they stay apart in grayscale.
+//! bars), remote NVMe/TCP is dashed gray with hollow triangles (or light
+//! bars with a black outline), remote NVMe/RDMA dotted black with hollow
+//! squares (or mid-gray hatched bars), so they stay apart in grayscale.
 
 mod charts;
 mod panels;
@@ -67,6 +68,9 @@ pub fn write_all(r: &Results, dir: &Path) -> Result<()> {
     save(dir, "throughput", &charts::ThroughputFig(r))?;
     save(dir, "cpu", &charts::CpuFig(r))?;
     save(dir, "efficiency", &charts::EfficiencyFig(r))?;
+    if r.has_rdma() {
+        save(dir, crate::output::TRANSPORT_PLOT, &charts::TransportFig(r))?;
+    }
     Ok(())
 }
 

@@ -3,7 +3,7 @@
 //! figure frame (title, legend strip, footer).
 
 use super::{perr, FAMILY};
-use crate::results::Mode;
+use crate::transport::Kind;
 use anyhow::Result;
 use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
@@ -11,13 +11,25 @@ use plotters::prelude::*;
 
 /// Local: near-black fills and solid lines.
 pub const LOCAL: RGBColor = RGBColor(25, 25, 25);
-/// Remote: light fills with black outlines, dashed dark-gray lines.
+/// Remote (NVMe/TCP): light fills with black outlines, dashed dark-gray lines.
 pub const REMOTE_FILL: RGBColor = RGBColor(195, 195, 195);
 pub const REMOTE_LINE: RGBColor = RGBColor(95, 95, 95);
+/// Remote over NVMe/RDMA: mid-gray fills with black outlines and a
+/// diagonal hatch, dotted black lines with hollow squares.
+pub const RDMA_FILL: RGBColor = RGBColor(120, 120, 120);
+
+/// The fill of a kind's bars.
+fn fill(k: Kind) -> RGBColor {
+    match k {
+        Kind::Local => LOCAL,
+        Kind::Tcp => REMOTE_FILL,
+        Kind::Rdma => RDMA_FILL,
+    }
+}
 
 /// One curve or bar group member.
 pub struct Series {
-    pub mode: Mode,
+    pub kind: Kind,
     pub values: Vec<Option<f64>>,
 }
 
@@ -176,22 +188,55 @@ fn draw_bars<DB: DrawingBackend, Y: Ranged<ValueType = f64>>(
             let Some(v) = *v else { continue };
             let x0 = i as f64 - 0.36 + k as f64 * w + 0.01;
             let x1 = x0 + w - 0.02;
-            let r = [(x0, base), (x1, v.clamp(base, ymax))];
-            let fill = match s.mode {
-                Mode::Local => LOCAL,
-                Mode::Remote => REMOTE_FILL,
-            };
+            let top = v.clamp(base, ymax);
+            let r = [(x0, base), (x1, top)];
             c.draw_series([
-                Rectangle::new(r, fill.filled()),
+                Rectangle::new(r, fill(s.kind).filled()),
                 Rectangle::new(r, BLACK.stroke_width(1)),
             ])
             .map_err(perr)?;
+            if s.kind == Kind::Rdma {
+                hatch(c, x0, x1, base, top)?;
+            }
         }
     }
     Ok(())
 }
 
-/// Lines: local solid with filled circles, remote dashed with hollow triangles.
+/// White diagonal hatch lines across the bar `x0..x1`, `base..top`, drawn
+/// in pixels so that they look the same on linear and log axes.
+fn hatch<DB: DrawingBackend, Y: Ranged<ValueType = f64>>(
+    c: &mut ChartContext<DB, Cartesian2d<RangedCoordf64, Y>>,
+    x0: f64,
+    x1: f64,
+    base: f64,
+    top: f64,
+) -> Result<()> {
+    let (px0, py0) = c.backend_coord(&(x0, base));
+    let (px1, py1) = c.backend_coord(&(x1, top));
+    let (w, h) = (px1 - px0, py0 - py1);
+    if w < 4 || h < 4 {
+        return Ok(());
+    }
+    let area = c.plotting_area().strip_coord_spec();
+    let (bx, by) = area.get_base_pixel();
+    let style = WHITE.stroke_width(2);
+    // Lines x - y = k (pixels, y upwards) every 10 px, clipped to the bar.
+    let mut k = -h;
+    while k < w {
+        let (a0, a1) = (k.max(0), (k + h).min(w));
+        if a1 > a0 {
+            let p = |a: i32| (px0 + a - bx, py0 - (a - k) - by);
+            area.draw(&PathElement::new(vec![p(a0), p(a1)], style))
+                .map_err(perr)?;
+        }
+        k += 10;
+    }
+    Ok(())
+}
+
+/// Lines: local solid with filled circles, TCP dashed with hollow
+/// triangles, RDMA dotted with hollow squares.
 pub fn lines<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     a: &Axes,
@@ -206,14 +251,29 @@ pub fn lines<DB: DrawingBackend>(
             .enumerate()
             .filter_map(|(i, v)| v.map(|v| (i as f64, v)))
             .collect();
-        match s.mode {
-            Mode::Local => {
+        match s.kind {
+            Kind::Local => {
                 c.draw_series(LineSeries::new(pts.clone(), LOCAL.stroke_width(3)))
                     .map_err(perr)?;
                 c.draw_series(pts.iter().map(|&p| Circle::new(p, 6, LOCAL.filled())))
                     .map_err(perr)?;
             }
-            Mode::Remote => {
+            Kind::Rdma => {
+                c.draw_series(DashedLineSeries::new(
+                    pts.clone(),
+                    3,
+                    6,
+                    BLACK.stroke_width(3),
+                ))
+                .map_err(perr)?;
+                c.draw_series(pts.iter().map(|&p| {
+                    EmptyElement::at(p)
+                        + Rectangle::new([(-6, -6), (6, 6)], WHITE.filled())
+                        + Rectangle::new([(-6, -6), (6, 6)], BLACK.stroke_width(2))
+                }))
+                .map_err(perr)?;
+            }
+            Kind::Tcp => {
                 c.draw_series(DashedLineSeries::new(
                     pts.clone(),
                     12,
@@ -273,10 +333,10 @@ pub fn stacked<DB: DrawingBackend>(
 
 /// A legend entry of a figure-level legend strip.
 pub enum Key {
-    /// A bar swatch: local (dark) or remote (light, outlined).
-    Bar(Mode, String),
+    /// A bar swatch: local (dark), TCP (light, outlined), RDMA (mid-gray, hatched).
+    Bar(Kind, String),
     /// A line sample with its marker.
-    Line(Mode, String),
+    Line(Kind, String),
     /// A stacked-bar layer swatch.
     Gray(u8, String),
 }
@@ -296,20 +356,54 @@ pub fn legend<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, keys: &[Key]) -
     for (k, kw) in keys.iter().zip(widths) {
         let sw = [(x, y - 9), (x + 36, y + 9)];
         match k {
-            Key::Bar(Mode::Local, _) => area.draw(&Rectangle::new(sw, LOCAL.filled())),
-            Key::Bar(Mode::Remote, _) => area
+            Key::Bar(Kind::Local, _) => area.draw(&Rectangle::new(sw, LOCAL.filled())),
+            Key::Bar(Kind::Tcp, _) => area
                 .draw(&Rectangle::new(sw, REMOTE_FILL.filled()))
+                .and_then(|_| area.draw(&Rectangle::new(sw, BLACK.stroke_width(1)))),
+            Key::Bar(Kind::Rdma, _) => area
+                .draw(&Rectangle::new(sw, RDMA_FILL.filled()))
+                .and_then(|_| {
+                    // The hatch of the bars: x - y = k every 10 px, in the 36 x 18 swatch.
+                    (-18..36).step_by(10).try_for_each(|k: i32| {
+                        let (a0, a1) = (k.max(0), (k + 18).min(36));
+                        let p = |a: i32| (x + a, y + 9 - (a - k));
+                        area.draw(&PathElement::new(vec![p(a0), p(a1)], WHITE.stroke_width(2)))
+                    })
+                })
                 .and_then(|_| area.draw(&Rectangle::new(sw, BLACK.stroke_width(1)))),
             Key::Gray(g, _) => area
                 .draw(&Rectangle::new(sw, RGBColor(*g, *g, *g).filled()))
                 .and_then(|_| area.draw(&Rectangle::new(sw, BLACK.stroke_width(1)))),
-            Key::Line(Mode::Local, _) => area
+            Key::Line(Kind::Local, _) => area
                 .draw(&PathElement::new(
                     vec![(x, y), (x + 36, y)],
                     LOCAL.stroke_width(3),
                 ))
                 .and_then(|_| area.draw(&Circle::new((x + 18, y), 6, LOCAL.filled()))),
-            Key::Line(Mode::Remote, _) => area
+            Key::Line(Kind::Rdma, _) => area
+                .draw(&PathElement::new(
+                    vec![(x, y), (x + 4, y)],
+                    BLACK.stroke_width(3),
+                ))
+                .and_then(|_| {
+                    area.draw(&PathElement::new(
+                        vec![(x + 32, y), (x + 36, y)],
+                        BLACK.stroke_width(3),
+                    ))
+                })
+                .and_then(|_| {
+                    area.draw(&Rectangle::new(
+                        [(x + 12, y - 6), (x + 24, y + 6)],
+                        WHITE.filled(),
+                    ))
+                })
+                .and_then(|_| {
+                    area.draw(&Rectangle::new(
+                        [(x + 12, y - 6), (x + 24, y + 6)],
+                        BLACK.stroke_width(2),
+                    ))
+                }),
+            Key::Line(Kind::Tcp, _) => area
                 .draw(&PathElement::new(
                     vec![(x, y), (x + 10, y)],
                     REMOTE_LINE.stroke_width(3),

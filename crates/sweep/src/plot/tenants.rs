@@ -4,8 +4,8 @@
 
 use super::panels::{bars, frame, legend, nice_max, Axes, Key, Series};
 use super::Figure;
-use crate::results::Mode;
 use crate::tenants::results::{Comparison, TenantsResults, ISCSI};
+use crate::transport::Kind;
 use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -19,11 +19,11 @@ const X_BASELINE: &str = "N = NVMe/TCP, i = iSCSI (tgtd) · tenant count : tenan
 fn pair(cs: &[Comparison], f: impl Fn(&Comparison) -> (f64, f64)) -> Vec<Series> {
     vec![
         Series {
-            mode: Mode::Local,
+            kind: Kind::Local,
             values: cs.iter().map(|c| Some(f(c).0)).collect(),
         },
         Series {
-            mode: Mode::Remote,
+            kind: Kind::Tcp,
             values: cs.iter().map(|c| Some(f(c).1)).collect(),
         },
     ]
@@ -62,8 +62,8 @@ impl Figure for TenantsFig<'_> {
         legend(
             &strip,
             &[
-                Key::Bar(Mode::Local, "alone".into()),
-                Key::Bar(Mode::Remote, "together".into()),
+                Key::Bar(Kind::Local, "alone".into()),
+                Key::Bar(Kind::Tcp, "together".into()),
             ],
         )?;
         let cs = &r.comparisons;
@@ -89,7 +89,7 @@ impl Figure for TenantsFig<'_> {
         let tp = pair(cs, |c| (c.alone_mib_s, c.together_mib_s));
         let p99 = pair(cs, |c| (c.alone_p99_us, c.together_p99_us));
         let slow = vec![Series {
-            mode: Mode::Remote,
+            kind: Kind::Tcp,
             values: cs.iter().map(|c| Some(c.slowdown)).collect(),
         }];
         let specs: [(&str, &str, &Vec<Series>); 4] = [
