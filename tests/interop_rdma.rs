@@ -201,6 +201,7 @@ fn farflash_rdma_target_in_guest() {
             "connect-rdma",
             "idle-sleeps",
             "disconnect-rdma",
+            "zero-copy-io-queues",
             "target-exit-clean",
         ],
     );

@@ -85,6 +85,8 @@ else
 fi
 
 devs=()
+# Log lines from here on are the kernel host's queues (zero-copy check below).
+pre=$(wc -l <"$LOG")
 if nvme connect -t rdma -a "$ADDR" -s 4420 -n "$NQN" --nr-io-queues=2; then
 	for _ in $(seq 1 50); do
 		devs=()
@@ -149,6 +151,32 @@ fi
 
 if ((${#devs[@]})); then
 	nvme disconnect -n "$NQN" >/dev/null && pass disconnect-rdma || fail disconnect-rdma "disconnect failed"
+fi
+
+# Zero copy (docs/rdma.md): the kernel host's I/O queues moved all their
+# data (fio's 128 KiB writes by RDMA READ, every read by RDMA WRITE)
+# to and from the commands' own buffers, registered chunks of the queue's
+# pool, never through a staging slot. Each queue logs its counts when it
+# closes: "RDMA queue closed ... qid=N direct=D staged=S".
+if ((${#devs[@]})); then
+	io=""
+	for _ in $(seq 1 50); do
+		io=$(tail -n +"$((pre + 1))" "$LOG" | grep "RDMA queue closed" | grep -v " qid=0 ")
+		(($(grep -c . <<<"$io") >= 2)) && break
+		sleep 0.2
+	done
+	echo "$io"
+	n=$(grep -c "qid=" <<<"$io")
+	staged=$(grep -o "staged=[0-9]*" <<<"$io" | awk -F= '{ s += $2 } END { print s + 0 }')
+	direct=$(grep -o "direct=[0-9]*" <<<"$io" | awk -F= '{ s += $2 } END { print s + 0 }')
+	# Per device: 32 writes of 128 KiB, their 32 verify reads, and 1024
+	# verify reads of 4 KiB (4 KiB writes travel in the capsule).
+	if ((n == 2 && staged == 0 && direct >= 2 * (32 + 32 + 1024))); then
+		pass "zero-copy-io-queues ($direct direct transfers, $staged staged)"
+	else
+		fail zero-copy-io-queues "$n I/O queues closed, $direct direct and $staged staged transfers"
+		show_log
+	fi
 fi
 
 kill -TERM "$PID"
