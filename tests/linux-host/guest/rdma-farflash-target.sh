@@ -169,9 +169,11 @@ if ((${#devs[@]})); then
 	n=$(grep -c "qid=" <<<"$io")
 	staged=$(grep -o "staged=[0-9]*" <<<"$io" | awk -F= '{ s += $2 } END { print s + 0 }')
 	direct=$(grep -o "direct=[0-9]*" <<<"$io" | awk -F= '{ s += $2 } END { print s + 0 }')
-	# Per device: 32 writes of 128 KiB, their 32 verify reads, and 1024
-	# verify reads of 4 KiB (4 KiB writes travel in the capsule).
-	if ((n == 2 && staged == 0 && direct >= 2 * (32 + 32 + 1024))); then
+	# Per device fio makes 32 writes of 128 KiB, their 32 verify reads, and
+	# 1024 verify reads of 4 KiB (4 KiB writes travel in the capsule): 2182
+	# transfers measured once; the block layer may merge some, so the bound
+	# only says that fio's traffic moved directly.
+	if ((n == 2 && staged == 0 && direct >= 1000)); then
 		pass "zero-copy-io-queues ($direct direct transfers, $staged staged)"
 	else
 		fail zero-copy-io-queues "$n I/O queues closed, $direct direct and $staged staged transfers"
