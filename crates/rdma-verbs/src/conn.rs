@@ -90,7 +90,7 @@ impl RdmaConn {
             stage_len: vec![0; slots],
             held: None,
             wbufs: (0..sq).map(|_| None).collect(),
-            wbuf_free: (0..sq.min(1 << 16) as u16).rev().collect(),
+            wbuf_free: (0..sq.min(u16::MAX as usize) as u16).rev().collect(),
             direct: 0,
             staged: 0,
             cqe_next: 0,
