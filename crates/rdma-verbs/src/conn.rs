@@ -546,6 +546,7 @@ impl Drop for RdmaConn {
             qid = self.q.geometry().qid,
             direct = self.direct,
             staged = self.staged,
+            chunks = self.qp.chunks_registered(),
             "RDMA queue closed"
         );
     }

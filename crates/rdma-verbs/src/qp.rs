@@ -236,6 +236,11 @@ impl Qp {
         (!mr.is_null()).then(|| unsafe { (*mr).lkey })
     }
 
+    /// Chunks registered (failed registrations not counted).
+    pub fn chunks_registered(&self) -> usize {
+        self.chunks.iter().filter(|c| !c.mr.is_null()).count()
+    }
+
     pub fn comp_fd(&self) -> RawFd {
         // SAFETY: the channel is live while self is.
         unsafe { (*self.comp).fd }
