@@ -204,8 +204,10 @@ fn farflash_rdma_target_in_guest() {
             "hostile-cm-peer",
             "discover-rdma-both-transports",
             "connect-rdma",
+            "deep-fio-verify-rdma",
             "idle-sleeps",
             "disconnect-rdma",
+            "zero-copy-io-queues",
             "target-exit-clean",
         ],
     );

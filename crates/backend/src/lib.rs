@@ -24,6 +24,7 @@
 mod buf;
 mod changes;
 mod check;
+mod chunk;
 mod file;
 mod null;
 mod queue_set;
@@ -39,6 +40,7 @@ mod test_util;
 pub use buf::{BufPool, IoBuf, IO_ALIGN};
 pub use changes::{notify_changed, wait_changed};
 pub use check::dealloc_buf;
+pub use chunk::Chunk;
 pub use file::{open_file, DirectMode, FileOptions};
 pub use null::open_null;
 pub use queue_set::QueueSet;

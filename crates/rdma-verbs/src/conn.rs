@@ -1,17 +1,20 @@
 //! One accepted NVMe/RDMA queue pair driven by a worker: completions
 //! polled from its CQ feed the sans-I/O [`RdmaQueue`], whose work is posted
-//! back as chained send work requests (RDMA READ into a staging slot, RDMA
-//! WRITE from one, SEND of the CQE, inline where the device allows), and
-//! whose consumed receive buffers are posted again in one chain. No
-//! allocation per I/O: work requests, completions and staging are sized at
-//! accept. Data moves through the queue's registered staging slots (one copy
-//! into or out of the command's pooled buffer), so no buffer is registered
-//! per I/O. A failed work completion or a CM DISCONNECTED closes this queue
+//! back as chained send work requests (RDMA READ into the command's buffer,
+//! RDMA WRITE from it, SEND of the CQE, inline where the device allows),
+//! and whose consumed receive buffers are posted again in one chain. No
+//! allocation or registration per I/O: work requests, completions and
+//! staging are sized at accept, and the I/O queue's buffers are carved from
+//! its pool's chunks, each registered once (`Qp::register_chunk`, at accept
+//! or when the pool grows one). A buffer no registered chunk holds (the
+//! admin queue's, one larger than a chunk, one from the allocator once the
+//! pool is at its bound) moves through a registered staging slot with one
+//! copy. A failed work completion or a CM DISCONNECTED closes this queue
 //! alone.
 
 use crate::listener::Accepted;
 use crate::qp::Qp;
-use farflash_backend::{IoCompletion, IoRequest, SharedBackend};
+use farflash_backend::{IoBuf, IoCompletion, IoRequest, SharedBackend};
 use farflash_core::{Offload, OffloadDone, Target};
 use farflash_rdma::queue::{RdmaQueue, Work};
 use farflash_rdma::sgl::Remote;
@@ -25,17 +28,22 @@ use std::time::Instant;
 
 /// Completions taken per `ibv_poll_cq`.
 const POLL_BATCH: usize = 32;
-/// wr_id of send-queue work: kind in the top byte, staging slot in bits
+/// wr_id of send-queue work: kind in the top byte, `DIRECT` (bit 48) when
+/// the transfer uses the command's buffer itself, staging slot (or, for a
+/// direct WRITE, the index of the buffer held until it completes) in bits
 /// 47:32, command slot in 15:0. Receive work requests carry the buffer
 /// index alone (top byte 0).
 const KIND_READ: u64 = 1 << 56;
 const KIND_WRITE: u64 = 2 << 56;
 const KIND_SEND: u64 = 3 << 56;
 const KIND_MASK: u64 = 0xFF << 56;
+const DIRECT: u64 = 1 << 48;
 
 pub struct RdmaConn {
-    q: RdmaQueue,
+    /// First: dropped first, so the QP is destroyed (no more DMA) and the
+    /// chunks deregistered before the queue's buffers go.
     qp: Qp,
+    q: RdmaQueue,
     local: SocketAddr,
     peer: SocketAddr,
     recv_entries: u32,
@@ -46,6 +54,14 @@ pub struct RdmaConn {
     /// Work popped but waiting for a staging slot (its send-queue entries
     /// are already counted).
     held: Option<Work>,
+    /// Response buffers an RDMA WRITE sends from directly, held until it
+    /// completes (at most one per send-queue entry), and the free indices.
+    wbufs: Vec<Option<IoBuf>>,
+    wbuf_free: Vec<u16>,
+    /// Transfers (RDMA READ or WRITE) from or to the command's buffer
+    /// itself, and through a staging slot.
+    direct: u64,
+    staged: u64,
     /// Next CQE slot of the registered response area (non-inline sends).
     cqe_next: usize,
     wcs: Vec<sys::ibv_wc>,
@@ -64,7 +80,7 @@ impl RdmaConn {
         let sq = a.qp.sq_depth;
         let slots = a.qp.stage.buf.len() / a.qp.stage_bytes.max(1);
         let q = RdmaQueue::new(target, a.local, a.peer, a.geo, sq);
-        RdmaConn {
+        let mut c = RdmaConn {
             q,
             local: a.local,
             peer: a.peer,
@@ -73,6 +89,10 @@ impl RdmaConn {
             stage_free: (0..slots as u16).rev().collect(),
             stage_len: vec![0; slots],
             held: None,
+            wbufs: (0..sq).map(|_| None).collect(),
+            wbuf_free: (0..sq.min(u16::MAX as usize) as u16).rev().collect(),
+            direct: 0,
+            staged: 0,
             cqe_next: 0,
             // SAFETY: ibv_wc and ibv_send_wr are plain data; zero is valid.
             wcs: vec![unsafe { std::mem::zeroed() }; POLL_BATCH],
@@ -84,6 +104,63 @@ impl RdmaConn {
             dead: false,
             disconnect_sent: false,
             qp: a.qp,
+        };
+        // The chunks the pool has now; later ones when first seen.
+        for i in 0..c.q.chunks().len() {
+            let ch = c.q.chunks()[i].clone();
+            if c.qp.chunk_lkey(ch.addr(), ch.len()).is_none() {
+                c.qp.register_chunk(ch);
+            }
+        }
+        c
+    }
+
+    /// Transfers that used the command's buffer directly, and those that
+    /// went through a staging slot (with a copy), so far.
+    pub fn transfers(&self) -> (u64, u64) {
+        (self.direct, self.staged)
+    }
+
+    /// The lkey of the registered chunk holding `[addr, addr + len)`; a
+    /// chunk of the queue's pool not seen yet (the pool grew) is registered
+    /// now, once. None: not in a chunk (or its registration failed).
+    fn lkey_for(&mut self, addr: usize, len: usize) -> Option<u32> {
+        match self.qp.chunk_lkey(addr, len) {
+            Some(k) => k,
+            None => {
+                let c = self.q.chunk_of(addr, len)?;
+                self.qp.register_chunk(c)
+            }
+        }
+    }
+
+    /// Where `w`'s data moves directly: the command buffer's address, the
+    /// lkey of its chunk, and for a response the index it is held at.
+    fn direct_target(&mut self, w: &Work) -> Option<(u64, u32, u16)> {
+        match w {
+            Work::Read { slot, remote } => {
+                let len = remote.len as usize;
+                let at = self
+                    .q
+                    .data_mut(*slot)
+                    .filter(|d| d.len() >= len)
+                    .map(|d| d.as_mut_ptr() as usize)?;
+                let key = self.lkey_for(at, len)?;
+                Some((at as u64, key, 0))
+            }
+            Work::Respond {
+                data: Some((buf, len, _)),
+                ..
+            } => {
+                let at = buf.as_ptr() as usize;
+                if self.wbuf_free.is_empty() || (*len as usize) > buf.capacity() {
+                    return None;
+                }
+                let key = self.lkey_for(at, *len as usize)?;
+                let wb = self.wbuf_free.pop()?;
+                Some((at as u64, key, wb))
+            }
+            Work::Respond { data: None, .. } => None,
         }
     }
 
@@ -200,6 +277,19 @@ impl RdmaConn {
         self.q.on_send_done(1);
         let stage = ((wc.wr_id >> 32) & 0xFFFF) as u16;
         let slot = (wc.wr_id & 0xFFFF) as u16;
+        if wc.wr_id & DIRECT != 0 {
+            match kind {
+                KIND_READ if ok && !self.dead => self.q.on_read_done(slot),
+                KIND_WRITE => {
+                    if let Some(buf) = self.wbufs.get_mut(stage as usize).and_then(Option::take) {
+                        self.q.release(buf);
+                        self.wbuf_free.push(stage);
+                    }
+                }
+                _ => {}
+            }
+            return;
+        }
         match kind {
             KIND_READ => {
                 self.stage_free.push(stage);
@@ -248,13 +338,24 @@ impl RdmaConn {
                     None => break,
                 },
             };
-            let needs_stage = matches!(w, Work::Read { .. } | Work::Respond { data: Some(_), .. });
+            let direct = self.direct_target(&w);
+            let needs_stage = direct.is_none()
+                && matches!(w, Work::Read { .. } | Work::Respond { data: Some(_), .. });
             if needs_stage && self.stage_free.is_empty() {
                 self.held = Some(w);
                 break;
             }
             match w {
+                Work::Read { slot, remote } if direct.is_some() => {
+                    let (addr, lkey, _) = direct.unwrap_or_default();
+                    let wr_id = KIND_READ | DIRECT | slot as u64;
+                    self.fill(n, wr_id, sys::IBV_WR_RDMA_READ, addr, remote.len, lkey, 0);
+                    self.set_remote(n, &remote);
+                    self.direct += 1;
+                    n += 1;
+                }
                 Work::Read { slot, remote } => {
+                    self.staged += 1;
                     let Some(st) = self.take_stage(remote.len) else {
                         return true;
                     };
@@ -269,20 +370,35 @@ impl RdmaConn {
                     invalidate,
                     data,
                 } => {
-                    if let Some((buf, len, remote)) = data {
-                        let Some(st) = self.take_stage(len) else {
+                    match (data, direct) {
+                        (Some((buf, len, remote)), Some((addr, lkey, wb))) => {
+                            // Sent from the buffer itself, held until the
+                            // WRITE completes.
+                            let wr_id = KIND_WRITE | DIRECT | (wb as u64) << 32;
+                            self.fill(n, wr_id, sys::IBV_WR_RDMA_WRITE, addr, len, lkey, 0);
+                            self.set_remote(n, &remote);
+                            self.wbufs[wb as usize] = Some(buf);
+                            self.direct += 1;
+                            n += 1;
+                        }
+                        (Some((buf, len, remote)), None) => {
+                            self.staged += 1;
+                            let Some(st) = self.take_stage(len) else {
+                                self.q.release(buf);
+                                return true;
+                            };
+                            let off = st as usize * self.qp.stage_bytes;
+                            let len = len as usize;
+                            self.qp.stage.buf[off..off + len]
+                                .copy_from_slice(&buf.as_slice()[..len]);
                             self.q.release(buf);
-                            return true;
-                        };
-                        let off = st as usize * self.qp.stage_bytes;
-                        let len = len as usize;
-                        self.qp.stage.buf[off..off + len].copy_from_slice(&buf.as_slice()[..len]);
-                        self.q.release(buf);
-                        let wr_id = KIND_WRITE | (st as u64) << 32;
-                        let (addr, lkey) = (self.stage_addr(st), self.qp.stage.lkey());
-                        self.fill(n, wr_id, sys::IBV_WR_RDMA_WRITE, addr, len as u32, lkey, 0);
-                        self.set_remote(n, &remote);
-                        n += 1;
+                            let wr_id = KIND_WRITE | (st as u64) << 32;
+                            let (addr, lkey) = (self.stage_addr(st), self.qp.stage.lkey());
+                            self.fill(n, wr_id, sys::IBV_WR_RDMA_WRITE, addr, len as u32, lkey, 0);
+                            self.set_remote(n, &remote);
+                            n += 1;
+                        }
+                        (None, _) => {}
                     }
                     let c = self.cqe_next;
                     self.cqe_next = (c + 1) % self.qp.sq_depth;
@@ -418,5 +534,20 @@ impl RdmaConn {
     /// Nothing produced is waiting or unsent (see [`RdmaQueue::flushed`]).
     fn flushed(&self) -> bool {
         self.held.is_none() && self.q.flushed(self.qp.sq_depth)
+    }
+}
+
+impl Drop for RdmaConn {
+    fn drop(&mut self) {
+        // Once per queue: how its data moved (tests/interop_rdma.rs checks
+        // that an I/O queue's transfers used no staging slot).
+        tracing::info!(
+            peer = %self.peer,
+            qid = self.q.geometry().qid,
+            direct = self.direct,
+            staged = self.staged,
+            chunks = self.qp.chunks_registered(),
+            "RDMA queue closed"
+        );
     }
 }

@@ -3,9 +3,13 @@
 //! completion channel and CQ, the RC QP (send queue `2 x entries`, receive
 //! queue `entries`), and three regions registered once: the receive
 //! buffers, the CQE slots of the responses, and the staging slots RDMA READ
-//! and WRITE move data through. Destroyed in the order verbs requires.
+//! and WRITE move data through when a buffer is not registered; and the
+//! chunks of the queue's buffer pool, each registered once (at accept, or
+//! when the pool grows one), which RDMA READ and WRITE use directly.
+//! Destroyed in the order verbs requires.
 
 use crate::cm::{set_nonblocking, EventChannel};
+use farflash_backend::Chunk;
 use farflash_rdma::cm::Geometry;
 use farflash_rdma_sys as sys;
 use farflash_wire::cqe::CQE_SIZE;
@@ -42,6 +46,15 @@ impl Region {
     }
 }
 
+/// A chunk of the queue's buffer pool registered with its PD (`mr` null
+/// when the registration failed: the chunk's buffers then go through
+/// staging, and registration is not tried again).
+struct ChunkMr {
+    /// Keeps the chunk's memory allocated until the MR is deregistered.
+    chunk: Chunk,
+    mr: *mut sys::ibv_mr,
+}
+
 pub(crate) struct Qp {
     pub id: *mut sys::rdma_cm_id,
     pd: *mut sys::ibv_pd,
@@ -51,6 +64,8 @@ pub(crate) struct Qp {
     pub recv: Region,
     pub cqes: Region,
     pub stage: Region,
+    /// The pool's chunks registered so far (a few entries).
+    chunks: Vec<ChunkMr>,
     /// Bytes of one staging slot (the target's MDTS).
     pub stage_bytes: usize,
     /// SENDs of a CQE are inline (no DMA from `cqes`).
@@ -113,6 +128,7 @@ impl Qp {
                 buf: Box::new([]),
                 mr: null_mut(),
             },
+            chunks: Vec::new(),
             stage_bytes,
             inline: false,
             sq_depth: 2 * geo.recv_entries as usize,
@@ -185,6 +201,44 @@ impl Qp {
         // SAFETY: arms the CQ's first notification (the loop re-arms).
         check(unsafe { sys::ibv_req_notify_cq(self.cq, 0) })?;
         Ok(())
+    }
+
+    /// The lkey for `[addr, addr + len)` if a registered chunk holds it:
+    /// `Some(None)` when that chunk's registration failed, `None` when no
+    /// chunk seen so far holds it. A scan of a few entries, no allocation.
+    pub fn chunk_lkey(&self, addr: usize, len: usize) -> Option<Option<u32>> {
+        let c = self.chunks.iter().find(|c| c.chunk.contains(addr, len))?;
+        // SAFETY: a non-null MR is live until `release`.
+        Some((!c.mr.is_null()).then(|| unsafe { (*c.mr).lkey }))
+    }
+
+    /// Registers chunk `c` of the queue's pool with its PD for local
+    /// access (RDMA READ lands in it, RDMA WRITE sends from it), once: the
+    /// caller looked it up with [`Qp::chunk_lkey`] first. A failure is
+    /// remembered (the chunk's buffers use staging).
+    pub fn register_chunk(&mut self, c: Chunk) -> Option<u32> {
+        let access = sys::IBV_ACCESS_LOCAL_WRITE as i32;
+        // SAFETY: the PD is live; the chunk's memory stays allocated while
+        // `ChunkMr::chunk` holds it, and the MR is deregistered in
+        // `release` before that handle drops.
+        let mr = unsafe { sys::ibv_reg_mr(self.pd, c.addr() as *mut _, c.len(), access) };
+        if mr.is_null() {
+            let e = io::Error::last_os_error();
+            tracing::warn!(
+                len = c.len(),
+                "RDMA: registering a buffer chunk failed, its buffers use staging: {e}"
+            );
+        } else {
+            tracing::debug!(chunk = ?c, "RDMA: buffer chunk registered");
+        }
+        self.chunks.push(ChunkMr { chunk: c, mr });
+        // SAFETY: as in `chunk_lkey`.
+        (!mr.is_null()).then(|| unsafe { (*mr).lkey })
+    }
+
+    /// Chunks registered (failed registrations not counted).
+    pub fn chunks_registered(&self) -> usize {
+        self.chunks.iter().filter(|c| !c.mr.is_null()).count()
     }
 
     pub fn comp_fd(&self) -> RawFd {
@@ -285,6 +339,13 @@ impl Qp {
                 if !r.mr.is_null() {
                     sys::ibv_dereg_mr(r.mr);
                     r.mr = null_mut();
+                }
+            }
+            for c in &mut self.chunks {
+                // Likewise; the chunk handles keep the memory until drop.
+                if !c.mr.is_null() {
+                    sys::ibv_dereg_mr(c.mr);
+                    c.mr = null_mut();
                 }
             }
             if !self.cq.is_null() {

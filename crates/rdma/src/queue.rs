@@ -13,7 +13,7 @@
 use crate::capsule::{self, CapsuleError};
 use crate::cm::Geometry;
 use crate::sgl::{self, Placement, Remote};
-use farflash_backend::{IoBuf, IoCompletion, IoRequest, SharedBackend};
+use farflash_backend::{BufPool, Chunk, IoBuf, IoCompletion, IoRequest, SharedBackend};
 use farflash_core::{Begin, Completion, NvmeQueue, Offload, OffloadDone, Target};
 use farflash_wire::cqe::CQE_SIZE;
 use farflash_wire::Cqe;
@@ -24,6 +24,13 @@ use std::time::Instant;
 
 /// Transport type RDMA (Fabrics TRTYPE 1, Base "Discovery Log Page Entry").
 pub const TRTYPE_RDMA: u8 = 1;
+
+/// An I/O queue's data buffers are carved from chunks of this size (every
+/// pooled size class fits one), so that the verbs layer registers each
+/// chunk once and moves data to and from the buffers themselves.
+pub const CHUNK_BYTES: usize = BufPool::MAX_POOLED;
+/// At most this many chunks per I/O queue (32 MiB), grown on demand.
+pub const MAX_CHUNKS: usize = 8;
 
 /// A verbs operation for the queue pair's send queue.
 #[derive(Debug)]
@@ -94,7 +101,13 @@ impl RdmaQueue {
         geo: Geometry,
         sq_entries: usize,
     ) -> RdmaQueue {
-        let core = NvmeQueue::new(target, local, peer, TRTYPE_RDMA);
+        let mut core = NvmeQueue::new(target, local, peer, TRTYPE_RDMA);
+        if geo.qid != 0 {
+            // I/O queues: buffers from chunks the verbs layer registers
+            // once. The admin queue's few small transfers stay on the
+            // plain pool (and the verbs layer's staging slots).
+            *core.pool() = BufPool::chunked(CHUNK_BYTES, MAX_CHUNKS);
+        }
         RdmaQueue {
             cmds: vec![Cmd::default(); core.slot_count()],
             core,
@@ -216,6 +229,19 @@ impl RdmaQueue {
     /// `n` send-queue entries completed.
     pub fn on_send_done(&mut self, n: usize) {
         self.sq_free += n;
+    }
+
+    /// The chunks the queue's buffers are carved from (none on the admin
+    /// queue), oldest first: a new one is appended before a buffer from
+    /// it is handed out.
+    pub fn chunks(&mut self) -> &[Chunk] {
+        self.core.pool().chunks()
+    }
+
+    /// The chunk holding `[addr, addr + len)` (a buffer of this queue's
+    /// pool), if any.
+    pub fn chunk_of(&mut self, addr: usize, len: usize) -> Option<Chunk> {
+        self.core.pool().chunk_of(addr, len).cloned()
     }
 
     /// A response's data buffer, sent: back to the queue's pool.

@@ -58,6 +58,10 @@ struct Host {
     /// thread would), and the bytes of the last RDMA WRITE.
     offloads: usize,
     written: usize,
+    /// RDMA READ destinations and WRITE sources within one of the queue's
+    /// pool chunks (the verbs layer moves them without a copy), and not.
+    in_chunk: usize,
+    outside: usize,
 }
 
 impl Host {
@@ -78,6 +82,8 @@ impl Host {
             recv_outstanding: entries as usize,
             offloads: 0,
             written: 0,
+            in_chunk: 0,
+            outside: 0,
         }
     }
 
@@ -120,6 +126,8 @@ impl Host {
             match w {
                 Work::Read { slot, remote } => {
                     assert_eq!(remote.key, KEY, "READ with a key the host never gave");
+                    let at = self.q.data_mut(slot).map(|d| d.as_ptr() as usize);
+                    self.count_chunk(at.unwrap(), remote.len as usize);
                     let src = &self.mem[remote.addr as usize..][..remote.len as usize];
                     let dst = self.q.data_mut(slot).unwrap();
                     assert_eq!(dst.len(), src.len());
@@ -135,6 +143,7 @@ impl Host {
                     if let Some((buf, len, r)) = data {
                         assert_eq!(r.key, KEY);
                         assert_eq!(r.len, len);
+                        self.count_chunk(buf.as_ptr() as usize, len as usize);
                         self.mem[r.addr as usize..][..len as usize]
                             .copy_from_slice(&buf.as_slice()[..len as usize]);
                         self.q.release(buf);
@@ -147,6 +156,13 @@ impl Host {
                     });
                 }
             }
+        }
+    }
+
+    fn count_chunk(&mut self, addr: usize, len: usize) {
+        match self.q.chunk_of(addr, len) {
+            Some(_) => self.in_chunk += 1,
+            None => self.outside += 1,
         }
     }
 
@@ -290,6 +306,38 @@ fn io_queue_writes_in_capsule_and_keyed_reads_back() {
     assert_eq!((r.cqe.status, r.invalidated), (Status::SUCCESS, Some(KEY)));
     assert_eq!(&h.mem[0x80000..0x90000], &big[..]);
     assert_eq!(r.cqe.sqid, 1);
+}
+
+#[test]
+fn io_queue_data_is_in_registered_chunks_admin_data_is_not() {
+    let t = target();
+    let mut admin = Host::new(&t, 0, 32, 0);
+    let cntlid = admin.bring_up();
+    assert!(admin.q.chunks().is_empty(), "the admin queue uses staging");
+    assert!(admin.in_chunk == 0 && admin.outside > 0);
+    let mut h = Host::new(&t, 1, 128, 8192);
+    assert_eq!(
+        h.q.chunks().len(),
+        1,
+        "one chunk ready to register at accept"
+    );
+    assert_eq!(h.connect(1, 127, cntlid).status, Status::SUCCESS);
+    let (c0, o0) = (h.in_chunk, h.outside);
+    assert_eq!(o0, 0, "the Connect data too");
+    // 128 KiB writes (RDMA READ) and reads (RDMA WRITE), many times over:
+    // the buffers recycle within the chunk, none outside it.
+    for i in 0..40u64 {
+        let slba = (i % 8) * 256;
+        h.mem[0x20000..0x40000].fill(i as u8 + 1);
+        let r = h.keyed(rw(io::WRITE, slba, 256), 0x20000, 128 << 10, false);
+        assert_eq!(r.cqe.status, Status::SUCCESS);
+        let r = h.keyed(rw(io::READ, slba, 256), 0x40000, 128 << 10, false);
+        assert_eq!(r.cqe.status, Status::SUCCESS);
+        assert!(h.mem[0x40000..0x60000].iter().all(|&x| x == i as u8 + 1));
+    }
+    assert_eq!(h.in_chunk - c0, 80);
+    assert_eq!(h.outside, 0);
+    assert_eq!(h.q.chunks().len(), 1, "recycled, not grown");
 }
 
 #[test]

@@ -784,7 +784,7 @@ impl Worker {
         for fd in c.fds() {
             let _ = self.poll.registry().deregister(&mut SourceFd(&fd));
         }
-        tracing::debug!(peer = %c.peer(), "RDMA queue pair closed");
+        // Its drop logs how its data moved (`RdmaConn`'s Drop).
         drop(c);
         self.live.fetch_sub(1, Ordering::AcqRel);
         self.rdma_free.push(i);
