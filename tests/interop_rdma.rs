@@ -67,6 +67,8 @@ fn run_guest(script: &str, extra: &[String], names: &[&str]) -> String {
     let out = Command::new(repo_root().join("tests/linux-host/run-linux-host"))
         .args(["-t", &VM_TIMEOUT_SECS.to_string()])
         .args(rdma_image_args())
+        .arg("-f")
+        .arg(repo_root().join("tests/linux-host/guest/rdma-lib.sh"))
         .args(extra)
         .arg(&script)
         .output()

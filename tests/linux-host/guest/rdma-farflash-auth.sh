@@ -19,13 +19,7 @@ KEY=${KEY:?} WRONG=${WRONG:?}
 CONF=${GUEST_FILES:-/guest/files}/rdma-auth.toml
 LOG=/tmp/farflash.log
 SOCK=/tmp/farflash.sock
-FAILED=0
-
-pass() { echo "PASS: $1 (${SECONDS}s)"; }
-fail() {
-	echo "FAIL: $1: $2"
-	FAILED=1
-}
+. "${GUEST_FILES:-/guest/files}/rdma-lib.sh"
 show_log() { echo "--- farflash log"; tail -n "${SHOW_LINES:-40}" "$LOG"; echo "---"; }
 alive() { kill -0 "$PID" 2>/dev/null; }
 ctl() { "$FF" ctl -s "$SOCK" "$@"; }
@@ -63,16 +57,7 @@ connect() {
 	nvme connect -t rdma -a "$ADDR" -s "$port" -n "$NQN" --dhchap-secret "$secret" "$@"
 }
 
-for m in crc32_generic rdma_rxe ib_uverbs rdma_ucm nvme-rdma; do
-	modprobe "$m" || fail rxe "modprobe $m"
-done
-if rdma link add rxe0 type rxe netdev eth0 && [[ -d /sys/class/infiniband/rxe0 ]]; then
-	pass rxe
-else
-	fail rxe "rxe0 setup failed"
-	dmesg | tail -n 30
-	exit 1
-fi
+set_up rxe rxe_up nvme-rdma
 
 "$FF" serve --config "$CONF" --rpc-socket "$SOCK" --threads 2 \
 	--log-level "${FARFLASH_LOG:-info}" >"$LOG" 2>&1 &

@@ -18,46 +18,9 @@ KNQN=nqn.2014-08.io.farflash:rdma-kernel-target
 FNQN=nqn.2026-11.io.farflash:rdma-host
 FF=${FARFLASH:?FARFLASH names the farflash binary}
 LOG=/tmp/farflash.log
-CFG=/sys/kernel/config/nvmet
-FAILED=0
+. "${GUEST_FILES:-/guest/files}/rdma-lib.sh"
 
-pass() { echo "PASS: $1 (${SECONDS}s)"; }
-fail() {
-	echo "FAIL: $1: $2"
-	FAILED=1
-}
-
-setup() {
-	local m
-	modprobe null_blk nr_devices=0 || return 1
-	for m in crc32_generic rdma_rxe ib_uverbs rdma_ucm nvmet nvmet-rdma; do
-		modprobe "$m" || return 1
-	done
-	rdma link add rxe0 type rxe netdev eth0 || return 1
-	[[ -d /sys/class/infiniband/rxe0 ]] || return 1
-	local d=/sys/kernel/config/nullb/nullb0
-	mkdir "$d" && echo 64 >"$d/size" && echo 1 >"$d/memory_backed" &&
-		echo 1 >"$d/power" || return 1
-	mkdir "$CFG/subsystems/$KNQN" || return 1
-	echo 1 >"$CFG/subsystems/$KNQN/attr_allow_any_host"
-	mkdir "$CFG/subsystems/$KNQN/namespaces/1"
-	echo /dev/nullb0 >"$CFG/subsystems/$KNQN/namespaces/1/device_path"
-	echo 1 >"$CFG/subsystems/$KNQN/namespaces/1/enable" || return 1
-	mkdir "$CFG/ports/1"
-	echo rdma >"$CFG/ports/1/addr_trtype"
-	echo ipv4 >"$CFG/ports/1/addr_adrfam"
-	echo "$ADDR" >"$CFG/ports/1/addr_traddr"
-	echo "$KPORT" >"$CFG/ports/1/addr_trsvcid"
-	ln -s "$CFG/subsystems/$KNQN" "$CFG/ports/1/subsystems/$KNQN" || return 1
-}
-
-if setup; then
-	pass rxe-and-nvmet-rdma
-else
-	fail rxe-and-nvmet-rdma "module, rxe0 or nvmet configfs setup failed"
-	dmesg | tail -n 30
-	exit 1
-fi
+set_up rxe-and-nvmet-rdma eval 'rxe_up && nvmet_rdma_nullb "$KNQN" "$ADDR" "$KPORT"'
 
 # Every farflash host command is bounded: a hang is a failure, not a stuck VM.
 ff() { timeout 60 "$FF" "$@"; }

@@ -16,30 +16,9 @@ set -uo pipefail
 ADDR=${RDMA_ADDR:-10.0.2.15}
 FF=${FARFLASH:?FARFLASH names the farflash binary}
 OUT=/tmp/sweep-out
-FAILED=0
+. "${GUEST_FILES:-/guest/files}/rdma-lib.sh"
 
-pass() { echo "PASS: $1 (${SECONDS}s)"; }
-fail() {
-	echo "FAIL: $1: $2"
-	FAILED=1
-}
-
-setup() {
-	local m
-	for m in crc32_generic rdma_rxe ib_uverbs rdma_ucm; do
-		modprobe "$m" || return 1
-	done
-	rdma link add rxe0 type rxe netdev eth0 || return 1
-	[[ -d /sys/class/infiniband/rxe0 ]]
-}
-
-if setup; then
-	pass rxe
-else
-	fail rxe "module or rxe0 setup failed"
-	dmesg | tail -n 30
-	exit 1
-fi
+set_up rxe rxe_up
 [[ -d ${SHARE_DIR:-} ]] || {
 	fail share "no 9p share (run-linux-host -s DIR)"
 	exit 1

@@ -16,32 +16,11 @@ ADDR=${RDMA_ADDR:-10.0.2.15}
 NQN=nqn.2026-11.io.farflash:rdma
 FF=${FARFLASH:?FARFLASH names the farflash binary}
 LOG=/tmp/farflash.log
-FAILED=0
-
-pass() { echo "PASS: $1 (${SECONDS}s)"; }
-fail() {
-	echo "FAIL: $1: $2"
-	FAILED=1
-}
+. "${GUEST_FILES:-/guest/files}/rdma-lib.sh"
 show_log() { echo "--- farflash log"; tail -n "${SHOW_LINES:-40}" "$LOG"; echo "---"; }
 
-setup() {
-	local m
-	for m in crc32_generic rdma_rxe ib_uverbs rdma_ucm nvme-rdma; do
-		modprobe "$m" || return 1
-	done
-	rdma link add rxe0 type rxe netdev eth0 || return 1
-	[[ -d /sys/class/infiniband/rxe0 ]] || return 1
-	truncate -s 64M /tmp/ns2.img
-}
-
-if setup; then
-	pass rxe
-else
-	fail rxe "module or rxe0 setup failed"
-	dmesg | tail -n 30
-	exit 1
-fi
+set_up rxe rxe_up nvme-rdma
+truncate -s 64M /tmp/ns2.img
 
 "$FF" serve --listen "rdma:$ADDR:4420" --listen "tcp:$ADDR:4421" --nqn "$NQN" \
 	--ram 64M --file /tmp/ns2.img --threads 2 --log-level "${FARFLASH_LOG:-info}" >"$LOG" 2>&1 &

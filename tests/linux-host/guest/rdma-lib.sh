@@ -1,0 +1,56 @@
+#!/bin/bash
+# rdma-lib.sh -- sourced by the RDMA guest scripts (bash; tests/interop_rdma.rs
+# passes it with `run-linux-host -f`): PASS:/FAIL: lines, Soft-RoCE on the
+# guest's NIC, and the kernel's nvmet-rdma target on a null_blk namespace.
+
+FAILED=0
+pass() { echo "PASS: $1 (${SECONDS}s)"; }
+fail() {
+	echo "FAIL: $1: $2"
+	FAILED=1
+}
+
+# rxe_up [MODULE...]: loads the RDMA core modules (crc32_generic first: the
+# rxe ICRC needs it) and MODULE..., and adds rxe0 on eth0.
+rxe_up() {
+	local m
+	for m in crc32_generic rdma_rxe ib_uverbs rdma_ucm "$@"; do
+		modprobe "$m" || return 1
+	done
+	rdma link add rxe0 type rxe netdev eth0 || return 1
+	[[ -d /sys/class/infiniband/rxe0 ]]
+}
+
+# nvmet_rdma_nullb NQN ADDR PORT: the kernel's nvmet-rdma serving NQN (any
+# host) on ADDR:PORT with one namespace, a 64 MiB RAM-backed null_blk.
+nvmet_rdma_nullb() {
+	local nqn=$1 addr=$2 port=$3 cfg=/sys/kernel/config/nvmet d=/sys/kernel/config/nullb/nullb0
+	modprobe null_blk nr_devices=0 && modprobe nvmet && modprobe nvmet-rdma || return 1
+	mkdir "$d" && echo 64 >"$d/size" && echo 1 >"$d/memory_backed" &&
+		echo 1 >"$d/power" || return 1
+	mkdir "$cfg/subsystems/$nqn" || return 1
+	echo 1 >"$cfg/subsystems/$nqn/attr_allow_any_host"
+	mkdir "$cfg/subsystems/$nqn/namespaces/1"
+	echo /dev/nullb0 >"$cfg/subsystems/$nqn/namespaces/1/device_path"
+	echo 1 >"$cfg/subsystems/$nqn/namespaces/1/enable" || return 1
+	mkdir "$cfg/ports/1"
+	echo rdma >"$cfg/ports/1/addr_trtype"
+	echo ipv4 >"$cfg/ports/1/addr_adrfam"
+	echo "$addr" >"$cfg/ports/1/addr_traddr"
+	echo "$port" >"$cfg/ports/1/addr_trsvcid"
+	ln -s "$cfg/subsystems/$nqn" "$cfg/ports/1/subsystems/$nqn"
+}
+
+# set_up NAME COMMAND...: COMMAND prepares the guest; PASS NAME, or FAIL NAME
+# with the kernel's last messages and exit 1.
+set_up() {
+	local name=$1
+	shift
+	if "$@"; then
+		pass "$name"
+	else
+		fail "$name" "set-up failed: $*"
+		dmesg | tail -n 30
+		exit 1
+	fi
+}
