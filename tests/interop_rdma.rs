@@ -150,9 +150,10 @@ fn rdma_example(example: &str) -> PathBuf {
     bin_dir.join("examples").join(example)
 }
 
-/// The farflash binary for the guest (stripped), after checking that the rxe
-/// verbs provider the image needs is installed.
-fn guest_farflash() -> String {
+/// Harness options for a script that runs farflash in the guest: the
+/// binary (stripped, named by `$FARFLASH`) and the rxe verbs provider the
+/// image needs (checked to be installed), then `more`.
+fn farflash_guest_args(more: &[&str]) -> Vec<String> {
     for f in [RXE_PROVIDER, RXE_DRIVER] {
         assert!(
             Path::new(f).exists(),
@@ -160,33 +161,27 @@ fn guest_farflash() -> String {
         );
     }
     let bin = guest_binary(Path::new(env!("CARGO_BIN_EXE_farflash")), "farflash");
-    bin.to_str().expect("UTF-8 path").to_string()
-}
-
-#[test]
-#[ignore = "boots a QEMU VM; run by tests/run.sh"]
-fn farflash_rdma_target_in_guest() {
-    let bin = guest_farflash();
-    let bin = bin.as_str();
-    let probe = guest_binary(&rdma_example("rdma_cm_probe"), "rdma_cm_probe");
-    let probe = probe.to_str().expect("UTF-8 path");
-    let extra: Vec<String> = [
+    let bin = bin.to_str().expect("UTF-8 path");
+    let farflash_env = format!("FARFLASH={bin}");
+    let base = [
         "--bin",
         bin,
-        "--bin",
-        probe,
-        "--env",
-        &format!("PROBE={probe}"),
         "--image-file",
         RXE_PROVIDER,
         "--image-file",
         RXE_DRIVER,
         "--env",
-        &format!("FARFLASH={bin}"),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+        &farflash_env,
+    ];
+    base.iter().chain(more).map(|s| s.to_string()).collect()
+}
+
+#[test]
+#[ignore = "boots a QEMU VM; run by tests/run.sh"]
+fn farflash_rdma_target_in_guest() {
+    let probe = guest_binary(&rdma_example("rdma_cm_probe"), "rdma_cm_probe");
+    let probe = probe.to_str().expect("UTF-8 path");
+    let extra = farflash_guest_args(&["--bin", probe, "--env", &format!("PROBE={probe}")]);
     let out = run_guest(
         "rdma-farflash-target.sh",
         &extra,
@@ -223,27 +218,9 @@ fn farflash_rdma_target_in_guest() {
 #[test]
 #[ignore = "boots a QEMU VM; run by tests/run.sh"]
 fn farflash_rdma_host_in_guest() {
-    let bin = guest_farflash();
-    let bin = bin.as_str();
     let reject = guest_binary(&rdma_example("rdma_host_reject"), "rdma_host_reject");
     let reject = reject.to_str().expect("UTF-8 path");
-    let extra: Vec<String> = [
-        "--bin",
-        bin,
-        "--bin",
-        reject,
-        "--env",
-        &format!("REJECT={reject}"),
-        "--image-file",
-        RXE_PROVIDER,
-        "--image-file",
-        RXE_DRIVER,
-        "--env",
-        &format!("FARFLASH={bin}"),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let extra = farflash_guest_args(&["--bin", reject, "--env", &format!("REJECT={reject}")]);
     run_guest(
         "rdma-farflash-host.sh",
         &extra,
@@ -268,26 +245,10 @@ fn farflash_rdma_host_in_guest() {
 fn farflash_sweep_tcp_and_rdma_in_guest() {
     use farflash_sweep::results::{Mode, Results};
     use farflash_sweep::{Kind, Transport};
-    let bin = guest_farflash();
-    let bin = bin.as_str();
     let share = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rdma-sweep");
     let _ = std::fs::remove_dir_all(&share);
     std::fs::create_dir_all(&share).expect("create the share");
-    let extra: Vec<String> = [
-        "--bin",
-        bin,
-        "--image-file",
-        RXE_PROVIDER,
-        "--image-file",
-        RXE_DRIVER,
-        "-s",
-        share.to_str().expect("UTF-8 path"),
-        "--env",
-        &format!("FARFLASH={bin}"),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let extra = farflash_guest_args(&["-s", share.to_str().expect("UTF-8 path")]);
     run_guest(
         "rdma-farflash-sweep.sh",
         &extra,
@@ -380,8 +341,6 @@ fn farflash_sweep_tcp_and_rdma_in_guest() {
 #[test]
 #[ignore = "boots a QEMU VM with the 6.12 kernel; run by tests/run.sh"]
 fn farflash_rdma_auth_and_run_time_listeners_612() {
-    let bin = guest_farflash();
-    let bin = bin.as_str();
     let uuid = std::fs::read_to_string("/proc/sys/kernel/random/uuid").expect("a uuid");
     let hostnqn = format!("nqn.2014-08.org.nvmexpress:uuid:{}", uuid.trim());
     let nqn = "nqn.2026-11.io.farflash:rdma-auth";
@@ -398,7 +357,7 @@ fn farflash_rdma_auth_and_run_time_listeners_612() {
     std::fs::create_dir_all(&dir).expect("create the config's directory");
     let conf_path = dir.join("rdma-auth.toml");
     std::fs::write(&conf_path, conf).expect("write the config");
-    let extra: Vec<String> = [
+    let extra = farflash_guest_args(&[
         "--kernel",
         "6.12",
         // The crypto self-tests take minutes under TCG.
@@ -406,26 +365,15 @@ fn farflash_rdma_auth_and_run_time_listeners_612() {
         "cryptomgr.notests",
         "--hostnqn",
         &hostnqn,
-        "--bin",
-        bin,
-        "--image-file",
-        RXE_PROVIDER,
-        "--image-file",
-        RXE_DRIVER,
         "-f",
         conf_path.to_str().expect("UTF-8 path"),
-        "--env",
-        &format!("FARFLASH={bin}"),
         "--env",
         &format!("NQN={nqn}"),
         "--env",
         &format!("KEY={key}"),
         "--env",
         &format!("WRONG={wrong}"),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    ]);
     run_guest(
         "rdma-farflash-auth.sh",
         &extra,

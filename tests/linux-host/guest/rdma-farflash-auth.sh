@@ -20,7 +20,6 @@ CONF=${GUEST_FILES:-/guest/files}/rdma-auth.toml
 LOG=/tmp/farflash.log
 SOCK=/tmp/farflash.sock
 . "${GUEST_FILES:-/guest/files}/rdma-lib.sh"
-show_log() { echo "--- farflash log"; tail -n "${SHOW_LINES:-40}" "$LOG"; echo "---"; }
 alive() { kill -0 "$PID" 2>/dev/null; }
 ctl() { "$FF" ctl -s "$SOCK" "$@"; }
 ctrls() { # controllers of $NQN
@@ -62,12 +61,8 @@ set_up rxe rxe_up nvme-rdma
 "$FF" serve --config "$CONF" --rpc-socket "$SOCK" --threads 2 \
 	--log-level "${FARFLASH_LOG:-info}" >"$LOG" 2>&1 &
 PID=$!
-for _ in $(seq 1 300); do
-	grep -q "listening on rdma:$ADDR:4420" "$LOG" && [[ -S $SOCK ]] && break
-	alive || break
-	sleep 0.2
-done
-if grep -q "listening on rdma:$ADDR:4420" "$LOG" && alive; then
+listening() { grep -q "listening on rdma:$ADDR:4420" "$LOG" && [[ -S $SOCK ]]; }
+if serve_ready listening; then
 	pass serve-rdma-auth
 else
 	fail serve-rdma-auth "farflash serve did not come up"
@@ -229,13 +224,5 @@ else
 	pass no-secret-in-log
 fi
 
-kill -TERM "$PID"
-wait "$PID"
-st=$?
-if ((st == 0)) && ! grep -q panicked "$LOG"; then
-	pass target-exit-clean
-else
-	fail target-exit-clean "farflash serve exited with $st"
-	show_log
-fi
+serve_stop target-exit-clean
 exit $FAILED

@@ -93,12 +93,7 @@ fi
 "$FF" serve --listen "rdma:$ADDR:$FPORT" --nqn "$FNQN" --ram 64M --threads 1 \
 	--log-level "${FARFLASH_LOG:-info}" >"$LOG" 2>&1 &
 PID=$!
-for _ in $(seq 1 300); do
-	grep -q "listening on rdma:$ADDR:$FPORT" "$LOG" && break
-	kill -0 "$PID" 2>/dev/null || break
-	sleep 0.2
-done
-if grep -q "listening on rdma:$ADDR:$FPORT" "$LOG" && kill -0 "$PID" 2>/dev/null; then
+if serve_ready grep -q "listening on rdma:$ADDR:$FPORT" "$LOG"; then
 	perf_verify perf-verify-rdma-farflash "$FPORT" "$FNQN"
 	out=$(ff discover -t rdma -a "$ADDR" -s "$FPORT" 2>&1)
 	grep -q "subnqn: *$FNQN" <<<"$out" && pass discover-rdma-farflash ||
@@ -115,17 +110,9 @@ if grep -q "listening on rdma:$ADDR:$FPORT" "$LOG" && kill -0 "$PID" 2>/dev/null
 			fail reject-qid-sts "status $st"
 		fi
 	fi
-	kill -TERM "$PID"
-	wait "$PID"
-	st=$?
-	if ((st == 0)) && ! grep -q panicked "$LOG"; then
-		pass farflash-target-exit-clean
-	else
-		fail farflash-target-exit-clean "farflash serve exited with $st"
-		tail -n 40 "$LOG"
-	fi
+	serve_stop farflash-target-exit-clean
 else
 	fail perf-verify-rdma-farflash "farflash serve did not come up"
-	tail -n 40 "$LOG"
+	show_log
 fi
 exit $FAILED

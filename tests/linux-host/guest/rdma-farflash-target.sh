@@ -17,7 +17,6 @@ NQN=nqn.2026-11.io.farflash:rdma
 FF=${FARFLASH:?FARFLASH names the farflash binary}
 LOG=/tmp/farflash.log
 . "${GUEST_FILES:-/guest/files}/rdma-lib.sh"
-show_log() { echo "--- farflash log"; tail -n "${SHOW_LINES:-40}" "$LOG"; echo "---"; }
 
 set_up rxe rxe_up nvme-rdma
 truncate -s 64M /tmp/ns2.img
@@ -25,12 +24,8 @@ truncate -s 64M /tmp/ns2.img
 "$FF" serve --listen "rdma:$ADDR:4420" --listen "tcp:$ADDR:4421" --nqn "$NQN" \
 	--ram 64M --file /tmp/ns2.img --threads 2 --log-level "${FARFLASH_LOG:-info}" >"$LOG" 2>&1 &
 PID=$!
-for _ in $(seq 1 300); do
-	grep -q "listening on tcp:\|listening on $ADDR:4421" "$LOG" && break
-	kill -0 "$PID" 2>/dev/null || break
-	sleep 0.2
-done
-if grep -q "listening on rdma:$ADDR:4420" "$LOG" && kill -0 "$PID" 2>/dev/null; then
+if serve_ready grep -q "listening on tcp:\|listening on $ADDR:4421" "$LOG" &&
+	grep -q "listening on rdma:$ADDR:4420" "$LOG"; then
 	pass serve-rdma
 else
 	fail serve-rdma "farflash serve did not come up"
@@ -175,13 +170,5 @@ if ((${#devs[@]})); then
 	fi
 fi
 
-kill -TERM "$PID"
-wait "$PID"
-st=$?
-if ((st == 0)) && ! grep -q panicked "$LOG"; then
-	pass target-exit-clean
-else
-	fail target-exit-clean "farflash serve exited with $st"
-	show_log
-fi
+serve_stop target-exit-clean
 exit $FAILED

@@ -1,7 +1,8 @@
 #!/bin/bash
 # rdma-lib.sh -- sourced by the RDMA guest scripts (bash; tests/interop_rdma.rs
 # passes it with `run-linux-host -f`): PASS:/FAIL: lines, Soft-RoCE on the
-# guest's NIC, and the kernel's nvmet-rdma target on a null_blk namespace.
+# guest's NIC, the kernel's nvmet-rdma target on a null_blk namespace, and
+# waiting for and stopping a `farflash serve` started by the script.
 
 FAILED=0
 pass() { echo "PASS: $1 (${SECONDS}s)"; }
@@ -52,5 +53,38 @@ set_up() {
 		fail "$name" "set-up failed: $*"
 		dmesg | tail -n 30
 		exit 1
+	fi
+}
+
+# For scripts that run `farflash serve` in the guest, logging to $LOG with
+# its pid in $PID:
+# show_log: the end of the target's log.
+show_log() {
+	echo "--- farflash log"
+	tail -n "${SHOW_LINES:-40}" "$LOG"
+	echo "---"
+}
+# serve_ready COMMAND...: waits up to 60 s, while the target lives, for
+# COMMAND to succeed; true when it did and the target still runs.
+serve_ready() {
+	for _ in $(seq 1 300); do
+		"$@" && break
+		kill -0 "$PID" 2>/dev/null || break
+		sleep 0.2
+	done
+	"$@" && kill -0 "$PID" 2>/dev/null
+}
+# serve_stop NAME: SIGTERM; PASS NAME when the target exits with status 0
+# and no panic in its log.
+serve_stop() {
+	local st
+	kill -TERM "$PID"
+	wait "$PID"
+	st=$?
+	if ((st == 0)) && ! grep -q panicked "$LOG"; then
+		pass "$1"
+	else
+		fail "$1" "farflash serve exited with $st"
+		show_log
 	fi
 }
