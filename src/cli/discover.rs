@@ -170,13 +170,8 @@ pub fn run(args: DiscoverArgs) -> anyhow::Result<()> {
     if args.fabrics.keep_alive_tmo.is_none() {
         opts.kato_ms = 0;
     }
-    let ctrl = Controller::connect(&opts).with_context(|| {
-        format!(
-            "connecting to the discovery controller at {} ({})",
-            opts.addr,
-            opts.transport_name()
-        )
-    })?;
+    let ctrl =
+        Controller::connect(&opts).with_context(|| format!("connecting to {}", opts.describe()))?;
     let (genctr, entries) = ctrl.discovery_log().context("reading the discovery log")?;
     ctrl.shutdown().context("disconnecting")?;
     match args.output_format {

@@ -31,14 +31,8 @@ pub struct IdentifyArgs {
 
 pub fn run(args: IdentifyArgs) -> anyhow::Result<()> {
     let opts = args.fabrics.options(&args.nqn, IO_PORT)?;
-    let ctrl = Controller::connect_with_queues(&opts, 0).with_context(|| {
-        format!(
-            "connecting to {} at {} ({})",
-            opts.subnqn,
-            opts.addr,
-            opts.transport_name()
-        )
-    })?;
+    let ctrl = Controller::connect_with_queues(&opts, 0)
+        .with_context(|| format!("connecting to {}", opts.describe()))?;
     let ctrl_page = ctrl.identify(farflash_wire::opcode::cns::CONTROLLER, 0)?;
     let ns = match args.nsid {
         Some(nsid) => {

@@ -53,14 +53,8 @@ fn setup(spec: &JobSpec) -> anyhow::Result<Setup> {
     match &spec.target {
         Target::Remote { opts, nsid } => {
             let n = u16::try_from(spec.numjobs).context("--numjobs too large")?;
-            let mut ctrl = Controller::connect_with_queues(opts, n).with_context(|| {
-                format!(
-                    "connecting to {} at {} ({})",
-                    opts.subnqn,
-                    opts.addr,
-                    opts.transport_name()
-                )
-            })?;
+            let mut ctrl = Controller::connect_with_queues(opts, n)
+                .with_context(|| format!("connecting to {}", opts.describe()))?;
             ctrl.start_keep_alive()?;
             let info = ctrl.info().clone();
             if info.io_queues < n {

@@ -68,6 +68,17 @@ impl ConnectOptions {
         self.connector.as_ref().map_or("tcp", |c| c.name())
     }
 
+    /// What a connection goes to, for messages: `NQN at ADDR (tcp)`, or
+    /// `the discovery controller at ADDR (tcp)`.
+    pub fn describe(&self) -> String {
+        let (addr, t) = (&self.addr, self.transport_name());
+        if self.is_discovery() {
+            format!("the discovery controller at {addr} ({t})")
+        } else {
+            format!("{} at {addr} ({t})", self.subnqn)
+        }
+    }
+
     /// Whether this targets the well-known discovery subsystem.
     pub fn is_discovery(&self) -> bool {
         self.subnqn == farflash_wire::DISCOVERY_NQN

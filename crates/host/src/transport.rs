@@ -215,5 +215,11 @@ mod tests {
     fn tcp_is_the_default_transport() {
         let o = ConnectOptions::new("127.0.0.1:1", "nqn.x");
         assert_eq!(o.transport_name(), "tcp");
+        assert_eq!(o.describe(), "nqn.x at 127.0.0.1:1 (tcp)");
+        let d = ConnectOptions::new("127.0.0.1:1", farflash_wire::DISCOVERY_NQN);
+        assert_eq!(
+            d.describe(),
+            "the discovery controller at 127.0.0.1:1 (tcp)"
+        );
     }
 }
