@@ -209,29 +209,6 @@ impl Conn {
         Ok(r > 0)
     }
 
-    /// Submits nothing; drives the connection until `cid` completes or
-    /// `deadline` passes. Other completions are appended to `others`.
-    pub fn wait_for(
-        &mut self,
-        cid: u16,
-        deadline: Instant,
-        what: &'static str,
-        others: &mut Vec<Completion>,
-    ) -> Result<Completion> {
-        loop {
-            self.flush()?;
-            while let Some(c) = self.qp.pop_completion() {
-                if c.cid == cid {
-                    return Ok(c);
-                }
-                others.push(c);
-            }
-            if self.recv_all()? == 0 {
-                self.wait_io(deadline, what)?;
-            }
-        }
-    }
-
     /// Best effort: sends what is queued (e.g. an H2CTermReq) within
     /// `timeout`, then shuts the socket down.
     pub fn close(&mut self, timeout: Duration) {
