@@ -214,6 +214,12 @@ impl Host {
     fn bring_up(&mut self) -> u16 {
         let c = self.connect(0, 31, CNTLID_DYNAMIC);
         assert_eq!(c.status, Status::SUCCESS);
+        assert_eq!(self.enable(), Status::SUCCESS);
+        c.dw0 as u16
+    }
+
+    /// Property Set of CC.EN (the controller's bring-up); its status.
+    fn enable(&mut self) -> Status {
         let s = self.next(
             PropertyCmd {
                 size8: false,
@@ -223,8 +229,7 @@ impl Host {
             .to_sqe(0, fctype::PROPERTY_SET),
         );
         self.send(&s, None, &[]);
-        assert_eq!(self.reply().cqe.status, Status::SUCCESS);
-        c.dw0 as u16
+        self.reply().cqe.status
     }
 }
 

@@ -14,10 +14,10 @@ use farflash_core::config::{
 use farflash_core::subsystem::build_subsystems;
 use farflash_core::Target;
 use farflash_wire::auth::{explanation as ex, AuthCmd, CONNECT_AUTHREQ_ATR};
-use farflash_wire::fabrics::{PropertyCmd, CNTLID_DYNAMIC};
-use farflash_wire::opcode::{admin, cns, fctype, io};
+use farflash_wire::fabrics::CNTLID_DYNAMIC;
+use farflash_wire::opcode::{admin, cns, io};
 use farflash_wire::sqe::SglDescriptor;
-use farflash_wire::{props, Sqe, Status};
+use farflash_wire::{Sqe, Status};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -94,19 +94,6 @@ fn identify(h: &mut Host) -> Status {
     h.keyed(id, 0x30000, 4096, true).cqe.status
 }
 
-fn enable(h: &mut Host) -> Status {
-    let s = h.next(
-        PropertyCmd {
-            size8: false,
-            offset: props::CC,
-            value: props::cc::ENABLE_DEFAULT as u64,
-        }
-        .to_sqe(0, fctype::PROPERTY_SET),
-    );
-    h.send(&s, None, &[]);
-    h.reply().cqe.status
-}
-
 #[test]
 fn rdma_queues_authenticate_through_offloads() {
     let t = auth_target();
@@ -121,7 +108,7 @@ fn rdma_queues_authenticate_through_offloads() {
     assert_eq!(authenticate(&mut admin, key(1), 1), HostStep::Done(None));
     assert!(admin.offloads >= 2, "both exponentiations were offloaded");
     assert_eq!(identify(&mut admin), Status::SUCCESS);
-    assert_eq!(enable(&mut admin), Status::SUCCESS);
+    assert_eq!(admin.enable(), Status::SUCCESS);
 
     // An I/O queue authenticates on its own, then carries data.
     let mut h = Host::new(&t, 1, 128, 8192);
