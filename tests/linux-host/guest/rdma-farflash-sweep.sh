@@ -9,7 +9,7 @@
 #
 # Needs the image of tests/interop_rdma.rs (RDMA modules, the farflash
 # binary and the rxe verbs provider) and `run-linux-host -s DIR`; $FARFLASH
-# names the binary; $RUNTIME and $RAMP (default 300ms, 100ms) the sweep's
+# names the binary; $RUNTIME and $RAMP (default 1s, 100ms) the sweep's
 # time per point. Prints PASS:/FAIL: lines; exit status 0 when all passed.
 set -uo pipefail
 
@@ -38,7 +38,7 @@ NOTE="Soft-RoCE (rdma_rxe) in a QEMU guest under TCG (no KVM), 2 emulated vCPUs:
 a software RDMA stack on an emulated CPU. The TCP/RDMA ratios measure that, and \
 say nothing about an RDMA NIC. Made by tests/interop_rdma.rs."
 timeout 240 "$FF" sweep --plan /tmp/transport.toml --transport tcp,rdma --address "$ADDR" \
-	--runtime "${RUNTIME:-300ms}" --ramp "${RAMP:-100ms}" --size 16M --dir /tmp/sweep-data \
+	--runtime "${RUNTIME:-1s}" --ramp "${RAMP:-100ms}" --size 16M --dir /tmp/sweep-data \
 	--out "$OUT" --note "$NOTE"
 st=$?
 if ((st == 0)) && [[ -s $OUT/transport/results.json ]]; then
