@@ -85,8 +85,7 @@ fn verify_through_tgtd_and_perf_cli() {
         e.commit().unwrap();
         let mut done: Vec<Done> = Vec::new();
         while done.is_empty() {
-            e.wait().unwrap();
-            e.poll(&mut done).unwrap();
+            e.wait(&mut done).unwrap();
         }
         assert_eq!(
             done[0],
@@ -102,8 +101,7 @@ fn verify_through_tgtd_and_perf_cli() {
         e.commit().unwrap();
         done.clear();
         while done.is_empty() {
-            e.wait().unwrap();
-            e.poll(&mut done).unwrap();
+            e.wait(&mut done).unwrap();
         }
         assert_eq!(done[0].error, None);
         assert!(e.buf(r)[..4096].iter().all(|&b| b == 0xA5));

@@ -223,17 +223,17 @@ impl JobRun<'_> {
             if inflight == 0 && !src.has_more(now) {
                 return Ok(());
             }
-            let n = e.poll(&mut st.done)?;
+            let n = if spec.poll == PollMode::Block {
+                e.wait(&mut st.done)?
+            } else {
+                e.poll(&mut st.done)?
+            };
             if n == 0 {
-                if spec.poll == PollMode::Block {
-                    e.wait()?;
-                } else {
-                    // Busy-polling: read the clock (for the end of the run)
-                    // only every few empty polls.
-                    idle += 1;
-                    if !idle.is_multiple_of(IDLE_POLLS_PER_CLOCK) {
-                        continue;
-                    }
+                // Busy-polling: read the clock (for the end of the run)
+                // only every few empty polls.
+                idle += 1;
+                if spec.poll != PollMode::Block && !idle.is_multiple_of(IDLE_POLLS_PER_CLOCK) {
+                    continue;
                 }
             } else {
                 idle = 0;

@@ -257,17 +257,25 @@ impl IoQueue {
     /// completion arrives or `timeout` passes (then returns 0).
     pub fn wait(&mut self, out: &mut Vec<Completion>, timeout: Duration) -> Result<usize> {
         let deadline = Instant::now() + timeout.min(self.timeout);
+        let before = out.len();
+        out.append(&mut self.held);
         loop {
-            let n = self.poll(out)?;
+            let n = out.len() - before;
             if n > 0 || self.outstanding() == 0 {
+                self.idle_polls = 0;
+                self.idle_since = None;
                 return Ok(n);
             }
             let now = Instant::now();
             if now >= deadline {
+                self.check_idle()?;
                 return Ok(0);
             }
             let ms = (deadline - now).as_millis().clamp(1, 1000) as i32;
-            self.conn.wait_ready(ms)?;
+            // Sends what is queued, sleeps, takes in what came: no poll
+            // without a wait before it (a QD 1 read costs its `writev`,
+            // one `poll` and one `recv`).
+            self.conn.wait_progress(ms, out)?;
         }
     }
 

@@ -279,6 +279,16 @@ impl crate::transport::HostTransport for Conn {
     fn wait_ready(&mut self, ms: i32) -> Result<()> {
         self.poll_fd(ms).map(|_| ())
     }
+    /// One `writev` of what is queued, one `poll(2)` that sleeps, and the
+    /// `recv`s it announced: no second `poll` to ask what the first one said.
+    fn wait_progress(&mut self, ms: i32, out: &mut Vec<Completion>) -> Result<()> {
+        self.flush()?;
+        if self.poll_fd(ms)? {
+            self.recv_all()?;
+        }
+        self.qp.take_completions(out);
+        Ok(())
+    }
     fn close(&mut self, timeout: Duration) {
         Conn::close(self, timeout)
     }

@@ -49,6 +49,14 @@ pub trait HostTransport: Send {
     /// Sleeps until `progress` may find something (or bytes may be sent),
     /// at most `ms` milliseconds.
     fn wait_ready(&mut self, ms: i32) -> Result<()>;
+    /// Sends what is queued, sleeps until something arrives (at most `ms`
+    /// milliseconds), takes it in and appends finished commands to `out`:
+    /// `wait_ready` then `progress`, which a transport may do in fewer
+    /// system calls (a blocking host's whole wait is one `poll(2)`).
+    fn wait_progress(&mut self, ms: i32, out: &mut Vec<Completion>) -> Result<()> {
+        self.wait_ready(ms)?;
+        self.progress(out)
+    }
     /// Best effort orderly close within `timeout`.
     fn close(&mut self, timeout: Duration);
     /// NVMe/TCP's MAXH2CDATA from the ICResp; 0 on other transports.

@@ -97,6 +97,11 @@ struct Conn {
     want_write: bool,
     /// epoll reported the peer's half-close (EPOLLRDHUP).
     hup: bool,
+    /// The socket may hold unread bytes: epoll reported it readable, the
+    /// loop is spinning on it, or the last read stopped before draining
+    /// it. A pass for other reasons (a storage completion, a tick) then
+    /// skips the `recv` that would only say EAGAIN.
+    rx_ready: bool,
     /// Last time a pass over this connection moved anything.
     last_work: Instant,
     /// Fair sharing: its last pass ended with its share used and data left
@@ -247,6 +252,11 @@ impl Worker {
             if spin && !self.hot.is_empty() && direct_spins < DIRECT_SPINS {
                 // Spin on the busy connections' sockets themselves.
                 direct_spins += 1;
+                for &i in &self.hot {
+                    if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
+                        c.rx_ready = true;
+                    }
+                }
                 self.ready.extend_from_slice(&self.hot);
             } else {
                 direct_spins = 0;
@@ -356,13 +366,17 @@ impl Worker {
                 }
             } else {
                 let i = t.0;
-                if ev.is_read_closed() {
+                if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
                     // EPOLLRDHUP: the peer's FIN may sit right behind the
                     // last data; read on to the EOF instead of stopping
                     // at a short read.
-                    if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
-                        c.hup = true;
-                    }
+                    c.hup |= ev.is_read_closed();
+                    // Only writability (EPOLLOUT while output is blocked)
+                    // leaves nothing to read.
+                    c.rx_ready |= !ev.is_writable()
+                        || ev.is_readable()
+                        || ev.is_read_closed()
+                        || ev.is_error();
                 }
                 self.ready.push(i);
             }
@@ -460,6 +474,7 @@ impl Worker {
                 dead: false,
                 want_write: false,
                 hup: false,
+                rx_ready: true,
                 last_work: Instant::now(),
                 backlogged: false,
             });
@@ -506,7 +521,7 @@ impl Worker {
             // `more` is set when a read filled the buffer (the socket may hold more)
             // or when reading stopped because our output backed up.
             let mut more = false;
-            while !c.dead && !c.eof {
+            while !c.dead && !c.eof && c.rx_ready {
                 if !c.qp.wants_read() {
                     more = !c.qp.wants_close();
                     break;
@@ -526,10 +541,14 @@ impl Worker {
                         // A short read drained the socket: skip the read that
                         // would only say EAGAIN (epoll reports the next arrival).
                         if n < room && !c.hup {
+                            c.rx_ready = false;
                             break;
                         }
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        c.rx_ready = false;
+                        break;
+                    }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(_) => c.dead = true,
                 }

@@ -492,11 +492,15 @@ impl Engine for Iscsi {
         }
         Ok(self.reap(out))
     }
-    fn wait(&mut self) -> anyhow::Result<()> {
+    fn wait(&mut self, out: &mut Vec<Done>) -> anyhow::Result<usize> {
+        let n = self.poll(out)?;
+        if n > 0 {
+            return Ok(n);
+        }
         if self.sink.is_empty() {
             self.service(100)?;
         }
-        Ok(())
+        Ok(self.reap(out))
     }
     fn release(&mut self, slot: u16) {
         let i = slot as usize;

@@ -100,7 +100,11 @@ impl Engine for Local {
         }
         Ok(n)
     }
-    fn wait(&mut self) -> anyhow::Result<()> {
+    fn wait(&mut self, out: &mut Vec<Done>) -> anyhow::Result<usize> {
+        let n = self.poll(out)?;
+        if n > 0 {
+            return Ok(n);
+        }
         if let Some(fd) = self.q.notify_fd() {
             let mut p = libc::pollfd {
                 fd,
@@ -110,7 +114,7 @@ impl Engine for Local {
             // SAFETY: one valid pollfd, count 1, bounded timeout.
             unsafe { libc::poll(&mut p, 1, 100) };
         }
-        Ok(())
+        self.poll(out)
     }
     fn release(&mut self, slot: u16) {
         if self.bufs.get(slot as usize).is_some_and(Option::is_some) {

@@ -66,8 +66,9 @@ pub trait Engine {
     fn commit(&mut self) -> anyhow::Result<()>;
     /// Sends queued work and appends what completed to `out`; never blocks.
     fn poll(&mut self, out: &mut Vec<Done>) -> anyhow::Result<usize>;
-    /// Sleeps until something may have completed (bounded), for blocking mode.
-    fn wait(&mut self) -> anyhow::Result<()>;
+    /// Blocking mode's `poll`: sends queued work, sleeps until something
+    /// completes (bounded; then returns 0) and appends it to `out`.
+    fn wait(&mut self, out: &mut Vec<Done>) -> anyhow::Result<usize>;
     /// Returns a slot taken with `alloc_slot` after it completed (slots are
     /// recycled automatically by `poll` for the remote engine).
     fn release(&mut self, slot: u16);

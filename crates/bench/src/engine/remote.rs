@@ -60,6 +60,21 @@ impl Engine for Remote {
     }
     fn poll(&mut self, out: &mut Vec<Done>) -> anyhow::Result<usize> {
         self.q.poll(&mut self.completions)?;
+        Ok(self.take(out))
+    }
+    fn wait(&mut self, out: &mut Vec<Done>) -> anyhow::Result<usize> {
+        self.q
+            .wait(&mut self.completions, Duration::from_millis(100))?;
+        Ok(self.take(out))
+    }
+    fn release(&mut self, slot: u16) {
+        self.q.release_cid(slot);
+    }
+}
+
+impl Remote {
+    /// Moves the queue's completions to `out`; returns how many.
+    fn take(&mut self, out: &mut Vec<Done>) -> usize {
         let n = self.completions.len();
         for c in self.completions.drain(..) {
             let error = match c.check() {
@@ -70,14 +85,6 @@ impl Engine for Remote {
             };
             out.push(Done { slot: c.cid, error });
         }
-        Ok(n)
-    }
-    fn wait(&mut self) -> anyhow::Result<()> {
-        self.q
-            .wait(&mut self.completions, Duration::from_millis(100))?;
-        Ok(())
-    }
-    fn release(&mut self, slot: u16) {
-        self.q.release_cid(slot);
+        n
     }
 }
