@@ -30,11 +30,14 @@
 # response), the part of the gateway's read that is not librbd's.
 #
 # Priority (PRIO): "normal" (the default) runs everything under the normal
-# scheduler. "rt" runs both sides and the cluster at SCHED_FIFO priority 10:
-# fio, `farflash serve`, `farflash perf`, and every thread of the Ceph
-# daemons (`chrt -a`), as a storage node would with its I/O threads above
-# everything else; other work on the machine then waits for them, and a
-# wake-up is served at once instead of behind the scheduler's time slices.
+# scheduler. "rt" runs both clients of the cluster at SCHED_FIFO priority
+# 10: fio, and `farflash serve` and `farflash perf` (every thread, librbd's
+# included), so their wake-ups are served at once instead of behind the
+# OSD's time slices. The Ceph daemons stay under the normal scheduler: at
+# SCHED_FIFO two of the OSD's op threads (tp_osd_tp) once spun for 20
+# minutes on both cores, starving the threads they waited for and every
+# client (docs/rbd.md). Every run is bounded (`timeout`), so a stall fails
+# the benchmark instead of hanging it.
 #
 # Writes its section of docs/benchmarks.md (OUT= to change, empty to skip;
 # PRIO=rt writes a section of its own).
@@ -53,6 +56,8 @@ PRIO=${PRIO:-normal} RWS=${RWS:-randread randwrite} QDS=${QDS:-1 32}
 OUT=${OUT-docs/benchmarks.md} NOTE=${NOTE-}
 NQN=nqn.2026-11.io.farflash:bench
 NAME=rbd.sh SECTION=rbd.sh
+# The longest a run may take (ramp, runtime, connecting) before it counts as a stall.
+LIMIT=$((RAMP + RUNTIME + 60))
 case $PRIO in
 normal) RTP=() ;;
 rt) RTP=(chrt -f 10) SECTION="rbd.sh rt" ;;
@@ -79,9 +84,6 @@ trap 'stop_cluster; cleanup' EXIT
 CEPH_IMAGE_SIZE=$SIZE bash "$ROOT/tests/ceph/cluster.sh" start "$CEPH" >/dev/null
 CONF=$CEPH/ceph.conf
 printf '\n[client.admin]\nrbd_cache = false\n' >>"$CONF"
-if [[ $PRIO = rt ]]; then
-	for d in $(pgrep -f "ceph-(mon|mgr|osd) .*$CEPH"); do chrt -a -f -p 10 "$d" >/dev/null; done
-fi
 export CEPH_CONF=$CONF
 
 echo "== writing the image once ($SIZE)"
@@ -102,7 +104,7 @@ PY
 }
 
 direct() { # RW QD -> "IOPS P50 P99 MEAN"
-	"${RTP[@]}" "${FIO_CPUS[@]}" fio --name=direct --ioengine=rbd --clientname=admin --pool=rbd --rbdname=test \
+	timeout -k 5 "$LIMIT" "${RTP[@]}" "${FIO_CPUS[@]}" fio --name=direct --ioengine=rbd --clientname=admin --pool=rbd --rbdname=test \
 		--rw="$1" --bs=4k --iodepth="$2" --size="$SIZE" --time_based --runtime="$RUNTIME" \
 		--ramp_time="$RAMP" --lat_percentiles=1 --output-format=json --output="$TMP/direct.json" ||
 		die "fio (rbd engine) failed"
@@ -118,10 +120,12 @@ gateway() { # RW QD [NAMESPACE...] -> "IOPS P50 P99 MEAN" (default namespace: th
 	local pid=$!
 	PIDS+=("$pid")
 	wait_listen "$PORT"
-	"${RTP[@]}" "${PERF_TASKSET[@]}" "$FF" perf -t tcp -a 127.0.0.1 -s "$PORT" -n "$NQN" --rw "$rw" --bs 4k \
+	timeout -k 5 "$LIMIT" "${RTP[@]}" "${PERF_TASKSET[@]}" "$FF" perf -t tcp -a 127.0.0.1 -s "$PORT" -n "$NQN" --rw "$rw" --bs 4k \
 		--iodepth "$qd" --size "$SIZE" --runtime "$RUNTIME" --ramp_time "$RAMP" "${PERF_CPUS[@]}" --poll "$PERF_POLL" \
 		--output-format=json >"$TMP/perf.json" || die "farflash perf failed ($(tail -3 "$TMP/serve.log"))"
 	kill -TERM "$pid" 2>/dev/null || true
+	for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+	kill -KILL "$pid" 2>/dev/null || true
 	wait "$pid" 2>/dev/null || true
 	metrics "$TMP/perf.json" "${rw#rand}"
 }
@@ -167,7 +171,7 @@ done
 	else
 		echo "- placement float (nothing pinned): fio's rbd engine; farflash: \`serve --rbd rbd/test --threads 1 --poll $POLL\`, \`farflash perf --poll $PERF_POLL\`"
 	fi
-	[[ $PRIO = normal ]] || echo "- priority rt: fio, serve, perf and every thread of the Ceph daemons at SCHED_FIFO 10"
+	[[ $PRIO = normal ]] || echo "- priority rt: fio, serve and perf (all their threads) at SCHED_FIFO 10; the Ceph daemons under the normal scheduler"
 	echo "- 4 KiB, ${RUNTIME} s after ${RAMP} s of ramp, $RUNS alternating pairs per row; the NVMe/TCP exchange alone (null namespace, randread QD 1, same target and perf settings): median p50 $(median "${hops[@]}") µs"
 	echo
 	echo "| workload | QD | direct p50 / p99 (µs) | farflash p50 / p99 (µs) | median IOPS ratio (goal 0.9) |"

@@ -98,9 +98,10 @@ struct Conn {
     /// epoll reported the peer's half-close (EPOLLRDHUP).
     hup: bool,
     /// The socket may hold unread bytes: epoll reported it readable, the
-    /// loop is spinning on it, or the last read stopped before draining
-    /// it. A pass for other reasons (a storage completion, a tick) then
-    /// skips the `recv` that would only say EAGAIN.
+    /// loop is spinning on it, the last read stopped before draining it, or
+    /// this pass sent responses and goes round again. A pass for other
+    /// reasons (a storage completion, a tick) then skips the `recv` that
+    /// would only say EAGAIN.
     rx_ready: bool,
     /// Last time a pass over this connection moved anything.
     last_work: Instant,
@@ -594,6 +595,11 @@ impl Worker {
             worked |= completed;
             if !(more || completed) || blocked || dead || yielded {
                 break;
+            }
+            // Responses went out: the host's next commands may be here
+            // already (a deep queue answers while this pass runs).
+            if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
+                c.rx_ready = true;
             }
         }
         let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
