@@ -50,6 +50,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod cids;
 pub mod cmd;
 pub mod controller;
 pub mod discovery;

@@ -16,9 +16,6 @@ pub enum DataDir {
 
 #[derive(Debug)]
 pub(crate) struct Slot {
-    /// Taken from the free list (by `alloc_cid` or `submit`).
-    pub reserved: bool,
-    pub busy: bool,
     pub dir: DataDir,
     /// Data length of the command in bytes.
     pub len: u32,
@@ -38,8 +35,6 @@ pub(crate) struct Slot {
 impl Slot {
     pub fn new(buf_len: usize) -> Slot {
         Slot {
-            reserved: false,
-            busy: false,
             dir: DataDir::None,
             len: 0,
             xfer: 0,
@@ -52,7 +47,6 @@ impl Slot {
     }
 
     pub fn start(&mut self, dir: DataDir, len: u32) {
-        self.busy = true;
         self.dir = dir;
         self.len = len;
         self.xfer = 0;

@@ -10,6 +10,7 @@
 //! asked for fails the queue with an error naming it.
 
 use crate::sgl::{KeyedSgl, KEYED_MAX_LEN};
+use farflash_host::cids::Cids;
 use farflash_host::error::{HostError, Result, TransportError};
 use farflash_host::{Completion, DataDir};
 use farflash_wire::cqe::CQE_SIZE;
@@ -35,8 +36,6 @@ pub struct Capsule {
 
 #[derive(Clone, Copy, Debug, Default)]
 struct Slot {
-    reserved: bool,
-    busy: bool,
     dir: Option<DataDir>,
     len: u32,
     /// The SEND of the capsule completed (its buffers are the host's again).
@@ -50,7 +49,7 @@ pub struct HostQueue {
     qid: u16,
     icd_max: u32,
     slots: Vec<Slot>,
-    free: Vec<u16>,
+    cids: Cids,
     done: Vec<Completion>,
     dead: Option<TransportError>,
 }
@@ -65,7 +64,7 @@ impl HostQueue {
             qid,
             icd_max,
             slots: vec![Slot::default(); d as usize],
-            free: (0..d).rev().collect(),
+            cids: Cids::new(d),
             done: Vec::with_capacity(d as usize),
             dead: None,
         }
@@ -75,32 +74,25 @@ impl HostQueue {
         self.qid
     }
     pub fn depth(&self) -> u16 {
-        self.slots.len() as u16
+        self.cids.depth()
     }
     /// CIDs taken (allocated or in flight).
     pub fn outstanding(&self) -> usize {
-        self.slots.len() - self.free.len()
+        self.cids.outstanding()
     }
     pub fn alloc_cid(&mut self) -> Option<u16> {
-        let cid = self.free.pop()?;
-        self.slots[cid as usize].reserved = true;
-        Some(cid)
+        self.cids.alloc()
     }
     /// Returns a CID taken with `alloc_cid` and never submitted.
     pub fn release_cid(&mut self, cid: u16) {
-        if let Some(s) = self.slots.get_mut(cid as usize) {
-            if s.reserved && !s.busy {
-                s.reserved = false;
-                self.free.push(cid);
-            }
-        }
+        self.cids.release(cid)
     }
     /// Whether `cid` is in flight (its buffer belongs to the target).
     pub fn is_busy(&self, cid: u16) -> bool {
-        self.slots.get(cid as usize).is_some_and(|s| s.busy)
+        self.cids.in_flight(cid)
     }
     pub fn any_busy(&self) -> bool {
-        self.slots.iter().any(|s| s.busy)
+        self.cids.any_in_flight()
     }
 
     /// The error that failed this queue, if any.
@@ -141,7 +133,7 @@ impl HostQueue {
             .slots
             .get_mut(cid as usize)
             .ok_or_else(|| HostError::Invalid(format!("cid {cid} out of range")))?;
-        if s.busy {
+        if self.cids.in_flight(cid) {
             return Err(HostError::Invalid(format!("cid {cid} already in flight")));
         }
         let len = if dir == DataDir::None { 0 } else { len };
@@ -150,15 +142,8 @@ impl HostQueue {
                 "data length {len} exceeds a Keyed SGL's 24-bit length"
             )));
         }
-        if !s.reserved {
-            // Submitted without alloc_cid: take it off the free list.
-            if let Some(i) = self.free.iter().rposition(|&c| c == cid) {
-                self.free.swap_remove(i);
-            }
-        }
+        self.cids.start(cid);
         *s = Slot {
-            reserved: true,
-            busy: true,
             dir: Some(dir),
             len,
             sent: false,
@@ -194,8 +179,9 @@ impl HostQueue {
         if self.dead.is_some() {
             return;
         }
+        let busy = self.cids.in_flight(cid);
         if let Some(s) = self.slots.get_mut(cid as usize) {
-            if s.busy {
+            if busy {
                 s.sent = true;
                 self.try_finish(cid);
             }
@@ -233,8 +219,9 @@ impl HostQueue {
         };
         let cqe = Cqe::decode(b);
         let cid = cqe.cid;
+        let busy = self.cids.in_flight(cid);
         match self.slots.get_mut(cid as usize) {
-            Some(s) if s.busy && s.resp.is_none() => {
+            Some(s) if busy && s.resp.is_none() => {
                 s.resp = Some(cqe);
                 self.try_finish(cid);
             }
@@ -265,7 +252,7 @@ impl HostQueue {
             digest_error: false,
         });
         *s = Slot::default();
-        self.free.push(cid);
+        self.cids.finish(cid);
     }
 
     /// Moves finished commands into `out` (appends).

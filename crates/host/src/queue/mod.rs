@@ -3,6 +3,7 @@
 //! a driver moves the bytes ([`crate::admin`], [`crate::io_queue`]) and
 //! unit tests feed it crafted PDUs.
 
+use crate::cids::Cids;
 use crate::error::{HostError, Result, TransportError};
 use crate::slot::{Completion, DataDir, Slot};
 use crate::tx::TxQueue;
@@ -59,7 +60,7 @@ pub struct QueuePair {
     neg: Negotiated,
     maxh2cdata: u32,
     slots: Vec<Slot>,
-    free: Vec<u16>,
+    cids: Cids,
     tx: TxQueue,
     rx: Rx,
     hdr: [u8; HDR_MAX],
@@ -89,7 +90,7 @@ impl QueuePair {
             },
             maxh2cdata: MIN_MAXH2CDATA,
             slots: (0..depth).map(|_| Slot::new(cfg.slot_buf)).collect(),
-            free: (0..depth).rev().collect(),
+            cids: Cids::new(depth),
             tx: TxQueue::with_capacity(4096 + depth as usize * 128, 4 * depth as usize),
             rx: Rx::Header,
             hdr: [0; HDR_MAX],
@@ -132,26 +133,19 @@ impl QueuePair {
         self.dead.as_ref()
     }
     pub fn depth(&self) -> u16 {
-        self.slots.len() as u16
+        self.cids.depth()
     }
-    /// Commands submitted and not yet reported as complete.
+    /// Commands taken or submitted and not yet reported as complete.
     pub fn outstanding(&self) -> usize {
-        self.slots.len() - self.free.len()
+        self.cids.outstanding()
     }
     /// Takes a free CID, if any.
     pub fn alloc_cid(&mut self) -> Option<u16> {
-        let cid = self.free.pop()?;
-        self.slots[cid as usize].reserved = true;
-        Some(cid)
+        self.cids.alloc()
     }
     /// Returns a CID taken with [`QueuePair::alloc_cid`] but never submitted.
     pub fn release_cid(&mut self, cid: u16) {
-        if let Some(s) = self.slots.get(cid as usize) {
-            if !s.busy && s.reserved {
-                self.slots[cid as usize].reserved = false;
-                self.free.push(cid);
-            }
-        }
+        self.cids.release(cid)
     }
 
     /// The slot buffer of `cid` (read data after completion, write data before submit).
@@ -161,8 +155,9 @@ impl QueuePair {
     /// The slot buffer of an idle `cid`, for filling write data;
     /// `None` while the command is in flight.
     pub fn buf_mut(&mut self, cid: u16) -> Option<&mut [u8]> {
+        let busy = self.cids.in_flight(cid);
         let s = self.slots.get_mut(cid as usize)?;
-        (!s.busy).then_some(&mut s.buf[..])
+        (!busy).then_some(&mut s.buf[..])
     }
     /// Grows an idle slot's buffer to at least `len` bytes (admin queue).
     pub fn ensure_buf(&mut self, cid: u16, len: usize) -> Result<()> {
@@ -170,7 +165,7 @@ impl QueuePair {
             .slots
             .get_mut(cid as usize)
             .ok_or_else(|| HostError::Invalid(format!("cid {cid} out of range")))?;
-        if s.busy {
+        if self.cids.in_flight(cid) {
             return Err(HostError::Invalid(format!("cid {cid} busy")));
         }
         if s.buf.len() < len {
@@ -200,7 +195,7 @@ impl QueuePair {
             .slots
             .get_mut(cid as usize)
             .ok_or_else(|| HostError::Invalid(format!("cid {cid} out of range")))?;
-        if slot.busy {
+        if self.cids.in_flight(cid) {
             return Err(HostError::Invalid(format!("cid {cid} already in flight")));
         }
         let len = if dir == DataDir::None { 0 } else { len };
@@ -212,6 +207,7 @@ impl QueuePair {
             )));
         }
         slot.start(dir, len);
+        self.cids.start(cid);
         sqe.cid = cid;
         // Fabrics commands use SGLs (Fabrics §2.? "SGLs only").
         sqe.flags = (sqe.flags & !0xC0) | PSDT_SGL;
@@ -236,12 +232,6 @@ impl QueuePair {
         pdu::seal_header(b, PduType::CapsuleCmd, hd);
         if icd {
             self.push_data(cid, 0, len as usize);
-        }
-        if !std::mem::replace(&mut self.slots[cid as usize].reserved, true) {
-            // Submitted without alloc_cid: take it off the free list.
-            if let Some(i) = self.free.iter().rposition(|&c| c == cid) {
-                self.free.swap_remove(i);
-            }
         }
         Ok(())
     }
@@ -269,13 +259,13 @@ impl QueuePair {
     pub fn tx_advance(&mut self, n: usize) {
         let slots = &mut self.slots;
         let done = &mut self.done;
-        let free = &mut self.free;
+        let cids = &mut self.cids;
         self.tx.advance(n, |cid| {
             let s = &mut slots[cid as usize];
             s.tx_refs = s.tx_refs.saturating_sub(1);
             if s.tx_refs == 0 {
                 if let Some(cqe) = s.deferred.take() {
-                    finish(s, cid, cqe, done, free);
+                    finish(s, cid, cqe, done, cids);
                 }
             }
         });
@@ -313,7 +303,7 @@ impl QueuePair {
     }
 }
 
-fn finish(s: &mut Slot, cid: u16, cqe: Cqe, done: &mut Vec<Completion>, free: &mut Vec<u16>) {
+fn finish(s: &mut Slot, cid: u16, cqe: Cqe, done: &mut Vec<Completion>, cids: &mut Cids) {
     done.push(Completion {
         cid,
         cqe,
@@ -322,8 +312,6 @@ fn finish(s: &mut Slot, cid: u16, cqe: Cqe, done: &mut Vec<Completion>, free: &m
         transferred: s.xfer,
         digest_error: s.digest_error,
     });
-    s.busy = false;
-    s.reserved = false;
     s.deferred = None;
-    free.push(cid);
+    cids.finish(cid);
 }

@@ -202,8 +202,9 @@ impl QueuePair {
         what: &'static str,
         fei: u32,
     ) -> std::result::Result<&mut Slot, TransportError> {
+        let busy = self.cids.in_flight(cid);
         match self.slots.get_mut(cid as usize) {
-            Some(s) if s.busy && s.deferred.is_none() => Ok(s),
+            Some(s) if busy && s.deferred.is_none() => Ok(s),
             _ => Err(bad(what, Fatal::field(fei))),
         }
     }
@@ -225,7 +226,7 @@ impl QueuePair {
             s.deferred = Some(cqe);
             return;
         }
-        finish(s, cid, cqe, &mut self.done, &mut self.free);
+        finish(s, cid, cqe, &mut self.done, &mut self.cids);
     }
 
     /// R2T (TCP §3.6.2.10, §3.4.?): solicit `r2tl` bytes at `r2to`; answered with
