@@ -51,9 +51,11 @@ pub trait HostTransport: Send {
     fn wait_ready(&mut self, ms: i32) -> Result<()>;
     /// Sends what is queued, sleeps until something arrives (at most `ms`
     /// milliseconds), takes it in and appends finished commands to `out`:
-    /// `wait_ready` then `progress`, which a transport may do in fewer
-    /// system calls (a blocking host's whole wait is one `poll(2)`).
+    /// `send_queued`, `wait_ready`, `progress`, which a transport may do in
+    /// fewer system calls (a blocking NVMe/TCP host's whole wait is one
+    /// `poll(2)`).
     fn wait_progress(&mut self, ms: i32, out: &mut Vec<Completion>) -> Result<()> {
+        self.send_queued()?;
         self.wait_ready(ms)?;
         self.progress(out)
     }
