@@ -10,12 +10,16 @@
 #   bash benches/rbd.sh                      # 5 pairs of 10 s runs per row
 #   RUNS=3 RUNTIME=5 OUT= bash benches/rbd.sh
 #
-# Placement (PLACE): "split" (the default): the target's event loop on core 0
-# (`--threads 1 --cpus-allowed 0`), fio and perf on core 1 (fio's librbd
-# threads with it; the target's librbd threads are not pinned). "float" pins
-# nothing: fio, the target and perf go wherever the scheduler puts them, as do
-# the Ceph daemons. Neither was better for the gateway in paired runs on the
-# shared machine (docs/rbd.md). The target
+# Placement (PLACE): "client" (the default) gives each side the same core: fio
+# runs on core 1 (its librbd threads with it, as they inherit its affinity),
+# and so does the whole gateway side: `farflash serve` with all its threads
+# (`taskset -c 1`, `--threads 1 --cpus-allowed 1`; librbd's included) and
+# `farflash perf`. The Ceph daemons are not pinned in either. The gateway side
+# thus carries its NVMe/TCP host on the core fio has to itself. "split" runs
+# the target's event loop on core 0 (`--cpus-allowed 0`) and fio and perf on
+# core 1, the target's librbd threads unpinned: they then compete with the
+# OSD on both cores while fio's stay on core 1, which cost the gateway about
+# a quarter of its QD 32 reads (docs/rbd.md). "float" pins nothing. The target
 # sleeps in epoll (`--poll never`) and perf blocks for completions (`--poll
 # block`), as fio does: on a small machine that also runs the OSD, a spinning
 # event loop and a spinning perf would take the cores the OSD and librbd need
@@ -42,7 +46,7 @@
 # Writes its section of docs/benchmarks.md (OUT= to change, empty to skip;
 # PRIO=rt writes a section of its own).
 # Environment: RUNS (5), RUNTIME (10), RAMP (2), SIZE (1G), PORT (4540),
-# PLACE (split or float), PRIO (normal or rt), RWS ("randread randwrite"),
+# PLACE (client, split or float), PRIO (normal or rt), RWS ("randread randwrite"),
 # QDS ("1 32"), POLL (never: the target's --poll), PERF_POLL (block: perf's
 # --poll), OUT, NOTE (a line on the run's conditions, e.g. other work on the
 # machine).
@@ -51,7 +55,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
 cd "$ROOT"
 RUNS=${RUNS:-5} RUNTIME=${RUNTIME:-10} RAMP=${RAMP:-2} SIZE=${SIZE:-1G}
-PORT=${PORT:-4540} POLL=${POLL:-never} PERF_POLL=${PERF_POLL:-block} PLACE=${PLACE:-split}
+PORT=${PORT:-4540} POLL=${POLL:-never} PERF_POLL=${PERF_POLL:-block} PLACE=${PLACE:-client}
 PRIO=${PRIO:-normal} RWS=${RWS:-randread randwrite} QDS=${QDS:-1 32}
 OUT=${OUT-docs/benchmarks.md} NOTE=${NOTE-}
 NQN=nqn.2026-11.io.farflash:bench
@@ -64,9 +68,10 @@ rt) RTP=(chrt -f 10) SECTION="rbd.sh rt" ;;
 *) echo "rbd.sh: PRIO=$PRIO: normal or rt" >&2; exit 1 ;;
 esac
 case $PLACE in
-float) FIO_CPUS=() SERVE_CPUS=() PERF_TASKSET=() PERF_CPUS=() ;;
-split) FIO_CPUS=(taskset -c 1) SERVE_CPUS=(--cpus-allowed 0) PERF_TASKSET=(taskset -c 1) PERF_CPUS=(--cpus-allowed 1) ;;
-*) echo "rbd.sh: PLACE=$PLACE: split or float" >&2; exit 1 ;;
+float) FIO_CPUS=() SERVE_TASKSET=() SERVE_CPUS=() PERF_TASKSET=() PERF_CPUS=() ;;
+split) FIO_CPUS=(taskset -c 1) SERVE_TASKSET=() SERVE_CPUS=(--cpus-allowed 0) PERF_TASKSET=(taskset -c 1) PERF_CPUS=(--cpus-allowed 1) ;;
+client) FIO_CPUS=(taskset -c 1) SERVE_TASKSET=(taskset -c 1) SERVE_CPUS=(--cpus-allowed 1) PERF_TASKSET=(taskset -c 1) PERF_CPUS=(--cpus-allowed 1) ;;
+*) echo "rbd.sh: PLACE=$PLACE: client, split or float" >&2; exit 1 ;;
 esac
 for t in taskset python3 cargo fio rbd; do command -v "$t" >/dev/null || { echo "rbd.sh: $t is required" >&2; exit 1; }; done
 fio --enghelp 2>/dev/null | grep -qw rbd || { echo "rbd.sh: this fio has no rbd engine" >&2; exit 1; }
@@ -115,7 +120,7 @@ gateway() { # RW QD [NAMESPACE...] -> "IOPS P50 P99 MEAN" (default namespace: th
 	local rw=$1 qd=$2
 	shift 2
 	(($#)) || set -- --rbd rbd/test --ceph-conf "$CONF"
-	"${RTP[@]}" "$FF" serve --listen "127.0.0.1:$PORT" --nqn "$NQN" "$@" \
+	"${RTP[@]}" "${SERVE_TASKSET[@]}" "$FF" serve --listen "127.0.0.1:$PORT" --nqn "$NQN" "$@" \
 		--threads 1 "${SERVE_CPUS[@]}" --poll "$POLL" --rpc-socket none --log-level warn >"$TMP/serve.log" 2>&1 &
 	local pid=$!
 	PIDS+=("$pid")
@@ -166,7 +171,9 @@ done
 	run_facts
 	[[ -z $NOTE ]] || echo "- conditions: $NOTE"
 	echo "- cluster: tests/ceph/cluster.sh (1 mon, 1 mgr, 1 BlueStore OSD on a sparse file, pool size 1), image $SIZE written once, rbd_cache off"
-	if [[ $PLACE = split ]]; then
+	if [[ $PLACE = client ]]; then
+		echo "- placement client: fio's rbd engine (with its librbd threads) on core 1; farflash: \`serve --rbd rbd/test --threads 1 --cpus-allowed 1 --poll $POLL\` with all its threads (librbd's included) and \`farflash perf --poll $PERF_POLL\` on core 1; the Ceph daemons unpinned"
+	elif [[ $PLACE = split ]]; then
 		echo "- placement split: fio's rbd engine on core 1; farflash: \`serve --rbd rbd/test --threads 1 --cpus-allowed 0 --poll $POLL\`, \`farflash perf --poll $PERF_POLL\` on core 1"
 	else
 		echo "- placement float (nothing pinned): fio's rbd engine; farflash: \`serve --rbd rbd/test --threads 1 --poll $POLL\`, \`farflash perf --poll $PERF_POLL\`"
