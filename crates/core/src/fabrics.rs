@@ -24,7 +24,7 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<Xfer, Status> {
         fctype::PROPERTY_GET | fctype::PROPERTY_SET if q.ctrl.is_none() => {
             Err(Status::COMMAND_SEQUENCE_ERROR.dnr())
         }
-        // Property Get/Set only on the admin queue (Fabrics §6.4).
+        // Property Get/Set only on the admin queue (Fabrics §6.5, §6.6).
         fctype::PROPERTY_GET | fctype::PROPERTY_SET if q.qid != 0 => {
             Err(Status::INVALID_OPCODE.dnr())
         }
@@ -208,7 +208,7 @@ pub(crate) fn cap(q: &NvmeQueue) -> u64 {
     props::cap(mqes as u16, CAP_TIMEOUT)
 }
 
-/// Property Get (Fabrics §6.4): CAP (8 bytes), VS, CC, CSTS, CRTO (4 bytes).
+/// Property Get (Fabrics §6.5): CAP (8 bytes), VS, CC, CSTS, CRTO (4 bytes).
 fn property_get(q: &mut NvmeQueue, sqe: &Sqe) -> Outcome {
     let p = PropertyCmd::from_sqe(sqe);
     let Some(ctrl) = q.ctrl.clone() else {
@@ -246,7 +246,7 @@ fn css_supported(css: u32) -> bool {
     matches!(css, cc::CSS_NVM | cc::CSS_ALL_IO)
 }
 
-/// Property Set (Fabrics §6.5): only CC is writable. Enable sets CSTS.RDY at
+/// Property Set (Fabrics §6.6): only CC is writable. Enable sets CSTS.RDY at
 /// once; clearing EN resets the controller; SHN emits one Flush per
 /// namespace and the command completes (CSTS.SHST 01b -> 10b) when they have
 /// (Base §3.6.2): no sync ever runs on the event loop.

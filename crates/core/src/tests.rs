@@ -262,3 +262,22 @@ fn more_commands_than_entries_is_an_overrun() {
     }
     assert_eq!(completions(&mut q).len(), 32);
 }
+
+#[test]
+fn fused_commands_are_refused_and_nothing_is_written() {
+    // Base §3.4.2: FUSES is 0; a fused pair (here the Write half of a
+    // Compare and Write) gets Invalid Field and does not run.
+    let (t, script) = target();
+    let (_admin, mut q) = io_queue(&t);
+    for fuse in [0b01u8, 0b10, 0b11] {
+        let mut w = rw(io::WRITE, 40 + fuse as u16, 0, 512);
+        w.flags |= fuse;
+        assert_eq!(q.begin(w), Begin::Answered);
+        let c = completions(&mut q);
+        assert_eq!(c[0].status, Status::INVALID_FIELD.dnr(), "FUSE {fuse:02b}");
+    }
+    assert!(script.submitted().is_empty());
+    // FUSE 00b runs as before.
+    let w = run(&mut q, rw(io::WRITE, 50, 0, 512), &block(1));
+    assert_eq!(w.status, Status::SUCCESS);
+}
