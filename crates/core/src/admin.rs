@@ -95,7 +95,12 @@ fn identify_cmd(q: &mut NvmeQueue, idx: usize, ctrl: &Controller, sqe: &Sqe) -> 
             None => Status::INVALID_NAMESPACE.dnr(),
         },
         cns::ACTIVE_NS_LIST | cns::CSI_ACTIVE_NS_LIST => {
-            if nsid >= 0xFFFF_FFFE || (cns_v == cns::CSI_ACTIVE_NS_LIST && csi != 0) {
+            if nsid >= 0xFFFF_FFFE {
+                // Base §5.17 (CNS 02h, 07h): NSID FFFFFFFEh and FFFFFFFFh are invalid
+                // here: Invalid Namespace or Format, as Linux nvmet answers
+                // (was Invalid Field, the same refusal with another status).
+                Status::INVALID_NAMESPACE.dnr()
+            } else if cns_v == cns::CSI_ACTIVE_NS_LIST && csi != 0 {
                 Status::INVALID_FIELD.dnr()
             } else {
                 let ids: Vec<u32> = q.ns.nsids().collect();

@@ -71,12 +71,15 @@ fn connect(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
     if c.recfmt != 0 {
         return Outcome::Done(Status::CONNECT_INCOMPATIBLE_FORMAT.dnr(), 0);
     }
-    let Some(data) = q.slots[idx]
-        .buf
-        .as_ref()
-        .and_then(|b| ConnectData::decode(b.as_slice()))
-    else {
-        return invalid(true, doff::SUBNQN);
+    let data = match q.slots[idx].buf.as_ref() {
+        Some(b) => ConnectData::decode_or_field(b.as_slice()),
+        None => Err(doff::SUBNQN),
+    };
+    let data = match data {
+        Ok(d) => d,
+        // Base §4.7: an NQN is UTF-8 and NUL-terminated within its field;
+        // IPO names the one at fault (was: always SUBNQN).
+        Err(off) => return invalid(true, off),
     };
     let t = q.target.clone();
     let discovery = data.subnqn == DISCOVERY_NQN;

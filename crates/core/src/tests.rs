@@ -281,3 +281,29 @@ fn fused_commands_are_refused_and_nothing_is_written() {
     let w = run(&mut q, rw(io::WRITE, 50, 0, 512), &block(1));
     assert_eq!(w.status, Status::SUCCESS);
 }
+
+#[test]
+fn active_namespace_list_from_the_last_nsids_is_an_invalid_namespace() {
+    use farflash_wire::opcode::{admin, cns};
+    let (t, _) = target();
+    let (mut a, _q) = io_queue(&t);
+    let identify = |cid: u16, cns_v: u8, nsid: u32| Sqe {
+        opcode: admin::IDENTIFY,
+        flags: PSDT_SGL,
+        cid,
+        nsid,
+        dptr: SglDescriptor::transport(4096),
+        cdw10: cns_v as u32,
+        ..Sqe::default()
+    };
+    // Base §5.17, Linux nvmet: Invalid Namespace or Format (was Invalid Field).
+    for (cid, nsid) in [(10, 0xFFFF_FFFE), (11, u32::MAX)] {
+        let c = run(&mut a, identify(cid, cns::ACTIVE_NS_LIST, nsid), &[]);
+        assert_eq!(c.status, Status::INVALID_NAMESPACE.dnr(), "{nsid:#x}");
+    }
+    let c = run(&mut a, identify(12, cns::ACTIVE_NS_LIST, 0), &[]);
+    assert_eq!(c.status, Status::SUCCESS);
+    let (buf, len) = c.data.as_ref().expect("the list");
+    assert_eq!(*len, 4096);
+    assert_eq!(&buf.as_slice()[..8], &[1, 0, 0, 0, 0, 0, 0, 0]);
+}
