@@ -307,3 +307,42 @@ fn active_namespace_list_from_the_last_nsids_is_an_invalid_namespace() {
     assert_eq!(*len, 4096);
     assert_eq!(&buf.as_slice()[..8], &[1, 0, 0, 0, 0, 0, 0, 0]);
 }
+
+#[test]
+fn host_identifier_feature_reads_the_connect_hostid() {
+    use farflash_wire::opcode::{admin, feature};
+    let (t, _) = target();
+    let (mut a, _q) = io_queue(&t);
+    let get = |cid: u16, cdw11: u32| Sqe {
+        opcode: admin::GET_FEATURES,
+        flags: PSDT_SGL,
+        cid,
+        dptr: SglDescriptor::transport(16),
+        cdw10: feature::HOST_IDENTIFIER as u32,
+        cdw11,
+        ..Sqe::default()
+    };
+    // Base §5.27: EXHID set: the 128-bit HOSTID of the Connect ([1; 16] here).
+    let c = run(&mut a, get(20, 1), &[]);
+    assert_eq!(c.status, Status::SUCCESS);
+    let (buf, len) = c.data.as_ref().expect("the Host Identifier");
+    assert_eq!((&buf.as_slice()[..16], *len), (&[1u8; 16][..], 16));
+    // EXHID clear: Fabrics has no 64-bit host identifier.
+    assert_eq!(
+        run(&mut a, get(21, 0), &[]).status,
+        Status::INVALID_FIELD.dnr()
+    );
+    // Set Features of it: Command Sequence Error (it comes with Connect).
+    let set = Sqe {
+        opcode: admin::SET_FEATURES,
+        flags: PSDT_SGL,
+        cid: 22,
+        cdw10: feature::HOST_IDENTIFIER as u32,
+        cdw11: 1,
+        ..Sqe::default()
+    };
+    assert_eq!(
+        run(&mut a, set, &[]).status,
+        Status::COMMAND_SEQUENCE_ERROR.dnr()
+    );
+}
