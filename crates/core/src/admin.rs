@@ -54,8 +54,6 @@ pub(crate) fn execute(q: &mut NvmeQueue, idx: usize) -> Outcome {
             if q.aers.len() >= AER_LIMIT {
                 return Outcome::Done(Status::AER_LIMIT_EXCEEDED, 0);
             }
-            q.aers.push(idx as u16);
-            q.deliver_events();
             Outcome::Parked
         }
         op::ABORT => {

@@ -101,14 +101,14 @@ pub(crate) fn send(q: &mut NvmeQueue, idx: usize) -> Outcome {
 
 /// The DH work of the Authentication Send in slot `idx` came back: the
 /// transaction goes on and the command completes.
-pub(crate) fn computed(q: &mut NvmeQueue, idx: usize, done: DhDone) {
+pub(crate) fn computed(q: &mut NvmeQueue, done: DhDone) -> Outcome {
     // None: the transaction expired or failed meanwhile (already reported).
     let ev = q.auth.as_mut().and_then(|a| a.computed(done));
     if let Some(ev) = ev {
         report(q, ev);
     }
     q.auth_since = None;
-    q.complete(idx, Status::SUCCESS, 0);
+    Outcome::Done(Status::SUCCESS, 0)
 }
 
 /// Logs and counts what an Authentication Send did.

@@ -268,7 +268,7 @@ fn property_set(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
             // `submit` fails only for a namespace that is not live.
             let _ = q.submit(idx, key, req);
         }
-        if q.slots[idx].pending > 0 {
+        if q.slots[idx].state().pending() > 0 {
             return Outcome::Pending;
         }
         ctrl.shutdown_complete();

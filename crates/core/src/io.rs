@@ -187,10 +187,10 @@ pub(crate) fn execute(q: &mut NvmeQueue, idx: usize, cmd: IoCmd) -> Outcome {
         IoCmd::Resv { ns, opcode } => return crate::resv::cmd::execute(q, idx, ns, opcode),
     };
     match result {
-        Ok(()) if q.slots[idx].pending > 0 => Outcome::Pending,
+        Ok(()) if q.slots[idx].state().pending() > 0 => Outcome::Pending,
         Ok(()) => Outcome::Done(Status::SUCCESS, 0),
         Err(st) => {
-            if q.slots[idx].pending > 0 {
+            if q.slots[idx].state().pending() > 0 {
                 // Some requests went out: let them finish, then fail the command.
                 q.slots[idx].status = st;
                 Outcome::Pending

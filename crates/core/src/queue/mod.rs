@@ -26,10 +26,12 @@ mod lifecycle;
 mod offload;
 mod qos;
 mod slots;
+mod state;
 mod storage;
 
-pub(crate) use offload::Job;
+pub(crate) use offload::{Done, Job};
 pub use offload::{Offload, OffloadDone};
+pub(crate) use state::{CmdState, Event};
 
 /// Slots before Connect tells the queue size.
 const PRE_CONNECT_SLOTS: usize = 4;
@@ -37,15 +39,17 @@ const PRE_CONNECT_SLOTS: usize = 4;
 /// One command in flight.
 pub(crate) struct Slot {
     pub sqe: Sqe,
-    pub busy: bool,
+    /// Where the command is in its life; changed only by
+    /// [`Slot::step`] (`state.rs`).
+    state: CmdState,
     /// The data buffer: host data (H2C) or the reply (C2H).
     pub buf: Option<IoBuf>,
     /// Data bytes: expected (H2C) or to send (C2H reply).
     pub len: u32,
     /// The parsed I/O command (I/O queues).
     pub io: Option<IoCmd>,
-    /// Storage requests still in flight.
-    pub pending: u16,
+    /// The status to answer with once the requests still out are back (a
+    /// storage error, or a request that could not be emitted).
     pub status: Status,
     /// Send `buf[..len]` to the host with the completion.
     pub reply: bool,
@@ -57,11 +61,10 @@ impl Slot {
     fn empty() -> Slot {
         Slot {
             sqe: Sqe::default(),
-            busy: false,
+            state: CmdState::Free,
             buf: None,
             len: 0,
             io: None,
-            pending: 0,
             status: Status::SUCCESS,
             reply: false,
             t0: None,

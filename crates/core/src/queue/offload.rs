@@ -6,7 +6,9 @@
 //! command's slot pending and counts as in flight, so a queue closed
 //! meanwhile waits for it. `commit` runs them inline for standalone use.
 
-use super::NvmeQueue;
+use super::{CmdState, Event, NvmeQueue};
+use crate::command::Outcome;
+use crate::exec::Step;
 use crate::resv::ptpl::PtplWrite;
 use farflash_auth::{DhDone, DhJob};
 
@@ -20,7 +22,7 @@ pub(crate) enum Job {
 }
 
 #[derive(Debug)]
-enum Done {
+pub(crate) enum Done {
     Dh(DhDone),
     Ptpl(std::io::Result<()>),
 }
@@ -61,11 +63,13 @@ impl Offload {
 impl NvmeQueue {
     /// Emits `job` for the command in slot `idx`.
     pub(crate) fn offload(&mut self, idx: usize, job: Job) {
+        if !self.slots[idx].step(Event::Emit) {
+            return;
+        }
         self.offload_out.push(Offload {
             tag: idx as u64,
             job,
         });
-        self.slots[idx].pending += 1;
         self.in_flight += 1;
         if let Some(c) = &self.ctrl {
             c.offload_count(true);
@@ -90,13 +94,24 @@ impl NvmeQueue {
             c.offload_count(false);
         }
         let idx = (d.tag & SLOT_MASK) as usize;
-        let Some(s) = self.slots.get_mut(idx).filter(|s| s.busy) else {
+        let Some(s) = self
+            .slots
+            .get_mut(idx)
+            .filter(|s| matches!(s.state(), CmdState::Waiting { .. }))
+        else {
             return;
         };
-        s.pending = s.pending.saturating_sub(1);
-        match d.done {
-            Done::Dh(done) => crate::auth::computed(self, idx, done),
-            Done::Ptpl(r) => crate::resv::cmd::persisted(self, idx, r),
+        if s.step(Event::Reap) && s.state() == CmdState::Running {
+            self.dispatch(idx, Step::Offloaded(d.done));
+        }
+    }
+
+    /// The offloaded work of the command in `idx` came back: its executor
+    /// goes on.
+    pub(crate) fn offloaded(&mut self, done: Done) -> Outcome {
+        match done {
+            Done::Dh(done) => crate::auth::computed(self, done),
+            Done::Ptpl(r) => crate::resv::cmd::persisted(r),
         }
     }
 

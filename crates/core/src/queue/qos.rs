@@ -3,8 +3,9 @@
 //! come back from [`NvmeQueue::throttle_wake`] and calls
 //! [`NvmeQueue::resume_throttled`].
 
-use super::NvmeQueue;
-use crate::command::{IoCmd, Outcome};
+use super::{CmdState, Event, NvmeQueue};
+use crate::command::IoCmd;
+use crate::exec::Step;
 use crate::qos::{Class, Gate};
 use crate::stats::QueueStats;
 use std::time::Instant;
@@ -72,7 +73,9 @@ impl NvmeQueue {
         if gate.parked.is_empty() && gate.admit(now, nsid, class, bytes) {
             return true;
         }
-        gate.park(idx as u16, now);
+        if self.slots[idx].step(Event::Throttle) {
+            gate.park(idx as u16, now);
+        }
         false
     }
 
@@ -113,8 +116,8 @@ impl NvmeQueue {
             };
             let idx = slot as usize;
             let s = &self.slots[idx];
-            let Some(cmd) = s.io.filter(|_| s.busy) else {
-                // Completed meanwhile (a queue deleted under it): forget it.
+            let Some(cmd) = s.io.filter(|_| s.state() == CmdState::Throttled) else {
+                // Not waiting here (a bug `step` would have logged): forget it.
                 let t = gate.unparked(now);
                 self.count_throttled(t);
                 continue;
@@ -126,8 +129,8 @@ impl NvmeQueue {
             let t = gate.unparked(now);
             self.count_throttled(t);
             any = true;
-            if let Outcome::Done(st, result) = crate::io::execute(self, idx, cmd) {
-                self.complete(idx, st, result);
+            if self.slots[idx].step(Event::Admit) {
+                self.dispatch(idx, Step::Admitted);
             }
         }
         any

@@ -2,7 +2,7 @@
 //! (error log, reply data, the completion for the binding), CIDs in flight,
 //! parked AERs.
 
-use super::NvmeQueue;
+use super::{Event, NvmeQueue};
 use crate::command::Completion;
 use crate::stats::QueueStats;
 use farflash_wire::log::ErrorEntry;
@@ -14,10 +14,12 @@ impl NvmeQueue {
         let idx = self.free.pop()? as usize;
         let s = &mut self.slots[idx];
         s.sqe = sqe;
-        s.busy = true;
+        if !s.step(Event::Claim) {
+            self.free.push(idx as u16);
+            return None;
+        }
         s.len = 0;
         s.io = None;
-        s.pending = 0;
         s.status = Status::SUCCESS;
         s.reply = false;
         s.t0 = None;
@@ -38,6 +40,11 @@ impl NvmeQueue {
     /// completion, with its reply data when it succeeded.
     pub(crate) fn complete(&mut self, idx: usize, status: Status, result: u64) {
         let s = &mut self.slots[idx];
+        if !s.step(Event::Complete) {
+            // Requests of it are still out (logged by `step`): their
+            // completions answer it.
+            return;
+        }
         let cid = s.sqe.cid;
         let nsid = s.sqe.nsid;
         let data = if status.is_success() && s.reply && s.len > 0 {
@@ -49,7 +56,6 @@ impl NvmeQueue {
         if let Some(b) = s.buf.take() {
             self.pool.put(b);
         }
-        s.busy = false;
         s.io = None;
         if let Some(st) = &self.stats {
             if self.qid != 0 {
@@ -105,6 +111,15 @@ impl NvmeQueue {
         self.cid_busy[cid as usize / 64] &= !(1u64 << (cid % 64));
     }
 
+    /// Holds the AER in `idx` until an event (Base §5.2), and delivers
+    /// one that is waiting already.
+    pub(crate) fn park_aer(&mut self, idx: usize) {
+        if self.slots[idx].step(Event::Park) {
+            self.aers.push(idx as u16);
+            self.deliver_events();
+        }
+    }
+
     /// Completes parked AERs with pending events (Base §5.2).
     pub(crate) fn deliver_events(&mut self) {
         let Some(ctrl) = self.ctrl.clone() else {
@@ -133,7 +148,9 @@ impl NvmeQueue {
         };
         let idx = self.aers.remove(pos) as usize;
         let s = &mut self.slots[idx];
-        s.busy = false;
+        if !s.step(Event::Retire) {
+            return;
+        }
         if let Some(b) = s.buf.take() {
             self.pool.put(b);
         }

@@ -6,7 +6,9 @@
 //! [`NvmeQueue::on_storage_completion`]. `commit` / `poll_backends` do the
 //! same on a private queue set, for tests, fuzzers and benchmarks.
 
-use super::NvmeQueue;
+use super::{CmdState, Event, NvmeQueue};
+use crate::command::Outcome;
+use crate::exec::Step;
 use crate::stats::QueueStats;
 use farflash_backend::{IoCompletion, IoRequest, QueueSet, SharedBackend};
 use farflash_wire::opcode::admin as aop;
@@ -29,8 +31,11 @@ impl NvmeQueue {
             self.pool.put(req.buf);
             return Err(Status::INVALID_NAMESPACE.dnr());
         }
+        if !self.slots[idx].step(Event::Emit) {
+            self.pool.put(req.buf);
+            return Err(Status::INTERNAL_ERROR);
+        }
         self.storage_out.push((ns_idx, req));
-        self.slots[idx].pending += 1;
         self.in_flight += 1;
         Ok(())
     }
@@ -78,7 +83,11 @@ impl NvmeQueue {
     pub fn on_storage_completion(&mut self, c: IoCompletion) {
         self.in_flight = self.in_flight.saturating_sub(1);
         let idx = (c.tag & SLOT_MASK) as usize;
-        let Some(s) = self.slots.get_mut(idx).filter(|s| s.busy) else {
+        let Some(s) = self
+            .slots
+            .get_mut(idx)
+            .filter(|s| matches!(s.state(), CmdState::Waiting { .. }))
+        else {
             self.pool.put(c.buf);
             return;
         };
@@ -116,23 +125,25 @@ impl NvmeQueue {
         } else {
             self.pool.put(c.buf);
         }
-        let s = &mut self.slots[idx];
-        s.pending = s.pending.saturating_sub(1);
-        if s.pending > 0 {
-            return;
+        if self.slots[idx].step(Event::Reap) && self.slots[idx].state() == CmdState::Running {
+            self.dispatch(idx, Step::Stored);
         }
+    }
+
+    /// The last storage request of the command in `idx` came back.
+    pub(crate) fn stored(&mut self, idx: usize) -> Outcome {
+        let s = &self.slots[idx];
         if s.sqe.opcode == aop::FABRICS {
             // The Flushes of a controller shutdown (Property Set CC.SHN): a
             // failure was logged above; the shutdown still completes.
             if let Some(ctrl) = &self.ctrl {
                 ctrl.shutdown_complete();
             }
-            self.complete(idx, Status::SUCCESS, 0);
-            return;
+            return Outcome::Done(Status::SUCCESS, 0);
         }
         let st = s.status;
         self.account(idx);
-        self.complete(idx, st, 0);
+        Outcome::Done(st, 0)
     }
 
     /// Counts a finished Read or Write in the queue's statistics (SMART log).

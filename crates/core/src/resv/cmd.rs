@@ -141,7 +141,7 @@ pub(crate) fn execute(q: &mut NvmeQueue, idx: usize, key: usize, opcode: u8) -> 
 }
 
 /// The PTPL file of a reservation change was written (or not).
-pub(crate) fn persisted(q: &mut NvmeQueue, idx: usize, r: std::io::Result<()>) {
+pub(crate) fn persisted(r: std::io::Result<()>) -> Outcome {
     let st = match r {
         Ok(()) => Status::SUCCESS,
         Err(e) => {
@@ -149,5 +149,5 @@ pub(crate) fn persisted(q: &mut NvmeQueue, idx: usize, r: std::io::Result<()>) {
             Status::INTERNAL_ERROR
         }
     };
-    q.complete(idx, st, 0);
+    Outcome::Done(st, 0)
 }
