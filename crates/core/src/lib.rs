@@ -13,6 +13,8 @@
 //!
 //! The event loops live in `farflash-transport`.
 
+#![forbid(unsafe_code)]
+
 pub mod ana;
 pub mod cntlid;
 pub mod config;

@@ -48,6 +48,8 @@
 //! # Ok::<(), farflash_host::HostError>(())
 //! ```
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod admin;
 pub mod auth;
 pub mod cids;

@@ -11,6 +11,8 @@
 //!
 //! The command layer never sees a PDU; this crate never runs a command.
 
+#![forbid(unsafe_code)]
+
 mod budget;
 mod conn;
 mod outq;

@@ -7,6 +7,8 @@
 //! backend queues, batches whatever a read brings, and sends everything the
 //! batch produced in one write.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 mod adaptive;
 mod offload;
 mod worker;
