@@ -25,6 +25,7 @@ impl NvmeQueue {
     /// A command arrived: claims a slot, parses and checks it before any data
     /// moves (so that a command that will fail never asks for its data).
     pub fn begin(&mut self, sqe: Sqe) -> Begin {
+        self.advance_sqhd();
         if self.deleted() {
             // A deleted I/O queue runs nothing more (Base §3.7.2).
             self.close();

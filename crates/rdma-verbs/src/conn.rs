@@ -533,7 +533,7 @@ impl RdmaConn {
 
     /// Nothing produced is waiting or unsent (see [`RdmaQueue::flushed`]).
     fn flushed(&self) -> bool {
-        self.held.is_none() && self.q.flushed(self.qp.sq_depth)
+        self.held.is_none() && self.q.flushed()
     }
 }
 

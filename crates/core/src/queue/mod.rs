@@ -17,7 +17,7 @@ use crate::nstable::NsTable;
 use crate::stats::QueueStats;
 use crate::target::Target;
 use farflash_backend::{BufPool, IoBuf, IoCompletion, IoRequest, QueueSet};
-use farflash_wire::{Sqe, Status};
+use farflash_wire::{Cqe, Sqe, Status};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -82,6 +82,11 @@ pub struct NvmeQueue {
     pub(crate) qid: u16,
     pub(crate) ctrl: Option<Arc<Controller>>,
     pub(crate) sqsize: u16,
+    /// SQ Head Pointer: advanced by every command taken off the queue,
+    /// reported in each CQE (Base §4.2.1) unless the host disabled SQ flow
+    /// control (Fabrics §6.3, Connect CATTR bit 2, TP 8005).
+    sqhd: u16,
+    sq_flow_control: bool,
     pub(crate) slots: Vec<Slot>,
     free: Vec<u16>,
     cid_busy: Vec<u64>,
@@ -165,6 +170,8 @@ impl NvmeQueue {
             qid: 0,
             ctrl: None,
             sqsize: PRE_CONNECT_SLOTS as u16 - 1,
+            sqhd: 0,
+            sq_flow_control: true,
             slots: Vec::new(),
             free: Vec::new(),
             cid_busy: vec![0; 1024],
@@ -255,6 +262,35 @@ impl NvmeQueue {
         s.buf.as_mut().map(|b| &mut b.as_mut_slice()[..len])
     }
 
+    /// A command was taken off the submission queue: the head moves on,
+    /// wrapping at the queue's size.
+    pub(crate) fn advance_sqhd(&mut self) {
+        self.sqhd = ((self.sqhd as u32 + 1) % (self.sqsize as u32 + 1)) as u16;
+    }
+
+    /// Whether the host left SQ flow control on (Connect CATTR bit 2 clear).
+    pub fn sq_flow_control(&self) -> bool {
+        self.sq_flow_control
+    }
+
+    /// The completion queue entry of `c` as it goes out now: its result,
+    /// status and CID, this queue's SQID, and the SQ head, FFFFh when the
+    /// host disabled SQ flow control (Base §4.2.1; Fabrics §6.3, TP 8005).
+    pub fn cqe(&self, c: &Completion) -> Cqe {
+        Cqe {
+            dw0: c.result as u32,
+            dw1: (c.result >> 32) as u32,
+            sqhd: if self.sq_flow_control {
+                self.sqhd
+            } else {
+                0xFFFF
+            },
+            sqid: self.qid,
+            cid: c.cid,
+            status: c.status,
+        }
+    }
+
     /// Moves finished commands to `out` (appends).
     pub fn take_completions(&mut self, out: &mut Vec<Completion>) {
         out.append(&mut self.done);
@@ -308,6 +344,9 @@ impl NvmeQueue {
     ) {
         self.qid = qid;
         self.sqsize = sqsize;
+        // The Connect was the queue's first entry (Fabrics §6.3).
+        self.sqhd = (1 % (sqsize as u32 + 1)) as u16;
+        self.sq_flow_control = !disable_sq_flow;
         self.epoch = ctrl.epoch();
         if let Some(sub) = ctrl.subsystem() {
             self.ns.load(&sub.namespaces(), sub.generation());
