@@ -45,7 +45,7 @@ mod queue;
 
 pub use binding::{Binding, Transport};
 pub use command::{Begin, Completion, Connected, Outcome, Xfer};
-pub use queue::{NvmeQueue, Offload, OffloadDone};
+pub use queue::{NvmeQueue, Offload, OffloadDone, TAG_SLOT_BITS};
 pub use target::Target;
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ mod queue;
 mod rx;
 mod tx;
 
-pub use queue::{QueuePair, ADMIN_ICD, TRANSIENT_TRANSPORT_ERROR};
+pub use queue::{QueuePair, Tcp, ADMIN_ICD, TRANSIENT_TRANSPORT_ERROR};
 
 #[cfg(test)]
 mod tests;

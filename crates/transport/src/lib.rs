@@ -11,6 +11,7 @@
 
 mod adaptive;
 mod offload;
+mod route;
 mod worker;
 
 pub use farflash_core::config::PollMode;

@@ -33,6 +33,16 @@ pub(crate) use offload::{Done, Job};
 pub use offload::{Offload, OffloadDone};
 pub(crate) use state::{CmdState, Event};
 
+/// Storage requests and offloads are tagged with their command's slot in
+/// the low this-many bits; the event loop may use the rest (which of its
+/// connections), and only the low part is read here ([`tag_slot`]).
+pub const TAG_SLOT_BITS: u32 = 32;
+
+/// The slot a storage request's or an offload's tag names.
+pub(crate) fn tag_slot(tag: u64) -> usize {
+    (tag & ((1 << TAG_SLOT_BITS) - 1)) as usize
+}
+
 /// Slots before Connect tells the queue size.
 const PRE_CONNECT_SLOTS: usize = 4;
 

@@ -6,7 +6,7 @@
 //! command's slot pending and counts as in flight, so a queue closed
 //! meanwhile waits for it. `commit` runs them inline for standalone use.
 
-use super::{CmdState, Event, NvmeQueue};
+use super::{tag_slot, CmdState, Event, NvmeQueue};
 use crate::command::Outcome;
 use crate::exec::Step;
 use crate::resv::ptpl::PtplWrite;
@@ -26,10 +26,6 @@ pub(crate) enum Done {
     Dh(DhDone),
     Ptpl(std::io::Result<()>),
 }
-
-/// Tags carry the slot index in their low 32 bits; the event loop may use
-/// the high 32 bits (its connection index), as with storage requests.
-const SLOT_MASK: u64 = 0xFFFF_FFFF;
 
 /// A piece of slow work a command waits for.
 #[derive(Debug)]
@@ -93,7 +89,7 @@ impl NvmeQueue {
         if let Some(c) = &self.ctrl {
             c.offload_count(false);
         }
-        let idx = (d.tag & SLOT_MASK) as usize;
+        let idx = tag_slot(d.tag);
         let Some(s) = self
             .slots
             .get_mut(idx)

@@ -6,17 +6,13 @@
 //! [`NvmeQueue::on_storage_completion`]. `commit` / `poll_backends` do the
 //! same on a private queue set, for tests, fuzzers and benchmarks.
 
-use super::{CmdState, Event, NvmeQueue};
+use super::{tag_slot, CmdState, Event, NvmeQueue};
 use crate::command::Outcome;
 use crate::exec::Step;
 use crate::stats::QueueStats;
 use farflash_backend::{IoCompletion, IoRequest, QueueSet, SharedBackend};
 use farflash_wire::opcode::admin as aop;
 use farflash_wire::Status;
-
-/// Tags carry the slot index in their low 32 bits; the event loop may use
-/// the high 32 bits (its connection index): only the low half is read here.
-const SLOT_MASK: u64 = 0xFFFF_FFFF;
 
 impl NvmeQueue {
     /// Emits a storage request for the command in `idx` on namespace `ns_idx`.
@@ -82,7 +78,7 @@ impl NvmeQueue {
     /// A storage request finished: the one entry point for completions.
     pub fn on_storage_completion(&mut self, c: IoCompletion) {
         self.in_flight = self.in_flight.saturating_sub(1);
-        let idx = (c.tag & SLOT_MASK) as usize;
+        let idx = tag_slot(c.tag);
         let Some(s) = self
             .slots
             .get_mut(idx)
