@@ -32,7 +32,7 @@ fn ns_index(q: &NvmeQueue, nsid: u32) -> Result<usize, Status> {
     let key = q
         .namespace_index(nsid)
         .ok_or(Status::INVALID_NAMESPACE.dnr())?;
-    if !q.ana_blocked.is_empty() {
+    if !q.blocks.ana_blocked.is_empty() {
         ana_check(q, key)?;
     }
     Ok(key)
@@ -46,7 +46,7 @@ fn ana_check(q: &NvmeQueue, key: usize) -> Result<(), Status> {
     let Some(ns) = q.ns.get(key) else {
         return Ok(());
     };
-    match q.ana_blocked.iter().find(|(g, _)| *g == ns.anagrpid) {
+    match q.blocks.ana_blocked.iter().find(|(g, _)| *g == ns.anagrpid) {
         Some(&(_, state)) => crate::ana::status(state).map_or(Ok(()), Err),
         None => Ok(()),
     }
@@ -57,7 +57,7 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status
     match sqe.opcode {
         op::READ | op::WRITE => {
             let ns = ns_index(q, sqe.nsid)?;
-            if !q.resv_block.is_empty() {
+            if !q.blocks.resv_block.is_empty() {
                 crate::resv::cmd::check_access(q, ns, sqe.opcode == op::WRITE)?;
             }
             let (offset, len) = range(q, ns, sqe.slba(), sqe.nlb() as u64 + 1)?;
@@ -91,7 +91,7 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status
         }
         op::WRITE_ZEROES => {
             let ns = ns_index(q, sqe.nsid)?;
-            if !q.resv_block.is_empty() {
+            if !q.blocks.resv_block.is_empty() {
                 crate::resv::cmd::check_access(q, ns, true)?;
             }
             let (offset, len) = range(q, ns, sqe.slba(), sqe.nlb() as u64 + 1)?;
@@ -108,7 +108,7 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status
         }
         op::DATASET_MANAGEMENT => {
             let ns = ns_index(q, sqe.nsid)?;
-            if !q.resv_block.is_empty() {
+            if !q.blocks.resv_block.is_empty() {
                 crate::resv::cmd::check_access(q, ns, true)?;
             }
             let nr = (sqe.cdw10 & 0xFF) + 1;

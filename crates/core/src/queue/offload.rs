@@ -62,11 +62,11 @@ impl NvmeQueue {
         if !self.slots[idx].step(Event::Emit) {
             return;
         }
-        self.offload_out.push(Offload {
+        self.out.offload_out.push(Offload {
             tag: idx as u64,
             job,
         });
-        self.in_flight += 1;
+        self.out.in_flight += 1;
         if let Some(c) = &self.ctrl {
             c.offload_count(true);
         }
@@ -74,18 +74,18 @@ impl NvmeQueue {
 
     /// Whether offloaded work waits to be taken.
     pub fn has_offloads(&self) -> bool {
-        !self.offload_out.is_empty()
+        !self.out.offload_out.is_empty()
     }
 
     /// Hands every emitted [`Offload`] to `run`; each must come back, once,
     /// through [`NvmeQueue::on_offload_completion`].
     pub fn take_offloads(&mut self, run: impl FnMut(Offload)) {
-        self.offload_out.drain(..).for_each(run);
+        self.out.offload_out.drain(..).for_each(run);
     }
 
     /// Offloaded work finished: the command that waited for it goes on.
     pub fn on_offload_completion(&mut self, d: OffloadDone) {
-        self.in_flight = self.in_flight.saturating_sub(1);
+        self.out.in_flight = self.out.in_flight.saturating_sub(1);
         if let Some(c) = &self.ctrl {
             c.offload_count(false);
         }
@@ -113,7 +113,7 @@ impl NvmeQueue {
 
     /// Standalone use: runs the emitted work here and now.
     pub(super) fn run_offloads(&mut self) {
-        while let Some(o) = self.offload_out.pop() {
+        while let Some(o) = self.out.offload_out.pop() {
             self.on_offload_completion(o.run());
         }
     }

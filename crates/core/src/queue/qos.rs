@@ -31,29 +31,31 @@ impl NvmeQueue {
         let Some(ctrl) = &self.ctrl else { return };
         let Some(sub) = ctrl.subsystem() else { return };
         let g = sub.qos_generation();
-        let changed = g != self.qos_gen;
+        let changed = g != self.qos.gen;
         if changed {
-            self.qos_gen = g;
-            self.weight = sub.qos().weight(&ctrl.hostnqn);
+            self.qos.gen = g;
+            self.qos.weight = sub.qos().weight(&ctrl.hostnqn);
         }
-        if let Some(gate) = self.qos.as_mut() {
+        if let Some(gate) = self.qos.gate.as_mut() {
             // Counted as it accrues, so a queue that is always throttled
             // shows it too.
-            if let Some(now) = self.clock {
+            if let Some(now) = self.life.clock {
                 let t = gate.throttled_ns(now);
                 self.count_throttled(t);
             }
         }
-        match &mut self.qos {
-            Some(gate) if gate.gen == g && gate.idle_unlimited() => self.qos = None,
+        match &mut self.qos.gate {
+            Some(gate) if gate.gen == g && gate.idle_unlimited() => self.qos.gate = None,
             Some(gate) if gate.gen == g => {}
             Some(gate) => {
                 gate.refresh(&sub.qos(), &ctrl.hostnqn, g);
                 if gate.idle_unlimited() {
-                    self.qos = None;
+                    self.qos.gate = None;
                 }
             }
-            None if changed => self.qos = Gate::new(&sub.qos(), &ctrl.hostnqn, g).map(Box::new),
+            None if changed => {
+                self.qos.gate = Gate::new(&sub.qos(), &ctrl.hostnqn, g).map(Box::new)
+            }
             None => {}
         }
     }
@@ -61,11 +63,11 @@ impl NvmeQueue {
     /// Whether the I/O command in `idx` may run now; false: it was parked
     /// behind the queue's waiting commands or over a limit.
     pub(crate) fn qos_admit(&mut self, idx: usize, cmd: IoCmd) -> bool {
-        let Some(gate) = self.qos.as_mut() else {
+        let Some(gate) = self.qos.gate.as_mut() else {
             return true;
         };
         // No clock yet (standalone use without `set_now`): nothing to pace by.
-        let Some(now) = self.now.or(self.clock) else {
+        let Some(now) = self.life.now.or(self.life.clock) else {
             return true;
         };
         let (class, bytes) = cost(cmd);
@@ -83,34 +85,36 @@ impl NvmeQueue {
     /// `weight`, default 1): the event loop serves each connection about
     /// this many quanta per round.
     pub fn share_weight(&self) -> u32 {
-        self.weight
+        self.qos.weight
     }
 
     /// When the oldest throttled command may find its tokens (None: none
     /// waits). The event loop wakes then and calls
     /// [`NvmeQueue::resume_throttled`].
     pub fn throttle_wake(&self) -> Option<Instant> {
-        let g = self.qos.as_ref()?;
+        let g = self.qos.gate.as_ref()?;
         if g.parked.is_empty() {
             return None;
         }
-        Some(
-            g.wake
-                .unwrap_or_else(|| self.now.or(self.clock).unwrap_or_else(Instant::now)),
-        )
+        Some(g.wake.unwrap_or_else(|| {
+            self.life
+                .now
+                .or(self.life.clock)
+                .unwrap_or_else(Instant::now)
+        }))
     }
 
     /// Runs the throttled commands whose tokens have come, oldest first;
     /// returns whether any ran.
     pub fn resume_throttled(&mut self) -> bool {
-        let Some(now) = self.now.or(self.clock) else {
+        let Some(now) = self.life.now.or(self.life.clock) else {
             return false;
         };
-        if !self.qos.as_ref().is_some_and(|g| g.due(now)) {
+        if !self.qos.gate.as_ref().is_some_and(|g| g.due(now)) {
             return false;
         }
         let mut any = false;
-        while let Some(gate) = self.qos.as_mut() {
+        while let Some(gate) = self.qos.gate.as_mut() {
             let Some(&slot) = gate.parked.front() else {
                 break;
             };

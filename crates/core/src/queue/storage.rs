@@ -31,30 +31,30 @@ impl NvmeQueue {
             self.pool.put(req.buf);
             return Err(Status::INTERNAL_ERROR);
         }
-        self.storage_out.push((ns_idx, req));
-        self.in_flight += 1;
+        self.out.storage_out.push((ns_idx, req));
+        self.out.in_flight += 1;
         Ok(())
     }
 
     /// Storage requests emitted and not yet completed.
     pub fn in_flight(&self) -> usize {
-        self.in_flight
+        self.out.in_flight
     }
 
     /// Whether storage requests wait to be taken.
     pub fn has_storage_requests(&self) -> bool {
-        !self.storage_out.is_empty()
+        !self.out.storage_out.is_empty()
     }
 
     /// Hands every emitted storage request to `run` with the backend it
     /// targets. Each must come back, once, through
     /// [`NvmeQueue::on_storage_completion`] (failed or not).
     pub fn take_storage(&mut self, mut run: impl FnMut(&SharedBackend, IoRequest)) {
-        if self.storage_out.is_empty() {
+        if self.out.storage_out.is_empty() {
             return;
         }
-        let mut out = std::mem::take(&mut self.storage_out);
-        let mut lost = std::mem::take(&mut self.storage_scratch);
+        let mut out = std::mem::take(&mut self.out.storage_out);
+        let mut lost = std::mem::take(&mut self.out.storage_scratch);
         for (key, req) in out.drain(..) {
             match self.ns.backend(key) {
                 Some(be) => run(be, req),
@@ -67,17 +67,17 @@ impl NvmeQueue {
                 }),
             }
         }
-        self.storage_out = out;
+        self.out.storage_out = out;
         self.ns.collect();
         for c in lost.drain(..) {
             self.on_storage_completion(c);
         }
-        self.storage_scratch = lost;
+        self.out.storage_scratch = lost;
     }
 
     /// A storage request finished: the one entry point for completions.
     pub fn on_storage_completion(&mut self, c: IoCompletion) {
-        self.in_flight = self.in_flight.saturating_sub(1);
+        self.out.in_flight = self.out.in_flight.saturating_sub(1);
         let idx = tag_slot(c.tag);
         let Some(s) = self
             .slots
@@ -159,7 +159,7 @@ impl NvmeQueue {
             QueueStats::bump(&ns.read_cmds, 1);
             QueueStats::bump(&ns.read_bytes, len as u64);
         }
-        if let (Some(t0), Some(now)) = (s.t0, self.now) {
+        if let (Some(t0), Some(now)) = (s.t0, self.life.now) {
             st.latency(write, now.saturating_duration_since(t0).as_nanos() as u64);
         }
     }
@@ -171,13 +171,14 @@ impl NvmeQueue {
     pub fn commit(&mut self) {
         self.run_offloads();
         let mut set = self
+            .out
             .own_storage
             .take()
             .unwrap_or_else(|| Box::new(QueueSet::new(1024)));
         let mut failed = Vec::new();
         self.take_storage(|be, req| set.submit(be, req, &mut failed));
         set.commit();
-        self.own_storage = Some(set);
+        self.out.own_storage = Some(set);
         for c in failed {
             self.on_storage_completion(c);
         }
@@ -186,17 +187,17 @@ impl NvmeQueue {
     /// Standalone use: reaps the private queue set once and hands the
     /// completions in. Returns whether anything completed.
     pub fn poll_backends(&mut self) -> bool {
-        let Some(mut set) = self.own_storage.take() else {
+        let Some(mut set) = self.out.own_storage.take() else {
             return false;
         };
-        let mut comps = std::mem::take(&mut self.storage_scratch);
+        let mut comps = std::mem::take(&mut self.out.storage_scratch);
         set.reap(&mut comps);
-        self.own_storage = Some(set);
+        self.out.own_storage = Some(set);
         let any = !comps.is_empty();
         for c in comps.drain(..) {
             self.on_storage_completion(c);
         }
-        self.storage_scratch = comps;
+        self.out.storage_scratch = comps;
         any
     }
 }

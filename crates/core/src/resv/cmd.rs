@@ -55,7 +55,7 @@ pub(crate) fn blocked(ns: &NsTable, h: &super::HostId) -> Vec<(usize, Access)> {
 /// gets Reservation Conflict.
 #[cold]
 pub(crate) fn check_access(q: &NvmeQueue, key: usize, write: bool) -> Result<(), Status> {
-    match q.resv_block.iter().find(|(k, _)| *k == key) {
+    match q.blocks.resv_block.iter().find(|(k, _)| *k == key) {
         Some((_, a)) if (write && !a.write) || (!write && !a.read) => {
             Err(Status::RESERVATION_CONFLICT)
         }
