@@ -4,8 +4,9 @@
 //! knows every command set; the executors know only the queue.
 
 use crate::command::{Begin, Outcome, Xfer};
-use crate::queue::{CmdState, Done, Event, NvmeQueue};
-use crate::{admin, fabrics, io};
+use crate::queue::{CmdState, Done, Event, NvmeQueue, OffloadDone};
+use crate::{admin, auth, fabrics, io, resv_cmd};
+use farflash_backend::{IoCompletion, IoRequest, SharedBackend};
 use farflash_wire::opcode::admin as aop;
 use farflash_wire::{Sqe, Status};
 
@@ -87,6 +88,47 @@ impl NvmeQueue {
         }
     }
 
+    /// Hands every emitted storage request to `run` with the backend it
+    /// targets. Each must come back, once, through
+    /// [`NvmeQueue::on_storage_completion`] (failed or not); a request
+    /// whose namespace went away completes here.
+    pub fn take_storage(&mut self, run: impl FnMut(&SharedBackend, IoRequest)) {
+        if !self.has_storage_requests() {
+            return;
+        }
+        let mut lost = self.scratch();
+        self.hand_out_storage(run, &mut lost);
+        for c in lost.drain(..) {
+            self.on_storage_completion(c);
+        }
+        self.put_scratch(lost);
+    }
+
+    /// A storage request finished: the one entry point for completions.
+    pub fn on_storage_completion(&mut self, c: IoCompletion) {
+        if let Some(idx) = self.storage_done(c) {
+            self.dispatch(idx, Step::Stored);
+        }
+    }
+
+    /// Offloaded work finished: the command that waited for it goes on.
+    pub fn on_offload_completion(&mut self, d: OffloadDone) {
+        if let Some((idx, done)) = self.offload_done(d) {
+            self.dispatch(idx, Step::Offloaded(done));
+        }
+    }
+
+    /// Runs the throttled commands whose tokens have come, oldest first;
+    /// returns whether any ran.
+    pub fn resume_throttled(&mut self) -> bool {
+        let mut any = false;
+        while let Some(idx) = self.admit_throttled() {
+            any = true;
+            self.dispatch(idx, Step::Admitted);
+        }
+        any
+    }
+
     /// The one dispatcher: runs the executor of the command in `idx`
     /// (`Running`) for `step`, and acts on what it did.
     pub(crate) fn dispatch(&mut self, idx: usize, step: Step) {
@@ -105,7 +147,8 @@ impl NvmeQueue {
                 None => Outcome::Done(Status::INTERNAL_ERROR, 0),
             },
             Step::Stored => self.stored(idx),
-            Step::Offloaded(done) => self.offloaded(done),
+            Step::Offloaded(Done::Dh(done)) => auth::computed(self, done),
+            Step::Offloaded(Done::Ptpl(r)) => resv_cmd::persisted(r),
         };
         match outcome {
             Outcome::Done(st, result) => self.complete(idx, st, result),

@@ -58,7 +58,7 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status
         op::READ | op::WRITE => {
             let ns = ns_index(q, sqe.nsid)?;
             if !q.blocks.resv_block.is_empty() {
-                crate::resv::cmd::check_access(q, ns, sqe.opcode == op::WRITE)?;
+                crate::resv_cmd::check_access(q, ns, sqe.opcode == op::WRITE)?;
             }
             let (offset, len) = range(q, ns, sqe.slba(), sqe.nlb() as u64 + 1)?;
             if len > q.target.transport.max_io_size as u64 {
@@ -92,7 +92,7 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status
         op::WRITE_ZEROES => {
             let ns = ns_index(q, sqe.nsid)?;
             if !q.blocks.resv_block.is_empty() {
-                crate::resv::cmd::check_access(q, ns, true)?;
+                crate::resv_cmd::check_access(q, ns, true)?;
             }
             let (offset, len) = range(q, ns, sqe.slba(), sqe.nlb() as u64 + 1)?;
             let fua = sqe.fua();
@@ -109,7 +109,7 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status
         op::DATASET_MANAGEMENT => {
             let ns = ns_index(q, sqe.nsid)?;
             if !q.blocks.resv_block.is_empty() {
-                crate::resv::cmd::check_access(q, ns, true)?;
+                crate::resv_cmd::check_access(q, ns, true)?;
             }
             let nr = (sqe.cdw10 & 0xFF) + 1;
             let deallocate = sqe.cdw11 & DSM_AD != 0;
@@ -123,7 +123,7 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status
         | op::RESERVATION_ACQUIRE
         | op::RESERVATION_RELEASE => {
             let ns = ns_index(q, sqe.nsid)?;
-            let x = crate::resv::cmd::classify(sqe)?;
+            let x = crate::resv_cmd::classify(sqe)?;
             Ok((
                 x,
                 IoCmd::Resv {
@@ -184,7 +184,7 @@ pub(crate) fn execute(q: &mut NvmeQueue, idx: usize, cmd: IoCmd) -> Outcome {
             q.submit(idx, ns, IoRequest { tag, op, buf })
         }
         IoCmd::Dsm { ns, nr, deallocate } => return dsm(q, idx, ns, nr, deallocate),
-        IoCmd::Resv { ns, opcode } => return crate::resv::cmd::execute(q, idx, ns, opcode),
+        IoCmd::Resv { ns, opcode } => return crate::resv_cmd::execute(q, idx, ns, opcode),
     };
     match result {
         Ok(()) if q.slots[idx].state().pending() > 0 => Outcome::Pending,

@@ -42,6 +42,9 @@ mod identify;
 mod io;
 mod nstable;
 mod queue;
+mod resv_cmd;
+mod size;
+mod standalone;
 
 pub use binding::{Binding, Transport};
 pub use command::{Begin, Completion, Connected, Outcome, Xfer};

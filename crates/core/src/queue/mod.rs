@@ -433,7 +433,7 @@ impl NvmeQueue {
                 ListenTransport::from_trtype(self.via.trtype),
                 &self.via.local,
             );
-            self.blocks.resv_block = crate::resv::cmd::blocked(&self.ns, &ctrl.hostid);
+            self.blocks.resv_block = self.ns.resv_blocked(&ctrl.hostid);
             self.stats = Some(sub.stats.register(&ctrl.hostnqn));
         }
         self.ctrl = Some(ctrl);
@@ -477,7 +477,7 @@ impl NvmeQueue {
                     &self.via.local,
                 );
                 let h = self.ctrl.as_ref().map_or([0; 16], |c| c.hostid);
-                self.blocks.resv_block = crate::resv::cmd::blocked(&self.ns, &h);
+                self.blocks.resv_block = self.ns.resv_blocked(&h);
             }
         }
     }

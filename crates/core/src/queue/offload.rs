@@ -7,8 +7,6 @@
 //! meanwhile waits for it. `commit` runs them inline for standalone use.
 
 use super::{tag_slot, CmdState, Event, NvmeQueue};
-use crate::command::Outcome;
-use crate::exec::Step;
 use crate::resv::ptpl::PtplWrite;
 use farflash_auth::{DhDone, DhJob};
 
@@ -83,38 +81,25 @@ impl NvmeQueue {
         self.out.offload_out.drain(..).for_each(run);
     }
 
-    /// Offloaded work finished: the command that waited for it goes on.
-    pub fn on_offload_completion(&mut self, d: OffloadDone) {
+    /// Offloaded work finished: returns its command's slot and the result
+    /// when nothing else of it is out (the dispatcher goes on with it,
+    /// [`NvmeQueue::on_offload_completion`]).
+    pub(crate) fn offload_done(&mut self, d: OffloadDone) -> Option<(usize, Done)> {
         self.out.in_flight = self.out.in_flight.saturating_sub(1);
         if let Some(c) = &self.ctrl {
             c.offload_count(false);
         }
         let idx = tag_slot(d.tag);
-        let Some(s) = self
+        let s = self
             .slots
             .get_mut(idx)
-            .filter(|s| matches!(s.state(), CmdState::Waiting { .. }))
-        else {
-            return;
-        };
-        if s.step(Event::Reap) && s.state() == CmdState::Running {
-            self.dispatch(idx, Step::Offloaded(d.done));
-        }
+            .filter(|s| matches!(s.state(), CmdState::Waiting { .. }))?;
+        let last = s.step(Event::Reap) && s.state() == CmdState::Running;
+        last.then_some((idx, d.done))
     }
 
-    /// The offloaded work of the command in `idx` came back: its executor
-    /// goes on.
-    pub(crate) fn offloaded(&mut self, done: Done) -> Outcome {
-        match done {
-            Done::Dh(done) => crate::auth::computed(self, done),
-            Done::Ptpl(r) => crate::resv::cmd::persisted(r),
-        }
-    }
-
-    /// Standalone use: runs the emitted work here and now.
-    pub(super) fn run_offloads(&mut self) {
-        while let Some(o) = self.out.offload_out.pop() {
-            self.on_offload_completion(o.run());
-        }
+    /// Standalone use: the next emitted offload, to run here and now.
+    pub(crate) fn pop_offload(&mut self) -> Option<Offload> {
+        self.out.offload_out.pop()
     }
 }

@@ -5,7 +5,6 @@
 
 use super::{CmdState, Event, NvmeQueue};
 use crate::command::IoCmd;
-use crate::exec::Step;
 use crate::qos::{Class, Gate};
 use crate::stats::QueueStats;
 use std::time::Instant;
@@ -104,16 +103,13 @@ impl NvmeQueue {
         }))
     }
 
-    /// Runs the throttled commands whose tokens have come, oldest first;
-    /// returns whether any ran.
-    pub fn resume_throttled(&mut self) -> bool {
-        let Some(now) = self.life.now.or(self.life.clock) else {
-            return false;
-        };
+    /// The oldest throttled command whose tokens have come, admitted
+    /// (`Running`: the dispatcher runs it, [`NvmeQueue::resume_throttled`]).
+    pub(crate) fn admit_throttled(&mut self) -> Option<usize> {
+        let now = self.life.now.or(self.life.clock)?;
         if !self.qos.gate.as_ref().is_some_and(|g| g.due(now)) {
-            return false;
+            return None;
         }
-        let mut any = false;
         while let Some(gate) = self.qos.gate.as_mut() {
             let Some(&slot) = gate.parked.front() else {
                 break;
@@ -132,12 +128,11 @@ impl NvmeQueue {
             }
             let t = gate.unparked(now);
             self.count_throttled(t);
-            any = true;
             if self.slots[idx].step(Event::Admit) {
-                self.dispatch(idx, Step::Admitted);
+                return Some(idx);
             }
         }
-        any
+        None
     }
 
     fn count_throttled(&self, ns: u64) {

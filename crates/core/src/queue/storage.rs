@@ -8,7 +8,6 @@
 
 use super::{tag_slot, CmdState, Event, NvmeQueue};
 use crate::command::Outcome;
-use crate::exec::Step;
 use crate::stats::QueueStats;
 use farflash_backend::{IoCompletion, IoRequest, QueueSet, SharedBackend};
 use farflash_wire::opcode::admin as aop;
@@ -47,14 +46,14 @@ impl NvmeQueue {
     }
 
     /// Hands every emitted storage request to `run` with the backend it
-    /// targets. Each must come back, once, through
-    /// [`NvmeQueue::on_storage_completion`] (failed or not).
-    pub fn take_storage(&mut self, mut run: impl FnMut(&SharedBackend, IoRequest)) {
-        if self.out.storage_out.is_empty() {
-            return;
-        }
+    /// targets; a request whose namespace is gone completes at once, into
+    /// `lost` (see [`NvmeQueue::take_storage`]).
+    pub(crate) fn hand_out_storage(
+        &mut self,
+        mut run: impl FnMut(&SharedBackend, IoRequest),
+        lost: &mut Vec<IoCompletion>,
+    ) {
         let mut out = std::mem::take(&mut self.out.storage_out);
-        let mut lost = std::mem::take(&mut self.out.storage_scratch);
         for (key, req) in out.drain(..) {
             match self.ns.backend(key) {
                 Some(be) => run(be, req),
@@ -69,14 +68,22 @@ impl NvmeQueue {
         }
         self.out.storage_out = out;
         self.ns.collect();
-        for c in lost.drain(..) {
-            self.on_storage_completion(c);
-        }
-        self.out.storage_scratch = lost;
     }
 
-    /// A storage request finished: the one entry point for completions.
-    pub fn on_storage_completion(&mut self, c: IoCompletion) {
+    /// A completion scratch vector (reused: no allocation per batch).
+    pub(crate) fn scratch(&mut self) -> Vec<IoCompletion> {
+        std::mem::take(&mut self.out.storage_scratch)
+    }
+
+    /// Gives the scratch vector back, empty.
+    pub(crate) fn put_scratch(&mut self, v: Vec<IoCompletion>) {
+        self.out.storage_scratch = v;
+    }
+
+    /// A storage request finished: its status and data are kept; returns
+    /// the command's slot when it was the last one out (the dispatcher
+    /// goes on with it, [`NvmeQueue::on_storage_completion`]).
+    pub(crate) fn storage_done(&mut self, c: IoCompletion) -> Option<usize> {
         self.out.in_flight = self.out.in_flight.saturating_sub(1);
         let idx = tag_slot(c.tag);
         let Some(s) = self
@@ -85,7 +92,7 @@ impl NvmeQueue {
             .filter(|s| matches!(s.state(), CmdState::Waiting { .. }))
         else {
             self.pool.put(c.buf);
-            return;
+            return None;
         };
         if let Some(e) = c
             .result
@@ -121,9 +128,9 @@ impl NvmeQueue {
         } else {
             self.pool.put(c.buf);
         }
-        if self.slots[idx].step(Event::Reap) && self.slots[idx].state() == CmdState::Running {
-            self.dispatch(idx, Step::Stored);
-        }
+        let last =
+            self.slots[idx].step(Event::Reap) && self.slots[idx].state() == CmdState::Running;
+        last.then_some(idx)
     }
 
     /// The last storage request of the command in `idx` came back.
@@ -163,41 +170,24 @@ impl NvmeQueue {
             st.latency(write, now.saturating_duration_since(t0).as_nanos() as u64);
         }
     }
+}
 
-    /// Standalone use (tests, fuzzers, benchmarks; the event loop uses its
-    /// shared per-thread queues instead): runs the emitted offloads here
-    /// (`offload.rs`), and the storage requests on a private queue set,
-    /// handing them to the kernel.
-    pub fn commit(&mut self) {
-        self.run_offloads();
-        let mut set = self
-            .out
+impl NvmeQueue {
+    /// Standalone use: the private queue set (made on first use).
+    pub(crate) fn own_storage(&mut self) -> Box<QueueSet> {
+        self.out
             .own_storage
             .take()
-            .unwrap_or_else(|| Box::new(QueueSet::new(1024)));
-        let mut failed = Vec::new();
-        self.take_storage(|be, req| set.submit(be, req, &mut failed));
-        set.commit();
-        self.out.own_storage = Some(set);
-        for c in failed {
-            self.on_storage_completion(c);
-        }
+            .unwrap_or_else(|| Box::new(QueueSet::new(1024)))
     }
 
-    /// Standalone use: reaps the private queue set once and hands the
-    /// completions in. Returns whether anything completed.
-    pub fn poll_backends(&mut self) -> bool {
-        let Some(mut set) = self.out.own_storage.take() else {
-            return false;
-        };
-        let mut comps = std::mem::take(&mut self.out.storage_scratch);
-        set.reap(&mut comps);
+    /// Standalone use: puts the private queue set back.
+    pub(crate) fn put_own_storage(&mut self, set: Box<QueueSet>) {
         self.out.own_storage = Some(set);
-        let any = !comps.is_empty();
-        for c in comps.drain(..) {
-            self.on_storage_completion(c);
-        }
-        self.out.storage_scratch = comps;
-        any
+    }
+
+    /// Standalone use: whether a private queue set was made.
+    pub(crate) fn has_own_storage(&self) -> bool {
+        self.out.own_storage.is_some()
     }
 }

@@ -4,9 +4,7 @@
 //! log, `Target::reservation_notices`), write the PTPL file off the event
 //! loop; and the per-I/O access check against the queue's cache.
 
-use super::Access;
 use crate::command::{Outcome, Xfer};
-use crate::nstable::NsTable;
 use crate::queue::{Job, NvmeQueue};
 use farflash_wire::opcode::io as op;
 use farflash_wire::resv::{self as wr, ResvCdw10};
@@ -28,27 +26,6 @@ pub(crate) fn classify(sqe: &Sqe) -> Result<Xfer, Status> {
             Xfer::C2H(len as u32)
         }
     })
-}
-
-/// The namespaces (keys) of `ns` whose reservation limits host `h`.
-pub(crate) fn blocked(ns: &NsTable, h: &super::HostId) -> Vec<(usize, Access)> {
-    let mut out = Vec::new();
-    for pos in 0..ns.live_count() {
-        let Some(key) = ns.live_key_at(pos) else {
-            continue;
-        };
-        let Some(n) = ns.get(key) else {
-            continue;
-        };
-        let cell = n.resv.lock();
-        if cell.r.active() {
-            let a = cell.r.access(h);
-            if !(a.read && a.write) {
-                out.push((key, a));
-            }
-        }
-    }
-    out
 }
 
 /// Base §8.19: a read or write the reservation does not allow this host
