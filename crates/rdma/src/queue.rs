@@ -94,21 +94,9 @@ pub struct Rdma {
 /// One NVMe/RDMA queue pair: the shared [`Binding`] over [`Rdma`]. The
 /// binding's methods (storage hand-off, completions, ticks) are the same
 /// for every transport; those here move capsules and verbs work.
+#[derive(derive_more::Deref, derive_more::DerefMut)]
 pub struct RdmaQueue {
     b: Binding<Rdma>,
-}
-
-impl std::ops::Deref for RdmaQueue {
-    type Target = Binding<Rdma>;
-    fn deref(&self) -> &Binding<Rdma> {
-        &self.b
-    }
-}
-
-impl std::ops::DerefMut for RdmaQueue {
-    fn deref_mut(&mut self) -> &mut Binding<Rdma> {
-        &mut self.b
-    }
 }
 
 impl RdmaQueue {

@@ -107,21 +107,9 @@ pub struct Tcp {
 /// One NVMe/TCP connection: the shared [`Binding`] over [`Tcp`]. The
 /// binding's methods (storage hand-off, completions, ticks) are the same
 /// for every transport; those here move bytes.
+#[derive(derive_more::Deref, derive_more::DerefMut)]
 pub struct QueuePair {
     pub(crate) b: Binding<Tcp>,
-}
-
-impl std::ops::Deref for QueuePair {
-    type Target = Binding<Tcp>;
-    fn deref(&self) -> &Binding<Tcp> {
-        &self.b
-    }
-}
-
-impl std::ops::DerefMut for QueuePair {
-    fn deref_mut(&mut self) -> &mut Binding<Tcp> {
-        &mut self.b
-    }
 }
 
 impl QueuePair {
