@@ -1,5 +1,7 @@
 //! `farflash`: a user-space NVMe over Fabrics (TCP) target, host and benchmark.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 mod cli;
 
 use clap::{Parser, Subcommand};

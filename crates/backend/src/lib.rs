@@ -21,6 +21,8 @@
 //! librbd's asynchronous API); with the `testing` feature, [`open_scripted`]
 //! (completions held, reordered, delayed or failed on a test's command).
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 mod buf;
 mod changes;
 mod check;

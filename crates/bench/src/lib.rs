@@ -9,6 +9,8 @@
 //! accounted per thread and process (getrusage) and system-wide
 //! (/proc/stat, mpstat's split) over the measured interval.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod cpu;
 pub mod cpus;
 pub mod engine;

@@ -62,11 +62,9 @@ pub(crate) fn execute(q: &mut NvmeQueue, idx: usize) -> Outcome {
             Outcome::Done(Status::SUCCESS, 0)
         }
         op::ASYNC_EVENT_REQUEST => {
-            if q.aers.len() >= AER_LIMIT {
+            if q.slots.aers.len() >= AER_LIMIT {
                 return Outcome::Done(Status::AER_LIMIT_EXCEEDED, 0);
             }
-            q.aers.push(idx as u16);
-            q.deliver_events();
             Outcome::Parked
         }
         op::ABORT => {
@@ -184,7 +182,7 @@ fn get_log_page(q: &mut NvmeQueue, idx: usize, ctrl: &Controller, sqe: &Sqe) -> 
                 host_read_commands: t.read_cmds as u128,
                 host_write_commands: t.write_cmds as u128,
                 power_cycles: 1,
-                power_on_hours: q.clock.map_or(0, |c| {
+                power_on_hours: q.life.clock.map_or(0, |c| {
                     c.saturating_duration_since(q.target.started).as_secs() / 3600
                 }) as u128,
                 media_errors: t.media_errors as u128,
@@ -235,8 +233,8 @@ fn get_log_page(q: &mut NvmeQueue, idx: usize, ctrl: &Controller, sqe: &Sqe) -> 
             let groups = crate::ana::log_groups(
                 &sub.ana(),
                 list.iter().map(|n| (n.nsid, n.anagrpid)),
-                crate::listen::ListenTransport::from_trtype(q.trtype),
-                &q.local,
+                crate::listen::ListenTransport::from_trtype(q.via.trtype),
+                &q.via.local,
                 chgcnt,
             );
             let mut v = vec![0u8; wlog_ana::ana_log_len(&groups, rgo)];

@@ -42,7 +42,7 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<Xfer, Status> {
     if q.ctrl.is_none() {
         return Err(Status::COMMAND_SEQUENCE_ERROR.dnr());
     }
-    if q.auth.is_none() {
+    if q.life.auth.is_none() {
         // The Connect response did not ask for authentication.
         return Err(Status::COMMAND_SEQUENCE_ERROR.dnr());
     }
@@ -69,18 +69,18 @@ pub(crate) fn send(q: &mut NvmeQueue, idx: usize) -> Outcome {
         Some(b) if b.as_slice().len() >= len => b.as_slice()[..len].to_vec(),
         _ => return Outcome::Done(Status::INVALID_FIELD.dnr(), 0),
     };
-    if q.auth.as_ref().is_some_and(|a| !a.in_progress()) {
+    if q.life.auth.as_ref().is_some_and(|a| !a.in_progress()) {
         // A new transaction (a re-authentication, say after the host's key
         // was rotated): it uses the subsystem's keys as they are now.
         let current = q
             .ctrl
             .as_ref()
             .and_then(|c| c.subsystem().and_then(|s| s.auth_for(&c.hostnqn)));
-        if let (Some(cfg), Some(auth)) = (current, q.auth.as_mut()) {
+        if let (Some(cfg), Some(auth)) = (current, q.life.auth.as_mut()) {
             auth.set_config(cfg);
         }
     }
-    let Some(auth) = q.auth.as_mut() else {
+    let Some(auth) = q.life.auth.as_mut() else {
         return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR.dnr(), 0);
     };
     if auth.computing() {
@@ -88,7 +88,7 @@ pub(crate) fn send(q: &mut NvmeQueue, idx: usize) -> Outcome {
         return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR, 0);
     }
     let sent = auth.send_deferred(&data, &mut OsRandom);
-    q.auth_since = None;
+    q.life.auth_since = None;
     match sent {
         Sent::Event(ev) => report(q, ev),
         Sent::Compute(job) => {
@@ -101,14 +101,14 @@ pub(crate) fn send(q: &mut NvmeQueue, idx: usize) -> Outcome {
 
 /// The DH work of the Authentication Send in slot `idx` came back: the
 /// transaction goes on and the command completes.
-pub(crate) fn computed(q: &mut NvmeQueue, idx: usize, done: DhDone) {
+pub(crate) fn computed(q: &mut NvmeQueue, done: DhDone) -> Outcome {
     // None: the transaction expired or failed meanwhile (already reported).
-    let ev = q.auth.as_mut().and_then(|a| a.computed(done));
+    let ev = q.life.auth.as_mut().and_then(|a| a.computed(done));
     if let Some(ev) = ev {
         report(q, ev);
     }
-    q.auth_since = None;
-    q.complete(idx, Status::SUCCESS, 0);
+    q.life.auth_since = None;
+    Outcome::Done(Status::SUCCESS, 0)
 }
 
 /// Logs and counts what an Authentication Send did.
@@ -117,14 +117,14 @@ fn report(q: &mut NvmeQueue, ev: CtrlEvent) {
     match ev {
         CtrlEvent::Continue => {}
         CtrlEvent::Authenticated => {
-            tracing::info!(peer = %q.peer, cntlid, qid = q.qid, "host authenticated (DH-HMAC-CHAP)");
+            tracing::info!(peer = %q.via.peer, cntlid, qid = q.qid, "host authenticated (DH-HMAC-CHAP)");
         }
         CtrlEvent::Failed(f) => {
             // Rare (one per failed transaction): a shared counter is fine here.
             q.target
                 .auth_failures
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            tracing::warn!(peer = %q.peer, cntlid, qid = q.qid, reason = f.what, explanation = f.explanation, from_host = f.from_peer, "authentication failed");
+            tracing::warn!(peer = %q.via.peer, cntlid, qid = q.qid, reason = f.what, explanation = f.explanation, from_host = f.from_peer, "authentication failed");
             if f.from_peer {
                 fatal_if_admin(q);
             }
@@ -135,13 +135,13 @@ fn report(q: &mut NvmeQueue, ev: CtrlEvent) {
 /// Authentication Receive: the next message of the transaction, in AL bytes;
 /// Command Sequence Error when none is due.
 pub(crate) fn receive(q: &mut NvmeQueue, idx: usize) -> Outcome {
-    let Some(auth) = q.auth.as_mut() else {
+    let Some(auth) = q.life.auth.as_mut() else {
         return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR.dnr(), 0);
     };
     let Some(msg) = auth.receive() else {
         return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR.dnr(), 0);
     };
-    q.auth_since = None;
+    q.life.auth_since = None;
     let failure = matches!(msg, Message::Failure1(_));
     let bytes = msg.encode();
     // Zero-padded to AL, as Linux's target returns it (hosts may count
@@ -163,7 +163,7 @@ fn fatal_if_admin(q: &mut NvmeQueue) {
         return;
     }
     if let Some(c) = &q.ctrl {
-        tracing::warn!(peer = %q.peer, cntlid = c.cntlid, "authentication failed on the admin queue; ending the association");
+        tracing::warn!(peer = %q.via.peer, cntlid = c.cntlid, "authentication failed on the admin queue; ending the association");
         c.kill();
     }
 }

@@ -5,6 +5,8 @@ use farflash_auth::{DhGroup, HashId, Secret};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
+pub use crate::size::Size;
+
 /// The NQN used when none is given.
 pub const DEFAULT_NQN: &str = "nqn.2026-11.io.farflash:default";
 /// The listener used when none is given (NVMe/TCP's IANA port, TCP §7.4.?).
@@ -382,60 +384,6 @@ impl NamespaceConfig {
             ptpl_file: None,
             rbd: None,
         }
-    }
-}
-
-/// A byte size written as a number or with a K/M/G/T suffix (powers of 1024).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(try_from = "SizeRepr", into = "u64")]
-pub struct Size(pub u64);
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum SizeRepr {
-    Num(u64),
-    Str(String),
-}
-
-impl TryFrom<SizeRepr> for Size {
-    type Error = String;
-    fn try_from(r: SizeRepr) -> Result<Size, String> {
-        match r {
-            SizeRepr::Num(n) => Ok(Size(n)),
-            SizeRepr::Str(s) => s.parse(),
-        }
-    }
-}
-
-impl From<Size> for u64 {
-    fn from(s: Size) -> u64 {
-        s.0
-    }
-}
-
-impl std::str::FromStr for Size {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Size, String> {
-        let t = s.trim();
-        let (num, mult) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
-            None => (t, 1u64),
-            Some((i, _)) => {
-                let unit = t[i..].trim().to_ascii_uppercase();
-                let m = match unit.trim_end_matches("IB").trim_end_matches('B') {
-                    "" => 1,
-                    "K" => 1 << 10,
-                    "M" => 1 << 20,
-                    "G" => 1 << 30,
-                    "T" => 1 << 40,
-                    _ => return Err(format!("bad size unit in {s:?} (use K, M, G, T)")),
-                };
-                (&t[..i], m)
-            }
-        };
-        let n: u64 = num.parse().map_err(|_| format!("bad size {s:?}"))?;
-        n.checked_mul(mult)
-            .map(Size)
-            .ok_or_else(|| format!("size {s:?} is too large"))
     }
 }
 

@@ -4,18 +4,32 @@
 //! knows every command set; the executors know only the queue.
 
 use crate::command::{Begin, Outcome, Xfer};
-use crate::queue::NvmeQueue;
-use crate::{admin, fabrics, io};
+use crate::queue::{CmdState, Done, Event, NvmeQueue, OffloadDone};
+use crate::{admin, auth, fabrics, io, resv_cmd};
+use farflash_backend::{IoCompletion, IoRequest, SharedBackend};
 use farflash_wire::opcode::admin as aop;
 use farflash_wire::{Sqe, Status};
 
 /// CDW0 FUSE (bits 9:8 of CDW0, bits 1:0 of the flags byte): 00b normal.
 const FUSE_MASK: u8 = 0x03;
 
+/// Why a command enters its executor ([`NvmeQueue::dispatch`]).
+pub(crate) enum Step {
+    /// Its data is in place (`execute`).
+    Start,
+    /// Its QoS tokens came (`queue/qos.rs`).
+    Admitted,
+    /// The last of its storage requests came back (`queue/storage.rs`).
+    Stored,
+    /// Its offloaded work came back (`queue/offload.rs`).
+    Offloaded(Done),
+}
+
 impl NvmeQueue {
     /// A command arrived: claims a slot, parses and checks it before any data
     /// moves (so that a command that will fail never asks for its data).
     pub fn begin(&mut self, sqe: Sqe) -> Begin {
+        self.advance_sqhd();
         if self.deleted() {
             // A deleted I/O queue runs nothing more (Base §3.7.2).
             self.close();
@@ -56,32 +70,100 @@ impl NvmeQueue {
     /// Runs the command in `slot` (its host data, if any, in place).
     pub fn execute(&mut self, slot: u16) {
         let idx = slot as usize;
-        let Some(s) = self.slots.get(idx).filter(|s| s.busy) else {
-            return;
-        };
-        let (opcode, io) = (s.sqe.opcode, s.io);
-        let outcome = if opcode == aop::FABRICS {
-            fabrics::execute(self, idx)
-        } else if let Some(cmd) = io {
-            if !self.qos_admit(idx, cmd) {
-                return; // waits for QoS tokens (`queue/qos.rs`)
-            }
-            io::execute(self, idx, cmd)
-        } else if self.qid == 0 {
-            admin::execute(self, idx)
-        } else {
-            Outcome::Done(Status::INVALID_OPCODE.dnr(), 0)
-        };
-        if let Outcome::Done(st, result) = outcome {
-            self.complete(idx, st, result);
+        let parsed = self
+            .slots
+            .get(idx)
+            .is_some_and(|s| s.state() == CmdState::Parsed);
+        if parsed && self.slots[idx].step(Event::Execute) {
+            self.dispatch(idx, Step::Start);
         }
     }
 
     /// Fails the command in `slot` without running it (the binding found
     /// its data descriptor or its data bad).
     pub fn fail(&mut self, slot: u16, status: Status) {
-        if self.slots.get(slot as usize).is_some_and(|s| s.busy) {
+        if self
+            .slots
+            .get(slot as usize)
+            .is_some_and(|s| s.state() == CmdState::Parsed)
+        {
             self.complete(slot as usize, status, 0);
+        }
+    }
+
+    /// Hands every emitted storage request to `run` with the backend it
+    /// targets. Each must come back, once, through
+    /// [`NvmeQueue::on_storage_completion`] (failed or not); a request
+    /// whose namespace went away completes here.
+    pub fn take_storage(&mut self, run: impl FnMut(&SharedBackend, IoRequest)) {
+        if !self.has_storage_requests() {
+            return;
+        }
+        let mut lost = self.scratch();
+        self.hand_out_storage(run, &mut lost);
+        for c in lost.drain(..) {
+            self.on_storage_completion(c);
+        }
+        self.put_scratch(lost);
+    }
+
+    /// A storage request finished: the one entry point for completions.
+    pub fn on_storage_completion(&mut self, c: IoCompletion) {
+        if let Some(idx) = self.storage_done(c) {
+            self.dispatch(idx, Step::Stored);
+        }
+    }
+
+    /// Offloaded work finished: the command that waited for it goes on.
+    pub fn on_offload_completion(&mut self, d: OffloadDone) {
+        if let Some((idx, done)) = self.offload_done(d) {
+            self.dispatch(idx, Step::Offloaded(done));
+        }
+    }
+
+    /// Runs the throttled commands whose tokens have come, oldest first;
+    /// returns whether any ran.
+    pub fn resume_throttled(&mut self) -> bool {
+        let mut any = false;
+        while let Some(idx) = self.admit_throttled() {
+            any = true;
+            self.dispatch(idx, Step::Admitted);
+        }
+        any
+    }
+
+    /// The one dispatcher: runs the executor of the command in `idx`
+    /// (`Running`) for `step`, and acts on what it did.
+    pub(crate) fn dispatch(&mut self, idx: usize, step: Step) {
+        let s = &self.slots[idx];
+        let (opcode, io) = (s.sqe.opcode, s.io);
+        let outcome = match step {
+            Step::Start if opcode == aop::FABRICS => fabrics::execute(self, idx),
+            Step::Start => match io {
+                Some(cmd) if !self.qos_admit(idx, cmd) => return, // Throttled
+                Some(cmd) => io::execute(self, idx, cmd),
+                None if self.qid == 0 => admin::execute(self, idx),
+                None => Outcome::Done(Status::INVALID_OPCODE.dnr(), 0),
+            },
+            Step::Admitted => match io {
+                Some(cmd) => io::execute(self, idx, cmd),
+                None => Outcome::Done(Status::INTERNAL_ERROR, 0),
+            },
+            Step::Stored => self.stored(idx),
+            Step::Offloaded(Done::Dh(done)) => auth::computed(self, done),
+            Step::Offloaded(Done::Ptpl(r)) => resv_cmd::persisted(r),
+        };
+        match outcome {
+            Outcome::Done(st, result) => self.complete(idx, st, result),
+            Outcome::Parked => self.park_aer(idx),
+            Outcome::Pending => {
+                if self.slots[idx].state().pending() == 0 {
+                    // Nothing of it is out, so nothing would ever answer it.
+                    tracing::error!(cid = self.slots[idx].sqe.cid, "a command waits for nothing");
+                    debug_assert!(false, "Outcome::Pending with nothing out");
+                    self.complete(idx, Status::INTERNAL_ERROR, 0);
+                }
+            }
         }
     }
 

@@ -89,12 +89,12 @@ fn connect(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
         t.subsystem(&data.subnqn)
     };
     if !discovery && sub.is_none() {
-        tracing::info!(peer = %q.peer, subnqn = %data.subnqn, "connect to an unknown subsystem");
+        tracing::info!(peer = %q.via.peer, subnqn = %data.subnqn, "connect to an unknown subsystem");
         return invalid(true, doff::SUBNQN);
     }
     if let Some(s) = &sub {
         if !s.host_allowed(&data.hostnqn) {
-            tracing::info!(peer = %q.peer, hostnqn = %data.hostnqn, subnqn = %s.nqn, "connect refused: host not allowed");
+            tracing::info!(peer = %q.via.peer, hostnqn = %data.hostnqn, subnqn = %s.nqn, "connect refused: host not allowed");
             return Outcome::Done(Status::CONNECT_INVALID_HOST.dnr(), 0);
         }
     }
@@ -130,7 +130,7 @@ fn connect(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
                 return Outcome::Done(Status::CONNECT_INVALID_HOST.dnr(), 0);
             }
         }
-        tracing::info!(peer = %q.peer, cntlid = ctrl.cntlid, subnqn = %data.subnqn, hostnqn = %data.hostnqn, kato_ms = c.kato, sq_flow_control = !disable_flow, "controller created");
+        tracing::info!(peer = %q.via.peer, cntlid = ctrl.cntlid, subnqn = %data.subnqn, hostnqn = %data.hostnqn, kato_ms = c.kato, sq_flow_control = !disable_flow, "controller created");
         let cntlid = ctrl.cntlid as u32;
         let auth = ctrl.subsystem().and_then(|s| s.auth_for(&data.hostnqn));
         q.set_connected(ctrl, 0, c.sqsize, disable_flow);
@@ -158,7 +158,7 @@ fn connect(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
     // Was: any different HOSTID failed with Connect Invalid Parameters.
     if ctrl.hostid != data.hostid {
         t.tolerated.bump(crate::stats::Oddity::IoHostid);
-        tracing::debug!(peer = %q.peer, cntlid = ctrl.cntlid, qid = c.qid, "I/O queue Connect with a HOSTID other than the admin queue's");
+        tracing::debug!(peer = %q.via.peer, cntlid = ctrl.cntlid, qid = c.qid, "I/O queue Connect with a HOSTID other than the admin queue's");
     }
     {
         let mut st = ctrl.lock();
@@ -183,7 +183,7 @@ fn connect(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
         }
         st.io_qids.push(c.qid);
     }
-    tracing::debug!(peer = %q.peer, cntlid = ctrl.cntlid, qid = c.qid, depth = entries, sq_flow_control = !disable_flow, "I/O queue connected");
+    tracing::debug!(peer = %q.via.peer, cntlid = ctrl.cntlid, qid = c.qid, depth = entries, sq_flow_control = !disable_flow, "I/O queue connected");
     let cntlid = ctrl.cntlid as u32;
     let auth = ctrl.subsystem().and_then(|s| s.auth_for(&data.hostnqn));
     q.set_connected(ctrl, c.qid, c.sqsize, disable_flow);
@@ -197,8 +197,8 @@ fn connect(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
 fn with_auth(q: &mut NvmeQueue, auth: Option<farflash_auth::CtrlConfig>, cntlid: u32) -> u64 {
     match auth {
         Some(cfg) => {
-            q.auth = Some(Box::new(farflash_auth::CtrlAuth::new(cfg)));
-            q.auth_since = None;
+            q.life.auth = Some(Box::new(farflash_auth::CtrlAuth::new(cfg)));
+            q.life.auth_since = None;
             (cntlid | farflash_wire::auth::CONNECT_AUTHREQ_ATR).into()
         }
         None => cntlid.into(),
@@ -300,7 +300,7 @@ fn property_set(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
             // `submit` fails only for a namespace that is not live.
             let _ = q.submit(idx, key, req);
         }
-        if q.slots[idx].pending > 0 {
+        if q.slots[idx].state().pending() > 0 {
             return Outcome::Pending;
         }
         ctrl.shutdown_complete();

@@ -26,7 +26,7 @@ pub(crate) fn controller(q: &NvmeQueue, ctrl: &Controller) -> IdCtrl {
         maxcmd: t.max_queue_depth as u16,
         sgls: wid::SGLS_SUPPORTED
             | wid::SGLS_OFFSET
-            | if q.trtype == farflash_wire::discovery::TRTYPE_RDMA {
+            | if q.via.trtype == farflash_wire::discovery::TRTYPE_RDMA {
                 wid::SGLS_KEYED
             } else {
                 0

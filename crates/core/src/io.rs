@@ -32,7 +32,7 @@ fn ns_index(q: &NvmeQueue, nsid: u32) -> Result<usize, Status> {
     let key = q
         .namespace_index(nsid)
         .ok_or(Status::INVALID_NAMESPACE.dnr())?;
-    if !q.ana_blocked.is_empty() {
+    if !q.blocks.ana_blocked.is_empty() {
         ana_check(q, key)?;
     }
     Ok(key)
@@ -46,7 +46,7 @@ fn ana_check(q: &NvmeQueue, key: usize) -> Result<(), Status> {
     let Some(ns) = q.ns.get(key) else {
         return Ok(());
     };
-    match q.ana_blocked.iter().find(|(g, _)| *g == ns.anagrpid) {
+    match q.blocks.ana_blocked.iter().find(|(g, _)| *g == ns.anagrpid) {
         Some(&(_, state)) => crate::ana::status(state).map_or(Ok(()), Err),
         None => Ok(()),
     }
@@ -57,8 +57,8 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status
     match sqe.opcode {
         op::READ | op::WRITE => {
             let ns = ns_index(q, sqe.nsid)?;
-            if !q.resv_block.is_empty() {
-                crate::resv::cmd::check_access(q, ns, sqe.opcode == op::WRITE)?;
+            if !q.blocks.resv_block.is_empty() {
+                crate::resv_cmd::check_access(q, ns, sqe.opcode == op::WRITE)?;
             }
             let (offset, len) = range(q, ns, sqe.slba(), sqe.nlb() as u64 + 1)?;
             if len > q.target.transport.max_io_size as u64 {
@@ -91,8 +91,8 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status
         }
         op::WRITE_ZEROES => {
             let ns = ns_index(q, sqe.nsid)?;
-            if !q.resv_block.is_empty() {
-                crate::resv::cmd::check_access(q, ns, true)?;
+            if !q.blocks.resv_block.is_empty() {
+                crate::resv_cmd::check_access(q, ns, true)?;
             }
             let (offset, len) = range(q, ns, sqe.slba(), sqe.nlb() as u64 + 1)?;
             let fua = sqe.fua();
@@ -108,8 +108,8 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status
         }
         op::DATASET_MANAGEMENT => {
             let ns = ns_index(q, sqe.nsid)?;
-            if !q.resv_block.is_empty() {
-                crate::resv::cmd::check_access(q, ns, true)?;
+            if !q.blocks.resv_block.is_empty() {
+                crate::resv_cmd::check_access(q, ns, true)?;
             }
             let nr = (sqe.cdw10 & 0xFF) + 1;
             let deallocate = sqe.cdw11 & DSM_AD != 0;
@@ -123,7 +123,7 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status
         | op::RESERVATION_ACQUIRE
         | op::RESERVATION_RELEASE => {
             let ns = ns_index(q, sqe.nsid)?;
-            let x = crate::resv::cmd::classify(sqe)?;
+            let x = crate::resv_cmd::classify(sqe)?;
             Ok((
                 x,
                 IoCmd::Resv {
@@ -184,13 +184,13 @@ pub(crate) fn execute(q: &mut NvmeQueue, idx: usize, cmd: IoCmd) -> Outcome {
             q.submit(idx, ns, IoRequest { tag, op, buf })
         }
         IoCmd::Dsm { ns, nr, deallocate } => return dsm(q, idx, ns, nr, deallocate),
-        IoCmd::Resv { ns, opcode } => return crate::resv::cmd::execute(q, idx, ns, opcode),
+        IoCmd::Resv { ns, opcode } => return crate::resv_cmd::execute(q, idx, ns, opcode),
     };
     match result {
-        Ok(()) if q.slots[idx].pending > 0 => Outcome::Pending,
+        Ok(()) if q.slots[idx].state().pending() > 0 => Outcome::Pending,
         Ok(()) => Outcome::Done(Status::SUCCESS, 0),
         Err(st) => {
-            if q.slots[idx].pending > 0 {
+            if q.slots[idx].state().pending() > 0 {
                 // Some requests went out: let them finish, then fail the command.
                 q.slots[idx].status = st;
                 Outcome::Pending

@@ -5,15 +5,21 @@
 //! - [`subsystem`], [`target`], [`controller`]: subsystems, namespaces and
 //!   the controllers of live associations.
 //! - [`NvmeQueue`]: one NVMe queue. A transport binding (NVMe/TCP:
-//!   `farflash-tcp`) hands it commands ([`NvmeQueue::begin`],
-//!   [`NvmeQueue::execute`], `exec.rs`) and sends the [`Completion`]s it
-//!   returns; storage work leaves as tagged requests and comes back through
-//!   [`NvmeQueue::on_storage_completion`] (`queue/storage.rs`).
+//!   `farflash-tcp`, NVMe/RDMA: `farflash-rdma`) hands it commands
+//!   ([`NvmeQueue::begin`], [`NvmeQueue::execute`], `exec.rs`); storage work
+//!   leaves as tagged requests and comes back through
+//!   [`NvmeQueue::on_storage_completion`] (`queue/storage.rs`). Each
+//!   command's life is one state enum (`queue/state.rs`).
+//! - [`Binding`]: what every transport shares: a queue and a
+//!   [`Transport`], and the completions sent after every call (`binding.rs`).
 //! - Command sets: `fabrics` (with `auth`, in-band authentication), `admin` (with `identify`, `discovery`), `io`.
 //!
 //! The event loops live in `farflash-transport`.
 
+#![forbid(unsafe_code)]
+
 pub mod ana;
+pub mod binding;
 pub mod cntlid;
 pub mod config;
 pub mod controller;
@@ -36,9 +42,13 @@ mod identify;
 mod io;
 mod nstable;
 mod queue;
+mod resv_cmd;
+mod size;
+mod standalone;
 
+pub use binding::{Binding, Transport};
 pub use command::{Begin, Completion, Connected, Outcome, Xfer};
-pub use queue::{NvmeQueue, Offload, OffloadDone};
+pub use queue::{NvmeQueue, Offload, OffloadDone, TAG_SLOT_BITS};
 pub use target::Target;
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //! ([`NsTable::collect`]), so nothing emitted is ever lost. The queues
 //! themselves belong to the event loop (one per namespace per thread).
 
+use crate::resv::{Access, HostId};
 use crate::subsystem::Namespace;
 use farflash_backend::SharedBackend;
 use std::sync::Arc;
@@ -25,6 +26,27 @@ pub(crate) struct NsTable {
 }
 
 impl NsTable {
+    /// The namespaces (keys) whose reservation limits host `h`.
+    pub fn resv_blocked(&self, h: &HostId) -> Vec<(usize, Access)> {
+        let mut out = Vec::new();
+        for pos in 0..self.live_count() {
+            let Some(key) = self.live_key_at(pos) else {
+                continue;
+            };
+            let Some(n) = self.get(key) else {
+                continue;
+            };
+            let cell = n.resv.lock();
+            if cell.r.active() {
+                let a = cell.r.access(h);
+                if !(a.read && a.write) {
+                    out.push((key, a));
+                }
+            }
+        }
+        out
+    }
+
     pub fn generation(&self) -> u64 {
         self.generation
     }

@@ -35,7 +35,7 @@ impl AdminQueue {
             hdgst: opts.hdr_digest,
             ddgst: opts.data_digest,
         };
-        let conn = transport::open(opts, 0, cfg)?;
+        let conn = opts.open_queue(0, cfg)?;
         Ok(AdminQueue {
             conn,
             timeout: opts.command_timeout,

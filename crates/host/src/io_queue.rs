@@ -7,8 +7,8 @@
 //! commands (Flush, Write Zeroes, DSM) for tools and tests.
 
 use crate::cmd;
-use crate::controller::ControllerInfo;
 use crate::error::{HostError, Result};
+use crate::info::ControllerInfo;
 use crate::options::ConnectOptions;
 use crate::queue::QueueConfig;
 use crate::slot::{Completion, DataDir};
@@ -87,7 +87,7 @@ impl IoQueue {
             hdgst: opts.hdr_digest,
             ddgst: opts.data_digest,
         };
-        let conn = transport::open(opts, qid, cfg)?;
+        let conn = opts.open_queue(qid, cfg)?;
         let mut q = IoQueue {
             conn,
             qid,

@@ -48,6 +48,8 @@
 //! # Ok::<(), farflash_host::HostError>(())
 //! ```
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod admin;
 pub mod auth;
 pub mod cids;
@@ -55,6 +57,7 @@ pub mod cmd;
 pub mod controller;
 pub mod discovery;
 pub mod error;
+pub mod info;
 pub mod io_queue;
 pub mod keepalive;
 pub mod logs;
@@ -66,10 +69,11 @@ pub mod transport;
 mod tx;
 
 pub use admin::AdminQueue;
-pub use controller::{Controller, ControllerInfo};
+pub use controller::Controller;
 pub use error::{HostError, Result, TransportError};
+pub use info::ControllerInfo;
 pub use io_queue::{IoQueue, IoQueueOptions};
-pub use options::ConnectOptions;
+pub use options::{ConnectOptions, Connector};
 pub use queue::{QueueConfig, QueuePair};
 pub use slot::{Completion, DataDir};
-pub use transport::{Connector, HostTransport};
+pub use transport::HostTransport;

@@ -1,5 +1,8 @@
 //! What a host needs to reach a subsystem.
 
+use crate::error::Result;
+use crate::queue::QueueConfig;
+use crate::transport::HostTransport;
 use std::time::Duration;
 
 /// Connection parameters, with nvme-cli's defaults.
@@ -36,7 +39,7 @@ pub struct ConnectOptions {
     pub dhchap_ctrl_secret: Option<farflash_auth::Secret>,
     /// The transport binding that opens the queues: `None` is NVMe/TCP
     /// (built in); RDMA is `farflash_rdma_verbs::RdmaConnector`.
-    pub connector: Option<std::sync::Arc<dyn crate::transport::Connector>>,
+    pub connector: Option<std::sync::Arc<dyn Connector>>,
 }
 
 /// Linux's default KATO for I/O controllers (`NVME_DEFAULT_KATO`, 5 s).
@@ -143,6 +146,38 @@ pub fn parse_uuid(s: &str) -> Option<[u8; 16]> {
     Some(b)
 }
 
+/// Opens queue pairs of one transport binding (e.g. RDMA). Unwind safe,
+/// like the rest of [`ConnectOptions`], so options can cross
+/// `catch_unwind`.
+pub trait Connector: Send + Sync + std::panic::RefUnwindSafe + std::fmt::Debug {
+    /// The transport's name as nvme-cli spells it (`-t rdma`).
+    fn name(&self) -> &'static str;
+    /// Connects queue `qid` to `opts.addr` with the slots of `cfg`; the
+    /// Fabrics Connect command is sent afterwards by the caller.
+    fn open(
+        &self,
+        opts: &ConnectOptions,
+        qid: u16,
+        cfg: QueueConfig,
+    ) -> Result<Box<dyn HostTransport>>;
+}
+
+impl ConnectOptions {
+    /// Opens queue `qid` with the transport these options name (NVMe/TCP
+    /// by default).
+    pub fn open_queue(&self, qid: u16, cfg: QueueConfig) -> Result<Box<dyn HostTransport>> {
+        match &self.connector {
+            Some(c) => c.open(self, qid, cfg),
+            None => Ok(Box::new(crate::socket::Conn::open(
+                &self.addr,
+                cfg,
+                self.connect_timeout,
+                self.command_timeout,
+            )?)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,5 +190,17 @@ mod tests {
         assert_eq!(parse_uuid(&s), Some(id));
         assert_eq!(parse_uuid("zz"), None);
         assert!(default_hostnqn(&id).starts_with("nqn."));
+    }
+
+    #[test]
+    fn tcp_is_the_default_transport() {
+        let o = ConnectOptions::new("127.0.0.1:1", "nqn.x");
+        assert_eq!(o.transport_name(), "tcp");
+        assert_eq!(o.describe(), "nqn.x at 127.0.0.1:1 (tcp)");
+        let d = ConnectOptions::new("127.0.0.1:1", farflash_wire::DISCOVERY_NQN);
+        assert_eq!(
+            d.describe(),
+            "the discovery controller at 127.0.0.1:1 (tcp)"
+        );
     }
 }

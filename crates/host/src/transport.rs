@@ -12,8 +12,6 @@
 //! are handed in through that field, so this crate links no C library.
 
 use crate::error::{HostError, Result};
-use crate::options::ConnectOptions;
-use crate::queue::QueueConfig;
 use crate::slot::{Completion, DataDir};
 use farflash_wire::Sqe;
 use std::time::{Duration, Instant};
@@ -64,35 +62,6 @@ pub trait HostTransport: Send {
     /// NVMe/TCP's MAXH2CDATA from the ICResp; 0 on other transports.
     fn maxh2cdata(&self) -> u32 {
         0
-    }
-}
-
-/// Opens queue pairs of one transport binding (e.g. RDMA). Unwind safe,
-/// like the rest of [`ConnectOptions`], so options can cross
-/// `catch_unwind`.
-pub trait Connector: Send + Sync + std::panic::RefUnwindSafe + std::fmt::Debug {
-    /// The transport's name as nvme-cli spells it (`-t rdma`).
-    fn name(&self) -> &'static str;
-    /// Connects queue `qid` to `opts.addr` with the slots of `cfg`; the
-    /// Fabrics Connect command is sent afterwards by the caller.
-    fn open(
-        &self,
-        opts: &ConnectOptions,
-        qid: u16,
-        cfg: QueueConfig,
-    ) -> Result<Box<dyn HostTransport>>;
-}
-
-/// Opens queue `qid` with the transport `opts` names (TCP by default).
-pub fn open(opts: &ConnectOptions, qid: u16, cfg: QueueConfig) -> Result<Box<dyn HostTransport>> {
-    match &opts.connector {
-        Some(c) => c.open(opts, qid, cfg),
-        None => Ok(Box::new(crate::socket::Conn::open(
-            &opts.addr,
-            cfg,
-            opts.connect_timeout,
-            opts.command_timeout,
-        )?)),
     }
 }
 
@@ -219,17 +188,5 @@ mod tests {
         assert!(matches!(e, HostError::Timeout("the answer")), "{e}");
         assert_eq!(others.len(), 1);
         assert!(t.waits >= 1);
-    }
-
-    #[test]
-    fn tcp_is_the_default_transport() {
-        let o = ConnectOptions::new("127.0.0.1:1", "nqn.x");
-        assert_eq!(o.transport_name(), "tcp");
-        assert_eq!(o.describe(), "nqn.x at 127.0.0.1:1 (tcp)");
-        let d = ConnectOptions::new("127.0.0.1:1", farflash_wire::DISCOVERY_NQN);
-        assert_eq!(
-            d.describe(),
-            "the discovery controller at 127.0.0.1:1 (tcp)"
-        );
     }
 }

@@ -4,6 +4,8 @@
 //! `farflash_core::manage`, metrics read the per-queue counters at scrape
 //! time.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod jsonrpc;
 pub mod methods;
 pub mod metrics;

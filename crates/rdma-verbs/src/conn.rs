@@ -14,9 +14,9 @@
 
 use crate::listener::Accepted;
 use crate::qp::Qp;
-use farflash_backend::{IoBuf, IoCompletion, IoRequest, SharedBackend};
-use farflash_core::{Offload, OffloadDone, Target};
-use farflash_rdma::queue::{RdmaQueue, Work};
+use farflash_backend::IoBuf;
+use farflash_core::{Binding, Target};
+use farflash_rdma::queue::{Rdma, RdmaQueue, Work};
 use farflash_rdma::sgl::Remote;
 use farflash_rdma_sys as sys;
 use farflash_wire::cqe::CQE_SIZE;
@@ -480,44 +480,18 @@ impl RdmaConn {
         };
     }
 
-    pub fn has_storage_requests(&self) -> bool {
-        self.q.has_storage_requests()
-    }
-
-    /// Hands the storage requests to `run`, then posts what completed.
-    pub fn take_storage(&mut self, run: impl FnMut(&SharedBackend, IoRequest)) {
-        self.q.take_storage(run);
+    /// Runs `f` on the queue's binding (storage and offload hand-off and
+    /// completions, ticks: see [`farflash_core::Binding`]), then posts the
+    /// work it produced.
+    pub fn with_queue<R>(&mut self, f: impl FnOnce(&mut Binding<Rdma>) -> R) -> R {
+        let r = f(&mut self.q);
         self.post();
+        r
     }
 
-    pub fn on_storage_completion(&mut self, c: IoCompletion) {
-        self.q.on_storage_completion(c);
-        self.post();
-    }
-
+    /// Storage requests and offloads out and not yet completed.
     pub fn in_flight(&self) -> usize {
         self.q.in_flight()
-    }
-
-    /// Slow work (authentication's DH, a PTPL write) waits to be taken.
-    pub fn has_offloads(&self) -> bool {
-        self.q.has_offloads()
-    }
-
-    /// Hands the slow work to `run` (the worker's helper thread).
-    pub fn take_offloads(&mut self, run: impl FnMut(Offload)) {
-        self.q.take_offloads(run);
-    }
-
-    /// Offloaded work finished: posts what its command produced.
-    pub fn on_offload_completion(&mut self, d: OffloadDone) {
-        self.q.on_offload_completion(d);
-        self.post();
-    }
-
-    pub fn tick(&mut self, now: Instant) {
-        self.q.tick(now);
-        self.post();
     }
 
     pub fn wants_close(&self) -> bool {
@@ -533,7 +507,7 @@ impl RdmaConn {
 
     /// Nothing produced is waiting or unsent (see [`RdmaQueue::flushed`]).
     fn flushed(&self) -> bool {
-        self.held.is_none() && self.q.flushed(self.qp.sq_depth)
+        self.held.is_none() && self.q.flushed()
     }
 }
 

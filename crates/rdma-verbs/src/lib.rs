@@ -13,6 +13,8 @@
 //!
 //! See docs/rdma.md.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 mod cm;
 mod conn;
 mod host;

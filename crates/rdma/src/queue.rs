@@ -13,14 +13,13 @@
 use crate::capsule::{self, CapsuleError};
 use crate::cm::Geometry;
 use crate::sgl::{self, Placement, Remote};
-use farflash_backend::{BufPool, Chunk, IoBuf, IoCompletion, IoRequest, SharedBackend};
-use farflash_core::{Begin, Completion, NvmeQueue, Offload, OffloadDone, Target};
+use farflash_backend::{BufPool, Chunk, IoBuf};
+use farflash_core::{Begin, Binding, Completion, Connected, NvmeQueue, Target, Transport};
 use farflash_wire::cqe::CQE_SIZE;
 use farflash_wire::Cqe;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
 
 /// Transport type RDMA (Fabrics TRTYPE 1, Base "Discovery Log Page Entry").
 pub const TRTYPE_RDMA: u8 = 1;
@@ -77,18 +76,27 @@ struct Cmd {
     invalidate: Option<u32>,
 }
 
-pub struct RdmaQueue {
-    core: NvmeQueue,
+/// The NVMe/RDMA side of one queue pair: its geometry, the per-command
+/// remote buffers, the verbs work waiting for send-queue entries and the
+/// receive buffers to post again. The command layer's queue is beside it
+/// in the [`Binding`].
+pub struct Rdma {
     geo: Geometry,
     cmds: Vec<Cmd>,
-    sqhd: u16,
-    sq_flow_control: bool,
-    /// Send-queue entries free.
+    /// Send-queue entries: all of them, and those free.
+    sq_entries: usize,
     sq_free: usize,
     out: VecDeque<Work>,
     reposts: Vec<u32>,
     fault: Option<Fault>,
-    done: Vec<Completion>,
+}
+
+/// One NVMe/RDMA queue pair: the shared [`Binding`] over [`Rdma`]. The
+/// binding's methods (storage hand-off, completions, ticks) are the same
+/// for every transport; those here move capsules and verbs work.
+#[derive(derive_more::Deref, derive_more::DerefMut)]
+pub struct RdmaQueue {
+    b: Binding<Rdma>,
 }
 
 impl RdmaQueue {
@@ -108,57 +116,102 @@ impl RdmaQueue {
             // plain pool (and the verbs layer's staging slots).
             *core.pool() = BufPool::chunked(CHUNK_BYTES, MAX_CHUNKS);
         }
-        RdmaQueue {
+        let t = Rdma {
             cmds: vec![Cmd::default(); core.slot_count()],
-            core,
             geo,
-            sqhd: 0,
-            sq_flow_control: true,
+            sq_entries,
             sq_free: sq_entries,
             out: VecDeque::new(),
             reposts: Vec::new(),
             fault: None,
-            done: Vec::new(),
+        };
+        RdmaQueue {
+            b: Binding::new(core, t),
         }
     }
 
-    /// The command layer's queue.
-    pub fn nvme(&self) -> &NvmeQueue {
-        &self.core
-    }
-
     pub fn geometry(&self) -> Geometry {
-        self.geo
+        self.b.transport().geo
     }
 
     pub fn fault(&self) -> Option<Fault> {
-        self.fault
+        self.b.transport().fault
     }
 
-    /// Closing for either layer's reason.
-    pub fn wants_close(&self) -> bool {
-        self.fault.is_some() || self.core.wants_close()
-    }
-
-    /// Closing, no storage request in flight and no work outstanding.
-    pub fn finished(&self, sq_entries: usize) -> bool {
-        self.wants_close() && self.core.in_flight() == 0 && self.flushed(sq_entries)
-    }
-
-    /// Every piece of work produced has been posted and has completed (of
-    /// `sq_entries` send-queue entries, all are free): a disconnect now
-    /// loses no response. A disconnect moves the QP to the error state,
-    /// which flushes posted work the device has not sent yet, such as the
-    /// AUTH_Failure1 that ends an association.
-    pub fn flushed(&self, sq_entries: usize) -> bool {
-        self.out.is_empty() && self.sq_free == sq_entries
+    /// Every piece of work produced has been posted and has completed (all
+    /// send-queue entries are free): a disconnect now loses no response. A
+    /// disconnect moves the QP to the error state, which flushes posted
+    /// work the device has not sent yet, such as the AUTH_Failure1 that
+    /// ends an association.
+    pub fn flushed(&self) -> bool {
+        self.b.transport().drained()
     }
 
     /// Receive buffer `buf` completed with `msg` (its first `byte_len` bytes).
     pub fn on_recv(&mut self, buf: u32, msg: &[u8]) {
-        if self.wants_close() {
+        if self.b.wants_close() {
             return;
         }
+        self.b.with(|t, q| t.on_recv(q, buf, msg));
+    }
+
+    /// The data buffer an RDMA READ of `slot` fills.
+    pub fn data_mut(&mut self, slot: u16) -> Option<&mut [u8]> {
+        self.b.parts_mut().1.data_mut(slot)
+    }
+
+    /// The RDMA READ of `slot` finished: the command runs.
+    pub fn on_read_done(&mut self, slot: u16) {
+        self.b.with(|_, q| q.execute(slot));
+    }
+
+    /// `n` send-queue entries completed.
+    pub fn on_send_done(&mut self, n: usize) {
+        self.b.with(|t, _| t.sq_free += n);
+    }
+
+    /// The chunks the queue's buffers are carved from (none on the admin
+    /// queue), oldest first: a new one is appended before a buffer from
+    /// it is handed out.
+    pub fn chunks(&mut self) -> &[Chunk] {
+        self.b.parts_mut().1.pool().chunks()
+    }
+
+    /// The chunk holding `[addr, addr + len)` (a buffer of this queue's
+    /// pool), if any.
+    pub fn chunk_of(&mut self, addr: usize, len: usize) -> Option<Chunk> {
+        self.b.parts_mut().1.pool().chunk_of(addr, len).cloned()
+    }
+
+    /// A response's data buffer, sent: back to the queue's pool.
+    pub fn release(&mut self, buf: IoBuf) {
+        self.b.parts_mut().1.pool().put(buf);
+    }
+
+    /// The next work that fits the free send-queue entries, oldest first.
+    pub fn pop_work(&mut self) -> Option<Work> {
+        let t = self.b.parts_mut().0;
+        let need = t.out.front()?.entries();
+        if need > t.sq_free {
+            return None;
+        }
+        t.sq_free -= need;
+        t.out.pop_front()
+    }
+
+    /// Work waiting for send-queue entries.
+    pub fn pending_work(&self) -> usize {
+        self.b.transport().out.len()
+    }
+
+    /// Receive buffers to post again (appends to `out`).
+    pub fn take_reposts(&mut self, out: &mut Vec<u32>) {
+        out.append(&mut self.b.parts_mut().0.reposts);
+    }
+}
+
+impl Rdma {
+    fn on_recv(&mut self, q: &mut NvmeQueue, buf: u32, msg: &[u8]) {
         let c = match capsule::parse(msg, self.geo.recv_bytes as usize) {
             Ok(c) => c,
             Err(e) => {
@@ -166,45 +219,39 @@ impl RdmaQueue {
                 return;
             }
         };
-        self.sqhd = ((self.sqhd as u32 + 1) % (self.core.sqsize() as u32 + 1)) as u16;
-        let (slot, xfer) = match self.core.begin(c.sqe) {
+        let (slot, xfer) = match q.begin(c.sqe) {
             Begin::Overrun => {
                 self.fault = Some(Fault::Overrun);
                 return;
             }
-            Begin::Deleted => {
+            Begin::Deleted | Begin::Answered => {
                 self.reposts.push(buf);
-                return;
-            }
-            Begin::Answered => {
-                self.reposts.push(buf);
-                self.flush_completions();
                 return;
             }
             Begin::Ready { slot, xfer } => (slot, xfer),
         };
         if slot as usize >= self.cmds.len() {
-            self.cmds.resize(self.core.slot_count(), Cmd::default());
+            self.cmds.resize(q.slot_count(), Cmd::default());
         }
         self.cmds[slot as usize] = Cmd::default();
         match sgl::plan(xfer, &c.dptr, c.icd.len()) {
-            Err(st) => self.core.fail(slot, st),
+            Err(st) => q.fail(slot, st),
             Ok(p) => {
                 self.cmds[slot as usize].invalidate = p.invalidate;
                 match p.data {
-                    Placement::None => self.core.execute(slot),
+                    Placement::None => q.execute(slot),
                     Placement::InCapsule { offset, len } => {
                         let src = &c.icd[offset as usize..(offset + len) as usize];
-                        self.core.data_buf(slot).copy_from_slice(src);
-                        self.core.execute(slot);
+                        q.data_buf(slot).copy_from_slice(src);
+                        q.execute(slot);
                     }
                     Placement::Read(remote) => {
-                        self.core.data_buf(slot);
+                        q.data_buf(slot);
                         self.out.push_back(Work::Read { slot, remote });
                     }
                     Placement::Write(remote) => {
                         self.cmds[slot as usize].write_to = Some(remote);
-                        self.core.execute(slot);
+                        q.execute(slot);
                     }
                 }
             }
@@ -212,156 +259,29 @@ impl RdmaQueue {
         // The capsule is consumed (in-capsule data copied): its buffer can
         // take the next one.
         self.reposts.push(buf);
-        self.flush_completions();
+    }
+}
+
+impl Transport for Rdma {
+    fn closing(&self) -> bool {
+        self.fault.is_some()
     }
 
-    /// The data buffer an RDMA READ of `slot` fills.
-    pub fn data_mut(&mut self, slot: u16) -> Option<&mut [u8]> {
-        self.core.data_mut(slot)
+    fn drained(&self) -> bool {
+        self.out.is_empty() && self.sq_free == self.sq_entries
     }
 
-    /// The RDMA READ of `slot` finished: the command runs.
-    pub fn on_read_done(&mut self, slot: u16) {
-        self.core.execute(slot);
-        self.flush_completions();
-    }
-
-    /// `n` send-queue entries completed.
-    pub fn on_send_done(&mut self, n: usize) {
-        self.sq_free += n;
-    }
-
-    /// The chunks the queue's buffers are carved from (none on the admin
-    /// queue), oldest first: a new one is appended before a buffer from
-    /// it is handed out.
-    pub fn chunks(&mut self) -> &[Chunk] {
-        self.core.pool().chunks()
-    }
-
-    /// The chunk holding `[addr, addr + len)` (a buffer of this queue's
-    /// pool), if any.
-    pub fn chunk_of(&mut self, addr: usize, len: usize) -> Option<Chunk> {
-        self.core.pool().chunk_of(addr, len).cloned()
-    }
-
-    /// A response's data buffer, sent: back to the queue's pool.
-    pub fn release(&mut self, buf: IoBuf) {
-        self.core.pool().put(buf);
-    }
-
-    /// The next work that fits the free send-queue entries, oldest first.
-    pub fn pop_work(&mut self) -> Option<Work> {
-        let need = self.out.front()?.entries();
-        if need > self.sq_free {
-            return None;
+    fn connected(&mut self, q: &mut NvmeQueue, c: Connected) {
+        // RDMA §3.2: the Connect matches the CM Request it came over
+        // (HSQSIZE is the Connect's SQSIZE): otherwise the host could
+        // send more capsules than receive buffers are posted.
+        if c.qid != self.geo.qid || c.sqsize as u32 + 1 != self.geo.recv_entries {
+            self.fault = Some(Fault::ConnectMismatch);
         }
-        self.sq_free -= need;
-        self.out.pop_front()
+        self.cmds.resize(q.slot_count(), Cmd::default());
     }
 
-    /// Work waiting for send-queue entries.
-    pub fn pending_work(&self) -> usize {
-        self.out.len()
-    }
-
-    /// Receive buffers to post again (appends to `out`).
-    pub fn take_reposts(&mut self, out: &mut Vec<u32>) {
-        out.append(&mut self.reposts);
-    }
-
-    pub fn has_storage_requests(&self) -> bool {
-        self.core.has_storage_requests()
-    }
-
-    pub fn take_storage(&mut self, run: impl FnMut(&SharedBackend, IoRequest)) {
-        self.core.take_storage(run);
-        self.flush_completions();
-    }
-
-    pub fn on_storage_completion(&mut self, c: IoCompletion) {
-        self.core.on_storage_completion(c);
-        self.flush_completions();
-    }
-
-    pub fn in_flight(&self) -> usize {
-        self.core.in_flight()
-    }
-
-    /// Whether slow work (authentication's DH, a PTPL write) waits to be
-    /// taken, as on a TCP queue.
-    pub fn has_offloads(&self) -> bool {
-        self.core.has_offloads()
-    }
-
-    /// Hands the slow work to `run` (the worker's helper thread); each
-    /// comes back once through [`RdmaQueue::on_offload_completion`].
-    pub fn take_offloads(&mut self, run: impl FnMut(Offload)) {
-        self.core.take_offloads(run);
-    }
-
-    /// Offloaded work finished: its command goes on (its response, or the
-    /// next step of the exchange, becomes work).
-    pub fn on_offload_completion(&mut self, d: OffloadDone) {
-        self.core.on_offload_completion(d);
-        self.flush_completions();
-    }
-
-    /// Standalone use (tests, fuzzers): runs storage on the queue's own set.
-    pub fn commit(&mut self) {
-        self.core.commit();
-        self.flush_completions();
-    }
-
-    /// Standalone use: reaps the private queue set until nothing completes.
-    pub fn poll_backends(&mut self) -> bool {
-        let mut any = false;
-        while self.core.in_flight() > 0 && self.core.poll_backends() {
-            any = true;
-            self.flush_completions();
-            self.commit();
-        }
-        any
-    }
-
-    #[inline]
-    pub fn set_now(&mut self, now: Instant) {
-        self.core.set_now(now);
-    }
-
-    /// Periodic work of the command layer (keep-alive, AERs, teardown).
-    pub fn tick(&mut self, now: Instant) {
-        if self.wants_close() {
-            return;
-        }
-        self.core.tick(now);
-        self.flush_completions();
-    }
-
-    fn flush_completions(&mut self) {
-        if let Some(c) = self.core.take_connected() {
-            // RDMA §3.2: the Connect matches the CM Request it came over
-            // (HSQSIZE is the Connect's SQSIZE): otherwise the host could
-            // send more capsules than receive buffers are posted.
-            if c.qid != self.geo.qid || c.sqsize as u32 + 1 != self.geo.recv_entries {
-                self.fault = Some(Fault::ConnectMismatch);
-            }
-            self.sq_flow_control = !c.disable_sq_flow;
-            self.cmds.resize(self.core.slot_count(), Cmd::default());
-        }
-        loop {
-            self.core.take_completions(&mut self.done);
-            if self.done.is_empty() {
-                break;
-            }
-            let mut done = std::mem::take(&mut self.done);
-            for c in done.drain(..) {
-                self.respond(c);
-            }
-            self.done = done;
-        }
-    }
-
-    fn respond(&mut self, c: Completion) {
+    fn respond(&mut self, q: &mut NvmeQueue, c: Completion, cqe: Cqe) {
         let cmd = c
             .slot
             .and_then(|s| self.cmds.get_mut(s as usize))
@@ -375,23 +295,10 @@ impl RdmaQueue {
                 Some((buf, len, Remote { len, ..r }))
             }
             (Some((buf, _)), _) => {
-                self.core.pool().put(buf);
+                q.pool().put(buf);
                 None
             }
             (None, _) => None,
-        };
-        let cqe = Cqe {
-            dw0: c.result as u32,
-            dw1: (c.result >> 32) as u32,
-            // Fabrics: SQHD is FFFFh when SQ flow control is disabled.
-            sqhd: if self.sq_flow_control {
-                self.sqhd
-            } else {
-                0xFFFF
-            },
-            sqid: self.core.qid(),
-            cid: c.cid,
-            status: c.status,
         };
         let mut raw = [0u8; CQE_SIZE];
         cqe.encode(&mut raw);

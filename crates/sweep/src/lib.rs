@@ -11,6 +11,8 @@
 //! `results.json` (schema `results.schema.json`), `results.csv`, plots
 //! (SVG and PNG) and `report.md`.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod env;
 pub mod output;
 pub mod perfjson;

@@ -11,6 +11,8 @@
 //!
 //! The command layer never sees a PDU; this crate never runs a command.
 
+#![forbid(unsafe_code)]
+
 mod budget;
 mod conn;
 mod outq;
@@ -18,7 +20,7 @@ mod queue;
 mod rx;
 mod tx;
 
-pub use queue::{QueuePair, ADMIN_ICD, TRANSIENT_TRANSPORT_ERROR};
+pub use queue::{QueuePair, Tcp, ADMIN_ICD, TRANSIENT_TRANSPORT_ERROR};
 
 #[cfg(test)]
 mod tests;

@@ -8,9 +8,9 @@
 //! be driven from a unit test.
 
 use crate::outq::OutQueue;
-use farflash_core::{Completion, Connected, NvmeQueue, Target};
+use farflash_core::{Binding, Completion, Connected, NvmeQueue, Target, Transport};
 use farflash_wire::pdu::Negotiated;
-use farflash_wire::Status;
+use farflash_wire::{Cqe, Status};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -74,8 +74,10 @@ impl Cmd {
     };
 }
 
-pub struct QueuePair {
-    pub(crate) core: NvmeQueue,
+/// The NVMe/TCP side of one connection: framing state, the receive
+/// buffer, the output queue and the per-command transfer state. The
+/// command layer's queue is beside it in the [`Binding`].
+pub struct Tcp {
     pub(crate) target: Arc<Target>,
     pub(crate) peer: SocketAddr,
     pub(crate) neg: Negotiated,
@@ -91,8 +93,6 @@ pub struct QueuePair {
     pub(crate) out: OutQueue,
     /// The transport wants the connection closed (TermReq, peer's H2CTermReq).
     pub(crate) closing: bool,
-    pub(crate) sq_flow_control: bool,
-    pub(crate) sqhd: u16,
     pub(crate) cmds: Vec<Cmd>,
     /// Data-buffer bytes charged to commands in flight (reads' data waiting
     /// in the output queue is counted there).
@@ -102,8 +102,14 @@ pub struct QueuePair {
     /// A C2HTermReq went out: nothing may follow it (TCP §3.6.2.5); commands
     /// still finish internally so their buffers and storage I/O drain.
     pub(crate) term_sent: bool,
-    /// Completion scratch (reused).
-    pub(crate) done: Vec<Completion>,
+}
+
+/// One NVMe/TCP connection: the shared [`Binding`] over [`Tcp`]. The
+/// binding's methods (storage hand-off, completions, ticks) are the same
+/// for every transport; those here move bytes.
+#[derive(derive_more::Deref, derive_more::DerefMut)]
+pub struct QueuePair {
+    pub(crate) b: Binding<Tcp>,
 }
 
 impl QueuePair {
@@ -115,9 +121,8 @@ impl QueuePair {
             peer,
             farflash_wire::discovery::TRTYPE_TCP,
         );
-        let mut q = QueuePair {
+        let mut t = Tcp {
             cmds: vec![Cmd::FREE; core.slot_count()],
-            core,
             target,
             peer,
             neg: Negotiated::default(),
@@ -130,38 +135,56 @@ impl QueuePair {
             direct: None,
             out: OutQueue::default(),
             closing: false,
-            sq_flow_control: true,
-            sqhd: 0,
             charged: 0,
             waiting: VecDeque::new(),
             term_sent: false,
-            done: Vec::new(),
         };
-        q.neg.max_data = (ADMIN_ICD as u32).max(maxh2cdata);
-        q
+        t.neg.max_data = (ADMIN_ICD as u32).max(maxh2cdata);
+        QueuePair {
+            b: Binding::new(core, t),
+        }
     }
+}
 
-    /// The command layer's queue (tests and tools look at it).
-    pub fn nvme(&self) -> &NvmeQueue {
-        &self.core
-    }
-
+impl Tcp {
     /// Closing for either layer's reason.
-    pub(crate) fn is_closing(&self) -> bool {
-        self.closing || self.core.wants_close()
+    pub(crate) fn is_closing(&self, q: &NvmeQueue) -> bool {
+        self.closing || q.wants_close()
     }
 
-    /// A Connect succeeded: the queue's size, in-capsule data size and SQ
-    /// flow control follow it (Fabrics §6.3, TCP §3.6.2.6).
-    pub(crate) fn apply_connect(&mut self, c: Connected) {
-        self.sq_flow_control = !c.disable_sq_flow;
+    /// Whether the transport should read more (false while closing or while
+    /// the peer is not draining our output).
+    pub(crate) fn wants_read(&self, q: &NvmeQueue) -> bool {
+        !self.is_closing(q) && self.out.len() < OUTPUT_HIGH_WATER
+    }
+}
+
+impl Transport for Tcp {
+    fn closing(&self) -> bool {
+        self.closing
+    }
+
+    fn drained(&self) -> bool {
+        self.out.is_empty()
+    }
+
+    /// A Connect succeeded: the queue's in-capsule data size follows it
+    /// (Fabrics §6.3, TCP §3.6.2.6).
+    fn connected(&mut self, q: &mut NvmeQueue, c: Connected) {
         self.icd_size = if c.qid == 0 {
             ADMIN_ICD
         } else {
             self.target.transport.in_capsule_data_size as usize
         };
         self.neg.max_data = (self.icd_size as u32).max(self.maxh2cdata);
-        self.sqhd = 1 % (c.sqsize as u32 + 1) as u16;
-        self.cmds.resize(self.core.slot_count(), Cmd::FREE);
+        self.cmds.resize(q.slot_count(), Cmd::FREE);
+    }
+
+    fn respond(&mut self, q: &mut NvmeQueue, c: Completion, cqe: Cqe) {
+        self.send_completion(q, c, cqe);
+    }
+
+    fn responded(&mut self, q: &mut NvmeQueue) {
+        self.resume_waiting(q);
     }
 }

@@ -2,9 +2,11 @@
 //! data of CapsuleCmd and H2CData, checked against the command layer's view
 //! of each command before it runs.
 
-use crate::queue::{Cmd, DirectRx, Phase, QueuePair, OUTPUT_HIGH_WATER, TRANSIENT_TRANSPORT_ERROR};
+use crate::queue::{
+    Cmd, DirectRx, Phase, QueuePair, Tcp, OUTPUT_HIGH_WATER, TRANSIENT_TRANSPORT_ERROR,
+};
 use farflash_core::stats::Oddity;
-use farflash_core::{Begin, Xfer};
+use farflash_core::{Begin, NvmeQueue, Xfer};
 use farflash_wire::pdu::{
     flags, DataHeader, Fatal, Framing, IcReq, IcResp, PduType, TermReq, CH_LEN, DGST_DDGST,
     DGST_HDGST, DIGEST_LEN, IC_HLEN,
@@ -16,13 +18,13 @@ use farflash_wire::{digest, Sqe, Status};
 /// ones are staged with the PDUs around them: fewer reads).
 const DIRECT_MIN: usize = 4096;
 
-impl QueuePair {
+impl Tcp {
     /// Space to receive into: the rest of an H2CData payload being received
     /// in place, else the receive buffer (at least 16 KiB).
-    pub fn rx_space(&mut self) -> &mut [u8] {
+    pub(crate) fn rx_space<'a>(&'a mut self, q: &'a mut NvmeQueue) -> &'a mut [u8] {
         if let Some(d) = self.direct {
             let (at, end) = (d.at as usize, d.end as usize);
-            if let Some(buf) = self.core.data_mut(d.slot) {
+            if let Some(buf) = q.data_mut(d.slot) {
                 return &mut buf[at..end];
             }
             // No buffer to fill (cannot happen while the command waits for
@@ -53,28 +55,28 @@ impl QueuePair {
     }
 
     /// `n` bytes were written into [`Self::rx_space`]: process every whole PDU.
-    pub fn on_received(&mut self, n: usize) {
+    pub(crate) fn on_received(&mut self, q: &mut NvmeQueue, n: usize) {
         if let Some(d) = self.direct.as_mut() {
             d.at = (d.at as usize + n).min(d.end as usize) as u32;
             if d.at == d.end {
                 let (slot, end) = (d.slot, d.end);
                 self.direct = None;
-                if !self.is_closing() {
-                    self.h2c_arrived(slot, end, true);
+                if !self.is_closing(q) {
+                    self.h2c_arrived(q, slot, end, true);
                 }
             }
             return;
         }
         self.rx_end = (self.rx_end + n).min(self.rx.len());
-        self.process_rx();
+        self.process_rx(q);
     }
 
-    pub(crate) fn process_rx(&mut self) {
+    pub(crate) fn process_rx(&mut self, q: &mut NvmeQueue) {
         let rx = std::mem::take(&mut self.rx);
         // Bytes of a validated PDU header's PDU that must be here at once
         // (all of it, or its header when its payload is received in place).
         let mut need = 0;
-        while !self.is_closing() && self.out.len() < OUTPUT_HIGH_WATER {
+        while !self.is_closing(q) && self.out.len() < OUTPUT_HIGH_WATER {
             let avail = &rx[self.rx_start..self.rx_end];
             if avail.len() < CH_LEN {
                 break;
@@ -97,7 +99,7 @@ impl QueuePair {
                     // The rest of this PDU is its payload: receive it in place.
                     let (hdr, data) = avail.split_at(f.data_off);
                     self.note_oddities(&f, hdr);
-                    if let Err(e) = self.start_direct(&f, hdr, data) {
+                    if let Err(e) = self.start_direct(q, &f, hdr, data) {
                         self.fatal(e, &hdr[..f.hlen]);
                         break;
                     }
@@ -110,7 +112,7 @@ impl QueuePair {
             let pdu = &avail[..f.plen];
             // Once per PDU: a header is parsed again while its PDU is incomplete.
             self.note_oddities(&f, pdu);
-            if let Err(e) = self.on_pdu(&f, pdu) {
+            if let Err(e) = self.on_pdu(q, &f, pdu) {
                 self.fatal(e, &pdu[..f.hlen]);
                 break;
             }
@@ -130,7 +132,12 @@ impl QueuePair {
         }
     }
 
-    pub(crate) fn on_pdu(&mut self, f: &Framing, pdu: &[u8]) -> Result<(), Fatal> {
+    pub(crate) fn on_pdu(
+        &mut self,
+        q: &mut NvmeQueue,
+        f: &Framing,
+        pdu: &[u8],
+    ) -> Result<(), Fatal> {
         check_hdgst(f, pdu)?;
         let data = &pdu[f.data_off..f.data_off + f.data_len];
         let ddgst_ok = !f.ddgst || {
@@ -152,9 +159,9 @@ impl QueuePair {
                 }
                 let mut raw = [0u8; SQE_SIZE];
                 raw.copy_from_slice(&pdu[CH_LEN..CH_LEN + SQE_SIZE]);
-                self.on_capsule(Sqe::decode(&raw), data, ddgst_ok)
+                self.on_capsule(q, Sqe::decode(&raw), data, ddgst_ok)
             }
-            PduType::H2CData => self.on_h2c_data(f, pdu, data, ddgst_ok),
+            PduType::H2CData => self.on_h2c_data(q, f, pdu, data, ddgst_ok),
             // Framing::parse only lets host-to-controller types through.
             _ => Err(Fatal::field(0)),
         }
@@ -176,7 +183,7 @@ impl QueuePair {
     }
 
     fn oddity(&self, o: Oddity) {
-        self.core.target().tolerated.bump(o);
+        self.target.tolerated.bump(o);
     }
 
     /// ICReq → ICResp (TCP §3.6.2.2-3).
@@ -211,24 +218,26 @@ impl QueuePair {
 
     /// A command capsule (TCP §3.6.2.6): the command layer parses and checks
     /// it; its data descriptor (SGL) and data are checked here, then it runs.
-    pub(crate) fn on_capsule(&mut self, sqe: Sqe, icd: &[u8], ddgst_ok: bool) -> Result<(), Fatal> {
-        self.sqhd = (self.sqhd + 1) % (self.core.sqsize() as u32 + 1) as u16;
-        let (slot, xfer) = match self.core.begin(sqe) {
+    pub(crate) fn on_capsule(
+        &mut self,
+        q: &mut NvmeQueue,
+        sqe: Sqe,
+        icd: &[u8],
+        ddgst_ok: bool,
+    ) -> Result<(), Fatal> {
+        let (slot, xfer) = match q.begin(sqe) {
             // More commands than the queue has entries: the host broke flow control.
             Begin::Overrun => return Err(Fatal::sequence()),
             Begin::Deleted => {
                 self.closing = true;
                 return Ok(());
             }
-            Begin::Answered => {
-                self.flush_completions();
-                return Ok(());
-            }
+            Begin::Answered => return Ok(()),
             Begin::Ready { slot, xfer } => (slot, xfer),
         };
         let idx = slot as usize;
         if idx >= self.cmds.len() {
-            self.cmds.resize(self.core.slot_count(), Cmd::FREE);
+            self.cmds.resize(q.slot_count(), Cmd::FREE);
         }
         self.cmds[idx] = Cmd {
             phase: Phase::Exec,
@@ -241,37 +250,37 @@ impl QueuePair {
         match xfer {
             Xfer::H2C(len) => {
                 if dptr.length != len {
-                    self.core.fail(slot, Status::SGL_INVALID_DATA_LENGTH.dnr());
+                    q.fail(slot, Status::SGL_INVALID_DATA_LENGTH.dnr());
                 } else if dptr.sgl_type == sgl::IN_CAPSULE {
                     if dptr.addr != 0 {
-                        self.core.fail(slot, Status::SGL_INVALID_OFFSET.dnr());
+                        q.fail(slot, Status::SGL_INVALID_OFFSET.dnr());
                     } else if icd.len() != len as usize {
-                        self.core.fail(slot, Status::SGL_INVALID_DATA_LENGTH.dnr());
+                        q.fail(slot, Status::SGL_INVALID_DATA_LENGTH.dnr());
                     } else if !ddgst_ok {
-                        self.core.fail(slot, TRANSIENT_TRANSPORT_ERROR);
+                        q.fail(slot, TRANSIENT_TRANSPORT_ERROR);
                     } else {
-                        self.core.data_buf(slot).copy_from_slice(icd);
-                        self.core.execute(slot);
+                        q.data_buf(slot).copy_from_slice(icd);
+                        q.execute(slot);
                     }
                 } else if dptr.sgl_type == sgl::TRANSPORT && icd.is_empty() {
                     if self.has_budget(len) {
-                        self.start_r2t(idx);
+                        self.start_r2t(q, idx);
                     } else {
                         self.cmds[idx].phase = Phase::WaitBuf { r2t: true };
                         self.waiting.push_back(slot);
                     }
                 } else {
-                    self.core.fail(slot, Status::SGL_INVALID_TYPE.dnr());
+                    q.fail(slot, Status::SGL_INVALID_TYPE.dnr());
                 }
             }
             Xfer::C2H(len) => {
                 if !icd.is_empty() || dptr.sgl_type != sgl::TRANSPORT {
-                    self.core.fail(slot, Status::SGL_INVALID_TYPE.dnr());
+                    q.fail(slot, Status::SGL_INVALID_TYPE.dnr());
                 } else if dptr.length < len {
-                    self.core.fail(slot, Status::SGL_INVALID_DATA_LENGTH.dnr());
-                } else if self.core.qid() == 0 || self.has_budget(len) {
+                    q.fail(slot, Status::SGL_INVALID_DATA_LENGTH.dnr());
+                } else if q.qid() == 0 || self.has_budget(len) {
                     self.charge(idx, len);
-                    self.core.execute(slot);
+                    q.execute(slot);
                 } else {
                     self.cmds[idx].phase = Phase::WaitBuf { r2t: false };
                     self.waiting.push_back(slot);
@@ -279,40 +288,46 @@ impl QueuePair {
             }
             Xfer::None => {
                 if !icd.is_empty() {
-                    self.core.fail(slot, Status::INVALID_FIELD.dnr());
+                    q.fail(slot, Status::INVALID_FIELD.dnr());
                 } else {
-                    self.core.execute(slot);
+                    q.execute(slot);
                 }
             }
         }
-        self.flush_completions();
         Ok(())
     }
 
     /// H2CData (TCP §3.6.2.8): data for an R2T we sent.
     pub(crate) fn on_h2c_data(
         &mut self,
+        q: &mut NvmeQueue,
         f: &Framing,
         pdu: &[u8],
         data: &[u8],
         ddgst_ok: bool,
     ) -> Result<(), Fatal> {
         let (slot, got, end) = self.check_h2c(f, pdu)?;
-        if let Some(buf) = self.core.data_mut(slot) {
+        if let Some(buf) = q.data_mut(slot) {
             buf[got as usize..end as usize].copy_from_slice(data);
         }
-        self.h2c_arrived(slot, end, ddgst_ok);
+        self.h2c_arrived(q, slot, end, ddgst_ok);
         Ok(())
     }
 
     /// Checks an H2CData PDU's header (`hdr`: up to its data) as
     /// [`Self::on_h2c_data`] would, stores the part of its payload already
     /// here, and receives the rest into the command's buffer.
-    fn start_direct(&mut self, f: &Framing, hdr: &[u8], data: &[u8]) -> Result<(), Fatal> {
+    fn start_direct(
+        &mut self,
+        q: &mut NvmeQueue,
+        f: &Framing,
+        hdr: &[u8],
+        data: &[u8],
+    ) -> Result<(), Fatal> {
         check_hdgst(f, hdr)?;
         let (slot, got, end) = self.check_h2c(f, hdr)?;
         let at = got as usize + data.len();
-        if let Some(buf) = self.core.data_mut(slot) {
+        if let Some(buf) = q.data_mut(slot) {
             buf[got as usize..at].copy_from_slice(data);
         }
         self.direct = Some(DirectRx {
@@ -361,18 +376,17 @@ impl QueuePair {
 
     /// An H2CData PDU's payload is in the command's buffer up to `end`; the
     /// command runs once all its data is there.
-    pub(crate) fn h2c_arrived(&mut self, slot: u16, end: u32, ddgst_ok: bool) {
+    pub(crate) fn h2c_arrived(&mut self, q: &mut NvmeQueue, slot: u16, end: u32, ddgst_ok: bool) {
         let c = &mut self.cmds[slot as usize];
         c.bad_digest |= !ddgst_ok;
         c.phase = Phase::H2C { got: end };
         if end == c.len {
             c.phase = Phase::Exec;
             if c.bad_digest {
-                self.core.fail(slot, TRANSIENT_TRANSPORT_ERROR);
+                q.fail(slot, TRANSIENT_TRANSPORT_ERROR);
             } else {
-                self.core.execute(slot);
+                q.execute(slot);
             }
-            self.flush_completions();
         }
     }
 }
@@ -394,4 +408,18 @@ fn check_hdgst(f: &Framing, pdu: &[u8]) -> Result<(), Fatal> {
         return Err(Fatal::hdgst());
     }
     Ok(())
+}
+
+impl QueuePair {
+    /// Space to receive into (see [`Tcp::rx_space`]).
+    pub fn rx_space(&mut self) -> &mut [u8] {
+        let (t, q) = self.b.parts_mut();
+        t.rx_space(q)
+    }
+
+    /// `n` bytes were written into [`QueuePair::rx_space`]: every whole PDU
+    /// is processed, and what completed is sent.
+    pub fn on_received(&mut self, n: usize) {
+        self.b.with(|t, q| t.on_received(q, n));
+    }
 }

@@ -2,114 +2,59 @@
 //! requests out and their completions in, completions as C2HData +
 //! CapsuleResp, R2T, C2HTermReq.
 
-use crate::queue::{Phase, QueuePair};
-use farflash_backend::{IoBuf, IoCompletion, IoRequest, SharedBackend};
-use farflash_core::{Completion, Offload, OffloadDone};
+use crate::queue::{Phase, QueuePair, Tcp};
+use farflash_backend::IoBuf;
+use farflash_core::{Completion, NvmeQueue};
 use farflash_wire::cqe::{Cqe, CQE_SIZE};
+use farflash_wire::digest;
 use farflash_wire::pdu::{
     flags, write_header, DataHeader, Fatal, PduType, TermReq, CH_LEN, DIGEST_LEN,
 };
-use farflash_wire::{digest, Status};
 
 impl QueuePair {
     /// Bytes waiting to be sent.
     pub fn output_len(&self) -> usize {
-        self.out.len()
+        self.b.transport().out.len()
     }
 
     /// How many `iovec`s the waiting output takes.
     pub fn output_segments(&self) -> usize {
-        self.out.segments()
+        self.b.transport().out.segments()
     }
 
     /// Fills `iov` with what is waiting to be sent (for one `writev`);
     /// returns how many slices were filled.
     pub fn output_slices<'a>(&'a self, iov: &mut [std::io::IoSlice<'a>]) -> usize {
-        self.out.slices(iov)
+        self.b.transport().out.slices(iov)
     }
 
     /// `n` bytes of the output were sent.
     pub fn consume_output(&mut self, n: usize) {
-        self.out.consume(n, self.core.pool());
-        if !self.waiting.is_empty() {
-            self.resume_waiting();
-            self.flush_completions();
-        }
-        // Reading may have stopped at the high-water mark.
-        if self.rx_end > self.rx_start && self.wants_read() {
-            self.process_rx();
-        }
+        self.b.with(|t, q| {
+            t.out.consume(n, q.pool());
+            t.after_output(q);
+        });
     }
 
     /// Everything waiting to be sent, as one buffer, consumed (tests, fuzzers).
     pub fn take_output(&mut self) -> Vec<u8> {
-        let v = self.out.take_all(self.core.pool());
+        self.b.with(|t, q| {
+            let v = t.out.take_all(q.pool());
+            t.after_output(q);
+            v
+        })
+    }
+}
+
+impl Tcp {
+    /// Output went out: commands waiting for the buffer budget it held may
+    /// start, and reading may go on past the high-water mark.
+    fn after_output(&mut self, q: &mut NvmeQueue) {
         if !self.waiting.is_empty() {
-            self.resume_waiting();
-            self.flush_completions();
+            self.resume_waiting(q);
         }
-        if self.rx_end > self.rx_start && self.wants_read() {
-            self.process_rx();
-        }
-        v
-    }
-
-    /// Whether storage requests wait to be taken.
-    pub fn has_storage_requests(&self) -> bool {
-        self.core.has_storage_requests()
-    }
-
-    /// Hands the emitted storage requests to `run` (see
-    /// [`farflash_core::NvmeQueue::take_storage`]).
-    pub fn take_storage(&mut self, run: impl FnMut(&SharedBackend, IoRequest)) {
-        self.core.take_storage(run);
-        // Requests for a namespace that vanished complete at once.
-        self.flush_completions();
-    }
-
-    /// Whether slow work (authentication's DH) waits to be taken.
-    pub fn has_offloads(&self) -> bool {
-        self.core.has_offloads()
-    }
-
-    /// Hands the emitted slow work to `run` (see
-    /// [`farflash_core::NvmeQueue::take_offloads`]).
-    pub fn take_offloads(&mut self, run: impl FnMut(Offload)) {
-        self.core.take_offloads(run);
-    }
-
-    /// Slow work finished: its command completes into the output.
-    pub fn on_offload_completion(&mut self, d: OffloadDone) {
-        self.core.on_offload_completion(d);
-        self.flush_completions();
-    }
-
-    /// A storage request finished: its command completes into the output.
-    pub fn on_storage_completion(&mut self, c: IoCompletion) {
-        self.core.on_storage_completion(c);
-        self.flush_completions();
-    }
-
-    /// Sends every completion the command layer has, then starts commands
-    /// that waited for the buffer budget they freed (which may complete
-    /// more). Called after every call into the command layer.
-    pub(crate) fn flush_completions(&mut self) {
-        if let Some(c) = self.core.take_connected() {
-            // Before the Connect's own completion: it already follows the
-            // new queue's SQ flow control setting.
-            self.apply_connect(c);
-        }
-        loop {
-            self.core.take_completions(&mut self.done);
-            if self.done.is_empty() {
-                break;
-            }
-            let mut done = std::mem::take(&mut self.done);
-            for c in done.drain(..) {
-                self.send_completion(c);
-            }
-            self.done = done;
-            self.resume_waiting();
+        if self.rx_end > self.rx_start && self.wants_read(q) {
+            self.process_rx(q);
         }
     }
 
@@ -118,7 +63,7 @@ impl QueuePair {
     /// data transfer whose CQE would carry nothing but the CID ends with a
     /// SUCCESS C2HData instead of a CapsuleResp (TCP §3.6.2.9 / Fabrics §6.3
     /// CATTR: SQHD is not needed).
-    fn send_completion(&mut self, c: Completion) {
+    pub(crate) fn send_completion(&mut self, q: &mut NvmeQueue, c: Completion, cqe: Cqe) {
         if let Some(cmd) = c.slot.and_then(|s| self.cmds.get_mut(s as usize)) {
             self.charged -= cmd.charged as usize;
             cmd.charged = 0;
@@ -126,34 +71,20 @@ impl QueuePair {
         }
         let mut responded = false;
         if let Some((buf, len)) = c.data {
-            let success = !self.sq_flow_control && c.result == 0;
-            self.send_c2h(c.cid, buf, len as usize, success);
+            let success = !q.sq_flow_control() && c.result == 0;
+            self.send_c2h(q, c.cid, buf, len as usize, success);
             responded = success;
         }
         if !responded {
-            self.respond(c.cid, c.status, c.result);
+            self.respond(&cqe);
         }
     }
 
-    /// Sends a CapsuleResp (TCP §3.6.2.7).
-    /// `result`: CQE DW0 (low half) and DW1 (high half).
-    pub(crate) fn respond(&mut self, cid: u16, status: Status, result: u64) {
+    /// Sends a CapsuleResp (TCP §3.6.2.7) carrying `cqe`.
+    pub(crate) fn respond(&mut self, cqe: &Cqe) {
         if self.term_sent {
             return;
         }
-        let cqe = Cqe {
-            dw0: result as u32,
-            dw1: (result >> 32) as u32,
-            // Fabrics §? : SQHD is FFFFh when SQ flow control is disabled.
-            sqhd: if self.sq_flow_control {
-                self.sqhd
-            } else {
-                0xFFFF
-            },
-            sqid: self.core.qid(),
-            cid,
-            status,
-        };
         let hd = self.neg.hdgst;
         let b = self
             .out
@@ -184,9 +115,16 @@ impl QueuePair {
     /// (TCP §3.6.2.9); `success` sets SUCCESS on the last one (no
     /// CapsuleResp follows). The data is not copied: the output queue holds
     /// the buffer until the socket has taken it.
-    pub(crate) fn send_c2h(&mut self, cid: u16, buf: IoBuf, len: usize, success: bool) {
+    pub(crate) fn send_c2h(
+        &mut self,
+        q: &mut NvmeQueue,
+        cid: u16,
+        buf: IoBuf,
+        len: usize,
+        success: bool,
+    ) {
         if self.term_sent {
-            self.core.pool().put(buf);
+            q.pool().put(buf);
             return;
         }
         let chunk = self.target.transport.max_c2h_data as usize;

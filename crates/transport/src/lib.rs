@@ -7,8 +7,11 @@
 //! backend queues, batches whatever a read brings, and sends everything the
 //! batch produced in one write.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 mod adaptive;
 mod offload;
+mod route;
 mod worker;
 
 pub use farflash_core::config::PollMode;

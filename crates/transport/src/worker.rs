@@ -12,13 +12,15 @@
 //!
 //! Storage: the worker owns one queue per namespace ([`QueueSet`]), shared
 //! by all its connections. A connection's storage requests are taken after
-//! each receive, tagged `connection << 32 | slot`, and their completions are
-//! routed back by that tag. A connection closed with requests in flight stays
+//! each receive, tagged with their connection ([`Owner`], `route.rs`) above
+//! the command's slot, and their completions are routed back by that tag,
+//! the same way for TCP and RDMA. A connection closed with requests in flight stays
 //! as a zombie (socket shut down) until they have completed, so its index is
 //! never reused while a completion may still name it.
 
 use crate::adaptive::IdleWindow;
 use crate::offload::OffloadPort;
+use crate::route::{deliver, hand_out, Done, Owner, Sinks};
 use crate::{LoopOptions, PollMode};
 use farflash_backend::{IoCompletion, QueueSet};
 use farflash_core::Target;
@@ -42,8 +44,6 @@ const STORAGE_TOKEN: Token = Token(usize::MAX - 1);
 /// Tokens of the RDMA queues' fds (`RDMA_TOKEN + index`; TCP connections
 /// count from 0).
 const RDMA_TOKEN: usize = 1 << 40;
-/// The connection half of an RDMA queue's storage tags (`index | RDMA_TAG`).
-const RDMA_TAG: u64 = 1 << 31;
 /// Depth the shared storage queues are opened with (io_uring rings of this
 /// many entries; requests beyond it wait in the queue's overflow list).
 const STORAGE_DEPTH: u32 = 1024;
@@ -298,7 +298,7 @@ impl Worker {
                     }
                 }
                 for c in self.rdma.iter_mut().flatten() {
-                    c.tick(now);
+                    c.with_queue(|q| q.tick(now));
                 }
             }
             if !self.ready.is_empty() {
@@ -345,7 +345,7 @@ impl Worker {
                     c.qp.tick(now);
                 }
                 for c in self.rdma.iter_mut().flatten() {
-                    c.tick(now);
+                    c.with_queue(|q| q.tick(now));
                 }
             }
         }
@@ -635,23 +635,14 @@ impl Worker {
                 // wake the loop through the queues' eventfds.
                 return any;
             }
-            if c.qp.has_offloads() {
-                let (port, hi) = (&self.offload, (i as u64) << 32);
-                c.qp.take_offloads(|mut o| {
-                    o.tag |= hi;
-                    port.submit(o);
-                });
-            }
-            if c.qp.has_storage_requests() {
-                let hi = (i as u64) << 32;
-                let (set, failed) = (&mut self.storage, &mut self.comps);
-                c.qp.take_storage(|backend, mut req| {
-                    req.tag |= hi;
-                    set.submit(backend, req, failed);
-                });
-                if self.storage.len() != self.storage_opened {
-                    self.sync_storage_fds();
-                }
+            let to = Sinks {
+                offload: &self.offload,
+                storage: &mut self.storage,
+                failed: &mut self.comps,
+            };
+            hand_out(&mut c.qp, Owner::Tcp(i), to);
+            if self.storage.len() != self.storage_opened {
+                self.sync_storage_fds();
             }
             self.storage.commit();
             if !self.route_completions(i) {
@@ -662,35 +653,20 @@ impl Worker {
     }
 
     /// Reaps the storage queues and hands each completion to the connection
-    /// its tag names; connections other than `current` are queued for a
+    /// its tag names; TCP connections other than `current` are queued for a
     /// pass. Returns whether anything was routed.
     fn route_completions(&mut self, current: usize) -> bool {
         let mut comps = std::mem::take(&mut self.comps);
         self.storage.reap(&mut comps);
         let any = !comps.is_empty();
         for c in comps.drain(..) {
-            let j = (c.tag >> 32) as usize;
-            if (c.tag >> 32) & RDMA_TAG != 0 {
-                let k = ((c.tag >> 32) & !RDMA_TAG) as usize;
-                match self.rdma.get_mut(k).and_then(Option::as_mut) {
-                    Some(r) => {
-                        r.queue().set_now(self.now);
-                        r.on_storage_completion(c);
-                    }
-                    None => tracing::error!(tag = c.tag, "storage completion for no RDMA queue"),
-                }
-                continue;
-            }
-            match self.conns.get_mut(j).and_then(Option::as_mut) {
-                Some(conn) => {
-                    conn.qp.set_now(self.now);
-                    conn.qp.on_storage_completion(c);
+            let owner = Owner::of(c.tag);
+            if self.route(owner, Done::Storage(c)) {
+                if let Owner::Tcp(j) = owner {
                     if j != current {
                         self.ready.push(j);
                     }
                 }
-                // Zombies keep their index until their requests complete.
-                None => tracing::error!(tag = c.tag, "storage completion for no connection"),
             }
         }
         self.comps = comps;
@@ -701,27 +677,36 @@ impl Worker {
     /// queues those for a pass.
     fn route_offloads(&mut self) {
         while let Some(d) = self.offload.try_recv() {
-            let j = (d.tag >> 32) as usize;
-            if (d.tag >> 32) & RDMA_TAG != 0 {
-                let k = ((d.tag >> 32) & !RDMA_TAG) as usize;
-                match self.rdma.get_mut(k).and_then(Option::as_mut) {
-                    Some(r) => {
-                        r.queue().set_now(self.now);
-                        r.on_offload_completion(d);
-                    }
-                    None => tracing::error!(tag = d.tag, "offload completion for no RDMA queue"),
-                }
-                continue;
-            }
-            match self.conns.get_mut(j).and_then(Option::as_mut) {
-                Some(conn) => {
-                    conn.qp.set_now(self.now);
-                    conn.qp.on_offload_completion(d);
+            let owner = Owner::of(d.tag);
+            if self.route(owner, Done::Offload(d)) {
+                if let Owner::Tcp(j) = owner {
                     self.ready.push(j);
                 }
-                None => tracing::error!(tag = d.tag, "offload completion for no connection"),
             }
         }
+    }
+
+    /// Hands `done` to its connection; false when there is none (a bug:
+    /// zombies keep their index until their requests complete).
+    fn route(&mut self, owner: Owner, done: Done) -> bool {
+        let now = self.now;
+        match owner {
+            Owner::Tcp(j) => match self.conns.get_mut(j).and_then(Option::as_mut) {
+                Some(conn) => deliver(&mut conn.qp, now, done),
+                None => {
+                    tracing::error!(?owner, "completion for no connection");
+                    return false;
+                }
+            },
+            Owner::Rdma(k) => match self.rdma.get_mut(k).and_then(Option::as_mut) {
+                Some(r) => deliver(r, now, done),
+                None => {
+                    tracing::error!(?owner, "completion for no RDMA queue");
+                    return false;
+                }
+            },
+        }
+        true
     }
 
     /// Takes the RDMA queue pairs the acceptor handed over and watches
@@ -768,23 +753,14 @@ impl Worker {
                 continue;
             };
             worked |= c.drive(self.now);
-            if c.has_offloads() {
-                // Authentication's DH and PTPL writes: the helper thread,
-                // as for TCP (route_offloads brings them back).
-                let (port, hi) = (&self.offload, (RDMA_TAG | i as u64) << 32);
-                c.take_offloads(|mut o| {
-                    o.tag |= hi;
-                    port.submit(o);
-                });
-                worked = true;
-            }
-            if c.has_storage_requests() {
-                let hi = (RDMA_TAG | i as u64) << 32;
-                let (set, failed) = (&mut self.storage, &mut self.comps);
-                c.take_storage(|backend, mut req| {
-                    req.tag |= hi;
-                    set.submit(backend, req, failed);
-                });
+            // Authentication's DH and PTPL writes go to the helper thread
+            // and storage to the worker's queues, as for TCP.
+            let to = Sinks {
+                offload: &self.offload,
+                storage: &mut self.storage,
+                failed: &mut self.comps,
+            };
+            if hand_out(c, Owner::Rdma(i), to) {
                 if self.storage.len() != self.storage_opened {
                     self.sync_storage_fds();
                 }

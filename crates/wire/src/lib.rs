@@ -9,6 +9,8 @@
 //! Specifications: NVM Express Base 2.0 ("Base"), NVMe over Fabrics 1.1
 //! ("Fabrics"), NVMe/TCP Transport Binding 1.0 ("TCP").
 
+#![forbid(unsafe_code)]
+
 pub mod ana;
 pub mod auth;
 pub mod cqe;

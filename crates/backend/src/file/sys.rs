@@ -60,8 +60,8 @@ pub(crate) fn pread_exact(fd: RawFd, buf: &mut [u8], offset: u64) -> io::Result<
     while done < buf.len() {
         let rest = &mut buf[done..];
         let at = off(offset + done as u64)?;
-        // SAFETY: `rest` is valid for writes of `rest.len()` bytes.
         let n = retry(|| {
+            // SAFETY: `rest` is valid for writes of `rest.len()` bytes.
             cvt_size(unsafe { libc::pread(fd, rest.as_mut_ptr().cast(), rest.len(), at) })
         })?;
         if n == 0 {

@@ -340,15 +340,21 @@ impl BackendQueue for RbdQueue {
         // buffer, which stays in the slot (unmoved heap memory) until the
         // operation completed; lengths were checked against it by `validate`.
         match op {
-            IoOp::Read { offset, len } => self.issue(idx, |c| unsafe {
-                sys::rbd_aio_read(image, offset, len as usize, ptr.cast(), c)
+            IoOp::Read { offset, len } => self.issue(idx, |c| {
+                // SAFETY: as above.
+                unsafe { sys::rbd_aio_read(image, offset, len as usize, ptr.cast(), c) }
             }),
-            IoOp::Write { offset, len, .. } => self.issue(idx, |c| unsafe {
-                sys::rbd_aio_write(image, offset, len as usize, ptr.cast(), c)
+            IoOp::Write { offset, len, .. } => self.issue(idx, |c| {
+                // SAFETY: as above.
+                unsafe { sys::rbd_aio_write(image, offset, len as usize, ptr.cast(), c) }
             }),
-            IoOp::Flush => self.issue(idx, |c| unsafe { sys::rbd_aio_flush(image, c) }),
-            IoOp::WriteZeroes { offset, len, .. } => self.issue(idx, |c| unsafe {
-                sys::rbd_aio_write_zeroes(image, offset, len as usize, c, 0, 0)
+            IoOp::Flush => self.issue(idx, |c| {
+                // SAFETY: as above.
+                unsafe { sys::rbd_aio_flush(image, c) }
+            }),
+            IoOp::WriteZeroes { offset, len, .. } => self.issue(idx, |c| {
+                // SAFETY: as above.
+                unsafe { sys::rbd_aio_write_zeroes(image, offset, len as usize, c, 0, 0) }
             }),
             // Write Zeroes rather than discard: librbd skips the parts of a
             // discard smaller than an object, and deallocated blocks must
@@ -356,8 +362,9 @@ impl BackendQueue for RbdQueue {
             // objects.
             IoOp::Deallocate { .. } => {
                 for &(offset, len) in &ranges {
-                    self.issue(idx, |c| unsafe {
-                        sys::rbd_aio_write_zeroes(image, offset, len as usize, c, 0, 0)
+                    self.issue(idx, |c| {
+                        // SAFETY: as above.
+                        unsafe { sys::rbd_aio_write_zeroes(image, offset, len as usize, c, 0, 0) }
                     });
                 }
             }

@@ -158,7 +158,7 @@ impl Session {
             bail!("iscsi_create_context failed");
         }
         let s = Session { ctx };
-        // SAFETY (the four calls): ctx is live and not connected; the
+        // SAFETY: (the five calls) ctx is live and not connected; the
         // strings are NUL-terminated and copied by libiscsi.
         unsafe {
             sys::iscsi_set_targetname(ctx, iqn.as_ptr());

@@ -13,7 +13,7 @@
 //! burst_ms = 50                 # burst allowance (default 100 ms of each rate)
 //! ```
 
-use crate::config::Size;
+use crate::size::Size;
 use serde::{Deserialize, Serialize};
 
 /// Upper bounds that keep the arithmetic exact and catch typos.

@@ -187,7 +187,10 @@ fn a_limit_changed_at_run_time_applies_at_the_next_tick() {
     assert!(sub.set_qos(&[]));
     let third = run(&mut d, 1, io::READ)[0] - first - second;
     assert!(third > 50_000, "{third}");
-    assert!(d[0].q.qos.is_none(), "the gate went away with the limits");
+    assert!(
+        d[0].q.qos.gate.is_none(),
+        "the gate went away with the limits"
+    );
 }
 
 #[test]
@@ -201,5 +204,5 @@ fn throttled_time_is_counted_and_unlimited_queues_have_no_gate() {
     assert!(throttled > 1_500_000_000, "{throttled} ns");
     let t = target(vec![]);
     let d = Driver::new(&t, 1);
-    assert!(d.q.qos.is_none());
+    assert!(d.q.qos.gate.is_none());
 }

@@ -17,7 +17,7 @@ use crate::nstable::NsTable;
 use crate::stats::QueueStats;
 use crate::target::Target;
 use farflash_backend::{BufPool, IoBuf, IoCompletion, IoRequest, QueueSet};
-use farflash_wire::{Sqe, Status};
+use farflash_wire::{Cqe, Sqe, Status};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -26,10 +26,22 @@ mod lifecycle;
 mod offload;
 mod qos;
 mod slots;
+mod state;
 mod storage;
 
-pub(crate) use offload::Job;
+pub(crate) use offload::{Done, Job};
 pub use offload::{Offload, OffloadDone};
+pub(crate) use state::{CmdState, Event};
+
+/// Storage requests and offloads are tagged with their command's slot in
+/// the low this-many bits; the event loop may use the rest (which of its
+/// connections), and only the low part is read here ([`tag_slot`]).
+pub const TAG_SLOT_BITS: u32 = 32;
+
+/// The slot a storage request's or an offload's tag names.
+pub(crate) fn tag_slot(tag: u64) -> usize {
+    (tag & ((1 << TAG_SLOT_BITS) - 1)) as usize
+}
 
 /// Slots before Connect tells the queue size.
 const PRE_CONNECT_SLOTS: usize = 4;
@@ -37,15 +49,17 @@ const PRE_CONNECT_SLOTS: usize = 4;
 /// One command in flight.
 pub(crate) struct Slot {
     pub sqe: Sqe,
-    pub busy: bool,
+    /// Where the command is in its life; changed only by
+    /// [`Slot::step`] (`state.rs`).
+    state: CmdState,
     /// The data buffer: host data (H2C) or the reply (C2H).
     pub buf: Option<IoBuf>,
     /// Data bytes: expected (H2C) or to send (C2H reply).
     pub len: u32,
     /// The parsed I/O command (I/O queues).
     pub io: Option<IoCmd>,
-    /// Storage requests still in flight.
-    pub pending: u16,
+    /// The status to answer with once the requests still out are back (a
+    /// storage error, or a request that could not be emitted).
     pub status: Status,
     /// Send `buf[..len]` to the host with the completion.
     pub reply: bool,
@@ -57,11 +71,10 @@ impl Slot {
     fn empty() -> Slot {
         Slot {
             sqe: Sqe::default(),
-            busy: false,
+            state: CmdState::Free,
             buf: None,
             len: 0,
             io: None,
-            pending: 0,
             status: Status::SUCCESS,
             reply: false,
             t0: None,
@@ -69,31 +82,76 @@ impl Slot {
     }
 }
 
-pub struct NvmeQueue {
-    pub(crate) target: Arc<Target>,
-    /// The listener address the host reached (for the discovery log).
-    pub(crate) local: SocketAddr,
-    pub(crate) peer: SocketAddr,
+/// How the host reached a queue.
+pub(crate) struct Via {
+    /// The listener address (for the discovery log).
+    pub local: SocketAddr,
+    pub peer: SocketAddr,
     /// Transport type for the Error log (Fabrics TRTYPE).
-    pub(crate) trtype: u8,
-    pub(crate) qid: u16,
-    pub(crate) ctrl: Option<Arc<Controller>>,
-    pub(crate) sqsize: u16,
-    pub(crate) slots: Vec<Slot>,
+    pub trtype: u8,
+}
+
+/// The command slots, the CIDs in flight and the parked AERs.
+pub(crate) struct CmdSlots {
+    entries: Vec<Slot>,
     free: Vec<u16>,
+    /// One bit per CID in flight.
     cid_busy: Vec<u64>,
-    /// The subsystem's namespaces as this queue sees them.
-    pub(crate) ns: NsTable,
+    /// Admin queue: slots holding parked AERs, oldest first.
+    pub aers: Vec<u16>,
+}
+
+impl CmdSlots {
+    pub fn get(&self, idx: usize) -> Option<&Slot> {
+        self.entries.get(idx)
+    }
+
+    pub fn get_mut(&mut self, idx: usize) -> Option<&mut Slot> {
+        self.entries.get_mut(idx)
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+impl std::ops::Index<usize> for CmdSlots {
+    type Output = Slot;
+    fn index(&self, idx: usize) -> &Slot {
+        &self.entries[idx]
+    }
+}
+
+impl std::ops::IndexMut<usize> for CmdSlots {
+    fn index_mut(&mut self, idx: usize) -> &mut Slot {
+        &mut self.entries[idx]
+    }
+}
+
+/// What keeps this queue's host from its namespaces; both empty in the
+/// common case, so the I/O check is one branch. Re-read with the namespaces.
+#[derive(Default)]
+pub(crate) struct Blocks {
     /// ANA groups not accessible through this queue's listener, with their
-    /// state (`crate::ana`); empty in the common case, so the I/O check is
-    /// one branch. Re-read with the namespaces.
-    pub(crate) ana_blocked: Vec<(u32, farflash_wire::ana::AnaState)>,
-    /// Namespaces (keys) whose reservation keeps this queue's host from
-    /// reading or writing (`crate::resv`); empty when no namespace has a
-    /// reservation, so the I/O check is one branch. Re-read with the
-    /// namespaces (a reservation change moves their generation).
-    pub(crate) resv_block: Vec<(usize, crate::resv::Access)>,
-    pub(crate) pool: BufPool,
+    /// state (`crate::ana`).
+    pub ana_blocked: Vec<(u32, farflash_wire::ana::AnaState)>,
+    /// Namespaces (keys) whose reservation keeps the host from reading or
+    /// writing (`crate::resv`; a reservation change moves the namespaces'
+    /// generation).
+    pub resv_block: Vec<(usize, crate::resv::Access)>,
+}
+
+/// Everything the queue emits for its owner to take: completions (with the
+/// SQ head their CQEs carry), the Connect's outcome, storage requests and
+/// offloads, and how many of those are out.
+struct Outbox {
+    done: Vec<Completion>,
+    connected: Option<Connected>,
+    /// SQ Head Pointer: advanced by every command taken off the queue,
+    /// reported in each CQE (Base §4.2.1) unless the host disabled SQ flow
+    /// control (Fabrics §6.3, Connect CATTR bit 2, TP 8005).
+    sqhd: u16,
+    sq_flow_control: bool,
     /// Storage requests emitted and not yet taken: (namespace key, request
     /// tagged with its slot).
     storage_out: Vec<(usize, IoRequest)>,
@@ -102,94 +160,125 @@ pub struct NvmeQueue {
     storage_scratch: Vec<IoCompletion>,
     /// Slow work emitted and not yet taken (`offload.rs`).
     offload_out: Vec<Offload>,
-    /// Limits on this I/O queue and the commands waiting for them
-    /// (`qos.rs`); None when nothing limits it.
-    pub(crate) qos: Option<Box<crate::qos::Gate>>,
-    /// The subsystem's QoS generation last adopted, and the host's
-    /// fair-sharing weight from it.
-    qos_gen: u64,
-    weight: u32,
-    pub(crate) stats: Option<Arc<QueueStats>>,
+    /// Storage requests and offloads emitted and not yet completed.
+    in_flight: usize,
+}
+
+/// QoS on an I/O queue (`qos.rs`).
+pub(crate) struct QosState {
+    /// The limits and the commands waiting for them; None when nothing limits it.
+    pub gate: Option<Box<crate::qos::Gate>>,
+    /// The subsystem's QoS generation last adopted.
+    pub gen: u64,
+    /// The host's fair-sharing weight from it.
+    pub weight: u32,
+}
+
+/// The queue's life in time: ticks, keep-alive, authentication's timer,
+/// teardown (`lifecycle.rs`).
+pub(crate) struct Life {
     /// The time of the first tick.
     started: Option<Instant>,
     /// The time of the last tick.
-    pub(crate) clock: Option<Instant>,
+    pub clock: Option<Instant>,
     /// The event loop's clock for the current pass ([`NvmeQueue::set_now`]):
     /// latency samples are stamped with it, so the command layer itself
     /// reads no clock.
-    pub(crate) now: Option<Instant>,
+    pub now: Option<Instant>,
+    /// Latency samples are taken (a metrics listener runs); the target's
+    /// flag, copied at each tick so the I/O path reads nothing shared.
+    pub timing: bool,
     /// Admin queue: the tick at or after the last Keep Alive.
     last_keep_alive: Option<Instant>,
     /// A Keep Alive (or Connect, or a new KATO) arrived since the last tick.
     keep_alive_seen: bool,
-    /// Admin queue: slots holding parked AERs.
-    pub(crate) aers: Vec<u16>,
-    in_flight: usize,
     /// The controller's reset epoch when this I/O queue connected.
     epoch: u32,
     /// The command layer wants the queue closed (Disconnect, deleted queue,
     /// keep-alive expiry, shutdown).
     closing: bool,
-    connected: Option<Connected>,
-    done: Vec<Completion>,
     /// The target's listener generation last seen (a removed listener
     /// closes the connections that came through it).
     listeners_gen: u64,
-    /// Latency samples are taken (a metrics listener runs); the target's
-    /// flag, copied at each tick so the I/O path reads nothing shared.
-    pub(crate) timing: bool,
     /// DH-HMAC-CHAP state when the Connect asked the host to authenticate
     /// (`auth.rs`).
-    pub(crate) auth: Option<Box<farflash_auth::CtrlAuth>>,
+    pub auth: Option<Box<farflash_auth::CtrlAuth>>,
     /// The tick at or after the last authentication message (or the
     /// Connect): the transaction timeout counts from there.
-    pub(crate) auth_since: Option<Instant>,
+    pub auth_since: Option<Instant>,
+}
+
+pub struct NvmeQueue {
+    pub(crate) target: Arc<Target>,
+    pub(crate) via: Via,
+    pub(crate) qid: u16,
+    pub(crate) ctrl: Option<Arc<Controller>>,
+    pub(crate) sqsize: u16,
+    pub(crate) slots: CmdSlots,
+    /// The subsystem's namespaces as this queue sees them.
+    pub(crate) ns: NsTable,
+    pub(crate) blocks: Blocks,
+    pub(crate) pool: BufPool,
+    out: Outbox,
+    pub(crate) qos: QosState,
+    pub(crate) stats: Option<Arc<QueueStats>>,
+    pub(crate) life: Life,
 }
 
 impl NvmeQueue {
     /// A queue on a new connection from `peer` to listener `local`;
     /// `trtype` names the transport in the Error log.
     pub fn new(target: Arc<Target>, local: SocketAddr, peer: SocketAddr, trtype: u8) -> NvmeQueue {
-        let listeners_gen = target.listeners_generation();
-        let timing = target.latency_timing();
-        let mut q = NvmeQueue {
-            listeners_gen,
-            timing,
-            target,
-            local,
-            peer,
-            trtype,
-            qid: 0,
-            ctrl: None,
-            sqsize: PRE_CONNECT_SLOTS as u16 - 1,
-            slots: Vec::new(),
-            free: Vec::new(),
-            cid_busy: vec![0; 1024],
-            ns: NsTable::default(),
-            ana_blocked: Vec::new(),
-            resv_block: Vec::new(),
-            pool: BufPool::new(),
-            storage_out: Vec::new(),
-            own_storage: None,
-            storage_scratch: Vec::new(),
-            offload_out: Vec::new(),
-            qos: None,
-            qos_gen: 0,
-            weight: 1,
-            stats: None,
+        let life = Life {
             started: None,
             clock: None,
             now: None,
+            timing: target.latency_timing(),
             last_keep_alive: None,
             keep_alive_seen: false,
-            aers: Vec::new(),
-            in_flight: 0,
             epoch: 0,
             closing: false,
-            connected: None,
-            done: Vec::new(),
+            listeners_gen: target.listeners_generation(),
             auth: None,
             auth_since: None,
+        };
+        let mut q = NvmeQueue {
+            target,
+            via: Via {
+                local,
+                peer,
+                trtype,
+            },
+            qid: 0,
+            ctrl: None,
+            sqsize: PRE_CONNECT_SLOTS as u16 - 1,
+            slots: CmdSlots {
+                entries: Vec::new(),
+                free: Vec::new(),
+                cid_busy: vec![0; 1024],
+                aers: Vec::new(),
+            },
+            ns: NsTable::default(),
+            blocks: Blocks::default(),
+            pool: BufPool::new(),
+            out: Outbox {
+                done: Vec::new(),
+                connected: None,
+                sqhd: 0,
+                sq_flow_control: true,
+                storage_out: Vec::new(),
+                own_storage: None,
+                storage_scratch: Vec::new(),
+                offload_out: Vec::new(),
+                in_flight: 0,
+            },
+            qos: QosState {
+                gate: None,
+                gen: 0,
+                weight: 1,
+            },
+            stats: None,
+            life,
         };
         q.grow_slots(PRE_CONNECT_SLOTS);
         q
@@ -200,7 +289,7 @@ impl NvmeQueue {
     /// stamped with it when latency is sampled.
     #[inline]
     pub fn set_now(&mut self, now: Instant) {
-        self.now = Some(now);
+        self.life.now = Some(now);
     }
 
     pub fn target(&self) -> &Arc<Target> {
@@ -252,30 +341,59 @@ impl NvmeQueue {
         s.buf.as_mut().map(|b| &mut b.as_mut_slice()[..len])
     }
 
+    /// A command was taken off the submission queue: the head moves on,
+    /// wrapping at the queue's size.
+    pub(crate) fn advance_sqhd(&mut self) {
+        self.out.sqhd = ((self.out.sqhd as u32 + 1) % (self.sqsize as u32 + 1)) as u16;
+    }
+
+    /// Whether the host left SQ flow control on (Connect CATTR bit 2 clear).
+    pub fn sq_flow_control(&self) -> bool {
+        self.out.sq_flow_control
+    }
+
+    /// The completion queue entry of `c` as it goes out now: its result,
+    /// status and CID, this queue's SQID, and the SQ head, FFFFh when the
+    /// host disabled SQ flow control (Base §4.2.1; Fabrics §6.3, TP 8005).
+    pub fn cqe(&self, c: &Completion) -> Cqe {
+        Cqe {
+            dw0: c.result as u32,
+            dw1: (c.result >> 32) as u32,
+            sqhd: if self.out.sq_flow_control {
+                self.out.sqhd
+            } else {
+                0xFFFF
+            },
+            sqid: self.qid,
+            cid: c.cid,
+            status: c.status,
+        }
+    }
+
     /// Moves finished commands to `out` (appends).
     pub fn take_completions(&mut self, out: &mut Vec<Completion>) {
-        out.append(&mut self.done);
+        out.append(&mut self.out.done);
     }
 
     /// What a Connect made of the queue, once (before its completion).
     pub fn take_connected(&mut self) -> Option<Connected> {
-        self.connected.take()
+        self.out.connected.take()
     }
 
     /// Whether the queue must authenticate before it runs commands other
     /// than Fabrics ones (Base §8.13: Authentication Required).
     pub fn needs_auth(&self) -> bool {
-        self.auth.as_ref().is_some_and(|a| !a.authenticated())
+        self.life.auth.as_ref().is_some_and(|a| !a.authenticated())
     }
 
     /// Stops the queue (Disconnect).
     pub fn close(&mut self) {
-        self.closing = true;
+        self.life.closing = true;
     }
 
     /// Whether the command layer wants the queue closed.
     pub fn wants_close(&self) -> bool {
-        self.closing
+        self.life.closing
     }
 
     // ----- for the command modules -------------------------------------------
@@ -305,19 +423,23 @@ impl NvmeQueue {
     ) {
         self.qid = qid;
         self.sqsize = sqsize;
-        self.epoch = ctrl.epoch();
+        // The Connect was the queue's first entry (Fabrics §6.3).
+        self.out.sqhd = (1 % (sqsize as u32 + 1)) as u16;
+        self.out.sq_flow_control = !disable_sq_flow;
+        self.life.epoch = ctrl.epoch();
         if let Some(sub) = ctrl.subsystem() {
             self.ns.load(&sub.namespaces(), sub.generation());
-            self.ana_blocked = sub
-                .ana()
-                .blocked(ListenTransport::from_trtype(self.trtype), &self.local);
-            self.resv_block = crate::resv::cmd::blocked(&self.ns, &ctrl.hostid);
+            self.blocks.ana_blocked = sub.ana().blocked(
+                ListenTransport::from_trtype(self.via.trtype),
+                &self.via.local,
+            );
+            self.blocks.resv_block = self.ns.resv_blocked(&ctrl.hostid);
             self.stats = Some(sub.stats.register(&ctrl.hostnqn));
         }
         self.ctrl = Some(ctrl);
         self.refresh_qos();
-        self.keep_alive_seen = true;
-        self.connected = Some(Connected {
+        self.life.keep_alive_seen = true;
+        self.out.connected = Some(Connected {
             qid,
             sqsize,
             disable_sq_flow,
@@ -329,14 +451,14 @@ impl NvmeQueue {
     fn grow_slots(&mut self, n: usize) {
         let old = self.slots.len();
         if n > old {
-            self.slots.extend((old..n).map(|_| Slot::empty()));
-            self.free.extend((old as u16..n as u16).rev());
+            self.slots.entries.extend((old..n).map(|_| Slot::empty()));
+            self.slots.free.extend((old as u16..n as u16).rev());
         }
     }
 
     /// A Keep Alive (Base §5.27) or a new KATO: the timer restarts at the next tick.
     pub(crate) fn note_keep_alive(&mut self) {
-        self.keep_alive_seen = true;
+        self.life.keep_alive_seen = true;
     }
 
     pub(crate) fn namespace_index(&self, nsid: u32) -> Option<usize> {
@@ -350,11 +472,12 @@ impl NvmeQueue {
             if g != self.ns.generation() {
                 let list = sub.namespaces();
                 self.ns.load(&list, g);
-                self.ana_blocked = sub
-                    .ana()
-                    .blocked(ListenTransport::from_trtype(self.trtype), &self.local);
+                self.blocks.ana_blocked = sub.ana().blocked(
+                    ListenTransport::from_trtype(self.via.trtype),
+                    &self.via.local,
+                );
                 let h = self.ctrl.as_ref().map_or([0; 16], |c| c.hostid);
-                self.resv_block = crate::resv::cmd::blocked(&self.ns, &h);
+                self.blocks.resv_block = self.ns.resv_blocked(&h);
             }
         }
     }
@@ -366,7 +489,7 @@ impl NvmeQueue {
             && self
                 .ctrl
                 .as_ref()
-                .is_some_and(|c| !c.is_alive() || c.epoch() != self.epoch)
+                .is_some_and(|c| !c.is_alive() || c.epoch() != self.life.epoch)
     }
 }
 
@@ -380,9 +503,9 @@ impl Drop for NvmeQueue {
         if let Some(c) = &self.ctrl {
             if self.qid == 0 {
                 // The admin queue carries the association (Fabrics §3.?).
-                tracing::info!(cntlid = c.cntlid, peer = %self.peer, local = %self.local, "controller association ended");
+                tracing::info!(cntlid = c.cntlid, peer = %self.via.peer, local = %self.via.local, "controller association ended");
                 self.target.remove_controller(c);
-            } else if c.epoch() == self.epoch {
+            } else if c.epoch() == self.life.epoch {
                 // After a reset the QID may belong to a newer queue: leave it.
                 let mut st = c.lock();
                 st.io_qids.retain(|&q| q != self.qid);

@@ -6,7 +6,7 @@
 //! command's slot pending and counts as in flight, so a queue closed
 //! meanwhile waits for it. `commit` runs them inline for standalone use.
 
-use super::NvmeQueue;
+use super::{tag_slot, CmdState, Event, NvmeQueue};
 use crate::resv::ptpl::PtplWrite;
 use farflash_auth::{DhDone, DhJob};
 
@@ -20,14 +20,10 @@ pub(crate) enum Job {
 }
 
 #[derive(Debug)]
-enum Done {
+pub(crate) enum Done {
     Dh(DhDone),
     Ptpl(std::io::Result<()>),
 }
-
-/// Tags carry the slot index in their low 32 bits; the event loop may use
-/// the high 32 bits (its connection index), as with storage requests.
-const SLOT_MASK: u64 = 0xFFFF_FFFF;
 
 /// A piece of slow work a command waits for.
 #[derive(Debug)]
@@ -61,12 +57,14 @@ impl Offload {
 impl NvmeQueue {
     /// Emits `job` for the command in slot `idx`.
     pub(crate) fn offload(&mut self, idx: usize, job: Job) {
-        self.offload_out.push(Offload {
+        if !self.slots[idx].step(Event::Emit) {
+            return;
+        }
+        self.out.offload_out.push(Offload {
             tag: idx as u64,
             job,
         });
-        self.slots[idx].pending += 1;
-        self.in_flight += 1;
+        self.out.in_flight += 1;
         if let Some(c) = &self.ctrl {
             c.offload_count(true);
         }
@@ -74,36 +72,34 @@ impl NvmeQueue {
 
     /// Whether offloaded work waits to be taken.
     pub fn has_offloads(&self) -> bool {
-        !self.offload_out.is_empty()
+        !self.out.offload_out.is_empty()
     }
 
     /// Hands every emitted [`Offload`] to `run`; each must come back, once,
     /// through [`NvmeQueue::on_offload_completion`].
     pub fn take_offloads(&mut self, run: impl FnMut(Offload)) {
-        self.offload_out.drain(..).for_each(run);
+        self.out.offload_out.drain(..).for_each(run);
     }
 
-    /// Offloaded work finished: the command that waited for it goes on.
-    pub fn on_offload_completion(&mut self, d: OffloadDone) {
-        self.in_flight = self.in_flight.saturating_sub(1);
+    /// Offloaded work finished: returns its command's slot and the result
+    /// when nothing else of it is out (the dispatcher goes on with it,
+    /// [`NvmeQueue::on_offload_completion`]).
+    pub(crate) fn offload_done(&mut self, d: OffloadDone) -> Option<(usize, Done)> {
+        self.out.in_flight = self.out.in_flight.saturating_sub(1);
         if let Some(c) = &self.ctrl {
             c.offload_count(false);
         }
-        let idx = (d.tag & SLOT_MASK) as usize;
-        let Some(s) = self.slots.get_mut(idx).filter(|s| s.busy) else {
-            return;
-        };
-        s.pending = s.pending.saturating_sub(1);
-        match d.done {
-            Done::Dh(done) => crate::auth::computed(self, idx, done),
-            Done::Ptpl(r) => crate::resv::cmd::persisted(self, idx, r),
-        }
+        let idx = tag_slot(d.tag);
+        let s = self
+            .slots
+            .get_mut(idx)
+            .filter(|s| matches!(s.state(), CmdState::Waiting { .. }))?;
+        let last = s.step(Event::Reap) && s.state() == CmdState::Running;
+        last.then_some((idx, d.done))
     }
 
-    /// Standalone use: runs the emitted work here and now.
-    pub(super) fn run_offloads(&mut self) {
-        while let Some(o) = self.offload_out.pop() {
-            self.on_offload_completion(o.run());
-        }
+    /// Standalone use: the next emitted offload, to run here and now.
+    pub(crate) fn pop_offload(&mut self) -> Option<Offload> {
+        self.out.offload_out.pop()
     }
 }

@@ -3,8 +3,8 @@
 //! come back from [`NvmeQueue::throttle_wake`] and calls
 //! [`NvmeQueue::resume_throttled`].
 
-use super::NvmeQueue;
-use crate::command::{IoCmd, Outcome};
+use super::{CmdState, Event, NvmeQueue};
+use crate::command::IoCmd;
 use crate::qos::{Class, Gate};
 use crate::stats::QueueStats;
 use std::time::Instant;
@@ -30,29 +30,31 @@ impl NvmeQueue {
         let Some(ctrl) = &self.ctrl else { return };
         let Some(sub) = ctrl.subsystem() else { return };
         let g = sub.qos_generation();
-        let changed = g != self.qos_gen;
+        let changed = g != self.qos.gen;
         if changed {
-            self.qos_gen = g;
-            self.weight = sub.qos().weight(&ctrl.hostnqn);
+            self.qos.gen = g;
+            self.qos.weight = sub.qos().weight(&ctrl.hostnqn);
         }
-        if let Some(gate) = self.qos.as_mut() {
+        if let Some(gate) = self.qos.gate.as_mut() {
             // Counted as it accrues, so a queue that is always throttled
             // shows it too.
-            if let Some(now) = self.clock {
+            if let Some(now) = self.life.clock {
                 let t = gate.throttled_ns(now);
                 self.count_throttled(t);
             }
         }
-        match &mut self.qos {
-            Some(gate) if gate.gen == g && gate.idle_unlimited() => self.qos = None,
+        match &mut self.qos.gate {
+            Some(gate) if gate.gen == g && gate.idle_unlimited() => self.qos.gate = None,
             Some(gate) if gate.gen == g => {}
             Some(gate) => {
                 gate.refresh(&sub.qos(), &ctrl.hostnqn, g);
                 if gate.idle_unlimited() {
-                    self.qos = None;
+                    self.qos.gate = None;
                 }
             }
-            None if changed => self.qos = Gate::new(&sub.qos(), &ctrl.hostnqn, g).map(Box::new),
+            None if changed => {
+                self.qos.gate = Gate::new(&sub.qos(), &ctrl.hostnqn, g).map(Box::new)
+            }
             None => {}
         }
     }
@@ -60,11 +62,11 @@ impl NvmeQueue {
     /// Whether the I/O command in `idx` may run now; false: it was parked
     /// behind the queue's waiting commands or over a limit.
     pub(crate) fn qos_admit(&mut self, idx: usize, cmd: IoCmd) -> bool {
-        let Some(gate) = self.qos.as_mut() else {
+        let Some(gate) = self.qos.gate.as_mut() else {
             return true;
         };
         // No clock yet (standalone use without `set_now`): nothing to pace by.
-        let Some(now) = self.now.or(self.clock) else {
+        let Some(now) = self.life.now.or(self.life.clock) else {
             return true;
         };
         let (class, bytes) = cost(cmd);
@@ -72,7 +74,9 @@ impl NvmeQueue {
         if gate.parked.is_empty() && gate.admit(now, nsid, class, bytes) {
             return true;
         }
-        gate.park(idx as u16, now);
+        if self.slots[idx].step(Event::Throttle) {
+            gate.park(idx as u16, now);
+        }
         false
     }
 
@@ -80,41 +84,40 @@ impl NvmeQueue {
     /// `weight`, default 1): the event loop serves each connection about
     /// this many quanta per round.
     pub fn share_weight(&self) -> u32 {
-        self.weight
+        self.qos.weight
     }
 
     /// When the oldest throttled command may find its tokens (None: none
     /// waits). The event loop wakes then and calls
     /// [`NvmeQueue::resume_throttled`].
     pub fn throttle_wake(&self) -> Option<Instant> {
-        let g = self.qos.as_ref()?;
+        let g = self.qos.gate.as_ref()?;
         if g.parked.is_empty() {
             return None;
         }
-        Some(
-            g.wake
-                .unwrap_or_else(|| self.now.or(self.clock).unwrap_or_else(Instant::now)),
-        )
+        Some(g.wake.unwrap_or_else(|| {
+            self.life
+                .now
+                .or(self.life.clock)
+                .unwrap_or_else(Instant::now)
+        }))
     }
 
-    /// Runs the throttled commands whose tokens have come, oldest first;
-    /// returns whether any ran.
-    pub fn resume_throttled(&mut self) -> bool {
-        let Some(now) = self.now.or(self.clock) else {
-            return false;
-        };
-        if !self.qos.as_ref().is_some_and(|g| g.due(now)) {
-            return false;
+    /// The oldest throttled command whose tokens have come, admitted
+    /// (`Running`: the dispatcher runs it, [`NvmeQueue::resume_throttled`]).
+    pub(crate) fn admit_throttled(&mut self) -> Option<usize> {
+        let now = self.life.now.or(self.life.clock)?;
+        if !self.qos.gate.as_ref().is_some_and(|g| g.due(now)) {
+            return None;
         }
-        let mut any = false;
-        while let Some(gate) = self.qos.as_mut() {
+        while let Some(gate) = self.qos.gate.as_mut() {
             let Some(&slot) = gate.parked.front() else {
                 break;
             };
             let idx = slot as usize;
             let s = &self.slots[idx];
-            let Some(cmd) = s.io.filter(|_| s.busy) else {
-                // Completed meanwhile (a queue deleted under it): forget it.
+            let Some(cmd) = s.io.filter(|_| s.state() == CmdState::Throttled) else {
+                // Not waiting here (a bug `step` would have logged): forget it.
                 let t = gate.unparked(now);
                 self.count_throttled(t);
                 continue;
@@ -125,12 +128,11 @@ impl NvmeQueue {
             }
             let t = gate.unparked(now);
             self.count_throttled(t);
-            any = true;
-            if let Outcome::Done(st, result) = crate::io::execute(self, idx, cmd) {
-                self.complete(idx, st, result);
+            if self.slots[idx].step(Event::Admit) {
+                return Some(idx);
             }
         }
-        any
+        None
     }
 
     fn count_throttled(&self, ns: u64) {

@@ -2,7 +2,7 @@
 //! (error log, reply data, the completion for the binding), CIDs in flight,
 //! parked AERs.
 
-use super::NvmeQueue;
+use super::{Event, NvmeQueue};
 use crate::command::Completion;
 use crate::stats::QueueStats;
 use farflash_wire::log::ErrorEntry;
@@ -11,23 +11,25 @@ use farflash_wire::{Sqe, Status};
 impl NvmeQueue {
     /// Takes a free slot for a command, or `None` when all are busy.
     pub(crate) fn take_slot(&mut self, sqe: Sqe) -> Option<usize> {
-        let idx = self.free.pop()? as usize;
+        let idx = self.slots.free.pop()? as usize;
         let s = &mut self.slots[idx];
         s.sqe = sqe;
-        s.busy = true;
+        if !s.step(Event::Claim) {
+            self.slots.free.push(idx as u16);
+            return None;
+        }
         s.len = 0;
         s.io = None;
-        s.pending = 0;
         s.status = Status::SUCCESS;
         s.reply = false;
         s.t0 = None;
         if self.qid != 0 {
             if let Some(st) = &self.stats {
                 QueueStats::bump(&st.outstanding, 1);
-                if self.timing {
+                if self.life.timing {
                     // Latency samples, only while a metrics listener asks
                     // for them: the pass's clock, no clock read per command.
-                    s.t0 = self.now;
+                    s.t0 = self.life.now;
                 }
             }
         }
@@ -38,6 +40,11 @@ impl NvmeQueue {
     /// completion, with its reply data when it succeeded.
     pub(crate) fn complete(&mut self, idx: usize, status: Status, result: u64) {
         let s = &mut self.slots[idx];
+        if !s.step(Event::Complete) {
+            // Requests of it are still out (logged by `step`): their
+            // completions answer it.
+            return;
+        }
         let cid = s.sqe.cid;
         let nsid = s.sqe.nsid;
         let data = if status.is_success() && s.reply && s.len > 0 {
@@ -49,7 +56,6 @@ impl NvmeQueue {
         if let Some(b) = s.buf.take() {
             self.pool.put(b);
         }
-        s.busy = false;
         s.io = None;
         if let Some(st) = &self.stats {
             if self.qid != 0 {
@@ -66,14 +72,14 @@ impl NvmeQueue {
                     cid,
                     status: status.to_cqe_field(false),
                     nsid,
-                    trtype: self.trtype,
+                    trtype: self.via.trtype,
                     ..ErrorEntry::default()
                 });
             }
         }
         self.cid_clear(cid);
-        self.free.push(idx as u16);
-        self.done.push(Completion {
+        self.slots.free.push(idx as u16);
+        self.out.done.push(Completion {
             cid,
             status,
             result,
@@ -84,7 +90,7 @@ impl NvmeQueue {
 
     /// Answers a command that never got a slot.
     pub(crate) fn answer(&mut self, cid: u16, status: Status) {
-        self.done.push(Completion {
+        self.out.done.push(Completion {
             cid,
             status,
             result: 0,
@@ -96,13 +102,22 @@ impl NvmeQueue {
     /// Marks `cid` in flight; returns whether it already was.
     pub(crate) fn cid_test_and_set(&mut self, cid: u16) -> bool {
         let (w, b) = (cid as usize / 64, cid as usize % 64);
-        let was = self.cid_busy[w] & (1 << b) != 0;
-        self.cid_busy[w] |= 1 << b;
+        let was = self.slots.cid_busy[w] & (1 << b) != 0;
+        self.slots.cid_busy[w] |= 1 << b;
         was
     }
 
     pub(crate) fn cid_clear(&mut self, cid: u16) {
-        self.cid_busy[cid as usize / 64] &= !(1u64 << (cid % 64));
+        self.slots.cid_busy[cid as usize / 64] &= !(1u64 << (cid % 64));
+    }
+
+    /// Holds the AER in `idx` until an event (Base §5.2), and delivers
+    /// one that is waiting already.
+    pub(crate) fn park_aer(&mut self, idx: usize) {
+        if self.slots[idx].step(Event::Park) {
+            self.slots.aers.push(idx as u16);
+            self.deliver_events();
+        }
     }
 
     /// Completes parked AERs with pending events (Base §5.2).
@@ -110,10 +125,10 @@ impl NvmeQueue {
         let Some(ctrl) = self.ctrl.clone() else {
             return;
         };
-        while !self.aers.is_empty() {
+        while !self.slots.aers.is_empty() {
             let ev = ctrl.lock().events.pop_front();
             let Some(dw0) = ev else { break };
-            let idx = self.aers.remove(0) as usize;
+            let idx = self.slots.aers.remove(0) as usize;
             self.complete(idx, Status::SUCCESS, dw0.into());
         }
     }
@@ -125,19 +140,22 @@ impl NvmeQueue {
     /// completion, since the host no longer waits for it.
     pub(crate) fn retire_parked_aer(&mut self, cid: u16) {
         let Some(pos) = self
+            .slots
             .aers
             .iter()
             .position(|&i| self.slots[i as usize].sqe.cid == cid)
         else {
             return;
         };
-        let idx = self.aers.remove(pos) as usize;
+        let idx = self.slots.aers.remove(pos) as usize;
         let s = &mut self.slots[idx];
-        s.busy = false;
+        if !s.step(Event::Retire) {
+            return;
+        }
         if let Some(b) = s.buf.take() {
             self.pool.put(b);
         }
         self.cid_clear(cid);
-        self.free.push(idx as u16);
+        self.slots.free.push(idx as u16);
     }
 }

@@ -6,15 +6,12 @@
 //! [`NvmeQueue::on_storage_completion`]. `commit` / `poll_backends` do the
 //! same on a private queue set, for tests, fuzzers and benchmarks.
 
-use super::NvmeQueue;
+use super::{tag_slot, CmdState, Event, NvmeQueue};
+use crate::command::Outcome;
 use crate::stats::QueueStats;
 use farflash_backend::{IoCompletion, IoRequest, QueueSet, SharedBackend};
 use farflash_wire::opcode::admin as aop;
 use farflash_wire::Status;
-
-/// Tags carry the slot index in their low 32 bits; the event loop may use
-/// the high 32 bits (its connection index): only the low half is read here.
-const SLOT_MASK: u64 = 0xFFFF_FFFF;
 
 impl NvmeQueue {
     /// Emits a storage request for the command in `idx` on namespace `ns_idx`.
@@ -29,31 +26,34 @@ impl NvmeQueue {
             self.pool.put(req.buf);
             return Err(Status::INVALID_NAMESPACE.dnr());
         }
-        self.storage_out.push((ns_idx, req));
-        self.slots[idx].pending += 1;
-        self.in_flight += 1;
+        if !self.slots[idx].step(Event::Emit) {
+            self.pool.put(req.buf);
+            return Err(Status::INTERNAL_ERROR);
+        }
+        self.out.storage_out.push((ns_idx, req));
+        self.out.in_flight += 1;
         Ok(())
     }
 
     /// Storage requests emitted and not yet completed.
     pub fn in_flight(&self) -> usize {
-        self.in_flight
+        self.out.in_flight
     }
 
     /// Whether storage requests wait to be taken.
     pub fn has_storage_requests(&self) -> bool {
-        !self.storage_out.is_empty()
+        !self.out.storage_out.is_empty()
     }
 
     /// Hands every emitted storage request to `run` with the backend it
-    /// targets. Each must come back, once, through
-    /// [`NvmeQueue::on_storage_completion`] (failed or not).
-    pub fn take_storage(&mut self, mut run: impl FnMut(&SharedBackend, IoRequest)) {
-        if self.storage_out.is_empty() {
-            return;
-        }
-        let mut out = std::mem::take(&mut self.storage_out);
-        let mut lost = std::mem::take(&mut self.storage_scratch);
+    /// targets; a request whose namespace is gone completes at once, into
+    /// `lost` (see [`NvmeQueue::take_storage`]).
+    pub(crate) fn hand_out_storage(
+        &mut self,
+        mut run: impl FnMut(&SharedBackend, IoRequest),
+        lost: &mut Vec<IoCompletion>,
+    ) {
+        let mut out = std::mem::take(&mut self.out.storage_out);
         for (key, req) in out.drain(..) {
             match self.ns.backend(key) {
                 Some(be) => run(be, req),
@@ -66,21 +66,33 @@ impl NvmeQueue {
                 }),
             }
         }
-        self.storage_out = out;
+        self.out.storage_out = out;
         self.ns.collect();
-        for c in lost.drain(..) {
-            self.on_storage_completion(c);
-        }
-        self.storage_scratch = lost;
     }
 
-    /// A storage request finished: the one entry point for completions.
-    pub fn on_storage_completion(&mut self, c: IoCompletion) {
-        self.in_flight = self.in_flight.saturating_sub(1);
-        let idx = (c.tag & SLOT_MASK) as usize;
-        let Some(s) = self.slots.get_mut(idx).filter(|s| s.busy) else {
+    /// A completion scratch vector (reused: no allocation per batch).
+    pub(crate) fn scratch(&mut self) -> Vec<IoCompletion> {
+        std::mem::take(&mut self.out.storage_scratch)
+    }
+
+    /// Gives the scratch vector back, empty.
+    pub(crate) fn put_scratch(&mut self, v: Vec<IoCompletion>) {
+        self.out.storage_scratch = v;
+    }
+
+    /// A storage request finished: its status and data are kept; returns
+    /// the command's slot when it was the last one out (the dispatcher
+    /// goes on with it, [`NvmeQueue::on_storage_completion`]).
+    pub(crate) fn storage_done(&mut self, c: IoCompletion) -> Option<usize> {
+        self.out.in_flight = self.out.in_flight.saturating_sub(1);
+        let idx = tag_slot(c.tag);
+        let Some(s) = self
+            .slots
+            .get_mut(idx)
+            .filter(|s| matches!(s.state(), CmdState::Waiting { .. }))
+        else {
             self.pool.put(c.buf);
-            return;
+            return None;
         };
         if let Some(e) = c
             .result
@@ -116,23 +128,25 @@ impl NvmeQueue {
         } else {
             self.pool.put(c.buf);
         }
-        let s = &mut self.slots[idx];
-        s.pending = s.pending.saturating_sub(1);
-        if s.pending > 0 {
-            return;
-        }
+        let last =
+            self.slots[idx].step(Event::Reap) && self.slots[idx].state() == CmdState::Running;
+        last.then_some(idx)
+    }
+
+    /// The last storage request of the command in `idx` came back.
+    pub(crate) fn stored(&mut self, idx: usize) -> Outcome {
+        let s = &self.slots[idx];
         if s.sqe.opcode == aop::FABRICS {
             // The Flushes of a controller shutdown (Property Set CC.SHN): a
             // failure was logged above; the shutdown still completes.
             if let Some(ctrl) = &self.ctrl {
                 ctrl.shutdown_complete();
             }
-            self.complete(idx, Status::SUCCESS, 0);
-            return;
+            return Outcome::Done(Status::SUCCESS, 0);
         }
         let st = s.status;
         self.account(idx);
-        self.complete(idx, st, 0);
+        Outcome::Done(st, 0)
     }
 
     /// Counts a finished Read or Write in the queue's statistics (SMART log).
@@ -152,44 +166,28 @@ impl NvmeQueue {
             QueueStats::bump(&ns.read_cmds, 1);
             QueueStats::bump(&ns.read_bytes, len as u64);
         }
-        if let (Some(t0), Some(now)) = (s.t0, self.now) {
+        if let (Some(t0), Some(now)) = (s.t0, self.life.now) {
             st.latency(write, now.saturating_duration_since(t0).as_nanos() as u64);
         }
     }
+}
 
-    /// Standalone use (tests, fuzzers, benchmarks; the event loop uses its
-    /// shared per-thread queues instead): runs the emitted offloads here
-    /// (`offload.rs`), and the storage requests on a private queue set,
-    /// handing them to the kernel.
-    pub fn commit(&mut self) {
-        self.run_offloads();
-        let mut set = self
+impl NvmeQueue {
+    /// Standalone use: the private queue set (made on first use).
+    pub(crate) fn own_storage(&mut self) -> Box<QueueSet> {
+        self.out
             .own_storage
             .take()
-            .unwrap_or_else(|| Box::new(QueueSet::new(1024)));
-        let mut failed = Vec::new();
-        self.take_storage(|be, req| set.submit(be, req, &mut failed));
-        set.commit();
-        self.own_storage = Some(set);
-        for c in failed {
-            self.on_storage_completion(c);
-        }
+            .unwrap_or_else(|| Box::new(QueueSet::new(1024)))
     }
 
-    /// Standalone use: reaps the private queue set once and hands the
-    /// completions in. Returns whether anything completed.
-    pub fn poll_backends(&mut self) -> bool {
-        let Some(mut set) = self.own_storage.take() else {
-            return false;
-        };
-        let mut comps = std::mem::take(&mut self.storage_scratch);
-        set.reap(&mut comps);
-        self.own_storage = Some(set);
-        let any = !comps.is_empty();
-        for c in comps.drain(..) {
-            self.on_storage_completion(c);
-        }
-        self.storage_scratch = comps;
-        any
+    /// Standalone use: puts the private queue set back.
+    pub(crate) fn put_own_storage(&mut self, set: Box<QueueSet>) {
+        self.out.own_storage = Some(set);
+    }
+
+    /// Standalone use: whether a private queue set was made.
+    pub(crate) fn has_own_storage(&self) -> bool {
+        self.out.own_storage.is_some()
     }
 }

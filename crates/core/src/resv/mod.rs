@@ -6,7 +6,6 @@
 //! glue (`cmd.rs`) runs it and the PTPL file (`ptpl.rs`) keeps it across
 //! restarts.
 
-pub(crate) mod cmd;
 pub mod ptpl;
 
 use farflash_wire::resv::{RegCtl, ResvStatus, ResvType, NOTICE_RESERVATION_RELEASED};

@@ -4,9 +4,7 @@
 //! log, `Target::reservation_notices`), write the PTPL file off the event
 //! loop; and the per-I/O access check against the queue's cache.
 
-use super::Access;
 use crate::command::{Outcome, Xfer};
-use crate::nstable::NsTable;
 use crate::queue::{Job, NvmeQueue};
 use farflash_wire::opcode::io as op;
 use farflash_wire::resv::{self as wr, ResvCdw10};
@@ -30,32 +28,11 @@ pub(crate) fn classify(sqe: &Sqe) -> Result<Xfer, Status> {
     })
 }
 
-/// The namespaces (keys) of `ns` whose reservation limits host `h`.
-pub(crate) fn blocked(ns: &NsTable, h: &super::HostId) -> Vec<(usize, Access)> {
-    let mut out = Vec::new();
-    for pos in 0..ns.live_count() {
-        let Some(key) = ns.live_key_at(pos) else {
-            continue;
-        };
-        let Some(n) = ns.get(key) else {
-            continue;
-        };
-        let cell = n.resv.lock();
-        if cell.r.active() {
-            let a = cell.r.access(h);
-            if !(a.read && a.write) {
-                out.push((key, a));
-            }
-        }
-    }
-    out
-}
-
 /// Base §8.19: a read or write the reservation does not allow this host
 /// gets Reservation Conflict.
 #[cold]
 pub(crate) fn check_access(q: &NvmeQueue, key: usize, write: bool) -> Result<(), Status> {
-    match q.resv_block.iter().find(|(k, _)| *k == key) {
+    match q.blocks.resv_block.iter().find(|(k, _)| *k == key) {
         Some((_, a)) if (write && !a.write) || (!write && !a.read) => {
             Err(Status::RESERVATION_CONFLICT)
         }
@@ -141,7 +118,7 @@ pub(crate) fn execute(q: &mut NvmeQueue, idx: usize, key: usize, opcode: u8) -> 
 }
 
 /// The PTPL file of a reservation change was written (or not).
-pub(crate) fn persisted(q: &mut NvmeQueue, idx: usize, r: std::io::Result<()>) {
+pub(crate) fn persisted(r: std::io::Result<()>) -> Outcome {
     let st = match r {
         Ok(()) => Status::SUCCESS,
         Err(e) => {
@@ -149,5 +126,5 @@ pub(crate) fn persisted(q: &mut NvmeQueue, idx: usize, r: std::io::Result<()>) {
             Status::INTERNAL_ERROR
         }
     };
-    q.complete(idx, st, 0);
+    Outcome::Done(st, 0)
 }
