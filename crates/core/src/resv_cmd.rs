@@ -75,16 +75,20 @@ pub(crate) fn execute(q: &mut NvmeQueue, idx: usize, key: usize, opcode: u8) -> 
         let was = cell.r.ptpl;
         let r = match opcode {
             op::RESERVATION_REGISTER => {
+                // NVM §3.2.6 (CDW10 CPTPL). 01b is reserved and no receiver
+                // check is asked for: like Linux nvmet and SPDK, it changes
+                // nothing (was: Invalid Field). Clearing PTPL where it
+                // cannot be set (no PTPL file) changes nothing either, as
+                // in SPDK (was: Invalid Field); setting it there is refused,
+                // as SPDK does (RESCAP.PTPL is clear).
                 let cptpl = match c.cptpl {
-                    wr::CPTPL_NO_CHANGE => None,
-                    wr::CPTPL_CLEAR => Some(false),
+                    wr::CPTPL_SET if ns.resv.file.is_none() => {
+                        return Outcome::Done(Status::INVALID_FIELD.dnr(), 0);
+                    }
                     wr::CPTPL_SET => Some(true),
-                    _ => return Outcome::Done(Status::INVALID_FIELD.dnr(), 0),
+                    wr::CPTPL_CLEAR if ns.resv.file.is_some() => Some(false),
+                    _ => None,
                 };
-                if cptpl.is_some() && ns.resv.file.is_none() {
-                    // RESCAP.PTPL is clear: no file to persist to.
-                    return Outcome::Done(Status::INVALID_FIELD.dnr(), 0);
-                }
                 let r = cell.r.register(h, ctrl.cntlid, c.action, c.iekey, k1, k2);
                 if let (Ok(_), Some(p)) = (&r, cptpl) {
                     cell.r.ptpl = p;

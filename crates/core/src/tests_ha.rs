@@ -579,3 +579,51 @@ fn ana_changes_reach_storage_that_follows_them() {
     assert!(calls().is_empty());
     *owner.sub.lock().unwrap() = None;
 }
+
+/// CPTPL (NVM §3.2.6): 01b is reserved and changes nothing, as in Linux
+/// nvmet and SPDK; clearing PTPL without a PTPL file changes nothing (as
+/// SPDK); setting it without one is Invalid Field (as SPDK).
+#[test]
+fn cptpl_reserved_and_clear_change_nothing_set_needs_a_file() {
+    let (t, _script) = target();
+    let (_admin, mut q) = host(&t, 0xC);
+    let with = |cptpl: u8| ResvCdw10 {
+        cptpl,
+        ..cdw(wr::RREGA_REGISTER, 0)
+    };
+    assert_eq!(
+        resv(&mut q, io::RESERVATION_REGISTER, with(0b01), 0, 0x11),
+        Status::SUCCESS
+    );
+    let replace = |cptpl: u8| ResvCdw10 {
+        cptpl,
+        ..cdw(wr::RREGA_REPLACE, 0)
+    };
+    assert_eq!(
+        resv(
+            &mut q,
+            io::RESERVATION_REGISTER,
+            replace(wr::CPTPL_CLEAR),
+            0x11,
+            0x22
+        ),
+        Status::SUCCESS
+    );
+    assert_eq!(
+        resv(
+            &mut q,
+            io::RESERVATION_REGISTER,
+            replace(wr::CPTPL_SET),
+            0x22,
+            0x33
+        ),
+        Status::INVALID_FIELD.dnr()
+    );
+    // The refused command changed nothing: the key is still 0x22.
+    let (st, r) = report(&mut q, true);
+    assert_eq!(st, Status::SUCCESS);
+    let r = r.unwrap();
+    assert_eq!(r.regctls.len(), 1);
+    assert_eq!(r.regctls[0].rkey, 0x22);
+    assert!(!r.ptpls);
+}
