@@ -7,8 +7,34 @@ use crate::{discovery, identify};
 use farflash_wire::ana as wlog_ana;
 use farflash_wire::identify::{IDENTIFY_LEN, OAES_ANA_CHANGE, OAES_DISCOVERY_CHANGE, OAES_NS_ATTR};
 use farflash_wire::log::{self as wlog, GetLogPage, Smart, ERROR_ENTRY_LEN};
-use farflash_wire::opcode::{admin as op, cns, feature as fid, log_id};
+use farflash_wire::opcode::{admin as op, cns, feature as fid, io as iop, log_id};
 use farflash_wire::{Sqe, Status};
+
+/// The admin commands an I/O controller supports, and their effects (the
+/// Commands Supported and Effects log page; Fabrics commands are not listed).
+const ADMIN_EFFECTS: [(u8, u32); 7] = [
+    (op::GET_LOG_PAGE, wlog::CSUPP),
+    (op::IDENTIFY, wlog::CSUPP),
+    (op::ABORT, wlog::CSUPP),
+    (op::SET_FEATURES, wlog::CSUPP),
+    (op::GET_FEATURES, wlog::CSUPP),
+    (op::ASYNC_EVENT_REQUEST, wlog::CSUPP),
+    (op::KEEP_ALIVE, wlog::CSUPP),
+];
+
+/// The NVM commands `io.rs` runs; those that write change logical block
+/// content (LBCC).
+const IO_EFFECTS: [(u8, u32); 9] = [
+    (iop::FLUSH, wlog::CSUPP),
+    (iop::WRITE, wlog::CSUPP | wlog::LBCC),
+    (iop::READ, wlog::CSUPP),
+    (iop::WRITE_ZEROES, wlog::CSUPP | wlog::LBCC),
+    (iop::DATASET_MANAGEMENT, wlog::CSUPP | wlog::LBCC),
+    (iop::RESERVATION_REGISTER, wlog::CSUPP),
+    (iop::RESERVATION_REPORT, wlog::CSUPP),
+    (iop::RESERVATION_ACQUIRE, wlog::CSUPP),
+    (iop::RESERVATION_RELEASE, wlog::CSUPP),
+];
 
 /// Largest log page transfer we build in one command.
 const MAX_LOG_LEN: u64 = 4 << 20;
@@ -191,6 +217,17 @@ fn get_log_page(q: &mut NvmeQueue, idx: usize, ctrl: &Controller, sqe: &Sqe) -> 
             };
             let mut v = vec![0u8; wlog::SMART_LEN];
             smart.encode(&mut v);
+            v
+        }
+        // Base §5.16.1.6 (LPA bit 1): the commands an I/O controller runs,
+        // for the NVM Command Set (CSI 00h, CDW14 bits 31:24); Linux nvmet
+        // and SPDK return it too. Was: Invalid Log Page.
+        log_id::COMMANDS_SUPPORTED if !disc => {
+            if sqe.cdw14 >> 24 != 0 {
+                return Outcome::Done(Status::INVALID_LOG_PAGE.dnr(), 0);
+            }
+            let mut v = vec![0u8; wlog::CMD_EFFECTS_LEN];
+            wlog::encode_cmd_effects(&mut v, &ADMIN_EFFECTS, &IO_EFFECTS);
             v
         }
         log_id::FIRMWARE_SLOT if !disc => {

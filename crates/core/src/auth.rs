@@ -235,7 +235,17 @@ mod tests {
         crate::tests::connect_to(q, NQN, host, qid, cntlid)
     }
 
+    /// Identify Controller on the admin queue `q`, enabled first (CC.EN) as
+    /// a host does once it has authenticated: before that, both commands
+    /// wait for authentication.
     fn identify(q: &mut NvmeQueue) -> Status {
+        let en = farflash_wire::fabrics::PropertyCmd {
+            size8: false,
+            offset: farflash_wire::props::CC,
+            value: farflash_wire::props::cc::ENABLE_DEFAULT as u64,
+        }
+        .to_sqe(8, farflash_wire::opcode::fctype::PROPERTY_SET);
+        run(q, en, &[]);
         let sqe = Sqe {
             opcode: admin::IDENTIFY,
             flags: PSDT_SGL,

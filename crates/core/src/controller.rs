@@ -27,6 +27,10 @@ pub struct Controller {
     pub hostnqn: String,
     pub hostid: [u8; 16],
     alive: AtomicBool,
+    /// CC.EN = 1, CSTS.RDY = 1 and no shutdown asked (CC.SHN 00b): the
+    /// controller runs commands other than Fabrics ones (Base §3.5.1).
+    /// Kept with CC and CSTS (`set_ready`), read without the lock.
+    ready: AtomicBool,
     /// Bumped by every controller reset (CC.EN 1 -> 0): I/O queues connected
     /// under an older epoch are deleted (Base §3.7.2).
     epoch: AtomicU32,
@@ -85,6 +89,7 @@ impl Controller {
             hostnqn,
             hostid,
             alive: AtomicBool::new(true),
+            ready: AtomicBool::new(false),
             epoch: AtomicU32::new(0),
             offloads: AtomicU32::new(0),
             state: Mutex::new(CtrlState {
@@ -118,6 +123,20 @@ impl Controller {
     /// Whether the target itself is working for this association.
     pub(crate) fn offloads_pending(&self) -> bool {
         self.offloads.load(Ordering::Acquire) > 0
+    }
+
+    /// Whether commands other than Fabrics ones run (Base §3.5.1: CC.EN and
+    /// CSTS.RDY set, no shutdown asked); Linux nvmet and SPDK answer the
+    /// others with Command Sequence Error.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// Recomputes [`Controller::is_ready`] from CC and CSTS (under the lock).
+    pub(crate) fn set_ready(&self, st: &CtrlState) {
+        use farflash_wire::props::{cc, csts};
+        let ready = st.cc & cc::EN != 0 && st.csts & csts::RDY != 0 && cc::shn(st.cc) == 0;
+        self.ready.store(ready, Ordering::Release);
     }
 
     /// The current reset epoch.

@@ -178,21 +178,31 @@ impl NvmeQueue {
             // Write) does. Was: FUSE ignored.
             return Err(Status::INVALID_FIELD.dnr());
         }
-        if sqe.flags & 0xC0 == 0 && sqe.opcode != aop::FABRICS {
-            // Fabrics §2.? : commands must use SGLs (PSDT 01b or 10b).
+        let psdt = sqe.flags & 0xC0;
+        if (psdt == 0 || psdt == 0xC0) && sqe.opcode != aop::FABRICS {
+            // Base §4.2 (CDW0 PSDT): over a fabric commands use SGLs (01b or
+            // 10b); 11b is reserved. Both refused with Invalid Field, as
+            // Linux nvmet does. Was: 11b taken as an SGL.
             return Err(Status::INVALID_FIELD.dnr());
         }
         if sqe.opcode == aop::FABRICS {
             return fabrics::classify(self, &sqe);
         }
-        if self.ctrl.is_none() {
-            // Nothing but Connect before the queue is connected (Fabrics §3.?).
+        let Some(ctrl) = self.ctrl.as_ref() else {
+            // Nothing but Connect before the queue is connected (Fabrics §6.3).
             return Err(Status::COMMAND_SEQUENCE_ERROR.dnr());
-        }
+        };
         if self.needs_auth() {
             // Base §8.13 (Linux `nvmet_check_auth_status`): only Fabrics
             // commands until the queue has authenticated.
             return Err(Status::AUTH_REQUIRED.dnr());
+        }
+        if !ctrl.is_ready() {
+            // Base §3.5.1: only Fabrics commands until CC.EN = 1 and
+            // CSTS.RDY = 1, and none after a shutdown until a reset: Command
+            // Sequence Error, as Linux nvmet (`nvmet_check_ctrl_status`,
+            // after the authentication check) and SPDK answer. Was: run.
+            return Err(Status::COMMAND_SEQUENCE_ERROR.dnr());
         }
         if self.qid == 0 {
             admin::classify(self, &sqe)

@@ -30,6 +30,10 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<Xfer, Status> {
         }
         fctype::PROPERTY_GET | fctype::PROPERTY_SET => Ok(Xfer::None),
         fctype::DISCONNECT if q.ctrl.is_none() => Err(Status::COMMAND_SEQUENCE_ERROR.dnr()),
+        // Base §6.4: a Disconnect names an I/O queue; on the Admin Queue it
+        // fails with Invalid Queue Type (Linux nvmet and SPDK do not
+        // implement Disconnect: Invalid Opcode). Was: the association ended.
+        fctype::DISCONNECT if q.qid == 0 => Err(Status::INVALID_QUEUE_TYPE.dnr()),
         fctype::DISCONNECT => Ok(Xfer::None),
         fctype::AUTH_SEND | fctype::AUTH_RECEIVE => crate::auth::classify(q, sqe),
         _ => Err(Status::INVALID_OPCODE.dnr()),
@@ -43,7 +47,7 @@ pub(crate) fn execute(q: &mut NvmeQueue, idx: usize) -> Outcome {
         fctype::PROPERTY_GET => property_get(q, &sqe),
         fctype::PROPERTY_SET => property_set(q, idx, &sqe),
         fctype::DISCONNECT => {
-            // Fabrics §6.? : the queue is deleted after the response.
+            // Base §6.4: the I/O queue is deleted after the response.
             q.close();
             Outcome::Done(Status::SUCCESS, 0)
         }
@@ -172,8 +176,14 @@ fn connect(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
         // the controller to check Connect against it. Was: a QID beyond those
         // granted by Set Features Number of Queues: Connect Invalid Parameters.
         let max = t.transport.max_io_queues.min(u16::MAX as u32) as u16;
-        if c.qid > max || st.io_qids.contains(&c.qid) {
+        if c.qid > max {
             return invalid(false, soff::QID);
+        }
+        if st.io_qids.contains(&c.qid) {
+            // Base 2.1 §6.3 (Figure 546): a QID already in use is Invalid
+            // Queue Identifier, SPDK's answer (Linux nvmet: Command Sequence
+            // Error). Was: Connect Invalid Parameters.
+            return Outcome::Done(Status::INVALID_QUEUE_IDENTIFIER.dnr(), 0);
         }
         if st.io_queues_set && c.qid > st.io_queues_granted {
             t.tolerated.bump(crate::stats::Oddity::QidBeyondGranted);
@@ -270,7 +280,10 @@ fn property_set(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
         if new & cc::EN != 0 && old & cc::EN == 0 {
             // Base §3.5.1: an I/O controller needs 64-byte SQEs and 16-byte CQEs.
             let bad_sizes = !ctrl.is_discovery() && (cc::iosqes(new) != 6 || cc::iocqes(new) != 4);
-            if bad_sizes || cc::mps(new) != 0 || !css_supported(cc::css(new)) {
+            // Base §3.1.3.5: CC.AMS selects only a mechanism CAP.AMS reports
+            // (round robin alone here), as Linux nvmet (CSTS.CFS) and SPDK
+            // refuse it. Was: any AMS enabled, and round robin ran.
+            if bad_sizes || cc::mps(new) != 0 || cc::ams(new) != 0 || !css_supported(cc::css(new)) {
                 st.csts |= csts::CFS;
             } else {
                 st.csts = csts::RDY;
@@ -284,6 +297,7 @@ fn property_set(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
             st.csts = (st.csts & !csts::SHST_MASK) | csts::SHST_OCCURRING;
             flush = true;
         }
+        ctrl.set_ready(&st);
     }
     if flush {
         // Normal shutdown: make completed writes durable before reporting it.
@@ -400,10 +414,11 @@ mod tests {
         let mut io = queue(&t);
         let c = connect_to(&mut io, NQN, HOST, max + 1, cntlid);
         assert_eq!(c.status, Status::CONNECT_INVALID_PARAMETERS.dnr());
-        // A QID already connected is still refused.
+        // A QID already connected is still refused: Invalid Queue
+        // Identifier (Base 2.1 §6.3, as SPDK).
         let mut io = queue(&t);
         let c = connect_to(&mut io, NQN, HOST, 3, cntlid);
-        assert_eq!(c.status, Status::CONNECT_INVALID_PARAMETERS.dnr());
+        assert_eq!(c.status, Status::INVALID_QUEUE_IDENTIFIER.dnr());
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub(crate) fn controller(q: &NvmeQueue, ctrl: &Controller) -> IdCtrl {
         maxcmd: t.max_queue_depth as u16,
         sgls: wid::SGLS_SUPPORTED
             | wid::SGLS_OFFSET
+            | wid::SGLS_LONGER
             | if q.via.trtype == farflash_wire::discovery::TRTYPE_RDMA {
                 wid::SGLS_KEYED
             } else {
@@ -36,7 +37,13 @@ pub(crate) fn controller(q: &NvmeQueue, ctrl: &Controller) -> IdCtrl {
         msdbd: 1,
         ioccsz: (64 + t.in_capsule_data_size) / 16,
         iorcsz: 1,
-        lpa: wid::LPA_EXTENDED,
+        // An I/O controller also has the Commands Supported and Effects log.
+        lpa: wid::LPA_EXTENDED
+            | if ctrl.is_discovery() {
+                0
+            } else {
+                wid::LPA_CMD_EFFECTS
+            },
         elpe: (ERROR_LOG_ENTRIES - 1) as u8,
         aerl: (AER_LIMIT - 1) as u8,
         frmw: 1 << 1 | 1, // one slot, slot 1 read-only

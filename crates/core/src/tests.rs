@@ -346,3 +346,168 @@ fn host_identifier_feature_reads_the_connect_hostid() {
         Status::COMMAND_SEQUENCE_ERROR.dnr()
     );
 }
+
+fn identify_ctrl(cid: u16) -> Sqe {
+    Sqe {
+        opcode: farflash_wire::opcode::admin::IDENTIFY,
+        flags: PSDT_SGL,
+        cid,
+        dptr: SglDescriptor::transport(4096),
+        cdw10: 1,
+        ..Sqe::default()
+    }
+}
+
+fn set_cc(cid: u16, cc: u32) -> Sqe {
+    PropertyCmd {
+        size8: false,
+        offset: props::CC,
+        value: cc as u64,
+    }
+    .to_sqe(cid, fctype::PROPERTY_SET)
+}
+
+fn csts(q: &mut NvmeQueue) -> u32 {
+    let get = PropertyCmd {
+        size8: false,
+        offset: props::CSTS,
+        value: 0,
+    }
+    .to_sqe(7, fctype::PROPERTY_GET);
+    run(q, get, &[]).result as u32
+}
+
+/// Base §3.5.1: commands other than Fabrics ones run only while CC.EN = 1,
+/// CSTS.RDY = 1 and no shutdown was asked; the rest get Command Sequence
+/// Error, as Linux nvmet and SPDK answer (the differential harness found
+/// farflash running them).
+#[test]
+fn commands_wait_for_an_enabled_ready_controller() {
+    let (t, _) = target();
+    let mut admin = queue(&t);
+    let c = connect(&mut admin, 0, CNTLID_DYNAMIC);
+    assert_eq!(c.status, Status::SUCCESS);
+    let seq = Status::COMMAND_SEQUENCE_ERROR.dnr();
+    assert_eq!(
+        run(&mut admin, identify_ctrl(2), &[]).status,
+        seq,
+        "before CC.EN"
+    );
+    // A refused enable (CC.AMS weighted round robin, which CAP.AMS does not
+    // report) sets CSTS.CFS and leaves the controller not ready.
+    let wrr = props::cc::ENABLE_DEFAULT | (1 << 11);
+    assert_eq!(run(&mut admin, set_cc(3, wrr), &[]).status, Status::SUCCESS);
+    assert_ne!(csts(&mut admin) & props::csts::CFS, 0, "CC.AMS 001b");
+    assert_eq!(
+        run(&mut admin, identify_ctrl(4), &[]).status,
+        seq,
+        "after CFS"
+    );
+    assert_eq!(run(&mut admin, set_cc(5, 0), &[]).status, Status::SUCCESS);
+    let en = props::cc::ENABLE_DEFAULT;
+    assert_eq!(run(&mut admin, set_cc(6, en), &[]).status, Status::SUCCESS);
+    assert_eq!(csts(&mut admin) & props::csts::RDY, props::csts::RDY);
+    assert_eq!(
+        run(&mut admin, identify_ctrl(8), &[]).status,
+        Status::SUCCESS
+    );
+    // An I/O queue runs commands while the controller is ready...
+    let mut io = queue(&t);
+    assert_eq!(connect(&mut io, 1, c.result as u16).status, Status::SUCCESS);
+    let flush = Sqe {
+        opcode: io::FLUSH,
+        flags: PSDT_SGL,
+        cid: 9,
+        nsid: 1,
+        ..Sqe::default()
+    };
+    assert_eq!(run(&mut io, flush, &[]).status, Status::SUCCESS);
+    // ...and no more after a normal shutdown (CC.SHN 01b), until a reset.
+    let shn = en | props::cc::SHN_NORMAL;
+    assert_eq!(
+        run(&mut admin, set_cc(10, shn), &[]).status,
+        Status::SUCCESS
+    );
+    assert_eq!(run(&mut io, Sqe { cid: 11, ..flush }, &[]).status, seq);
+    assert_eq!(run(&mut admin, identify_ctrl(12), &[]).status, seq);
+}
+
+/// Base §4.2: PSDT 11b is reserved: Invalid Field, as Linux nvmet (was:
+/// taken as an SGL).
+#[test]
+fn psdt_11b_is_invalid_field() {
+    let (_t, mut admin, mut q) = {
+        let (t, _) = target();
+        let (a, q) = io_queue(&t);
+        (t, a, q)
+    };
+    let mut read = rw(io::READ, 3, 0, 512);
+    read.flags = 0xC0;
+    assert_eq!(run(&mut q, read, &[]).status, Status::INVALID_FIELD.dnr());
+    let mut id = identify_ctrl(4);
+    id.flags = 0xC0;
+    assert_eq!(run(&mut admin, id, &[]).status, Status::INVALID_FIELD.dnr());
+}
+
+/// Base §6.4: Disconnect on the Admin Queue is Invalid Queue Type (was: the
+/// association ended).
+#[test]
+fn disconnect_on_the_admin_queue_is_invalid_queue_type() {
+    let (t, _) = target();
+    let (mut admin, _q) = io_queue(&t);
+    let sqe = Sqe {
+        opcode: farflash_wire::opcode::admin::FABRICS,
+        cid: 5,
+        nsid: fctype::DISCONNECT as u32,
+        ..Sqe::default()
+    };
+    assert_eq!(
+        run(&mut admin, sqe, &[]).status,
+        Status::INVALID_QUEUE_TYPE.dnr()
+    );
+    assert!(!admin.wants_close());
+    assert_eq!(
+        run(&mut admin, identify_ctrl(6), &[]).status,
+        Status::SUCCESS
+    );
+}
+
+/// Base §5.16.1.6: the Commands Supported and Effects log (LPA bit 1) lists
+/// what an I/O controller runs; writes change logical block content.
+#[test]
+fn commands_supported_and_effects_log() {
+    use farflash_wire::log::{CSUPP, LBCC};
+    use farflash_wire::opcode::{admin, log_id};
+    let (t, _) = target();
+    let (mut a, _q) = io_queue(&t);
+    let c = run(&mut a, identify_ctrl(3), &[]);
+    let id = farflash_wire::identify::IdCtrl::decode(c.data.as_ref().unwrap().0.as_slice());
+    assert_ne!(id.lpa & farflash_wire::identify::LPA_CMD_EFFECTS, 0);
+    let log = |a: &mut NvmeQueue, csi: u32| {
+        let sqe = Sqe {
+            opcode: admin::GET_LOG_PAGE,
+            flags: PSDT_SGL,
+            cid: 4,
+            nsid: u32::MAX,
+            dptr: SglDescriptor::transport(4096),
+            cdw10: log_id::COMMANDS_SUPPORTED as u32 | (4096 / 4 - 1) << 16,
+            cdw14: csi << 24,
+            ..Sqe::default()
+        };
+        run(a, sqe, &[])
+    };
+    let c = log(&mut a, 0);
+    assert_eq!(c.status, Status::SUCCESS);
+    let page = c.data.unwrap().0.as_slice()[..4096].to_vec();
+    let entry = |base: usize, op: u8| farflash_wire::le::u32_at(&page, base + op as usize * 4);
+    assert_eq!(entry(0, admin::IDENTIFY), CSUPP);
+    assert_eq!(entry(0, admin::FABRICS), 0);
+    assert_eq!(entry(1024, io::READ), CSUPP);
+    assert_eq!(entry(1024, io::WRITE), CSUPP | LBCC);
+    assert_eq!(entry(1024, io::COMPARE), 0, "not run here");
+    assert_eq!(
+        log(&mut a, 2).status,
+        Status::INVALID_LOG_PAGE.dnr(),
+        "CSI 02h"
+    );
+}

@@ -105,7 +105,9 @@ pub fn plan(xfer: Xfer, desc: &[u8; SGL_DESC_SIZE], icd_len: usize) -> Result<Pl
         }
         Xfer::H2C(len) if ty == IN_CAPSULE => {
             let d = farflash_wire::sqe::SglDescriptor::decode(desc);
-            if d.length != len {
+            // Base §4.3.2, SGLS bit 18: an SGL longer than the data is
+            // supported (the rest is not moved). Was: exactly the data.
+            if d.length < len {
                 return Err(Status::SGL_INVALID_DATA_LENGTH.dnr());
             }
             // The offset is from the start of the in-capsule data (ICDOFF 0).
@@ -128,9 +130,10 @@ pub fn plan(xfer: Xfer, desc: &[u8; SGL_DESC_SIZE], icd_len: usize) -> Result<Pl
             }
             let k = KeyedSgl::decode(desc);
             let write = matches!(xfer, Xfer::C2H(_));
-            // Host writes move exactly the SGL; reads fit in it (Base
-            // §4.3.2: a shorter SGL is "Data SGL Length Invalid").
-            if k.length < len || (!write && k.length != len) {
+            // The data fits in the SGL (Base §4.3.2: a shorter SGL is "Data
+            // SGL Length Invalid"); a longer one is supported (SGLS bit 18),
+            // and only the data moves. Was: host writes exactly the SGL.
+            if k.length < len {
                 return Err(Status::SGL_INVALID_DATA_LENGTH.dnr());
             }
             if k.addr.checked_add(len as u64).is_none() {
@@ -216,11 +219,19 @@ mod tests {
                 invalidate: Some(7)
             }
         );
-        // A longer or shorter SGL than the write: Data SGL Length Invalid.
-        for l in [4095, 4097] {
-            let e = plan(Xfer::H2C(4096), &keyed(0x1000, l, 7, false), 0).unwrap_err();
-            assert_eq!(e, Status::SGL_INVALID_DATA_LENGTH.dnr());
-        }
+        // A shorter SGL than the write: Data SGL Length Invalid; a longer
+        // one (SGLS bit 18) moves only the write's data.
+        let e = plan(Xfer::H2C(4096), &keyed(0x1000, 4095, 7, false), 0).unwrap_err();
+        assert_eq!(e, Status::SGL_INVALID_DATA_LENGTH.dnr());
+        let p = plan(Xfer::H2C(4096), &keyed(0x1000, 8192, 7, false), 0).unwrap();
+        assert_eq!(
+            p.data,
+            Placement::Read(Remote {
+                addr: 0x1000,
+                len: 4096,
+                key: 7
+            })
+        );
     }
 
     #[test]
@@ -276,8 +287,16 @@ mod tests {
                 "offset {off} icd {icd}"
             );
         }
+        // Longer than the data (SGLS bit 18): the data is at the offset.
         assert_eq!(
-            plan(Xfer::H2C(512), &in_capsule(0, 1024), 1024),
+            plan(Xfer::H2C(512), &in_capsule(0, 1024), 1024).map(|p| p.data),
+            Ok(Placement::InCapsule {
+                offset: 0,
+                len: 512
+            })
+        );
+        assert_eq!(
+            plan(Xfer::H2C(512), &in_capsule(0, 511), 1024),
             Err(Status::SGL_INVALID_DATA_LENGTH.dnr())
         );
     }

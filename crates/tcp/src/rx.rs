@@ -249,18 +249,25 @@ impl Tcp {
         let dptr = sqe.dptr;
         match xfer {
             Xfer::H2C(len) => {
-                if dptr.length != len {
+                // Base §4.3.2: an SGL at least as long as the data (SGLS bit
+                // 18: longer ones are supported, the rest is not moved) at an
+                // offset into the in-capsule data (SGLS bit 20). Was: the
+                // length exactly the data's and the offset 0, while bit 20
+                // was reported (Linux nvmet honours the offset).
+                let start = dptr.addr.min(usize::MAX as u64) as usize;
+                let in_capsule = start
+                    .checked_add(len as usize)
+                    .and_then(|end| icd.get(start..end));
+                if dptr.length < len {
                     q.fail(slot, Status::SGL_INVALID_DATA_LENGTH.dnr());
                 } else if dptr.sgl_type == sgl::IN_CAPSULE {
-                    if dptr.addr != 0 {
-                        q.fail(slot, Status::SGL_INVALID_OFFSET.dnr());
-                    } else if icd.len() != len as usize {
-                        q.fail(slot, Status::SGL_INVALID_DATA_LENGTH.dnr());
-                    } else if !ddgst_ok {
-                        q.fail(slot, TRANSIENT_TRANSPORT_ERROR);
-                    } else {
-                        q.data_buf(slot).copy_from_slice(icd);
+                    if let Some(data) = in_capsule.filter(|_| ddgst_ok) {
+                        q.data_buf(slot).copy_from_slice(data);
                         q.execute(slot);
+                    } else if in_capsule.is_none() {
+                        q.fail(slot, Status::SGL_INVALID_OFFSET.dnr());
+                    } else {
+                        q.fail(slot, TRANSIENT_TRANSPORT_ERROR);
                     }
                 } else if dptr.sgl_type == sgl::TRANSPORT && icd.is_empty() {
                     if self.has_budget(len) {

@@ -85,6 +85,10 @@ pub const SGLS_SUPPORTED: u32 = 1;
 /// NVMe/RDMA; Linux's nvme-rdma refuses a controller without it).
 pub const SGLS_KEYED: u32 = 1 << 2;
 pub const SGLS_OFFSET: u32 = 1 << 20;
+/// SGLS bit 18: an SGL longer than the data it describes is supported.
+pub const SGLS_LONGER: u32 = 1 << 18;
+/// LPA bit 1: the Commands Supported and Effects log page (05h).
+pub const LPA_CMD_EFFECTS: u8 = 1 << 1;
 /// LPA bit 2: extended data for Get Log Page (NUMDU, LPO).
 pub const LPA_EXTENDED: u8 = 1 << 2;
 

@@ -7,6 +7,23 @@ use crate::sqe::Sqe;
 
 pub const ERROR_ENTRY_LEN: usize = 64;
 pub const SMART_LEN: usize = 512;
+/// The Commands Supported and Effects log page (Base §5.16.1.6): 256 admin
+/// entries, then 256 I/O entries, 32 bits each.
+pub const CMD_EFFECTS_LEN: usize = 4096;
+/// Commands Supported and Effects entry bit 0: the command is supported.
+pub const CSUPP: u32 = 1 << 0;
+/// Entry bit 1: the command may change logical block content.
+pub const LBCC: u32 = 1 << 1;
+
+/// Writes the Commands Supported and Effects log page: `(opcode, effects)`
+/// of each supported admin and I/O command.
+pub fn encode_cmd_effects(b: &mut [u8], admin: &[(u8, u32)], io: &[(u8, u32)]) {
+    for (base, list) in [(0, admin), (1024, io)] {
+        for &(op, e) in list {
+            put_u32(b, base + op as usize * 4, e);
+        }
+    }
+}
 pub const FW_SLOT_LEN: usize = 512;
 pub const CHANGED_NS_LEN: usize = 4096;
 

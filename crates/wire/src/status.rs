@@ -70,6 +70,8 @@ impl Status {
     // Command Specific Status (Base §4.6.1.2.2, Fabrics §3.? for 80h..).
     pub const INVALID_QUEUE_IDENTIFIER: Status = Status::new(sct::COMMAND_SPECIFIC, 0x01);
     pub const INVALID_QUEUE_SIZE: Status = Status::new(sct::COMMAND_SPECIFIC, 0x02);
+    /// Disconnect on the Admin Queue (Base §6.4): 85h Invalid Queue Type.
+    pub const INVALID_QUEUE_TYPE: Status = Status::new(sct::COMMAND_SPECIFIC, 0x85);
     pub const ABORT_LIMIT_EXCEEDED: Status = Status::new(sct::COMMAND_SPECIFIC, 0x03);
     pub const AER_LIMIT_EXCEEDED: Status = Status::new(sct::COMMAND_SPECIFIC, 0x05);
     pub const INVALID_LOG_PAGE: Status = Status::new(sct::COMMAND_SPECIFIC, 0x09);

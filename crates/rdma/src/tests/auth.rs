@@ -107,8 +107,10 @@ fn rdma_queues_authenticate_through_offloads() {
     assert_eq!(admin.offloads, 0);
     assert_eq!(authenticate(&mut admin, key(1), 1), HostStep::Done(None));
     assert!(admin.offloads >= 2, "both exponentiations were offloaded");
-    assert_eq!(identify(&mut admin), Status::SUCCESS);
+    // Authenticated, but not enabled yet (Base §3.5.1).
+    assert_eq!(identify(&mut admin), Status::COMMAND_SEQUENCE_ERROR.dnr());
     assert_eq!(admin.enable(), Status::SUCCESS);
+    assert_eq!(identify(&mut admin), Status::SUCCESS);
 
     // An I/O queue authenticates on its own, then carries data.
     let mut h = Host::new(&t, 1, 128, 8192);
