@@ -1,6 +1,6 @@
 //! Hostile-peer rows for high availability (issue 15, docs/ha.md), against
 //! a real `farflash serve` over TCP: reservation commands with wrong keys,
-//! wrong types, a zero key, preempting oneself, bad CPTPL/RREGA values and
+//! wrong types, a zero key, preempting oneself, bad RREGA values, reserved CPTPL and
 //! a report without EDS get the spec's statuses; ANA requests with group IDs
 //! out of range, unknown states or listeners are refused with an error
 //! naming the field; ANA states flipping while a host does I/O give only
@@ -116,16 +116,18 @@ fn hostile_reservation_and_ana_requests_get_the_spec_statuses() {
     // (host, opcode, CDW10, CRKEY/PRKEY, NRKEY/PRKEY, expected status, what the row checks)
     #[rustfmt::skip]
     let rows = [
-        // Zero keys, unknown actions, CPTPL 01b.
+        // Zero keys, unknown actions.
         (0, reg, c10(wr::RREGA_REGISTER, 0), 0, 0, inv, "register a zero key"),
         (0, reg, c10(7, 0), 0, 0xAA, inv, "unknown RREGA"),
-        (0, reg, with(c10(wr::RREGA_REGISTER, 0), 1, false), 0, 0xAA, inv, "CPTPL 01b"),
         // Not registered: every key-checked command conflicts.
         (0, acq, c10(wr::RACQA_ACQUIRE, 1), 0xAA, 0, conflict, "acquire unregistered"),
         (0, rel, c10(wr::RRELA_CLEAR, 0), 0xAA, 0, conflict, "clear unregistered"),
         (0, reg, c10(wr::RREGA_REPLACE, 0), 0xAA, 0xAB, conflict, "replace unregistered"),
         (0, reg, with(c10(wr::RREGA_REGISTER, 0), wr::CPTPL_SET, false), 0, 0xAA, Status::SUCCESS, "A registers, PTPL on"),
         (1, reg, c10(wr::RREGA_REGISTER, 0), 0, 0xBB, Status::SUCCESS, "B registers"),
+        // CPTPL 01b is reserved: it changes nothing, as in Linux nvmet and
+        // SPDK (NVM §3.2.6; was Invalid Field); A registers again, same key.
+        (0, reg, with(c10(wr::RREGA_REGISTER, 0), 1, false), 0, 0xAA, Status::SUCCESS, "CPTPL 01b"),
         // Registering again with another key; wrong current keys; IEKEY.
         (0, reg, c10(wr::RREGA_REGISTER, 0), 0, 0x11, conflict, "register again, another key"),
         (0, reg, c10(wr::RREGA_REPLACE, 0), 0x11, 0xA2, conflict, "replace, wrong CRKEY"),

@@ -1316,7 +1316,9 @@ fn cases() -> Vec<Case> {
             name: "I/O Connect with the QID of a connected queue",
             on: IcCtrl,
             act: |c| bad_io_connect(c, 1, 31, |_| {}),
-            expect: invalid(false, 42),
+            // Base 2.1 §6.3 (Figure 546), as SPDK; was Connect Invalid
+            // Parameters (QID).
+            expect: status(Status::INVALID_QUEUE_IDENTIFIER.dnr()),
         },
         Case {
             name: "I/O Connect with SQSIZE 0",

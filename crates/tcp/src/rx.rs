@@ -264,7 +264,11 @@ impl Tcp {
                     if let Some(data) = in_capsule.filter(|_| ddgst_ok) {
                         q.data_buf(slot).copy_from_slice(data);
                         q.execute(slot);
+                    } else if in_capsule.is_none() && start == 0 {
+                        // Less in-capsule data than the command's.
+                        q.fail(slot, Status::SGL_INVALID_DATA_LENGTH.dnr());
                     } else if in_capsule.is_none() {
+                        // The offset puts the data past what arrived.
                         q.fail(slot, Status::SGL_INVALID_OFFSET.dnr());
                     } else {
                         q.fail(slot, TRANSIENT_TRANSPORT_ERROR);

@@ -43,7 +43,12 @@ fn connect_rules() {
     assert_eq!(io(17, cntlid, 31).dw0, 42, "QID beyond the granted count");
     let (_first, c) = open(1, cntlid, 31);
     assert_eq!(c.status, Status::SUCCESS);
-    assert_eq!(io(1, cntlid, 31).dw0, 42, "QID already connected");
+    // Base 2.1 §6.3: a QID in use is Invalid Queue Identifier (as SPDK).
+    assert_eq!(
+        io(1, cntlid, 31).status,
+        Status::INVALID_QUEUE_IDENTIFIER.dnr(),
+        "QID already connected"
+    );
     drop(_first);
     assert_eq!(
         io(1, cntlid, 31).status,
@@ -202,8 +207,8 @@ fn controller_reset_deletes_io_queues() {
     let mut h = Host::new(&t);
     h.icreq(false, false);
     assert_eq!(
-        h.connect(1, cntlid, HOST).dw0,
-        42,
+        h.connect(1, cntlid, HOST).status,
+        Status::INVALID_QUEUE_IDENTIFIER.dnr(),
         "QID 1 is still taken by the new queue"
     );
 }
