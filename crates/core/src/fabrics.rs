@@ -146,8 +146,15 @@ fn connect(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
     if ctrl.hostnqn != data.hostnqn {
         return invalid(true, doff::HOSTNQN);
     }
+    // HOSTID is not compared with the admin queue's: the controller's Host
+    // Identifier (reservations) stays the one the admin queue's Connect set
+    // (Fabrics §6.3). Linux nvmet finds the controller by SUBNQN, HOSTNQN and
+    // CNTLID only (`nvmet_ctrl_find_get`), SPDK by SUBNQN and CNTLID. Base
+    // 2.1 Figure 546 (not the 2.0 we report in VS) adds: ignore 0h, abort a
+    // non-zero mismatch with Connect Invalid Parameters; see docs/interop.md.
+    // Was: any different HOSTID failed with Connect Invalid Parameters.
     if ctrl.hostid != data.hostid {
-        return invalid(true, doff::HOSTID);
+        tracing::debug!(peer = %q.peer, cntlid = ctrl.cntlid, qid = c.qid, "I/O queue Connect with a HOSTID other than the admin queue's");
     }
     {
         let mut st = ctrl.lock();
@@ -217,6 +224,19 @@ fn property_get(q: &mut NvmeQueue, sqe: &Sqe) -> Outcome {
     Outcome::Done(Status::SUCCESS, v)
 }
 
+/// Whether CC.EN may be set with this CC.CSS (Base §3.1.3.5). CAP.CSS
+/// reports the NVM Command Set only (bit 0), and it is the only I/O Command
+/// Set here, so 110b ("All Supported I/O Command Sets") selects exactly what
+/// 000b does. Base 2.0 gives 110b for a controller that sets CAP.CSS bit 6,
+/// but tells the controller to do nothing particular with it otherwise, and
+/// hosts write it: Linux nvmet accepts 000b and 110b (and reports bit 6),
+/// SPDK accepts every value up to 110b whatever its CAP.CSS says.
+/// Was: anything but 000b set CSTS.CFS. 111b (Admin only, CAP.CSS bit 7 not
+/// set) and the reserved values still do, as in Linux nvmet.
+fn css_supported(css: u32) -> bool {
+    matches!(css, cc::CSS_NVM | cc::CSS_ALL_IO)
+}
+
 /// Property Set (Fabrics §6.5): only CC is writable. Enable sets CSTS.RDY at
 /// once; clearing EN resets the controller; SHN emits one Flush per
 /// namespace and the command completes (CSTS.SHST 01b -> 10b) when they have
@@ -238,7 +258,7 @@ fn property_set(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
         if new & cc::EN != 0 && old & cc::EN == 0 {
             // Base §3.5.1: an I/O controller needs 64-byte SQEs and 16-byte CQEs.
             let bad_sizes = !ctrl.is_discovery() && (cc::iosqes(new) != 6 || cc::iocqes(new) != 4);
-            if bad_sizes || cc::mps(new) != 0 || cc::css(new) != 0 {
+            if bad_sizes || cc::mps(new) != 0 || !css_supported(cc::css(new)) {
                 st.csts |= csts::CFS;
             } else {
                 st.csts = csts::RDY;
@@ -274,4 +294,92 @@ fn property_set(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
         ctrl.shutdown_complete();
     }
     Outcome::Done(Status::SUCCESS, 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::tests::{connect_hostid, connect_to, queue, run, target, HOST, NQN};
+    use farflash_wire::fabrics::{
+        connect_data_off as doff, connect_invalid_param_dw0, PropertyCmd, CNTLID_DYNAMIC,
+    };
+    use farflash_wire::opcode::fctype;
+    use farflash_wire::props::{self, cc, csts};
+    use farflash_wire::Status;
+
+    fn set_cc(q: &mut crate::NvmeQueue, cid: u16, value: u32) -> Status {
+        let sqe = PropertyCmd {
+            size8: false,
+            offset: props::CC,
+            value: value as u64,
+        }
+        .to_sqe(cid, fctype::PROPERTY_SET);
+        run(q, sqe, &[]).status
+    }
+
+    fn get_csts(q: &mut crate::NvmeQueue, cid: u16) -> u32 {
+        let sqe = PropertyCmd {
+            size8: false,
+            offset: props::CSTS,
+            value: 0,
+        }
+        .to_sqe(cid, fctype::PROPERTY_GET);
+        let c = run(q, sqe, &[]);
+        assert_eq!(c.status, Status::SUCCESS);
+        c.result as u32
+    }
+
+    /// CSTS after CC.EN = 1 with CC.CSS = `css` on a new controller.
+    fn enable_with_css(css: u32) -> u32 {
+        let (t, _) = target();
+        let mut admin = queue(&t);
+        let c = connect_to(&mut admin, NQN, HOST, 0, CNTLID_DYNAMIC);
+        assert_eq!(c.status, Status::SUCCESS);
+        assert_eq!(
+            set_cc(&mut admin, 2, cc::ENABLE_DEFAULT | css << 4),
+            Status::SUCCESS
+        );
+        get_csts(&mut admin, 3)
+    }
+
+    #[test]
+    fn cc_css_all_io_command_sets_enables_the_controller() {
+        // Base §3.1.3.5: 110b selects every supported I/O Command Set; here
+        // that is the NVM Command Set, as 000b (Linux nvmet and SPDK agree).
+        assert_eq!(enable_with_css(cc::CSS_NVM), csts::RDY);
+        assert_eq!(enable_with_css(cc::CSS_ALL_IO), csts::RDY);
+        // 111b needs CAP.CSS bit 7, which is not set; 001b-101b are reserved.
+        assert_eq!(enable_with_css(cc::CSS_ADMIN_ONLY) & csts::CFS, csts::CFS);
+        for css in 1..=5 {
+            assert_eq!(enable_with_css(css) & csts::CFS, csts::CFS, "CSS {css}");
+        }
+    }
+
+    #[test]
+    fn io_queue_connect_with_another_hostid_joins_the_controller() {
+        let (t, _) = target();
+        let mut admin = queue(&t);
+        let c = connect_hostid(&mut admin, NQN, HOST, [0xA1; 16], 0, CNTLID_DYNAMIC);
+        assert_eq!(c.status, Status::SUCCESS);
+        let cntlid = c.result as u16;
+        assert_eq!(set_cc(&mut admin, 2, cc::ENABLE_DEFAULT), Status::SUCCESS);
+        // A non-zero HOSTID other than the admin queue's, and a zero one.
+        for (qid, hostid) in [(1, [0xB2; 16]), (2, [0; 16])] {
+            let mut io = queue(&t);
+            let c = connect_hostid(&mut io, NQN, HOST, hostid, qid, cntlid);
+            assert_eq!(c.status, Status::SUCCESS, "HOSTID {hostid:?}");
+            assert_eq!(c.result as u16, cntlid);
+            // Reservations keep using the admin queue's Host Identifier.
+            let ctrl = io.ctrl.clone().expect("connected");
+            assert_eq!(ctrl.hostid, [0xA1; 16]);
+        }
+        // Another host NQN still cannot join this host's controller.
+        let mut io = queue(&t);
+        let other = "nqn.2014-08.org.nvmexpress:uuid:someone-else";
+        let c = connect_hostid(&mut io, NQN, other, [0xA1; 16], 3, cntlid);
+        assert_eq!(c.status, Status::CONNECT_INVALID_PARAMETERS.dnr());
+        assert_eq!(
+            c.result,
+            u64::from(connect_invalid_param_dw0(true, doff::HOSTNQN))
+        );
+    }
 }

@@ -275,8 +275,15 @@ impl Framing {
             PduType::CapsuleCmd | PduType::H2CData | PduType::C2HData => {
                 let ddgst = neg.ddgst;
                 if plen == hend {
-                    // No data: PDO must be 0 and no data digest (TCP §3.6.1).
-                    if h.pdo != 0 || t != PduType::CapsuleCmd {
+                    // No data, so no data digest. TCP §3.6.2.6 defines PDO only
+                    // as the offset of the PDU Data (a multiple of CPDA, which
+                    // we advertise as 0), so with none it says nothing a
+                    // receiver could check: a CapsuleCmd's PDO is ignored, as
+                    // Linux nvmet and SPDK do (hosts send 0 or HLEN+HDGST).
+                    // Was: PDO other than 0 was fatal (FES 01h, FEI 3).
+                    // H2CData and C2HData exist to carry data (DATAL, TCP
+                    // §3.6.2.8-9): one without is an invalid PLEN.
+                    if t != PduType::CapsuleCmd {
                         return Err(if h.pdo != 0 {
                             Fatal::field(3)
                         } else {
@@ -622,11 +629,6 @@ mod tests {
             Err(Fatal::field(2))
         );
         b[2] = 72;
-        b[3] = 10; // PDO without data
-        assert_eq!(
-            Framing::parse(&b, &neg(false, false), true),
-            Err(Fatal::field(3))
-        );
         b[3] = 0;
         put_u32(&mut b, 4, 60); // plen < hlen
         assert!(Framing::parse(&b, &neg(false, false), true).is_err());
@@ -642,6 +644,42 @@ mod tests {
         // Unknown type.
         b[0] = 0x0A;
         assert_eq!(Framing::parse(&b, &n, true), Err(Fatal::field(0)));
+    }
+
+    #[test]
+    fn capsule_without_data_ignores_pdo() {
+        // TCP §3.6.2.6: PDO locates PDU Data; a capsule without any may
+        // carry 0, HLEN (what some hosts send), HLEN + HDGST, or anything.
+        for (hd, pdos) in [(false, [0u8, 72, 76, 255]), (true, [0u8, 72, 76, 255])] {
+            let mut b = [0u8; 76];
+            write_header(&mut b, PduType::CapsuleCmd, 0, hd, false, 0);
+            for pdo in pdos {
+                b[3] = pdo;
+                let f = Framing::parse(&b, &neg(hd, true), true).unwrap();
+                assert_eq!((f.data_off, f.data_len, f.ddgst), (0, 0, false));
+                assert_eq!(f.plen, if hd { 76 } else { 72 });
+            }
+        }
+        // With data the PDO still has to lie between the header and PLEN.
+        let mut b = [0u8; 128];
+        write_header(&mut b, PduType::CapsuleCmd, 0, false, false, 16);
+        b[3] = 40;
+        assert_eq!(
+            Framing::parse(&b, &neg(false, false), true),
+            Err(Fatal::field(3))
+        );
+        // H2CData without data is still an invalid PDU, whatever its PDO.
+        let mut b = [0u8; 24];
+        write_header(&mut b, PduType::H2CData, 0, false, false, 0);
+        assert_eq!(
+            Framing::parse(&b, &neg(false, false), true),
+            Err(Fatal::field(4))
+        );
+        b[3] = 24;
+        assert_eq!(
+            Framing::parse(&b, &neg(false, false), true),
+            Err(Fatal::field(3))
+        );
     }
 
     #[test]

@@ -34,6 +34,12 @@ pub mod cc {
     pub fn css(cc: u32) -> u32 {
         (cc >> 4) & 7
     }
+    /// CC.CSS 000b: NVM Command Set.
+    pub const CSS_NVM: u32 = 0b000;
+    /// CC.CSS 110b: All Supported I/O Command Sets.
+    pub const CSS_ALL_IO: u32 = 0b110;
+    /// CC.CSS 111b: Admin Command Set only.
+    pub const CSS_ADMIN_ONLY: u32 = 0b111;
     pub fn mps(cc: u32) -> u32 {
         (cc >> 7) & 0xF
     }
