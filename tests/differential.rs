@@ -71,7 +71,8 @@ struct Listed {
 
 fn load_list(path: &Path) -> Vec<Listed> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let v: toml::Value = toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let v: toml::Value =
+        toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let Some(arr) = v.get("divergence").and_then(|d| d.as_array()) else {
         return vec![];
     };
@@ -79,7 +80,11 @@ fn load_list(path: &Path) -> Vec<Listed> {
         .map(|e| {
             let s = |k: &str| e.get(k).and_then(|v| v.as_str()).unwrap_or("").to_string();
             for k in ["farflash", "reference", "why"] {
-                assert!(!s(k).is_empty(), "divergence {} lacks `{k}`", s("behaviour"));
+                assert!(
+                    !s(k).is_empty(),
+                    "divergence {} lacks `{k}`",
+                    s("behaviour")
+                );
             }
             Listed {
                 behaviour: s("behaviour"),
@@ -116,15 +121,31 @@ fn corpus_is_large_and_well_formed() {
     assert!(all.len() >= 150, "only {} behaviours", all.len());
     let mut names = HashSet::new();
     for b in &all {
-        assert!(names.insert(b.name.clone()), "duplicate behaviour {}", b.name);
-        assert!(CATEGORIES.contains(&b.cat), "{}: unknown category {}", b.name, b.cat);
-        assert!(b.name.starts_with(&format!("{}/", b.cat)), "{}: name not under its category", b.name);
+        assert!(
+            names.insert(b.name.clone()),
+            "duplicate behaviour {}",
+            b.name
+        );
+        assert!(
+            CATEGORIES.contains(&b.cat),
+            "{}: unknown category {}",
+            b.name,
+            b.cat
+        );
+        assert!(
+            b.name.starts_with(&format!("{}/", b.cat)),
+            "{}: name not under its category",
+            b.name
+        );
     }
     for cat in CATEGORIES {
         let n = all.iter().filter(|b| b.cat == *cat).count();
         assert!(n >= 3, "category {cat} has only {n} behaviours");
     }
-    assert!(all.iter().filter(|b| b.cat == "seed").count() >= 6, "the captured seeds are missing");
+    assert!(
+        all.iter().filter(|b| b.cat == "seed").count() >= 6,
+        "the captured seeds are missing"
+    );
 }
 
 #[test]
@@ -133,22 +154,37 @@ fn divergence_list_is_true_to_the_corpus() {
     let list = load_list(&list_path());
     let mut seen = HashSet::new();
     for e in &list {
-        assert!(names.contains(&e.behaviour), "listed divergence for unknown behaviour {}", e.behaviour);
-        assert!(seen.insert(e.behaviour.clone()), "{} listed twice", e.behaviour);
+        assert!(
+            names.contains(&e.behaviour),
+            "listed divergence for unknown behaviour {}",
+            e.behaviour
+        );
+        assert!(
+            seen.insert(e.behaviour.clone()),
+            "{} listed twice",
+            e.behaviour
+        );
         assert!(
             e.status == "justified" || e.status == "open",
             "{}: status must be justified or open, not {:?}",
             e.behaviour,
             e.status
         );
-        assert!(names_a_clause(&e.clause), "{}: clause {:?} names no section of a specification", e.behaviour, e.clause);
+        assert!(
+            names_a_clause(&e.clause),
+            "{}: clause {:?} names no section of a specification",
+            e.behaviour,
+            e.clause
+        );
     }
 }
 
 #[test]
 fn clause_check_rejects_placeholders() {
     assert!(names_a_clause("NVMe/TCP Transport 1.0 §3.6.2.2"));
-    assert!(names_a_clause("NVMe Base 2.0 §5.27.1.8; NVMe over Fabrics 1.1 §3.3"));
+    assert!(names_a_clause(
+        "NVMe Base 2.0 §5.27.1.8; NVMe over Fabrics 1.1 §3.3"
+    ));
     assert!(!names_a_clause("NVMe Base 2.0 §?"));
     assert!(!names_a_clause("TBD"));
     assert!(!names_a_clause(""));
@@ -162,7 +198,12 @@ fn seeds_parse_into_commands() {
         assert_eq!(bytes[0], 0x00, "{}: not an ICReq first", b.name);
         assert_eq!(client::get32(&bytes, 4), 128, "{}: ICReq PLEN", b.name);
         // A CapsuleCmd with a Fabrics Connect follows.
-        assert_eq!((bytes[128], bytes[136], bytes[140]), (0x04, 0x7F, 0x01), "{}", b.name);
+        assert_eq!(
+            (bytes[128], bytes[136], bytes[140]),
+            (0x04, 0x7F, 0x01),
+            "{}",
+            b.name
+        );
     }
 }
 
@@ -197,7 +238,14 @@ fn boot_nvmet(port: u16, nqn: &str) -> (Vm, mpsc::Receiver<()>) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut child = Command::new(root.join("tests/linux-host/run-linux-host"))
         .args(["-t", "1800", "--hostfwd", &format!("{port}:4420")])
-        .args(["-e", &format!("NQN={nqn}"), "-e", "SERVE_NAMESPACES=ram:64M", "-e", "SERVE_BLOCK_SIZE=512"])
+        .args([
+            "-e",
+            &format!("NQN={nqn}"),
+            "-e",
+            "SERVE_NAMESPACES=ram:64M",
+            "-e",
+            "SERVE_BLOCK_SIZE=512",
+        ])
         .arg(root.join("tests/linux-host/guest/kernel-target-serve.sh"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -255,12 +303,22 @@ fn run_corpus(all: &[Behaviour], addr: &str, nqn: &str, who: &str) -> Traces {
         }
         out.insert(b.name.clone(), lines);
     }
-    eprintln!("[{who}] {} behaviours in {:.1}s", out.len(), t0.elapsed().as_secs_f64());
+    eprintln!(
+        "[{who}] {} behaviours in {:.1}s",
+        out.len(),
+        t0.elapsed().as_secs_f64()
+    );
     out
 }
 
 /// Compares, writes the side-by-side report, and returns the failures.
-fn compare(all: &[Behaviour], ff: &Traces, peer: &Traces, peer_name: &str, list: &[Listed]) -> (Vec<String>, String) {
+fn compare(
+    all: &[Behaviour],
+    ff: &Traces,
+    peer: &Traces,
+    peer_name: &str,
+    list: &[Listed],
+) -> (Vec<String>, String) {
     let mut failures = vec![];
     let mut report = String::new();
     let mut per_cat: BTreeMap<&str, (usize, usize, Vec<String>)> = BTreeMap::new();
@@ -273,13 +331,20 @@ fn compare(all: &[Behaviour], ff: &Traces, peer: &Traces, peer_name: &str, list:
         if a == p {
             e.0 += 1;
             if listed.is_some() {
-                failures.push(format!("{}: listed as a divergence but both answered alike", b.name));
+                failures.push(format!(
+                    "{}: listed as a divergence but both answered alike",
+                    b.name
+                ));
             }
             continue;
         }
         e.1 += 1;
         e.2.push(b.name.clone());
-        report += &format!("=== {} ({})\n", b.name, listed.map(|l| l.status.as_str()).unwrap_or("UNLISTED"));
+        report += &format!(
+            "=== {} ({})\n",
+            b.name,
+            listed.map(|l| l.status.as_str()).unwrap_or("UNLISTED")
+        );
         let n = a.len().max(p.len());
         for i in 0..n {
             let l = a.get(i).map(String::as_str).unwrap_or("-");
@@ -310,7 +375,10 @@ fn farflash_and_reference_target_answer_alike() {
     // the corpus runs against farflash.
     let mut vm = None;
     let (peer_addr, peer_nqn) = match &peer_env {
-        Some(a) => (a.clone(), std::env::var("FARFLASH_DIFF_NQN").unwrap_or_else(|_| NQN.to_string())),
+        Some(a) => (
+            a.clone(),
+            std::env::var("FARFLASH_DIFF_NQN").unwrap_or_else(|_| NQN.to_string()),
+        ),
         None => {
             let port = free_port();
             vm = Some(boot_nvmet(port, NQN));
@@ -343,8 +411,19 @@ fn farflash_and_reference_target_answer_alike() {
     for (k, v) in &ff {
         t += &format!("=== {k}\n");
         for (i, l) in v.iter().enumerate() {
-            let p = peer.get(k).and_then(|p| p.get(i)).map(String::as_str).unwrap_or("-");
-            t += &format!("  {l}\n{}", if p != l { format!("  ! {peer_name}: {p}\n") } else { String::new() });
+            let p = peer
+                .get(k)
+                .and_then(|p| p.get(i))
+                .map(String::as_str)
+                .unwrap_or("-");
+            t += &format!(
+                "  {l}\n{}",
+                if p != l {
+                    format!("  ! {peer_name}: {p}\n")
+                } else {
+                    String::new()
+                }
+            );
         }
     }
     let _ = std::fs::write(&traces, t);
@@ -353,5 +432,10 @@ fn farflash_and_reference_target_answer_alike() {
         assert!(!ff.is_empty() && !peer.is_empty(), "nothing ran");
         return;
     }
-    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

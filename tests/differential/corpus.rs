@@ -18,18 +18,8 @@ pub struct Behaviour {
 
 /// Categories, in corpus order (docs/interop.md's table follows them).
 pub const CATEGORIES: &[&str] = &[
-    "icreq",
-    "pdu",
-    "connect",
-    "property",
-    "identify",
-    "log",
-    "features",
-    "admin",
-    "aer-kato",
-    "io",
-    "ordering",
-    "seed",
+    "icreq", "pdu", "connect", "property", "identify", "log", "features", "admin", "aer-kato",
+    "io", "ordering", "seed",
 ];
 
 struct B(Vec<Behaviour>);
@@ -318,25 +308,33 @@ fn pdu(b: &mut B) {
     b.add("pdu", "h2cdata-small-pieces", |x| {
         let (_a, mut q) = x.pair();
         let cid = q.cid();
-        let d = pattern(8192, 11);
-        q.maxh2c = 512;
-        q.send(&rw(0x01, 1, x.base, 15, 8192).cid(cid).0, &Data::R2t(d), Framing::default());
+        let d = pattern(32768, 11);
+        q.maxh2c = 2048;
+        q.send(
+            &rw(0x01, 1, x.base, 63, 32768).cid(cid).0,
+            &Data::R2t(d),
+            Framing::default(),
+        );
         if let Some(r) = q.wait(cid) {
-            x.log_cpl("write 8k in 512-byte h2cdata", &r, u32::MAX);
+            x.log_cpl("write 32k in 2k h2cdata", &r, u32::MAX);
         }
-        x.read(&mut q, "read back", x.base, 16);
+        x.read(&mut q, "read back", x.base, 64);
     });
     // The second piece first (DATAO out of order).
     b.add("pdu", "h2cdata-out-of-order", |x| {
         let (_a, mut q) = x.pair();
         let cid = q.cid();
-        q.send(&rw(0x01, 1, x.base, 7, 4096).cid(cid).0, &Data::None, Framing::default());
+        q.send(
+            &rw(0x01, 1, x.base, 63, 32768).cid(cid).0,
+            &Data::None,
+            Framing::default(),
+        );
         match q.next_r2t(ANSWER) {
             Some((ttag, off, len)) => {
                 x.log(format!("r2t off={off} len={len}"));
-                let d = pattern(4096, 12);
-                q.h2c(cid, ttag, 2048, &d[2048..], true);
-                q.h2c(cid, ttag, 0, &d[..2048], false);
+                let d = pattern(32768, 12);
+                q.h2c(cid, ttag, 16384, &d[16384..], true);
+                q.h2c(cid, ttag, 0, &d[..16384], false);
                 if let Some(r) = q.wait(cid) {
                     x.log_cpl("write", &r, u32::MAX);
                 }
@@ -347,10 +345,14 @@ fn pdu(b: &mut B) {
     b.add("pdu", "h2cdata-beyond-r2t", |x| {
         let (_a, mut q) = x.pair();
         let cid = q.cid();
-        q.send(&rw(0x01, 1, x.base, 0, 512).cid(cid).0, &Data::None, Framing::default());
+        q.send(
+            &rw(0x01, 1, x.base, 63, 32768).cid(cid).0,
+            &Data::None,
+            Framing::default(),
+        );
         match q.next_r2t(ANSWER) {
             Some((ttag, _, _)) => {
-                q.h2c(cid, ttag, 0, &[7u8; 1024], true);
+                q.h2c(cid, ttag, 0, &[7u8; 33280], true);
                 if let Some(r) = q.wait(cid) {
                     x.log_cpl("write", &r, u32::MAX);
                 }
@@ -361,10 +363,14 @@ fn pdu(b: &mut B) {
     b.add("pdu", "h2cdata-without-last", |x| {
         let (_a, mut q) = x.pair();
         let cid = q.cid();
-        q.send(&rw(0x01, 1, x.base, 0, 512).cid(cid).0, &Data::None, Framing::default());
+        q.send(
+            &rw(0x01, 1, x.base, 63, 32768).cid(cid).0,
+            &Data::None,
+            Framing::default(),
+        );
         match q.next_r2t(ANSWER) {
             Some((ttag, _, _)) => {
-                q.h2c(cid, ttag, 0, &[7u8; 512], false);
+                q.h2c(cid, ttag, 0, &[7u8; 32768], false);
                 if let Some(r) = q.wait(cid) {
                     x.log_cpl("write", &r, u32::MAX);
                 }
@@ -375,12 +381,22 @@ fn pdu(b: &mut B) {
     b.add("pdu", "incapsule-larger-than-sgl", |x| {
         let (_a, mut q) = x.pair();
         let s = rw(0x01, 1, x.base, 0, 512).sgl_incap(0, 512);
-        x.exec(&mut q, "write 512 with 1024 in capsule", s, Data::InCapsule(vec![3u8; 1024]));
+        x.exec(
+            &mut q,
+            "write 512 with 1024 in capsule",
+            s,
+            Data::InCapsule(vec![3u8; 1024]),
+        );
     });
     b.add("pdu", "incapsule-shorter-than-sgl", |x| {
         let (_a, mut q) = x.pair();
         let s = rw(0x01, 1, x.base, 1, 1024).sgl_incap(0, 1024);
-        x.exec(&mut q, "write 1024 with 512 in capsule", s, Data::InCapsule(vec![3u8; 512]));
+        x.exec(
+            &mut q,
+            "write 1024 with 512 in capsule",
+            s,
+            Data::InCapsule(vec![3u8; 512]),
+        );
     });
 }
 
@@ -402,16 +418,25 @@ fn connect(b: &mut B) {
         ("admin-cattr-reserved", |a| a.cattr = 0xF8),
         ("admin-recfmt-1", |a| a.sqe = a.sqe.byte(40, 1)),
         ("admin-sqe-reserved-dwords", |a| {
-            a.sqe = a.sqe.dw(13, 0xA5A5_A5A5).dw(14, 0x5A5A_5A5A).dw(15, 1).byte(5, 0xEE)
+            a.sqe = a
+                .sqe
+                .dw(13, 0xA5A5_A5A5)
+                .dw(14, 0x5A5A_5A5A)
+                .dw(15, 1)
+                .byte(5, 0xEE)
         }),
-        ("admin-sqe-cdw11-reserved-byte", |a| a.sqe = a.sqe.byte(47, 0x80)),
+        ("admin-sqe-cdw11-reserved-byte", |a| {
+            a.sqe = a.sqe.byte(47, 0x80)
+        }),
         ("admin-data-reserved", |a| {
             a.data[18..256].fill(0xA5);
             a.data[768..1024].fill(0x5A);
         }),
         ("admin-cntlid-0", |a| a.cntlid = 0),
         ("admin-cntlid-fffe", |a| a.cntlid = 0xFFFE),
-        ("admin-unknown-subnqn", |a| a.subnqn = "nqn.2014-08.io.example:nobody".into()),
+        ("admin-unknown-subnqn", |a| {
+            a.subnqn = "nqn.2014-08.io.example:nobody".into()
+        }),
         ("admin-empty-hostnqn", |a| a.hostnqn.clear()),
         ("admin-hostid-zero", |a| a.hostid = [0; 16]),
         ("admin-data-via-r2t", |a| a.via_r2t = true),
@@ -423,7 +448,9 @@ fn connect(b: &mut B) {
             let mut c = x.open(Ic::default());
             let mut a = x.connect_args(0, 0xFFFF);
             tweak(&mut a);
-            let ok = x.connect_with(&mut c, "connect", &a).is_some_and(|r| r.ok());
+            let ok = x
+                .connect_with(&mut c, "connect", &a)
+                .is_some_and(|r| r.ok());
             if ok {
                 x.enable(&mut c, CC_ENABLE);
                 x.exec(&mut c, "identify ctrl", identify(1, 0), Data::None);
@@ -434,9 +461,16 @@ fn connect(b: &mut B) {
         let mut c = x.open(Ic::default());
         let mut a = x.connect_args(0, 0xFFFF);
         a.subnqn = "nqn.2014-08.org.nvmexpress.discovery".into();
-        if x.connect_with(&mut c, "connect", &a).is_some_and(|r| r.ok()) {
+        if x.connect_with(&mut c, "connect", &a)
+            .is_some_and(|r| r.ok())
+        {
             x.enable(&mut c, CC_ENABLE);
-            if let Some(r) = x.exec(&mut c, "discovery log 1k", get_log(0x70, 0, 1024), Data::None) {
+            if let Some(r) = x.exec(
+                &mut c,
+                "discovery log 1k",
+                get_log(0x70, 0, 1024),
+                Data::None,
+            ) {
                 if r.data.len() >= 1024 {
                     let numrec = get64(&r.data, 8);
                     x.log(format!("numrec>0 {}", numrec > 0));
@@ -459,9 +493,12 @@ fn connect(b: &mut B) {
         // Issue 29, case 3.
         ("io-other-hostid", |a| a.hostid[15] ^= 0xFF),
         ("io-other-hostnqn", |a| {
-            a.hostnqn = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000ff".into()
+            a.hostnqn =
+                "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000ff".into()
         }),
-        ("io-unknown-subnqn", |a| a.subnqn = "nqn.2014-08.io.example:nobody".into()),
+        ("io-unknown-subnqn", |a| {
+            a.subnqn = "nqn.2014-08.io.example:nobody".into()
+        }),
         ("io-data-reserved", |a| {
             a.data[18..256].fill(0xA5);
             a.data[768..1024].fill(0x5A);
@@ -473,7 +510,9 @@ fn connect(b: &mut B) {
             let mut c = x.open(Ic::default());
             let mut a = x.connect_args(1, a0.cntlid);
             tweak(&mut a);
-            let ok = x.connect_with(&mut c, "io connect", &a).is_some_and(|r| r.ok());
+            let ok = x
+                .connect_with(&mut c, "io connect", &a)
+                .is_some_and(|r| r.ok());
             if ok {
                 x.read(&mut c, "read", 0, 1);
             }
@@ -498,11 +537,21 @@ fn connect(b: &mut B) {
     });
     b.add("connect", "command-before-connect", |x| {
         let mut c = x.open(Ic::default());
-        x.exec(&mut c, "identify before connect", identify(1, 0), Data::None);
+        x.exec(
+            &mut c,
+            "identify before connect",
+            identify(1, 0),
+            Data::None,
+        );
     });
     b.add("connect", "property-get-before-connect", |x| {
         let mut c = x.open(Ic::default());
-        x.exec(&mut c, "property get before connect", prop_get(P_CAP, true), Data::None);
+        x.exec(
+            &mut c,
+            "property get before connect",
+            prop_get(P_CAP, true),
+            Data::None,
+        );
     });
     b.add("connect", "admin-connect-on-io-after-io", |x| {
         let a0 = x.admin();
@@ -521,14 +570,23 @@ fn connect(b: &mut B) {
     });
     b.add("connect", "disconnect-admin-queue", |x| {
         let mut c = x.admin();
-        x.exec(&mut c, "disconnect", S::new(FABRICS).byte(4, 0x08), Data::None);
+        x.exec(
+            &mut c,
+            "disconnect",
+            S::new(FABRICS).byte(4, 0x08),
+            Data::None,
+        );
     });
     b.add("connect", "auth-send-unrequired", |x| {
         let mut c = x.admin();
         x.exec(
             &mut c,
             "auth send",
-            S::new(FABRICS).byte(4, 0x05).dw(10, 0x0101_0000).dw(11, 0).sgl_incap(0, 0),
+            S::new(FABRICS)
+                .byte(4, 0x05)
+                .dw(10, 0x0101_0000)
+                .dw(11, 0)
+                .sgl_incap(0, 0),
             Data::None,
         );
     });
@@ -537,17 +595,31 @@ fn connect(b: &mut B) {
         x.exec(
             &mut c,
             "auth receive",
-            S::new(FABRICS).byte(4, 0x06).dw(10, 0x0101_0000).dw(11, 64).sgl_transport(64),
+            S::new(FABRICS)
+                .byte(4, 0x06)
+                .dw(10, 0x0101_0000)
+                .dw(11, 64)
+                .sgl_transport(64),
             Data::None,
         );
     });
     b.add("connect", "unknown-fctype", |x| {
         let mut c = x.admin();
-        x.exec(&mut c, "fctype 0x7e", S::new(FABRICS).byte(4, 0x7E), Data::None);
+        x.exec(
+            &mut c,
+            "fctype 0x7e",
+            S::new(FABRICS).byte(4, 0x7E),
+            Data::None,
+        );
     });
     b.add("connect", "fabrics-on-io-queue-property-get", |x| {
         let (_a, mut q) = x.pair();
-        x.exec(&mut q, "property get on io", prop_get(P_CAP, true), Data::None);
+        x.exec(
+            &mut q,
+            "property get on io",
+            prop_get(P_CAP, true),
+            Data::None,
+        );
     });
 }
 
@@ -596,8 +668,20 @@ fn property(b: &mut B) {
     b.add("property", "get-before-enable", |x| {
         let mut c = x.open(Ic::default());
         x.connect(&mut c, 0, 0xFFFF);
-        x.exec_m(&mut c, "get cc", prop_get(P_CC, false), Data::None, u32::MAX);
-        x.exec_m(&mut c, "get csts", prop_get(P_CSTS, false), Data::None, u32::MAX);
+        x.exec_m(
+            &mut c,
+            "get cc",
+            prop_get(P_CC, false),
+            Data::None,
+            u32::MAX,
+        );
+        x.exec_m(
+            &mut c,
+            "get csts",
+            prop_get(P_CSTS, false),
+            Data::None,
+            u32::MAX,
+        );
     });
     // CC writes: (name, value). Enable-type values are polled for RDY/CFS.
     let ccs: &[(&str, u32)] = &[
@@ -620,7 +704,13 @@ fn property(b: &mut B) {
             x.connect(&mut c, 0, 0xFFFF);
             let csts = x.enable(&mut c, cc);
             x.log(format!("csts.rdy={} cfs={}", csts & 1, csts >> 1 & 1));
-            x.exec_m(&mut c, "get cc", prop_get(P_CC, false), Data::None, 0x00FF_FFF1);
+            x.exec_m(
+                &mut c,
+                "get cc",
+                prop_get(P_CC, false),
+                Data::None,
+                0x00FF_FFF1,
+            );
             x.exec(&mut c, "identify ctrl", identify(1, 0), Data::None);
         });
     }
@@ -637,15 +727,31 @@ fn property(b: &mut B) {
         b.add("property", format!("set-{name}"), move |x| {
             let mut c = x.admin();
             x.exec_m(&mut c, "set", prop_set(ofst, size8, v), Data::None, 0);
-            x.exec_m(&mut c, "get csts", prop_get(P_CSTS, false), Data::None, u32::MAX);
+            x.exec_m(
+                &mut c,
+                "get csts",
+                prop_get(P_CSTS, false),
+                Data::None,
+                u32::MAX,
+            );
         });
     }
     b.add("property", "disable-after-enable", |x| {
         let mut c = x.admin();
-        x.exec(&mut c, "set cc.en=0", prop_set(P_CC, false, 0x0046_0000), Data::None);
+        x.exec(
+            &mut c,
+            "set cc.en=0",
+            prop_set(P_CC, false, 0x0046_0000),
+            Data::None,
+        );
         let v = x.poll_csts(&mut c, |v| v & 1 == 0);
         x.log(format!("csts.rdy={}", v & 1));
-        x.exec(&mut c, "identify while disabled", identify(1, 0), Data::None);
+        x.exec(
+            &mut c,
+            "identify while disabled",
+            identify(1, 0),
+            Data::None,
+        );
         let v = x.enable(&mut c, CC_ENABLE);
         x.log(format!("re-enabled rdy={}", v & 1));
         x.exec(&mut c, "identify re-enabled", identify(1, 0), Data::None);
@@ -653,22 +759,44 @@ fn property(b: &mut B) {
     for (name, shn) in [("normal", 1u32), ("abrupt", 2)] {
         b.add("property", format!("shutdown-{name}"), move |x| {
             let mut c = x.admin();
-            x.exec(&mut c, "set cc.shn", prop_set(P_CC, false, (CC_ENABLE | shn << 14) as u64), Data::None);
+            x.exec(
+                &mut c,
+                "set cc.shn",
+                prop_set(P_CC, false, (CC_ENABLE | shn << 14) as u64),
+                Data::None,
+            );
             let v = x.poll_csts(&mut c, |v| (v >> 2) & 3 == 2);
             x.log(format!("csts.shst={}", (v >> 2) & 3));
-            x.exec(&mut c, "identify after shutdown", identify(1, 0), Data::None);
+            x.exec(
+                &mut c,
+                "identify after shutdown",
+                identify(1, 0),
+                Data::None,
+            );
         });
     }
     b.add("property", "get-reused-cid", |x| {
         let mut c = x.admin();
         for i in 0..3 {
             let s = prop_get(P_CSTS, false).cid(7);
-            x.exec_cid(&mut c, &format!("get csts cid 7 #{i}"), s, Data::None, u32::MAX);
+            x.exec_cid(
+                &mut c,
+                &format!("get csts cid 7 #{i}"),
+                s,
+                Data::None,
+                u32::MAX,
+            );
         }
     });
     b.add("property", "get-cid-ffff", |x| {
         let mut c = x.admin();
-        x.exec_cid(&mut c, "get csts cid ffff", prop_get(P_CSTS, false).cid(0xFFFF), Data::None, u32::MAX);
+        x.exec_cid(
+            &mut c,
+            "get csts cid ffff",
+            prop_get(P_CSTS, false).cid(0xFFFF),
+            Data::None,
+            u32::MAX,
+        );
     });
 }
 
@@ -693,17 +821,31 @@ fn identify_cns(b: &mut B) {
         ("cns03-nsid1", 0x03, 1, 0, ns_desc_summary),
         ("cns03-nsid0", 0x03, 0, 0, ns_desc_summary),
         ("cns03-nsid2", 0x03, 2, 0, ns_desc_summary),
-        ("cns05-csi0-nsid1", 0x05, 1, 0, |d| format!("len={}", d.len())),
+        ("cns05-csi0-nsid1", 0x05, 1, 0, |d| {
+            format!("len={}", d.len())
+        }),
         ("cns06-csi0", 0x06, 0, 0, |d| format!("len={}", d.len())),
-        ("cns06-csi2", 0x06, 0, 2 << 24, |d| format!("len={}", d.len())),
+        ("cns06-csi2", 0x06, 0, 2 << 24, |d| {
+            format!("len={}", d.len())
+        }),
         ("cns07-csi0", 0x07, 0, 0, ns_list_summary),
         ("cns08-nsid1", 0x08, 1, 0, |d| format!("len={}", d.len())),
         ("cns10-allocated-list", 0x10, 0, 0, ns_list_summary),
-        ("cns11-allocated-ns", 0x11, 1, 0, |d| format!("len={}", d.len())),
-        ("cns12-ctrl-list-ns", 0x12, 1, 0, |d| format!("len={}", d.len())),
-        ("cns13-ctrl-list", 0x13, 0, 0, |d| format!("len={}", d.len())),
-        ("cns1c-cmdset-list", 0x1C, 0, 0, |d| format!("len={}", d.len())),
-        ("cns-ff-reserved", 0xFF, 0, 0, |d| format!("len={}", d.len())),
+        ("cns11-allocated-ns", 0x11, 1, 0, |d| {
+            format!("len={}", d.len())
+        }),
+        ("cns12-ctrl-list-ns", 0x12, 1, 0, |d| {
+            format!("len={}", d.len())
+        }),
+        ("cns13-ctrl-list", 0x13, 0, 0, |d| {
+            format!("len={}", d.len())
+        }),
+        ("cns1c-cmdset-list", 0x1C, 0, 0, |d| {
+            format!("len={}", d.len())
+        }),
+        ("cns-ff-reserved", 0xFF, 0, 0, |d| {
+            format!("len={}", d.len())
+        }),
     ];
     for &(name, cns, nsid, extra, sum) in cases {
         b.add("identify", name, move |x| {
@@ -721,19 +863,34 @@ fn identify_cns(b: &mut B) {
     }
     b.add("identify", "cns01-short-sgl-512", |x| {
         let mut c = x.admin();
-        if let Some(r) = x.exec(&mut c, "identify 512", identify(1, 0).sgl_transport(512), Data::None) {
+        if let Some(r) = x.exec(
+            &mut c,
+            "identify 512",
+            identify(1, 0).sgl_transport(512),
+            Data::None,
+        ) {
             x.log(format!("got {}", r.data.len()));
         }
     });
     b.add("identify", "cns01-long-sgl-8192", |x| {
         let mut c = x.admin();
-        if let Some(r) = x.exec(&mut c, "identify 8192", identify(1, 0).sgl_transport(8192), Data::None) {
+        if let Some(r) = x.exec(
+            &mut c,
+            "identify 8192",
+            identify(1, 0).sgl_transport(8192),
+            Data::None,
+        ) {
             x.log(format!("got {}", r.data.len()));
         }
     });
     b.add("identify", "cns01-reserved-cdw", |x| {
         let mut c = x.admin();
-        let s = identify(1, 0).dw(12, 0xFFFF_FFFF).dw(13, 0xA5A5_A5A5).dw(15, 1).dw(2, 7).dw(3, 9);
+        let s = identify(1, 0)
+            .dw(12, 0xFFFF_FFFF)
+            .dw(13, 0xA5A5_A5A5)
+            .dw(15, 1)
+            .dw(2, 7)
+            .dw(3, 9);
         x.exec(&mut c, "identify", s, Data::None);
     });
     b.add("identify", "cns01-before-enable", |x| {
@@ -743,11 +900,21 @@ fn identify_cns(b: &mut B) {
     });
     b.add("identify", "cns01-psdt-prp", |x| {
         let mut c = x.admin();
-        x.exec(&mut c, "identify psdt=00", identify(1, 0).flags(0x00), Data::None);
+        x.exec(
+            &mut c,
+            "identify psdt=00",
+            identify(1, 0).flags(0x00),
+            Data::None,
+        );
     });
     b.add("identify", "cns01-psdt-10", |x| {
         let mut c = x.admin();
-        x.exec(&mut c, "identify psdt=10", identify(1, 0).flags(0x80), Data::None);
+        x.exec(
+            &mut c,
+            "identify psdt=10",
+            identify(1, 0).flags(0x80),
+            Data::None,
+        );
     });
     b.add("identify", "cns01-keyed-sgl", |x| {
         let mut c = x.admin();
@@ -755,18 +922,33 @@ fn identify_cns(b: &mut B) {
         d[8] = 0x00;
         d[9] = 0x10; // length 4096 (24-bit)
         d[15] = 0x40;
-        x.exec(&mut c, "identify keyed sgl", identify(1, 0).sgl_raw(d), Data::None);
+        x.exec(
+            &mut c,
+            "identify keyed sgl",
+            identify(1, 0).sgl_raw(d),
+            Data::None,
+        );
     });
     b.add("identify", "cns01-incapsule-sgl", |x| {
         let mut c = x.admin();
-        x.exec(&mut c, "identify in-capsule sgl", identify(1, 0).sgl_incap(0, 4096), Data::None);
+        x.exec(
+            &mut c,
+            "identify in-capsule sgl",
+            identify(1, 0).sgl_incap(0, 4096),
+            Data::None,
+        );
     });
     b.add("identify", "cns01-sgl-last-segment", |x| {
         let mut c = x.admin();
         let mut d = [0u8; 16];
         d[8..12].copy_from_slice(&4096u32.to_le_bytes());
         d[15] = 0x30;
-        x.exec(&mut c, "identify last-segment sgl", identify(1, 0).sgl_raw(d), Data::None);
+        x.exec(
+            &mut c,
+            "identify last-segment sgl",
+            identify(1, 0).sgl_raw(d),
+            Data::None,
+        );
     });
 }
 
@@ -781,20 +963,64 @@ fn log_pages(b: &mut B) {
         format!("len={} zero={}", d.len(), d.iter().all(|&v| v == 0))
     }
     fn smart(d: &[u8]) -> String {
-        format!("len={} critical_warning={}", d.len(), d.first().copied().unwrap_or(0xFF))
+        format!(
+            "len={} critical_warning={}",
+            d.len(),
+            d.first().copied().unwrap_or(0xFF)
+        )
     }
     // (name, lid, nsid, bytes, cdw10 extra bits, cdw12 LPOL, summary)
     let cases: &[(&str, u8, u32, u32, u32, u32, Sum)] = &[
         ("lid01-error-64", 0x01, 0, 64, 0, 0, len),
         ("lid01-error-4096", 0x01, 0, 4096, 0, 0, len),
         ("lid02-smart-nsid0", 0x02, 0, 512, 0, 0, smart),
-        ("lid02-smart-nsid-ffffffff", 0x02, 0xFFFF_FFFF, 512, 0, 0, smart),
+        (
+            "lid02-smart-nsid-ffffffff",
+            0x02,
+            0xFFFF_FFFF,
+            512,
+            0,
+            0,
+            smart,
+        ),
         ("lid02-smart-nsid1", 0x02, 1, 512, 0, 0, smart),
         ("lid02-smart-rae", 0x02, 0xFFFF_FFFF, 512, 1 << 15, 0, smart),
-        ("lid02-smart-lsp-set", 0x02, 0xFFFF_FFFF, 512, 0x5 << 8, 0, smart),
-        ("lid02-smart-offset-256", 0x02, 0xFFFF_FFFF, 256, 0, 256, len),
-        ("lid02-smart-offset-unaligned", 0x02, 0xFFFF_FFFF, 64, 0, 2, len),
-        ("lid02-smart-offset-beyond", 0x02, 0xFFFF_FFFF, 64, 0, 4096, len),
+        (
+            "lid02-smart-lsp-set",
+            0x02,
+            0xFFFF_FFFF,
+            512,
+            0x5 << 8,
+            0,
+            smart,
+        ),
+        (
+            "lid02-smart-offset-256",
+            0x02,
+            0xFFFF_FFFF,
+            256,
+            0,
+            256,
+            len,
+        ),
+        (
+            "lid02-smart-offset-unaligned",
+            0x02,
+            0xFFFF_FFFF,
+            64,
+            0,
+            2,
+            len,
+        ),
+        (
+            "lid02-smart-offset-beyond",
+            0x02,
+            0xFFFF_FFFF,
+            64,
+            0,
+            4096,
+            len,
+        ),
         ("lid03-fw-slot", 0x03, 0, 512, 0, 0, len),
         ("lid04-changed-ns", 0x04, 0, 4096, 0, 0, zeroes),
         ("lid04-changed-ns-rae", 0x04, 0, 4096, 1 << 15, 0, zeroes),
@@ -825,7 +1051,12 @@ fn log_pages(b: &mut B) {
     b.add("log", "lid04-clears-after-read", |x| {
         let mut c = x.admin();
         for i in 0..2 {
-            if let Some(r) = x.exec(&mut c, &format!("changed ns #{i}"), get_log(0x04, 0, 4096), Data::None) {
+            if let Some(r) = x.exec(
+                &mut c,
+                &format!("changed ns #{i}"),
+                get_log(0x04, 0, 4096),
+                Data::None,
+            ) {
                 x.log(zeroes(&r.data));
             }
         }
@@ -877,12 +1108,20 @@ fn features(b: &mut B) {
     }
     // SEL = 1 (default), 2 (saved), 3 (supported capabilities).
     for sel in 1..4u32 {
-        for &(fid, name) in &[(0x07u8, "num-queues"), (0x0F, "kato"), (0x0B, "async-event-config")] {
-            b.add("features", format!("get-{fid:02x}-{name}-sel{sel}"), move |x| {
-                let mut c = x.admin();
-                let s = S::new(0x0A).dw(10, fid as u32 | sel << 8);
-                x.exec_m(&mut c, "get features", s, Data::None, 0);
-            });
+        for &(fid, name) in &[
+            (0x07u8, "num-queues"),
+            (0x0F, "kato"),
+            (0x0B, "async-event-config"),
+        ] {
+            b.add(
+                "features",
+                format!("get-{fid:02x}-{name}-sel{sel}"),
+                move |x| {
+                    let mut c = x.admin();
+                    let s = S::new(0x0A).dw(10, fid as u32 | sel << 8);
+                    x.exec_m(&mut c, "get features", s, Data::None, 0);
+                },
+            );
         }
     }
     // Set Features: (name, fid, cdw11, sv, dw0 mask)
@@ -911,13 +1150,21 @@ fn features(b: &mut B) {
     for &(name, fid, cdw11, sv, mask) in sets {
         b.add("features", format!("set-{name}"), move |x| {
             let mut c = x.admin();
-            let s = S::new(0x09).dw(10, fid as u32 | (sv as u32) << 31).dw(11, cdw11);
+            let s = S::new(0x09)
+                .dw(10, fid as u32 | (sv as u32) << 31)
+                .dw(11, cdw11);
             x.exec_m(&mut c, "set features", s, Data::None, mask);
         });
     }
     b.add("features", "set-kato-then-get", |x| {
         let mut c = x.admin();
-        x.exec_m(&mut c, "set kato 15000", S::new(0x09).dw(10, 0x0F).dw(11, 15_000), Data::None, 0);
+        x.exec_m(
+            &mut c,
+            "set kato 15000",
+            S::new(0x09).dw(10, 0x0F).dw(11, 15_000),
+            Data::None,
+            0,
+        );
         x.exec(&mut c, "get kato", S::new(0x0A).dw(10, 0x0F), Data::None);
     });
     b.add("features", "set-host-id", |x| {
@@ -928,7 +1175,13 @@ fn features(b: &mut B) {
     });
     b.add("features", "set-num-queues-after-io-queue", |x| {
         let (mut a, _q) = x.pair();
-        x.exec_m(&mut a, "set num queues", S::new(0x09).dw(10, 0x07).dw(11, 0x0001_0001), Data::None, 0);
+        x.exec_m(
+            &mut a,
+            "set num queues",
+            S::new(0x09).dw(10, 0x07).dw(11, 0x0001_0001),
+            Data::None,
+            0,
+        );
     });
 }
 
@@ -970,35 +1223,73 @@ fn admin(b: &mut B) {
     });
     b.add("admin", "keep-alive-reserved-fields", |x| {
         let mut c = x.admin();
-        x.exec(&mut c, "keep alive", S::new(0x18).nsid(0xFFFF_FFFF).dw(10, 1).dw(15, 2), Data::None);
+        x.exec(
+            &mut c,
+            "keep alive",
+            S::new(0x18).nsid(0xFFFF_FFFF).dw(10, 1).dw(15, 2),
+            Data::None,
+        );
     });
     b.add("admin", "abort-unknown-cid", |x| {
         let mut c = x.admin();
         // DW0 bit 0 = 1: not aborted. Which commands a controller can
         // abort is its own business; the status must agree.
-        x.exec_m(&mut c, "abort", S::new(0x08).dw(10, 0x1234 << 16), Data::None, 0);
+        x.exec_m(
+            &mut c,
+            "abort",
+            S::new(0x08).dw(10, 0x1234 << 16),
+            Data::None,
+            0,
+        );
     });
     b.add("admin", "abort-outstanding-aer", |x| {
         let mut c = x.admin();
         let aer = c.cid();
         c.send(&S::new(0x0C).cid(aer).0, &Data::None, Framing::default());
-        x.exec_m(&mut c, "abort aer", S::new(0x08).dw(10, (aer as u32) << 16), Data::None, 0);
+        x.exec_m(
+            &mut c,
+            "abort aer",
+            S::new(0x08).dw(10, (aer as u32) << 16),
+            Data::None,
+            0,
+        );
     });
     b.add("admin", "abort-io-sqid-1", |x| {
         let (mut a, _q) = x.pair();
-        x.exec_m(&mut a, "abort", S::new(0x08).dw(10, 0x0042_0001), Data::None, 0);
+        x.exec_m(
+            &mut a,
+            "abort",
+            S::new(0x08).dw(10, 0x0042_0001),
+            Data::None,
+            0,
+        );
     });
     b.add("admin", "fused-first-identify", |x| {
         let mut c = x.admin();
-        x.exec(&mut c, "identify fuse=01", identify(1, 0).flags(0x41), Data::None);
+        x.exec(
+            &mut c,
+            "identify fuse=01",
+            identify(1, 0).flags(0x41),
+            Data::None,
+        );
     });
     b.add("admin", "identify-nsid-bogus-reserved", |x| {
         let mut c = x.admin();
-        x.exec(&mut c, "identify ctrl mptr set", identify(1, 0).dw(4, 0xDEAD_BEEF).dw(5, 1), Data::None);
+        x.exec(
+            &mut c,
+            "identify ctrl mptr set",
+            identify(1, 0).dw(4, 0xDEAD_BEEF).dw(5, 1),
+            Data::None,
+        );
     });
     b.add("admin", "io-opcode-on-admin-read", |x| {
         let mut c = x.admin();
-        x.exec(&mut c, "read on admin queue", rw(0x02, 1, 0, 0, 512), Data::None);
+        x.exec(
+            &mut c,
+            "read on admin queue",
+            rw(0x02, 1, 0, 0, 512),
+            Data::None,
+        );
     });
 }
 
@@ -1027,7 +1318,12 @@ fn aer_kato(b: &mut B) {
             let cid = c.cid();
             c.send(&S::new(0x0C).cid(cid).0, &Data::None, Framing::default());
         }
-        x.exec(&mut c, "set cc.shn=01", prop_set(P_CC, false, (CC_ENABLE | 1 << 14) as u64), Data::None);
+        x.exec(
+            &mut c,
+            "set cc.shn=01",
+            prop_set(P_CC, false, (CC_ENABLE | 1 << 14) as u64),
+            Data::None,
+        );
         let v = x.poll_csts(&mut c, |v| (v >> 2) & 3 == 2);
         x.log(format!("shst={}", (v >> 2) & 3));
         x.still_serving(&mut c, "after shutdown");
@@ -1036,7 +1332,12 @@ fn aer_kato(b: &mut B) {
         let mut c = x.admin();
         let cid = c.cid();
         c.send(&S::new(0x0C).cid(cid).0, &Data::None, Framing::default());
-        x.exec(&mut c, "set cc.en=0", prop_set(P_CC, false, 0x0046_0000), Data::None);
+        x.exec(
+            &mut c,
+            "set cc.en=0",
+            prop_set(P_CC, false, 0x0046_0000),
+            Data::None,
+        );
         let v = x.poll_csts(&mut c, |v| v & 1 == 0);
         x.log(format!("rdy={}", v & 1));
     });
@@ -1047,7 +1348,12 @@ fn aer_kato(b: &mut B) {
         c.close();
         // The target must go on serving others.
         let mut d = x.admin();
-        x.exec(&mut d, "identify on a new connection", identify(1, 0), Data::None);
+        x.exec(
+            &mut d,
+            "identify on a new connection",
+            identify(1, 0),
+            Data::None,
+        );
     });
     b.add("aer-kato", "aer-outstanding-at-host-half-close", |x| {
         let mut c = x.admin();
@@ -1065,7 +1371,10 @@ fn aer_kato(b: &mut B) {
         let mut c = x.open(Ic::default());
         let mut a = x.connect_args(0, 0xFFFF);
         a.kato = 4000;
-        if !x.connect_with(&mut c, "connect kato 4000", &a).is_some_and(|r| r.ok()) {
+        if !x
+            .connect_with(&mut c, "connect kato 4000", &a)
+            .is_some_and(|r| r.ok())
+        {
             return;
         }
         x.enable(&mut c, CC_ENABLE);
@@ -1098,7 +1407,11 @@ fn aer_kato(b: &mut B) {
         x.enable(&mut c, CC_ENABLE);
         let mut q = x.io(&c);
         let cid = q.cid();
-        q.send(&S::new(0x00).nsid(1).cid(cid).0, &Data::None, Framing::default());
+        q.send(
+            &S::new(0x00).nsid(1).cid(cid).0,
+            &Data::None,
+            Framing::default(),
+        );
         let ok = q.wait(cid).is_some_and(|r| r.ok());
         x.log(format!("flush ok {ok}"));
         x.expect_close(&mut c, "no keep alive past kato", Duration::from_secs(30));
@@ -1131,15 +1444,31 @@ fn io(b: &mut B) {
     });
     b.add("io", "write-1-block-via-r2t", |x| {
         let (_a, mut q) = x.pair();
-        x.exec(&mut q, "write", rw(0x01, 1, x.base, 0, 512), Data::R2t(pattern(512, 25)));
+        x.exec(
+            &mut q,
+            "write",
+            rw(0x01, 1, x.base, 0, 512),
+            Data::R2t(pattern(512, 25)),
+        );
         x.read(&mut q, "read", x.base, 1);
     });
-    for (name, bits) in [("fua", 1u32 << 30), ("lr", 1 << 31), ("fua-lr", 3 << 30), ("prinfo", 0xF << 26), ("dtype", 0x7 << 20)] {
+    for (name, bits) in [
+        ("fua", 1u32 << 30),
+        ("lr", 1 << 31),
+        ("fua-lr", 3 << 30),
+        ("prinfo", 0xF << 26),
+        ("dtype", 0x7 << 20),
+    ] {
         b.add("io", format!("write-{name}"), move |x| {
             let (_a, mut q) = x.pair();
             let s = rw(0x01, 1, x.base, 0, 512).sgl_incap(0, 512);
             let dw12 = get32(&s.0, 48) | bits;
-            x.exec(&mut q, "write", s.dw(12, dw12), Data::InCapsule(pattern(512, 26)));
+            x.exec(
+                &mut q,
+                "write",
+                s.dw(12, dw12),
+                Data::InCapsule(pattern(512, 26)),
+            );
             let r = rw(0x02, 1, x.base, 0, 512);
             let dw12 = get32(&r.0, 48) | bits;
             x.exec(&mut q, "read", r.dw(12, dw12), Data::None);
@@ -1172,20 +1501,40 @@ fn io(b: &mut B) {
     });
     b.add("io", "read-sgl-shorter-than-nlb", |x| {
         let (_a, mut q) = x.pair();
-        x.exec(&mut q, "read 2 blocks sgl 512", rw(0x02, 1, x.base, 1, 512), Data::None);
+        x.exec(
+            &mut q,
+            "read 2 blocks sgl 512",
+            rw(0x02, 1, x.base, 1, 512),
+            Data::None,
+        );
     });
     b.add("io", "read-sgl-longer-than-nlb", |x| {
         let (_a, mut q) = x.pair();
-        x.exec(&mut q, "read 1 block sgl 1024", rw(0x02, 1, x.base, 0, 1024), Data::None);
+        x.exec(
+            &mut q,
+            "read 1 block sgl 1024",
+            rw(0x02, 1, x.base, 0, 1024),
+            Data::None,
+        );
     });
     b.add("io", "read-incapsule-sgl", |x| {
         let (_a, mut q) = x.pair();
-        x.exec(&mut q, "read with in-capsule sgl", rw(0x02, 1, x.base, 0, 512).sgl_incap(0, 512), Data::None);
+        x.exec(
+            &mut q,
+            "read with in-capsule sgl",
+            rw(0x02, 1, x.base, 0, 512).sgl_incap(0, 512),
+            Data::None,
+        );
     });
     b.add("io", "write-incapsule-sgl-offset-nonzero", |x| {
         let (_a, mut q) = x.pair();
         let s = rw(0x01, 1, x.base, 0, 512).sgl_incap(512, 512);
-        x.exec(&mut q, "write sgl offset 512", s, Data::InCapsule(pattern(1024, 29)));
+        x.exec(
+            &mut q,
+            "write sgl offset 512",
+            s,
+            Data::InCapsule(pattern(1024, 29)),
+        );
     });
     b.add("io", "write-keyed-sgl", |x| {
         let (_a, mut q) = x.pair();
@@ -1193,26 +1542,58 @@ fn io(b: &mut B) {
         d[8] = 0x00;
         d[9] = 0x02;
         d[15] = 0x40;
-        x.exec(&mut q, "write keyed sgl", rw(0x01, 1, x.base, 0, 512).sgl_raw(d), Data::None);
+        x.exec(
+            &mut q,
+            "write keyed sgl",
+            rw(0x01, 1, x.base, 0, 512).sgl_raw(d),
+            Data::None,
+        );
     });
     b.add("io", "read-sgl-bit-bucket", |x| {
         let (_a, mut q) = x.pair();
         let mut d = [0u8; 16];
         d[8..12].copy_from_slice(&512u32.to_le_bytes());
         d[15] = 0x10;
-        x.exec(&mut q, "read bit bucket sgl", rw(0x02, 1, x.base, 0, 512).sgl_raw(d), Data::None);
+        x.exec(
+            &mut q,
+            "read bit bucket sgl",
+            rw(0x02, 1, x.base, 0, 512).sgl_raw(d),
+            Data::None,
+        );
     });
     b.add("io", "read-zero-length-sgl", |x| {
         let (_a, mut q) = x.pair();
-        x.exec(&mut q, "read sgl len 0", rw(0x02, 1, x.base, 0, 0), Data::None);
+        x.exec(
+            &mut q,
+            "read sgl len 0",
+            rw(0x02, 1, x.base, 0, 0),
+            Data::None,
+        );
     });
-    for (name, flags) in [("psdt-00", 0x00u8), ("psdt-10", 0x80), ("psdt-11", 0xC0), ("fuse-first", 0x41), ("fuse-second", 0x42), ("fuse-11", 0x43)] {
+    for (name, flags) in [
+        ("psdt-00", 0x00u8),
+        ("psdt-10", 0x80),
+        ("psdt-11", 0xC0),
+        ("fuse-first", 0x41),
+        ("fuse-second", 0x42),
+        ("fuse-11", 0x43),
+    ] {
         b.add("io", format!("read-{name}"), move |x| {
             let (_a, mut q) = x.pair();
-            x.exec(&mut q, "read", rw(0x02, 1, x.base, 0, 512).flags(flags), Data::None);
+            x.exec(
+                &mut q,
+                "read",
+                rw(0x02, 1, x.base, 0, 512).flags(flags),
+                Data::None,
+            );
         });
     }
-    for (name, nsid) in [("nsid-0", 0u32), ("nsid-2", 2), ("nsid-ffffffff", 0xFFFF_FFFF), ("nsid-fffffffe", 0xFFFF_FFFE)] {
+    for (name, nsid) in [
+        ("nsid-0", 0u32),
+        ("nsid-2", 2),
+        ("nsid-ffffffff", 0xFFFF_FFFF),
+        ("nsid-fffffffe", 0xFFFF_FFFE),
+    ] {
         b.add("io", format!("read-{name}"), move |x| {
             let (_a, mut q) = x.pair();
             x.exec(&mut q, "read", rw(0x02, nsid, x.base, 0, 512), Data::None);
@@ -1228,12 +1609,22 @@ fn io(b: &mut B) {
     });
     b.add("io", "flush-reserved-cdws", |x| {
         let (_a, mut q) = x.pair();
-        x.exec(&mut q, "flush", S::new(0x00).nsid(1).dw(10, 1).dw(12, 0xFFFF).dw(15, 3), Data::None);
+        x.exec(
+            &mut q,
+            "flush",
+            S::new(0x00).nsid(1).dw(10, 1).dw(12, 0xFFFF).dw(15, 3),
+            Data::None,
+        );
     });
     b.add("io", "write-zeroes", |x| {
         let (_a, mut q) = x.pair();
         x.write(&mut q, "write", x.base, 8, 30);
-        x.exec(&mut q, "write zeroes 4", rw(0x08, 1, x.base + 2, 3, 0), Data::None);
+        x.exec(
+            &mut q,
+            "write zeroes 4",
+            rw(0x08, 1, x.base + 2, 3, 0),
+            Data::None,
+        );
         x.read(&mut q, "read", x.base, 8);
     });
     b.add("io", "write-zeroes-deac", |x| {
@@ -1246,11 +1637,21 @@ fn io(b: &mut B) {
     });
     b.add("io", "write-zeroes-past-end", |x| {
         let (_a, mut q) = x.pair();
-        x.exec(&mut q, "write zeroes at nsze-1 x2", rw(0x08, 1, NSZE - 1, 1, 0), Data::None);
+        x.exec(
+            &mut q,
+            "write zeroes at nsze-1 x2",
+            rw(0x08, 1, NSZE - 1, 1, 0),
+            Data::None,
+        );
     });
     b.add("io", "write-zeroes-max-nlb", |x| {
         let (_a, mut q) = x.pair();
-        x.exec(&mut q, "write zeroes 65536 at 0", rw(0x08, 1, 0, 0xFFFF, 0), Data::None);
+        x.exec(
+            &mut q,
+            "write zeroes 65536 at 0",
+            rw(0x08, 1, 0, 0xFFFF, 0),
+            Data::None,
+        );
         x.read(&mut q, "read 1", 65535, 1);
     });
     let dsm = |ranges: &[(u32, u64)]| -> Vec<u8> {
@@ -1265,7 +1666,11 @@ fn io(b: &mut B) {
         let (_a, mut q) = x.pair();
         x.write(&mut q, "write", x.base, 8, 32);
         let d = dsm(&[(8, x.base)]);
-        let s = S::new(0x09).nsid(1).dw(10, 0).dw(11, 1 << 2).sgl_incap(0, 16);
+        let s = S::new(0x09)
+            .nsid(1)
+            .dw(10, 0)
+            .dw(11, 1 << 2)
+            .sgl_incap(0, 16);
         x.exec(&mut q, "dsm ad", s, Data::InCapsule(d));
     });
     b.add("io", "dsm-no-attributes", move |x| {
@@ -1277,31 +1682,54 @@ fn io(b: &mut B) {
     b.add("io", "dsm-range-past-end", move |x| {
         let (_a, mut q) = x.pair();
         let d = dsm(&[(8, NSZE - 4)]);
-        let s = S::new(0x09).nsid(1).dw(10, 0).dw(11, 1 << 2).sgl_incap(0, 16);
+        let s = S::new(0x09)
+            .nsid(1)
+            .dw(10, 0)
+            .dw(11, 1 << 2)
+            .sgl_incap(0, 16);
         x.exec(&mut q, "dsm past end", s, Data::InCapsule(d));
     });
     b.add("io", "dsm-256-ranges-r2t", move |x| {
         let (_a, mut q) = x.pair();
         let r: Vec<(u32, u64)> = (0..256).map(|i| (0, x.base + i % 128)).collect();
         let d = dsm(&r);
-        let s = S::new(0x09).nsid(1).dw(10, 255).dw(11, 1 << 2).sgl_transport(4096);
+        let s = S::new(0x09)
+            .nsid(1)
+            .dw(10, 255)
+            .dw(11, 1 << 2)
+            .sgl_transport(4096);
         x.exec(&mut q, "dsm 256 ranges", s, Data::R2t(d));
     });
     b.add("io", "compare-match", |x| {
         let (_a, mut q) = x.pair();
         x.write(&mut q, "write", x.base, 1, 33);
         let s = rw(0x05, 1, x.base, 0, 512).sgl_incap(0, 512);
-        x.exec(&mut q, "compare equal", s, Data::InCapsule(pattern(512, 33)));
+        x.exec(
+            &mut q,
+            "compare equal",
+            s,
+            Data::InCapsule(pattern(512, 33)),
+        );
     });
     b.add("io", "compare-mismatch", |x| {
         let (_a, mut q) = x.pair();
         x.write(&mut q, "write", x.base, 1, 34);
         let s = rw(0x05, 1, x.base, 0, 512).sgl_incap(0, 512);
-        x.exec(&mut q, "compare different", s, Data::InCapsule(pattern(512, 35)));
+        x.exec(
+            &mut q,
+            "compare different",
+            s,
+            Data::InCapsule(pattern(512, 35)),
+        );
     });
     b.add("io", "write-uncorrectable", |x| {
         let (_a, mut q) = x.pair();
-        x.exec(&mut q, "write uncorrectable", rw(0x04, 1, x.base, 0, 0), Data::None);
+        x.exec(
+            &mut q,
+            "write uncorrectable",
+            rw(0x04, 1, x.base, 0, 0),
+            Data::None,
+        );
     });
     b.add("io", "verify", |x| {
         let (_a, mut q) = x.pair();
@@ -1311,17 +1739,56 @@ fn io(b: &mut B) {
         let (_a, mut q) = x.pair();
         let mut d = vec![0u8; 32];
         d[8..16].copy_from_slice(&x.base.to_le_bytes());
-        let s = S::new(0x19).nsid(1).dw(10, (x.base + 64) as u32).sgl_incap(0, 32);
+        let s = S::new(0x19)
+            .nsid(1)
+            .dw(10, (x.base + 64) as u32)
+            .sgl_incap(0, 32);
         x.exec(&mut q, "copy", s, Data::InCapsule(d));
     });
     b.add("io", "reservation-report", |x| {
         let (_a, mut q) = x.pair();
-        let s = S::new(0x0E).nsid(1).dw(10, 1024 / 4 - 1).sgl_transport(1024);
+        let s = S::new(0x0E)
+            .nsid(1)
+            .dw(10, 1024 / 4 - 1)
+            .sgl_transport(1024);
         if let Some(r) = x.exec(&mut q, "reservation report", s, Data::None) {
             if r.ok() && r.data.len() >= 24 {
-                x.log(format!("gen={} rtype={} regctl={}", get32(&r.data, 0), r.data[4], u16::from_le_bytes([r.data[5], r.data[6]])));
+                x.log(format!(
+                    "gen={} rtype={} regctl={}",
+                    get32(&r.data, 0),
+                    r.data[4],
+                    u16::from_le_bytes([r.data[5], r.data[6]])
+                ));
             }
         }
+    });
+    b.add("io", "reservation-report-eds", |x| {
+        let (_a, mut q) = x.pair();
+        let s = S::new(0x0E)
+            .nsid(1)
+            .dw(10, 1024 / 4 - 1)
+            .dw(11, 1)
+            .sgl_transport(1024);
+        if let Some(r) = x.exec(&mut q, "reservation report eds", s, Data::None) {
+            if r.ok() && r.data.len() >= 24 {
+                x.log(format!(
+                    "gen={} rtype={} regctl={}",
+                    get32(&r.data, 0),
+                    r.data[4],
+                    u16::from_le_bytes([r.data[5], r.data[6]])
+                ));
+            }
+        }
+    });
+    b.add("io", "write-8k-via-r2t", |x| {
+        let (_a, mut q) = x.pair();
+        x.exec(
+            &mut q,
+            "write 8k by r2t",
+            rw(0x01, 1, x.base, 15, 8192),
+            Data::R2t(pattern(8192, 43)),
+        );
+        x.read(&mut q, "read", x.base, 16);
     });
     for opc in [0x03u8, 0x07, 0x0B, 0x7F, 0x80, 0xFF] {
         b.add("io", format!("opcode-{opc:02x}"), move |x| {
@@ -1343,15 +1810,25 @@ fn ordering(b: &mut B) {
         let (_a, mut q) = x.pair();
         // A write waiting for its data (R2T outstanding), then a flush with
         // the same CID.
-        q.send(&rw(0x01, 1, x.base, 7, 4096).cid(9).0, &Data::None, Framing::default());
+        q.send(
+            &rw(0x01, 1, x.base, 63, 32768).cid(9).0,
+            &Data::None,
+            Framing::default(),
+        );
         match q.next_r2t(ANSWER) {
             Some((ttag, off, len)) => {
                 x.log(format!("r2t off={off} len={len}"));
-                q.send(&S::new(0x00).nsid(1).cid(9).0, &Data::None, Framing::default());
-                q.h2c(9, ttag, 0, &pattern(4096, 40), true);
+                q.send(
+                    &S::new(0x00).nsid(1).cid(9).0,
+                    &Data::None,
+                    Framing::default(),
+                );
+                q.h2c(9, ttag, 0, &pattern(32768, 40), true);
                 for i in 0..2 {
                     match q.next(ANSWER) {
-                        Some(r) => x.log_cpl(&format!("completion #{i} cid {:#x}", r.cid), &r, u32::MAX),
+                        Some(r) => {
+                            x.log_cpl(&format!("completion #{i} cid {:#x}", r.cid), &r, u32::MAX)
+                        }
                         None => break,
                     }
                 }
@@ -1362,14 +1839,25 @@ fn ordering(b: &mut B) {
     b.add("ordering", "cid-reuse-after-completion-io", |x| {
         let (_a, mut q) = x.pair();
         for i in 0..3 {
-            x.exec_cid(&mut q, &format!("flush cid 3 #{i}"), S::new(0x00).nsid(1).cid(3), Data::None, u32::MAX);
+            x.exec_cid(
+                &mut q,
+                &format!("flush cid 3 #{i}"),
+                S::new(0x00).nsid(1).cid(3),
+                Data::None,
+                u32::MAX,
+            );
         }
     });
     b.add("ordering", "pipelined-reads", |x| {
         let (_a, mut q) = x.pair();
-        x.write(&mut q, "write", x.base, 32, 41);
+        x.write(&mut q, "write", x.base, 16, 41);
+        x.write(&mut q, "write", x.base + 16, 16, 42);
         for i in 0..8u16 {
-            q.send(&rw(0x02, 1, x.base + 4 * i as u64, 3, 2048).cid(0x100 + i).0, &Data::None, Framing::default());
+            q.send(
+                &rw(0x02, 1, x.base + 4 * i as u64, 3, 2048).cid(0x100 + i).0,
+                &Data::None,
+                Framing::default(),
+            );
         }
         let mut got = vec![];
         for _ in 0..8 {
@@ -1383,12 +1871,16 @@ fn ordering(b: &mut B) {
     });
     b.add("ordering", "pipelined-writes-r2t", |x| {
         let (_a, mut q) = x.pair();
-        for i in 0..4u16 {
-            let lba = x.base + 16 * i as u64;
-            q.send(&rw(0x01, 1, lba, 15, 8192).cid(0x200 + i).0, &Data::R2t(pattern(8192, 50 + i as u64)), Framing::default());
+        for i in 0..2u16 {
+            let lba = x.base + 64 * i as u64;
+            q.send(
+                &rw(0x01, 1, lba, 63, 32768).cid(0x200 + i).0,
+                &Data::R2t(pattern(32768, 50 + i as u64)),
+                Framing::default(),
+            );
         }
         let mut got = vec![];
-        for _ in 0..4 {
+        for _ in 0..2 {
             match q.next(ANSWER) {
                 Some(r) => got.push((r.cid, r.ok(), r.r2t)),
                 None => break,
@@ -1396,25 +1888,50 @@ fn ordering(b: &mut B) {
         }
         got.sort();
         x.log(format!("{got:?}"));
-        x.read(&mut q, "read back", x.base, 64);
+        x.read(&mut q, "read back", x.base, 128);
     });
     b.add("ordering", "admin-before-enable", |x| {
         let mut c = x.open(Ic::default());
         x.connect(&mut c, 0, 0xFFFF);
-        x.exec(&mut c, "get features before cc.en", S::new(0x0A).dw(10, 0x07), Data::None);
+        x.exec(
+            &mut c,
+            "get features before cc.en",
+            S::new(0x0A).dw(10, 0x07),
+            Data::None,
+        );
         x.exec(&mut c, "keep alive before cc.en", S::new(0x18), Data::None);
     });
     b.add("ordering", "io-after-shutdown", |x| {
         let (mut a, mut q) = x.pair();
-        x.exec(&mut a, "set cc.shn=01", prop_set(P_CC, false, (CC_ENABLE | 1 << 14) as u64), Data::None);
+        x.exec(
+            &mut a,
+            "set cc.shn=01",
+            prop_set(P_CC, false, (CC_ENABLE | 1 << 14) as u64),
+            Data::None,
+        );
         x.poll_csts(&mut a, |v| (v >> 2) & 3 == 2);
-        x.exec(&mut q, "flush after shutdown", S::new(0x00).nsid(1), Data::None);
+        x.exec(
+            &mut q,
+            "flush after shutdown",
+            S::new(0x00).nsid(1),
+            Data::None,
+        );
     });
     b.add("ordering", "io-after-disable", |x| {
         let (mut a, mut q) = x.pair();
-        x.exec(&mut a, "set cc.en=0", prop_set(P_CC, false, 0x0046_0000), Data::None);
+        x.exec(
+            &mut a,
+            "set cc.en=0",
+            prop_set(P_CC, false, 0x0046_0000),
+            Data::None,
+        );
         x.poll_csts(&mut a, |v| v & 1 == 0);
-        x.exec(&mut q, "flush after disable", S::new(0x00).nsid(1), Data::None);
+        x.exec(
+            &mut q,
+            "flush after disable",
+            S::new(0x00).nsid(1),
+            Data::None,
+        );
     });
     b.add("ordering", "io-queue-after-admin-closed", |x| {
         let (mut a, mut q) = x.pair();
@@ -1427,13 +1944,22 @@ fn ordering(b: &mut B) {
         let aer = c.cid();
         c.send(&S::new(0x0C).cid(aer).0, &Data::None, Framing::default());
         for i in 0..3 {
-            x.exec(&mut c, &format!("get csts #{i}"), prop_get(P_CSTS, false), Data::None);
+            x.exec(
+                &mut c,
+                &format!("get csts #{i}"),
+                prop_get(P_CSTS, false),
+                Data::None,
+            );
         }
     });
     b.add("ordering", "many-outstanding-admin", |x| {
         let mut c = x.admin();
         for i in 0..16u16 {
-            c.send(&identify(1, 0).cid(0x300 + i).0, &Data::None, Framing::default());
+            c.send(
+                &identify(1, 0).cid(0x300 + i).0,
+                &Data::None,
+                Framing::default(),
+            );
         }
         let mut n = 0;
         while c.next(ANSWER).is_some_and(|r| r.ok()) {

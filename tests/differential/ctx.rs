@@ -100,7 +100,10 @@ pub fn prop_set(ofst: u32, size8: bool, v: u64) -> S {
 }
 
 pub fn identify(cns: u8, nsid: u32) -> S {
-    S::new(0x06).nsid(nsid).dw(10, cns as u32).sgl_transport(4096)
+    S::new(0x06)
+        .nsid(nsid)
+        .dw(10, cns as u32)
+        .sgl_transport(4096)
 }
 
 /// Get Log Page of `len` bytes (NUMD = len/4 - 1).
@@ -205,7 +208,10 @@ impl Ctx {
         let mut s = a
             .sqe
             .dw(10, (a.qid as u32) << 16 | (get16(&a.sqe.0, 40) as u32))
-            .dw(11, a.sqsize as u32 | (a.cattr as u32) << 16 | (a.sqe.0[47] as u32) << 24)
+            .dw(
+                11,
+                a.sqsize as u32 | (a.cattr as u32) << 16 | (a.sqe.0[47] as u32) << 24,
+            )
             .dw(12, a.kato)
             .cid(cid);
         let mut d = a.data.clone();
@@ -241,7 +247,14 @@ impl Ctx {
 
     /// Runs one command and logs `label: status dw0=...` (`dw0_mask` picks
     /// the bits that must agree) plus the data moved.
-    pub fn exec_m(&self, c: &mut Conn, label: &str, s: S, data: Data, dw0_mask: u32) -> Option<Cpl> {
+    pub fn exec_m(
+        &self,
+        c: &mut Conn,
+        label: &str,
+        s: S,
+        data: Data,
+        dw0_mask: u32,
+    ) -> Option<Cpl> {
         let cid = c.cid();
         self.exec_cid(c, label, s.cid(cid), data, dw0_mask)
     }
@@ -251,7 +264,14 @@ impl Ctx {
     }
 
     /// As [`Ctx::exec_m`] with the SQE's own CID.
-    pub fn exec_cid(&self, c: &mut Conn, label: &str, s: S, data: Data, dw0_mask: u32) -> Option<Cpl> {
+    pub fn exec_cid(
+        &self,
+        c: &mut Conn,
+        label: &str,
+        s: S,
+        data: Data,
+        dw0_mask: u32,
+    ) -> Option<Cpl> {
         let cid = s.get_cid();
         c.send(&s.0, &data, Framing::default());
         let r = c.wait(cid);
@@ -294,7 +314,11 @@ impl Ctx {
     /// Property Set CC = `cc`, then polls CSTS until RDY or CFS (bounded).
     pub fn enable(&self, c: &mut Conn, cc: u32) -> u32 {
         let cid = c.cid();
-        c.send(&prop_set(P_CC, false, cc as u64).cid(cid).0, &Data::None, Framing::default());
+        c.send(
+            &prop_set(P_CC, false, cc as u64).cid(cid).0,
+            &Data::None,
+            Framing::default(),
+        );
         match c.wait(cid) {
             Some(r) if r.ok() => {}
             Some(r) => {
@@ -318,7 +342,11 @@ impl Ctx {
         let mut pause = Duration::from_millis(2);
         loop {
             let cid = c.cid();
-            c.send(&prop_get(P_CSTS, false).cid(cid).0, &Data::None, Framing::default());
+            c.send(
+                &prop_get(P_CSTS, false).cid(cid).0,
+                &Data::None,
+                Framing::default(),
+            );
             let v = match c.wait(cid) {
                 Some(r) if r.ok() => r.dw0,
                 Some(r) => {
@@ -370,7 +398,12 @@ impl Ctx {
 
     /// Reads `n` blocks at `lba` and logs status and a digest of the data.
     pub fn read(&self, q: &mut Conn, label: &str, lba: u64, n: u16) -> Option<Cpl> {
-        let r = self.exec(q, label, rw(0x02, 1, lba, n - 1, n as u32 * 512), Data::None);
+        let r = self.exec(
+            q,
+            label,
+            rw(0x02, 1, lba, n - 1, n as u32 * 512),
+            Data::None,
+        );
         if let Some(r) = &r {
             if r.ok() {
                 self.log(format!("{label} data {:016x}", fnv(&r.data)));
@@ -382,7 +415,10 @@ impl Ctx {
     /// Waits (bounded) for the target to close `c`; logs the outcome.
     pub fn expect_close(&self, c: &mut Conn, label: &str, within: Duration) {
         let closed = c.expect_close(within);
-        self.log(format!("{label}: {}", if closed { "closed" } else { "open" }));
+        self.log(format!(
+            "{label}: {}",
+            if closed { "closed" } else { "open" }
+        ));
     }
 
     /// Logs whether `c` still answers a Property Get (CSTS).
@@ -392,7 +428,11 @@ impl Ctx {
             return;
         }
         let cid = c.cid();
-        c.send(&prop_get(P_CSTS, false).cid(cid).0, &Data::None, Framing::default());
+        c.send(
+            &prop_get(P_CSTS, false).cid(cid).0,
+            &Data::None,
+            Framing::default(),
+        );
         match c.wait_for(cid, ANSWER) {
             Some(r) => self.log(format!("{label}: answers {}", r.status())),
             None => self.log(format!("{label}: no answer")),

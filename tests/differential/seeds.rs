@@ -36,7 +36,12 @@ fn parse(stream: &[u8]) -> Vec<Pdu> {
     let mut v = vec![];
     let mut o = 0;
     while o + 8 <= stream.len() {
-        let (ty, flags, hlen, pdo) = (stream[o], stream[o + 1], stream[o + 2] as usize, stream[o + 3] as usize);
+        let (ty, flags, hlen, pdo) = (
+            stream[o],
+            stream[o + 1],
+            stream[o + 2] as usize,
+            stream[o + 3] as usize,
+        );
         let plen = get32(stream, o + 4) as usize;
         if plen < 8 || o + plen > stream.len() {
             break;
@@ -92,7 +97,9 @@ fn replay(x: &mut Ctx, stream: &[u8]) {
         ..Ic::default()
     };
     // The captured Connect: queue and host identity.
-    let connect = pdus.iter().find(|p| p.ty == 4 && p.hdr[8] == 0x7F && p.hdr[12] == 1);
+    let connect = pdus
+        .iter()
+        .find(|p| p.ty == 4 && p.hdr[8] == 0x7F && p.hdr[12] == 1);
     let mut admin = None;
     if let Some(cn) = connect {
         let qid = get16(&cn.hdr, 8 + 42);
@@ -150,7 +157,11 @@ fn replay(x: &mut Ctx, stream: &[u8]) {
                     Data::None
                 };
                 c.send(&sqe, &data, Framing::default());
-                let fct = if opc == 0x7F { format!(" fct={:02x}", sqe[4]) } else { String::new() };
+                let fct = if opc == 0x7F {
+                    format!(" fct={:02x}", sqe[4])
+                } else {
+                    String::new()
+                };
                 let label = format!("#{i} opc={opc:02x}{fct}");
                 if opc == 0x0C && admin.is_none() {
                     continue; // an AER stays outstanding
