@@ -24,6 +24,9 @@ use farflash_wire::pdu::{self, PduType};
 use farflash_wire::props::{self, cc, csts};
 use farflash_wire::sqe::{SglDescriptor, PSDT_SGL};
 use farflash_wire::{Sqe, Status};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
 
 /// What the replayed host does differently from farflash's own host.
 #[derive(Clone, Copy, Debug)]
@@ -271,9 +274,41 @@ fn io_queue_connect_with_a_different_hostid() {
     assert!(replay(&s.addr, h) > 0);
 }
 
+/// The `/metrics` text of a `farflash serve --metrics` at `addr`.
+fn scrape(addr: &str) -> String {
+    let get = || -> Option<String> {
+        let mut s = TcpStream::connect(addr).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+        let req = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        out.starts_with("HTTP/1.1 200").then_some(out)
+    };
+    let mut text = None;
+    let up = common::eventually(Duration::from_secs(10), || {
+        text = get();
+        text.is_some()
+    });
+    assert!(up, "no /metrics at {addr}");
+    text.unwrap_or_default()
+}
+
+/// The value of `farflash_tolerated_total{what="..."}` in a scrape.
+fn tolerated(text: &str, what: &str) -> Option<u64> {
+    let key = format!("farflash_tolerated_total{{what=\"{what}\"}}");
+    text.lines()
+        .find_map(|l| l.strip_prefix(key.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 #[test]
 fn the_third_party_host_with_all_three() {
-    let s = serve();
+    let mport = common::free_port();
+    let maddr = format!("127.0.0.1:{mport}");
+    let s = Serve::start(&["--ram", "16M", "--metrics", &maddr]);
+    let text = scrape(&maddr);
+    assert_eq!(tolerated(&text, "pdo_without_data"), Some(0), "{text}");
     let h = Host {
         pdo_no_data: 72,
         css: cc::CSS_ALL_IO,
@@ -281,4 +316,10 @@ fn the_third_party_host_with_all_three() {
         digests: false,
     };
     assert!(replay(&s.addr, h) > 0);
+    // The oddities are counted for the operator.
+    let text = scrape(&maddr);
+    let pdo = tolerated(&text, "pdo_without_data").unwrap_or(0);
+    assert!(pdo >= 10, "PDO 72 capsules counted: {pdo}\n{text}");
+    assert_eq!(tolerated(&text, "io_connect_other_hostid"), Some(1));
+    assert_eq!(tolerated(&text, "digest_flag_without_digest"), Some(0));
 }

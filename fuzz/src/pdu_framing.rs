@@ -87,7 +87,13 @@ fn check_parse(ch: &[u8], neg: &Negotiated, at_controller: bool) {
     assert!(f.plen >= CH_LEN);
     assert!(!f.hdgst || (neg.hdgst && t.takes_hdgst()));
     if t.takes_hdgst() {
-        assert_eq!(f.hdgst, h.flags & flags::HDGSTF != 0);
+        // The digest is there exactly when negotiated; a receiving host also
+        // insists on HDGSTF matching, a controller ignores a stray HDGSTF
+        // (TCP §3.3.1.1, as Linux nvmet and SPDK).
+        assert_eq!(f.hdgst, neg.hdgst);
+        if !at_controller || neg.hdgst {
+            assert_eq!(f.hdgst, h.flags & flags::HDGSTF != 0);
+        }
     }
     assert!(!f.ddgst || (neg.ddgst && t.takes_ddgst()));
     assert!(f.header_total() <= f.plen, "{f:?}");

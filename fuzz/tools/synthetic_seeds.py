@@ -69,9 +69,9 @@ def icreq():
     return bytes(b)
 
 
-def capsule(sqe, icd=b"", pdo_no_data=72):
+def capsule(sqe, icd=b"", pdo_no_data=72, flags=0):
     pdo = 72 if icd else pdo_no_data
-    ch = struct.pack("<BBBBI", 0x04, 0, 72, pdo, 72 + len(icd))
+    ch = struct.pack("<BBBBI", 0x04, flags, 72, pdo, 72 + len(icd))
     return ch + sqe + icd
 
 
@@ -117,7 +117,7 @@ def prop_set(cid, offset, value):
     return capsule(fabrics(0x00, cid, specific=struct.pack("<B3xIQ", 0, offset, value)))
 
 
-def relaxed_stream(css=0b110, io_hostid=b"another-hostid!!"):
+def relaxed_stream(css=0b110, io_hostid=b"another-hostid!!", qid=1, flags=0):
     cc = 1 | css << 4 | 6 << 16 | 4 << 20
     admin = [
         icreq(),
@@ -128,14 +128,16 @@ def relaxed_stream(css=0b110, io_hostid=b"another-hostid!!"):
         prop_get(5, 0x1C, False),
         # Set Features Number of Queues (FID 07h), 2 I/O queues.
         capsule(sqe(0x09, 6, rest=struct.pack("<II", 0x07, 0x00010001))),
-        capsule(sqe(0x18, 7)),  # Keep Alive
+        capsule(sqe(0x18, 7), flags=flags),  # Keep Alive
     ]
     block = bytes((i * 31 ^ 0x5A) & 0xFF for i in range(512))
     io = [
         icreq(),
-        connect(1, 1, 1, io_hostid),
+        connect(1, qid, 1, io_hostid),
         # Write 1 block at LBA 8 in the capsule, Read it back, Flush.
-        capsule(sqe(0x01, 2, 1, sgl_in_capsule(512), struct.pack("<III", 8, 0, 0)), block),
+        capsule(
+            sqe(0x01, 2, 1, sgl_in_capsule(512), struct.pack("<III", 8, 0, 0)), block, flags=flags
+        ),
         capsule(sqe(0x02, 3, 1, sgl_transport(512), struct.pack("<III", 8, 0, 0))),
         capsule(sqe(0x00, 4, 1)),
     ]
@@ -148,3 +150,10 @@ def relaxed_stream(css=0b110, io_hostid=b"another-hostid!!"):
 
 write("target_connection", relaxed_stream())
 write("target_connection", relaxed_stream(css=0, io_hostid=bytes(16)))
+# HDGSTF and DDGSTF (03h) set with no digest negotiated; I/O queue 3 when the
+# Number of Queues feature granted 2.
+write("target_connection", relaxed_stream(qid=3, flags=0x03))
+# pdu_framing: a data-less CapsuleCmd with PDO 72 and HDGSTF set without a
+# header digest, parsed in every negotiated state ([sel][pda][max_data]).
+ch = struct.pack("<BBBBI", 0x04, 0x01, 72, 72, 72)
+write("pdu_framing", bytes([0x09, 0x80]) + struct.pack("<I", 8192) + ch + bytes(64))

@@ -154,6 +154,7 @@ fn connect(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
     // non-zero mismatch with Connect Invalid Parameters; see docs/interop.md.
     // Was: any different HOSTID failed with Connect Invalid Parameters.
     if ctrl.hostid != data.hostid {
+        t.tolerated.bump(crate::stats::Oddity::IoHostid);
         tracing::debug!(peer = %q.peer, cntlid = ctrl.cntlid, qid = c.qid, "I/O queue Connect with a HOSTID other than the admin queue's");
     }
     {
@@ -161,13 +162,18 @@ fn connect(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
         if st.cc & cc::EN == 0 || st.csts & csts::RDY == 0 {
             return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR.dnr(), 0);
         }
-        let granted = if st.io_queues_set {
-            st.io_queues_granted
-        } else {
-            t.transport.max_io_queues as u16
-        };
-        if c.qid > granted || st.io_qids.contains(&c.qid) {
+        // Any QID up to what the target supports: Linux nvmet checks against
+        // its max_qid and SPDK against max_qpairs_per_ctrlr, which is also
+        // what their Set Features Number of Queues grants, whatever was asked.
+        // Base §5.27 (Number of Queues) tells the host what it was allocated, not
+        // the controller to check Connect against it. Was: a QID beyond those
+        // granted by Set Features Number of Queues: Connect Invalid Parameters.
+        let max = t.transport.max_io_queues.min(u16::MAX as u32) as u16;
+        if c.qid > max || st.io_qids.contains(&c.qid) {
             return invalid(false, soff::QID);
+        }
+        if st.io_queues_set && c.qid > st.io_queues_granted {
+            t.tolerated.bump(crate::stats::Oddity::QidBeyondGranted);
         }
         if entries > t.transport.max_queue_depth {
             return invalid(false, soff::SQSIZE);
@@ -202,7 +208,7 @@ pub(crate) fn cap(q: &NvmeQueue) -> u64 {
     props::cap(mqes as u16, CAP_TIMEOUT)
 }
 
-/// Property Get (Fabrics §6.4): CAP (8 bytes), VS, CC, CSTS (4 bytes).
+/// Property Get (Fabrics §6.4): CAP (8 bytes), VS, CC, CSTS, CRTO (4 bytes).
 fn property_get(q: &mut NvmeQueue, sqe: &Sqe) -> Outcome {
     let p = PropertyCmd::from_sqe(sqe);
     let Some(ctrl) = q.ctrl.clone() else {
@@ -216,6 +222,9 @@ fn property_get(q: &mut NvmeQueue, sqe: &Sqe) -> Outcome {
         (props::VS, false) => props::VERSION_2_0 as u64,
         (props::CC, false) => st.cc as u64,
         (props::CSTS, false) => st.csts as u64,
+        // CRTO (Base §3.1.3.13, VS 2.0): CRWMT = CAP.TO, CRIMT 0, as SPDK
+        // reports it; Linux nvmet reports it too. Was: Invalid Field.
+        (props::CRTO, false) => CAP_TIMEOUT as u64,
         _ => return Outcome::Done(Status::INVALID_FIELD.dnr(), 0),
     };
     drop(st);
@@ -355,6 +364,74 @@ mod tests {
     }
 
     #[test]
+    fn io_queue_connect_beyond_the_queues_granted_up_to_the_maximum() {
+        use crate::stats::Oddity;
+        use farflash_wire::opcode::{admin, feature};
+        let (t, _) = target();
+        let max = t.transport.max_io_queues as u16;
+        let mut admin_q = queue(&t);
+        let c = connect_to(&mut admin_q, NQN, HOST, 0, CNTLID_DYNAMIC);
+        let cntlid = c.result as u16;
+        assert_eq!(set_cc(&mut admin_q, 2, cc::ENABLE_DEFAULT), Status::SUCCESS);
+        // Ask for 2 I/O queues (NSQR = NCQR = 1, 0's based).
+        let nq = farflash_wire::Sqe {
+            opcode: admin::SET_FEATURES,
+            flags: farflash_wire::sqe::PSDT_SGL,
+            cid: 3,
+            cdw10: feature::NUMBER_OF_QUEUES as u32,
+            cdw11: 1 | 1 << 16,
+            ..Default::default()
+        };
+        assert_eq!(run(&mut admin_q, nq, &[]).result, 1 | 1 << 16);
+        // QID 3 and the last supported QID join (Linux nvmet and SPDK check
+        // only their maximum); one beyond that still does not.
+        let mut live = Vec::new();
+        for qid in [3, max] {
+            let before = t.tolerated.get(Oddity::QidBeyondGranted);
+            let mut io = queue(&t);
+            let c = connect_to(&mut io, NQN, HOST, qid, cntlid);
+            assert_eq!(c.status, Status::SUCCESS, "QID {qid}");
+            assert_eq!(t.tolerated.get(Oddity::QidBeyondGranted), before + 1);
+            live.push(io);
+        }
+        let mut io = queue(&t);
+        let c = connect_to(&mut io, NQN, HOST, max + 1, cntlid);
+        assert_eq!(c.status, Status::CONNECT_INVALID_PARAMETERS.dnr());
+        // A QID already connected is still refused.
+        let mut io = queue(&t);
+        let c = connect_to(&mut io, NQN, HOST, 3, cntlid);
+        assert_eq!(c.status, Status::CONNECT_INVALID_PARAMETERS.dnr());
+    }
+
+    #[test]
+    fn property_get_crto() {
+        let (t, _) = target();
+        let mut admin_q = queue(&t);
+        connect_to(&mut admin_q, NQN, HOST, 0, CNTLID_DYNAMIC);
+        let sqe = PropertyCmd {
+            size8: false,
+            offset: props::CRTO,
+            value: 0,
+        }
+        .to_sqe(2, fctype::PROPERTY_GET);
+        let c = run(&mut admin_q, sqe, &[]);
+        assert_eq!(c.status, Status::SUCCESS);
+        // CRWMT (15:0) is CAP.TO, CRIMT (31:16) 0.
+        assert_eq!(c.result, u64::from(super::CAP_TIMEOUT));
+        // An 8-byte read of it is still an invalid field.
+        let sqe = PropertyCmd {
+            size8: true,
+            offset: props::CRTO,
+            value: 0,
+        }
+        .to_sqe(3, fctype::PROPERTY_GET);
+        assert_eq!(
+            run(&mut admin_q, sqe, &[]).status,
+            Status::INVALID_FIELD.dnr()
+        );
+    }
+
+    #[test]
     fn io_queue_connect_with_another_hostid_joins_the_controller() {
         let (t, _) = target();
         let mut admin = queue(&t);
@@ -368,6 +445,7 @@ mod tests {
             let c = connect_hostid(&mut io, NQN, HOST, hostid, qid, cntlid);
             assert_eq!(c.status, Status::SUCCESS, "HOSTID {hostid:?}");
             assert_eq!(c.result as u16, cntlid);
+            assert!(t.tolerated.get(crate::stats::Oddity::IoHostid) >= 1);
             // Reservations keep using the admin queue's Host Identifier.
             let ctrl = io.ctrl.clone().expect("connected");
             assert_eq!(ctrl.hostid, [0xA1; 16]);

@@ -344,3 +344,56 @@ mod tests {
         }
     }
 }
+
+/// Things a host sent that the specifications tell it not to, or leave to
+/// the controller, and that the target accepts as Linux nvmet and SPDK do
+/// (docs/interop.md, "Receive-side checks"). Counted so that an operator can
+/// tell an odd host from a broken one; `farflash_tolerated_total{what}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Oddity {
+    /// A CapsuleCmd without data whose PDO is not 0 (TCP §3.6.2.6).
+    PdoWithoutData,
+    /// HDGSTF or DDGSTF set although that digest is off (TCP §3.3.1.1).
+    DigestFlag,
+    /// LAST_PDU not set on exactly the H2CData that ends the R2T (TCP §3.3.2.2).
+    DataLast,
+    /// An I/O queue Connect with another HOSTID than the admin queue's.
+    IoHostid,
+    /// An I/O queue Connect with a QID beyond the Number of Queues granted.
+    QidBeyondGranted,
+}
+
+impl Oddity {
+    pub const ALL: [Oddity; 5] = [
+        Oddity::PdoWithoutData,
+        Oddity::DigestFlag,
+        Oddity::DataLast,
+        Oddity::IoHostid,
+        Oddity::QidBeyondGranted,
+    ];
+
+    /// The metric label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Oddity::PdoWithoutData => "pdo_without_data",
+            Oddity::DigestFlag => "digest_flag_without_digest",
+            Oddity::DataLast => "h2c_last_pdu_flag",
+            Oddity::IoHostid => "io_connect_other_hostid",
+            Oddity::QidBeyondGranted => "io_connect_qid_beyond_granted",
+        }
+    }
+}
+
+/// One counter per [`Oddity`].
+#[derive(Debug, Default)]
+pub struct Tolerated([AtomicU64; 5]);
+
+impl Tolerated {
+    pub fn bump(&self, o: Oddity) {
+        self.0[o as usize].fetch_add(1, Relaxed);
+    }
+
+    pub fn get(&self, o: Oddity) -> u64 {
+        self.0[o as usize].load(Relaxed)
+    }
+}

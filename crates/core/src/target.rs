@@ -47,6 +47,8 @@ pub struct Target {
     /// DH-HMAC-CHAP transactions that failed (a wrong or garbled message
     /// from the host, an AUTH_Failure2, or the transaction timeout).
     pub auth_failures: AtomicU64,
+    /// Host oddities accepted (docs/interop.md).
+    pub tolerated: crate::stats::Tolerated,
     /// Serializes management changes (RPC, SIGHUP, load_config).
     manage: Mutex<()>,
     ctrls: Mutex<CtrlTable>,
@@ -114,6 +116,7 @@ impl Target {
             latency_timing: AtomicBool::new(false),
             keep_alive_expiries: AtomicU64::new(0),
             auth_failures: AtomicU64::new(0),
+            tolerated: Default::default(),
             manage: Mutex::new(()),
             ctrls: Mutex::new(CtrlTable {
                 next: 1,

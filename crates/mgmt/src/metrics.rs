@@ -324,6 +324,16 @@ impl Collector for TargetCollector {
             None,
             &[(vec![], t.auth_failures.load(Ordering::Relaxed))],
         )?;
+        let tolerated: Vec<(Labels<'_>, u64)> = farflash_core::stats::Oddity::ALL
+            .iter()
+            .map(|&o| (vec![("what", o.name())], t.tolerated.get(o)))
+            .collect();
+        e.counter(
+            "farflash_tolerated",
+            "Things hosts sent that the specifications advise against or leave to the controller, accepted as Linux nvmet and SPDK accept them (docs/interop.md)",
+            None,
+            &tolerated,
+        )?;
         e.gauge(
             "farflash_listeners",
             "Listening sockets",

@@ -3,6 +3,7 @@
 //! of each command before it runs.
 
 use crate::queue::{Cmd, DirectRx, Phase, QueuePair, OUTPUT_HIGH_WATER, TRANSIENT_TRANSPORT_ERROR};
+use farflash_core::stats::Oddity;
 use farflash_core::{Begin, Xfer};
 use farflash_wire::pdu::{
     flags, DataHeader, Fatal, Framing, IcReq, IcResp, PduType, TermReq, CH_LEN, DGST_DDGST,
@@ -79,7 +80,10 @@ impl QueuePair {
                 break;
             }
             let f = match Framing::parse(&avail[..CH_LEN], &self.neg, true) {
-                Ok(f) => f,
+                Ok(f) => {
+                    self.note_oddities(&f, &avail[..CH_LEN]);
+                    f
+                }
                 Err(e) => {
                     let n = avail.len().min(avail[2].max(CH_LEN as u8) as usize);
                     self.fatal(e, &avail[..n]);
@@ -154,6 +158,25 @@ impl QueuePair {
             // Framing::parse only lets host-to-controller types through.
             _ => Err(Fatal::field(0)),
         }
+    }
+
+    /// Counts what [`Framing::parse`] accepted although the host should
+    /// not have sent it (`farflash_tolerated_total`).
+    fn note_oddities(&self, f: &Framing, ch: &[u8]) {
+        let pdo = ch[3];
+        let fl = ch[1];
+        if f.pdu_type == PduType::CapsuleCmd && f.data_len == 0 && pdo != 0 {
+            self.oddity(Oddity::PdoWithoutData);
+        }
+        let hd = !f.hdgst && f.pdu_type.takes_hdgst() && fl & flags::HDGSTF != 0;
+        let dd = !f.ddgst && f.pdu_type.takes_ddgst() && fl & flags::DDGSTF != 0;
+        if hd || dd {
+            self.oddity(Oddity::DigestFlag);
+        }
+    }
+
+    fn oddity(&self, o: Oddity) {
+        self.core.target().tolerated.bump(o);
     }
 
     /// ICReq → ICResp (TCP §3.6.2.2-3).
@@ -325,10 +348,13 @@ impl QueuePair {
             return Err(Fatal::out_of_range());
         }
         let end = got + h.length;
-        let last = f.flags & flags::DATA_LAST != 0;
-        if last != (end == c.len) {
-            // DATA_LAST must mark exactly the PDU that ends the R2T's data.
-            return Err(Fatal::sequence());
+        // TCP §3.3.2.2: the host sets LAST_PDU on the H2CData that ends an
+        // R2T's data. Where the data ends follows from DATAO and DATAL (we
+        // send one R2T for all of it), so the flag is not judged, as neither
+        // Linux nvmet nor SPDK does. Was: a flag at odds with the data offset
+        // was a PDU Sequence Error.
+        if (f.flags & flags::DATA_LAST != 0) != (end == c.len) {
+            self.oddity(Oddity::DataLast);
         }
         Ok((h.ttag, got, end))
     }

@@ -240,7 +240,13 @@ impl Framing {
         }
         let plen = h.plen as usize;
         let hdgst = t.takes_hdgst() && neg.hdgst;
-        if hdgst != (h.flags & flags::HDGSTF != 0) && t.takes_hdgst() {
+        let hdgstf = h.flags & flags::HDGSTF != 0;
+        // TCP §3.3.1.1: with header digests on, every PDU carries HDGST and
+        // sets HDGSTF (Linux nvmet refuses one without). With them off the
+        // sender shall clear HDGSTF, but the PDU's length does not depend on
+        // the flag: a controller ignores it, as Linux nvmet and SPDK do. Was:
+        // FES 01h FEI 1. The farflash host still refuses it.
+        if t.takes_hdgst() && hdgst != hdgstf && (hdgst || !at_controller) {
             return Err(Fatal::field(1));
         }
         let hend = hlen + if hdgst { DIGEST_LEN } else { 0 };
@@ -295,7 +301,12 @@ impl Framing {
                         // PLEN shorter than the header (and its digest).
                         return Err(Fatal::field(4));
                     }
-                    if ddgst != (h.flags & flags::DDGSTF != 0) {
+                    // TCP §3.3.1.1, as for HDGSTF above: DDGSTF missing while
+                    // data digests are on is refused (Linux nvmet), DDGSTF set
+                    // while they are off is ignored by a controller (Linux
+                    // nvmet, SPDK). Was: FES 01h FEI 1 either way.
+                    let ddgstf = h.flags & flags::DDGSTF != 0;
+                    if ddgst != ddgstf && (ddgst || !at_controller) {
                         return Err(Fatal::field(1));
                     }
                     let pdo = h.pdo as usize;
@@ -679,6 +690,46 @@ mod tests {
         assert_eq!(
             Framing::parse(&b, &neg(false, false), true),
             Err(Fatal::field(3))
+        );
+    }
+
+    #[test]
+    fn digest_flags_without_negotiated_digests_are_ignored_at_the_controller() {
+        // TCP §3.3.1.1: HDGSTF/DDGSTF set although the digests are off.
+        let mut b = [0u8; 72 + 16];
+        write_header(&mut b, PduType::CapsuleCmd, 0, false, false, 16);
+        b[1] |= flags::HDGSTF | flags::DDGSTF;
+        let f = Framing::parse(&b, &neg(false, false), true).unwrap();
+        assert_eq!(
+            (f.hdgst, f.ddgst, f.data_off, f.data_len),
+            (false, false, 72, 16)
+        );
+        // Without data too.
+        let mut c = [0u8; 72];
+        write_header(&mut c, PduType::CapsuleCmd, 0, false, false, 0);
+        c[1] |= flags::HDGSTF;
+        assert!(Framing::parse(&c, &neg(false, false), true).is_ok());
+        // The host side keeps refusing them.
+        let mut d = [0u8; 24];
+        write_header(&mut d, PduType::R2T, flags::HDGSTF, false, false, 0);
+        d[1] |= flags::HDGSTF;
+        assert_eq!(
+            Framing::parse(&d, &neg(false, false), false),
+            Err(Fatal::field(1))
+        );
+        // A flag missing while its digest is on stays fatal.
+        let mut e = [0u8; 128];
+        write_header(&mut e, PduType::CapsuleCmd, 0, true, true, 16);
+        e[1] &= !flags::HDGSTF;
+        assert_eq!(
+            Framing::parse(&e, &neg(true, true), true),
+            Err(Fatal::field(1))
+        );
+        e[1] |= flags::HDGSTF;
+        e[1] &= !flags::DDGSTF;
+        assert_eq!(
+            Framing::parse(&e, &neg(true, true), true),
+            Err(Fatal::field(1))
         );
     }
 
