@@ -184,8 +184,6 @@ fn icreq(b: &mut B) {
         x.expect_close(&mut c, "after second icreq", ANSWER);
     });
     b.add("icreq", "capsule-before-icreq", |x| {
-        let mut c = x.open(Ic::default());
-        c.close();
         let mut c = super::client::Conn::open_raw(&x.addr, &x.t);
         let caps = c.capsule(&identify(1, 0).cid(1).0, &[], Framing::default());
         c.raw(&caps);
