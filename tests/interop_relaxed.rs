@@ -171,6 +171,17 @@ fn replay(addr: &str, h: Host) -> usize {
         &[],
     );
     call(&mut admin, &h, "Keep Alive", cmd::keep_alive(), &[]);
+    // Get Features Host Identifier (EXHID): the admin queue's HOSTID.
+    let mut hid = cmd::get_features(feature::HOST_IDENTIFIER);
+    hid.cdw11 = 1;
+    let (_, got) = call(
+        &mut admin,
+        &h,
+        "Get Features Host Identifier",
+        c2h(hid, 16),
+        &[],
+    );
+    assert_eq!(got, HOSTID, "the Host Identifier is the admin queue's");
 
     // I/O queue 1: ICReq, Connect with the I/O queue's HOSTID.
     let mut io = Peer::ic(addr, h.digests, h.digests);

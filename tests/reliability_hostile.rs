@@ -1247,6 +1247,12 @@ fn cases() -> Vec<Case> {
             expect: invalid(true, 256),
         },
         Case {
+            name: "Connect with a HOSTNQN that is not NUL-terminated",
+            on: Ic,
+            act: |c| bad_admin_connect(c, |_, d| d[512..768].fill(b'x')),
+            expect: invalid(true, 512),
+        },
+        Case {
             name: "Connect with RECFMT 1",
             on: Ic,
             act: |c| bad_admin_connect(c, |cc, _| cc.recfmt = 1),

@@ -12,6 +12,10 @@ use farflash_wire::{Sqe, Status};
 
 /// Largest log page transfer we build in one command.
 const MAX_LOG_LEN: u64 = 4 << 20;
+/// The extended (128-bit) Host Identifier, the only one Fabrics has.
+const HOSTID_LEN: usize = 16;
+/// Get Features Host Identifier CDW11 bit 0: Enable Extended Host Identifier.
+const EXHID: u32 = 1;
 
 fn is_discovery(q: &NvmeQueue) -> bool {
     q.ctrl.as_ref().is_some_and(|c| c.is_discovery())
@@ -27,6 +31,13 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<Xfer, Status> {
                 return Err(Status::INVALID_FIELD.dnr());
             }
             Ok(Xfer::C2H(g.len as u32))
+        }
+        // Get Features Host Identifier returns the 128-bit HOSTID as data.
+        // (SEL 011b, the capabilities, has no data.)
+        op::GET_FEATURES
+            if !disc && sqe.cdw10 as u8 == fid::HOST_IDENTIFIER && (sqe.cdw10 >> 8) & 7 != 3 =>
+        {
+            Ok(Xfer::C2H(HOSTID_LEN as u32))
         }
         op::GET_FEATURES | op::SET_FEATURES | op::KEEP_ALIVE | op::ASYNC_EVENT_REQUEST => {
             Ok(Xfer::None)
@@ -45,7 +56,7 @@ pub(crate) fn execute(q: &mut NvmeQueue, idx: usize) -> Outcome {
         op::IDENTIFY => identify_cmd(q, idx, &ctrl, &sqe),
         op::GET_LOG_PAGE => get_log_page(q, idx, &ctrl, &sqe),
         op::SET_FEATURES => set_features(q, &ctrl, &sqe),
-        op::GET_FEATURES => get_features(q, &ctrl, &sqe),
+        op::GET_FEATURES => get_features(q, idx, &ctrl, &sqe),
         op::KEEP_ALIVE => {
             q.note_keep_alive();
             Outcome::Done(Status::SUCCESS, 0)
@@ -95,7 +106,12 @@ fn identify_cmd(q: &mut NvmeQueue, idx: usize, ctrl: &Controller, sqe: &Sqe) -> 
             None => Status::INVALID_NAMESPACE.dnr(),
         },
         cns::ACTIVE_NS_LIST | cns::CSI_ACTIVE_NS_LIST => {
-            if nsid >= 0xFFFF_FFFE || (cns_v == cns::CSI_ACTIVE_NS_LIST && csi != 0) {
+            if nsid >= 0xFFFF_FFFE {
+                // Base §5.17 (CNS 02h, 07h): NSID FFFFFFFEh and FFFFFFFFh are invalid
+                // here: Invalid Namespace or Format, as Linux nvmet answers
+                // (was Invalid Field, the same refusal with another status).
+                Status::INVALID_NAMESPACE.dnr()
+            } else if cns_v == cns::CSI_ACTIVE_NS_LIST && csi != 0 {
                 Status::INVALID_FIELD.dnr()
             } else {
                 let ids: Vec<u32> = q.ns.nsids().collect();
@@ -294,11 +310,14 @@ fn set_features(q: &mut NvmeQueue, ctrl: &Controller, sqe: &Sqe) -> Outcome {
         {
             Outcome::Done(Status::FEATURE_NOT_CHANGEABLE.dnr(), 0)
         }
+        // Base §5.27: on Fabrics the Host Identifier comes with Connect; a
+        // Set Features of it is a Command Sequence Error (as Linux nvmet).
+        fid::HOST_IDENTIFIER if !disc => Outcome::Done(Status::COMMAND_SEQUENCE_ERROR.dnr(), 0),
         _ => Outcome::Done(Status::INVALID_FIELD.dnr(), 0),
     }
 }
 
-fn get_features(q: &mut NvmeQueue, ctrl: &Controller, sqe: &Sqe) -> Outcome {
+fn get_features(q: &mut NvmeQueue, idx: usize, ctrl: &Controller, sqe: &Sqe) -> Outcome {
     let f = sqe.cdw10 as u8;
     let sel = (sqe.cdw10 >> 8) & 7;
     let disc = ctrl.is_discovery();
@@ -313,6 +332,16 @@ fn get_features(q: &mut NvmeQueue, ctrl: &Controller, sqe: &Sqe) -> Outcome {
                 | fid::RESERVATION_NOTIFICATION_MASK
         );
         return Outcome::Done(Status::SUCCESS, u64::from(changeable) << 2);
+    }
+    if f == fid::HOST_IDENTIFIER && !disc {
+        // Base §5.27: Fabrics host identifiers are 128-bit: EXHID must be set
+        // (Linux nvmet and SPDK answer the same way).
+        if sqe.cdw11 & EXHID == 0 {
+            return Outcome::Done(Status::INVALID_FIELD.dnr(), 0);
+        }
+        let hostid = ctrl.hostid;
+        q.reply_buf(idx, HOSTID_LEN).copy_from_slice(&hostid);
+        return Outcome::Done(Status::SUCCESS, 0);
     }
     let st = ctrl.lock();
     let v = match f {

@@ -9,6 +9,9 @@ use crate::{admin, fabrics, io};
 use farflash_wire::opcode::admin as aop;
 use farflash_wire::{Sqe, Status};
 
+/// CDW0 FUSE (bits 9:8 of CDW0, bits 1:0 of the flags byte): 00b normal.
+const FUSE_MASK: u8 = 0x03;
+
 impl NvmeQueue {
     /// A command arrived: claims a slot, parses and checks it before any data
     /// moves (so that a command that will fail never asks for its data).
@@ -85,6 +88,14 @@ impl NvmeQueue {
     /// What data the command in `idx` moves, after checking it can run here.
     fn classify(&mut self, idx: usize) -> Result<Xfer, Status> {
         let sqe = self.slots[idx].sqe;
+        if sqe.flags & FUSE_MASK != 0 {
+            // Base §3.4.2: no fused operation is supported (Identify
+            // Controller FUSES is 0). Running the second half of a Compare
+            // and Write alone would write without the compare: refuse both
+            // halves, as Linux nvmet (and SPDK for all but Compare and
+            // Write) does. Was: FUSE ignored.
+            return Err(Status::INVALID_FIELD.dnr());
+        }
         if sqe.flags & 0xC0 == 0 && sqe.opcode != aop::FABRICS {
             // Fabrics §2.? : commands must use SGLs (PSDT 01b or 10b).
             return Err(Status::INVALID_FIELD.dnr());

@@ -24,7 +24,7 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<Xfer, Status> {
         fctype::PROPERTY_GET | fctype::PROPERTY_SET if q.ctrl.is_none() => {
             Err(Status::COMMAND_SEQUENCE_ERROR.dnr())
         }
-        // Property Get/Set only on the admin queue (Fabrics §6.4).
+        // Property Get/Set only on the admin queue (Fabrics §6.5, §6.6).
         fctype::PROPERTY_GET | fctype::PROPERTY_SET if q.qid != 0 => {
             Err(Status::INVALID_OPCODE.dnr())
         }
@@ -71,12 +71,15 @@ fn connect(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
     if c.recfmt != 0 {
         return Outcome::Done(Status::CONNECT_INCOMPATIBLE_FORMAT.dnr(), 0);
     }
-    let Some(data) = q.slots[idx]
-        .buf
-        .as_ref()
-        .and_then(|b| ConnectData::decode(b.as_slice()))
-    else {
-        return invalid(true, doff::SUBNQN);
+    let data = match q.slots[idx].buf.as_ref() {
+        Some(b) => ConnectData::decode_or_field(b.as_slice()),
+        None => Err(doff::SUBNQN),
+    };
+    let data = match data {
+        Ok(d) => d,
+        // Base §4.7: an NQN is UTF-8 and NUL-terminated within its field;
+        // IPO names the one at fault (was: always SUBNQN).
+        Err(off) => return invalid(true, off),
     };
     let t = q.target.clone();
     let discovery = data.subnqn == DISCOVERY_NQN;
@@ -208,7 +211,7 @@ pub(crate) fn cap(q: &NvmeQueue) -> u64 {
     props::cap(mqes as u16, CAP_TIMEOUT)
 }
 
-/// Property Get (Fabrics §6.4): CAP (8 bytes), VS, CC, CSTS, CRTO (4 bytes).
+/// Property Get (Fabrics §6.5): CAP (8 bytes), VS, CC, CSTS, CRTO (4 bytes).
 fn property_get(q: &mut NvmeQueue, sqe: &Sqe) -> Outcome {
     let p = PropertyCmd::from_sqe(sqe);
     let Some(ctrl) = q.ctrl.clone() else {
@@ -246,7 +249,7 @@ fn css_supported(css: u32) -> bool {
     matches!(css, cc::CSS_NVM | cc::CSS_ALL_IO)
 }
 
-/// Property Set (Fabrics §6.5): only CC is writable. Enable sets CSTS.RDY at
+/// Property Set (Fabrics §6.6): only CC is writable. Enable sets CSTS.RDY at
 /// once; clearing EN resets the controller; SHN emits one Flush per
 /// namespace and the command completes (CSTS.SHST 01b -> 10b) when they have
 /// (Base §3.6.2): no sync ever runs on the event loop.

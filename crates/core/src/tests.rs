@@ -262,3 +262,87 @@ fn more_commands_than_entries_is_an_overrun() {
     }
     assert_eq!(completions(&mut q).len(), 32);
 }
+
+#[test]
+fn fused_commands_are_refused_and_nothing_is_written() {
+    // Base §3.4.2: FUSES is 0; a fused pair (here the Write half of a
+    // Compare and Write) gets Invalid Field and does not run.
+    let (t, script) = target();
+    let (_admin, mut q) = io_queue(&t);
+    for fuse in [0b01u8, 0b10, 0b11] {
+        let mut w = rw(io::WRITE, 40 + fuse as u16, 0, 512);
+        w.flags |= fuse;
+        assert_eq!(q.begin(w), Begin::Answered);
+        let c = completions(&mut q);
+        assert_eq!(c[0].status, Status::INVALID_FIELD.dnr(), "FUSE {fuse:02b}");
+    }
+    assert!(script.submitted().is_empty());
+    // FUSE 00b runs as before.
+    let w = run(&mut q, rw(io::WRITE, 50, 0, 512), &block(1));
+    assert_eq!(w.status, Status::SUCCESS);
+}
+
+#[test]
+fn active_namespace_list_from_the_last_nsids_is_an_invalid_namespace() {
+    use farflash_wire::opcode::{admin, cns};
+    let (t, _) = target();
+    let (mut a, _q) = io_queue(&t);
+    let identify = |cid: u16, cns_v: u8, nsid: u32| Sqe {
+        opcode: admin::IDENTIFY,
+        flags: PSDT_SGL,
+        cid,
+        nsid,
+        dptr: SglDescriptor::transport(4096),
+        cdw10: cns_v as u32,
+        ..Sqe::default()
+    };
+    // Base §5.17, Linux nvmet: Invalid Namespace or Format (was Invalid Field).
+    for (cid, nsid) in [(10, 0xFFFF_FFFE), (11, u32::MAX)] {
+        let c = run(&mut a, identify(cid, cns::ACTIVE_NS_LIST, nsid), &[]);
+        assert_eq!(c.status, Status::INVALID_NAMESPACE.dnr(), "{nsid:#x}");
+    }
+    let c = run(&mut a, identify(12, cns::ACTIVE_NS_LIST, 0), &[]);
+    assert_eq!(c.status, Status::SUCCESS);
+    let (buf, len) = c.data.as_ref().expect("the list");
+    assert_eq!(*len, 4096);
+    assert_eq!(&buf.as_slice()[..8], &[1, 0, 0, 0, 0, 0, 0, 0]);
+}
+
+#[test]
+fn host_identifier_feature_reads_the_connect_hostid() {
+    use farflash_wire::opcode::{admin, feature};
+    let (t, _) = target();
+    let (mut a, _q) = io_queue(&t);
+    let get = |cid: u16, cdw11: u32| Sqe {
+        opcode: admin::GET_FEATURES,
+        flags: PSDT_SGL,
+        cid,
+        dptr: SglDescriptor::transport(16),
+        cdw10: feature::HOST_IDENTIFIER as u32,
+        cdw11,
+        ..Sqe::default()
+    };
+    // Base §5.27: EXHID set: the 128-bit HOSTID of the Connect ([1; 16] here).
+    let c = run(&mut a, get(20, 1), &[]);
+    assert_eq!(c.status, Status::SUCCESS);
+    let (buf, len) = c.data.as_ref().expect("the Host Identifier");
+    assert_eq!((&buf.as_slice()[..16], *len), (&[1u8; 16][..], 16));
+    // EXHID clear: Fabrics has no 64-bit host identifier.
+    assert_eq!(
+        run(&mut a, get(21, 0), &[]).status,
+        Status::INVALID_FIELD.dnr()
+    );
+    // Set Features of it: Command Sequence Error (it comes with Connect).
+    let set = Sqe {
+        opcode: admin::SET_FEATURES,
+        flags: PSDT_SGL,
+        cid: 22,
+        cdw10: feature::HOST_IDENTIFIER as u32,
+        cdw11: 1,
+        ..Sqe::default()
+    };
+    assert_eq!(
+        run(&mut a, set, &[]).status,
+        Status::COMMAND_SEQUENCE_ERROR.dnr()
+    );
+}

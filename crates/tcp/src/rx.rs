@@ -80,10 +80,7 @@ impl QueuePair {
                 break;
             }
             let f = match Framing::parse(&avail[..CH_LEN], &self.neg, true) {
-                Ok(f) => {
-                    self.note_oddities(&f, &avail[..CH_LEN]);
-                    f
-                }
+                Ok(f) => f,
                 Err(e) => {
                     let n = avail.len().min(avail[2].max(CH_LEN as u8) as usize);
                     self.fatal(e, &avail[..n]);
@@ -99,6 +96,7 @@ impl QueuePair {
                 if in_place(&f) {
                     // The rest of this PDU is its payload: receive it in place.
                     let (hdr, data) = avail.split_at(f.data_off);
+                    self.note_oddities(&f, hdr);
                     if let Err(e) = self.start_direct(&f, hdr, data) {
                         self.fatal(e, &hdr[..f.hlen]);
                         break;
@@ -110,6 +108,8 @@ impl QueuePair {
                 break;
             }
             let pdu = &avail[..f.plen];
+            // Once per PDU: a header is parsed again while its PDU is incomplete.
+            self.note_oddities(&f, pdu);
             if let Err(e) = self.on_pdu(&f, pdu) {
                 self.fatal(e, &pdu[..f.hlen]);
                 break;

@@ -81,21 +81,29 @@ impl ConnectData {
     /// Decodes the 1024 bytes; `None` when an NQN is not UTF-8 or not
     /// NUL-terminated within its 256 bytes.
     pub fn decode(b: &[u8]) -> Option<ConnectData> {
+        ConnectData::decode_or_field(b).ok()
+    }
+
+    /// [`ConnectData::decode`], or the offset of the field at fault
+    /// (SUBNQN for data too short to hold it).
+    pub fn decode_or_field(b: &[u8]) -> Result<ConnectData, u16> {
+        use connect_data_off::{HOSTNQN, SUBNQN};
         if b.len() < CONNECT_DATA_LEN {
-            return None;
+            return Err(SUBNQN);
         }
-        let nqn = |off: usize| -> Option<String> {
-            let f = &b[off..off + 256];
-            f.iter().position(|&c| c == 0)?;
-            str_at(b, off, 256).map(str::to_owned)
+        let nqn = |off: u16| -> Result<String, u16> {
+            let at = off as usize;
+            let f = &b[at..at + 256];
+            f.iter().position(|&c| c == 0).ok_or(off)?;
+            str_at(b, at, 256).map(str::to_owned).ok_or(off)
         };
         let mut hostid = [0u8; 16];
         hostid.copy_from_slice(&b[0..16]);
-        Some(ConnectData {
+        Ok(ConnectData {
             hostid,
             cntlid: u16_at(b, 16),
-            subnqn: nqn(256)?,
-            hostnqn: nqn(512)?,
+            subnqn: nqn(SUBNQN)?,
+            hostnqn: nqn(HOSTNQN)?,
         })
     }
     pub fn encode(&self, b: &mut [u8]) {
@@ -185,11 +193,19 @@ mod tests {
         assert_eq!(u16_at(&b, 16), 0xFFFF);
         assert_eq!(&b[256..261], b"nqn.a");
         assert_eq!(&b[512..517], b"nqn.b");
-        assert_eq!(ConnectData::decode(&b), Some(d));
+        assert_eq!(ConnectData::decode(&b), Some(d.clone()));
         // An NQN filling all 256 bytes has no terminator.
         b[256..512].fill(b'x');
         assert_eq!(ConnectData::decode(&b), None);
+        assert_eq!(ConnectData::decode_or_field(&b), Err(256));
         assert_eq!(ConnectData::decode(&b[..100]), None);
+        // The field at fault is named: a bad HOSTNQN is not the SUBNQN's fault.
+        d.encode(&mut b);
+        b[512..768].fill(b'y');
+        assert_eq!(ConnectData::decode_or_field(&b), Err(512));
+        d.encode(&mut b);
+        b[512] = 0xFF; // not UTF-8
+        assert_eq!(ConnectData::decode_or_field(&b), Err(512));
     }
 
     #[test]

@@ -58,6 +58,8 @@ pub mod feature {
     pub const TIMESTAMP: u8 = 0x0E;
     pub const KEEP_ALIVE_TIMER: u8 = 0x0F;
     pub const HOST_BEHAVIOR: u8 = 0x16;
+    /// Host Identifier (Base §5.27): set by Connect on Fabrics.
+    pub const HOST_IDENTIFIER: u8 = 0x81;
     /// Reservation Notification Mask and Reservation Persistence (NVM
     /// Command Set §4.1.3).
     pub const RESERVATION_NOTIFICATION_MASK: u8 = 0x82;

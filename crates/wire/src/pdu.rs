@@ -619,13 +619,17 @@ mod tests {
             (f.data_off, f.data_len, f.hdgst, f.ddgst),
             (76, 16, true, true)
         );
-        // Digest flags must match what was negotiated.
+        // Flags for digests that were not negotiated are ignored by the
+        // controller (TCP §3.3.1.1): the digests' bytes are then PAD / data.
+        let f = Framing::parse(&b, &neg(false, true), true).unwrap();
+        assert_eq!((f.hdgst, f.data_off, f.data_len), (false, 76, 16));
+        let f = Framing::parse(&b, &neg(true, false), true).unwrap();
+        assert_eq!((f.ddgst, f.data_off, f.data_len), (false, 76, 20));
+        // A flag missing for a negotiated digest is not.
+        let mut c = b;
+        c[1] = flags::DDGSTF;
         assert_eq!(
-            Framing::parse(&b, &neg(false, true), true),
-            Err(Fatal::field(1))
-        );
-        assert_eq!(
-            Framing::parse(&b, &neg(true, false), true),
+            Framing::parse(&c, &neg(true, true), true),
             Err(Fatal::field(1))
         );
     }

@@ -177,6 +177,33 @@ fn h2c_data_last_pdu_flag_is_not_judged() {
     }
 }
 
+/// TCP §3.6.2.6: a CapsuleCmd without data whose PDO is the header length
+/// runs (issue 29), and is counted once although it arrives in pieces.
+#[test]
+fn capsule_without_data_with_pdo_runs_and_is_counted_once() {
+    use farflash_core::stats::Oddity;
+    let t = target();
+    let mut a = Host::new(&t);
+    a.bring_up();
+    for (n, pdo) in [(1u64, 72u8), (2, 255)] {
+        let sqe = Sqe {
+            opcode: farflash_wire::opcode::admin::KEEP_ALIVE,
+            flags: farflash_wire::sqe::PSDT_SGL,
+            cid: a.next_cid(),
+            ..Sqe::default()
+        };
+        let mut b = a.capsule(&sqe, &[]);
+        b[3] = pdo;
+        a.feed(&b);
+        let rx = a.recv_all();
+        assert!(
+            matches!(rx[..], [Rx::Resp(c)] if c.cid == sqe.cid && c.status == Status::SUCCESS),
+            "{rx:?}"
+        );
+        assert_eq!(t.tolerated.get(Oddity::PdoWithoutData), n);
+    }
+}
+
 /// Found by the `target_connection` fuzzer (fuzz/regressions/target_connection/
 /// capsuleresp-after-c2htermreq): a completion reaped after a fatal error used
 /// to append a CapsuleResp behind the C2HTermReq.
