@@ -646,6 +646,15 @@ fn property(b: &mut B) {
         ("doorbell-1000", 0x1000, false, 0),
         ("offset-ffffffff", 0xFFFF_FFFF, false, 0),
         ("unaligned-0x15", 0x15, false, 0),
+        ("nssr-8", P_NSSR, true, 0),
+        ("intmc-10", 0x10, false, 0),
+        ("acq-30", 0x30, true, 0),
+        ("cmbsz-3c", 0x3C, false, 0),
+        // CRTO (68h): Controller Ready Timeouts, new in Base 2.0; its value is the
+        // controller's own.
+        ("crto-68", 0x68, false, 0),
+        ("crto-68-8", 0x68, true, 0),
+        ("pmrcap-e00", 0xE00, false, 0),
     ];
     for &(name, ofst, size8, mask) in gets {
         b.add("property", format!("get-{name}"), move |x| {
