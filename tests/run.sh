@@ -174,6 +174,8 @@ else
 		tests/linux-host/run-linux-host --kernel 6.12 --build-only
 	step "cargo test --test interop_linux --test host_kernel_target -- --ignored --test-threads=1 --nocapture" 2400 \
 		cargo test --test interop_linux --test host_kernel_target -- --ignored --test-threads=1 --nocapture
+	step "differential conformance against Linux nvmet (cargo test --test differential -- --ignored)" 900 \
+		cargo test --test differential -- --ignored --test-threads=1 --nocapture
 	step "Linux multipath over two farflash targets (cargo test --test interop_ha -- --ignored)" 900 \
 		cargo test --test interop_ha -- --ignored --test-threads=1 --nocapture
 	step "Linux host fio verify on an RBD namespace (cargo test --test interop_rbd -- --ignored)" 900 \
