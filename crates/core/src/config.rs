@@ -9,7 +9,7 @@ pub use crate::size::Size;
 
 /// The NQN used when none is given.
 pub const DEFAULT_NQN: &str = "nqn.2026-11.io.farflash:default";
-/// The listener used when none is given (NVMe/TCP's IANA port, TCP §7.4.?).
+/// The listener used when none is given (port 4420, TCP §3.1.2 "Transport Service Identifier").
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:4420";
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

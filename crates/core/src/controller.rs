@@ -1,4 +1,4 @@
-//! Controllers (Fabrics §3.? dynamic controller model): one per association,
+//! Controllers (dynamic controller model, Base 2.3 §3.1.2): one per association,
 //! created by an admin-queue Connect and shared by that association's queue
 //! pairs. Only the admin path and Connects take its lock; the I/O path reads
 //! only the `alive` flag.

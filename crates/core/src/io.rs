@@ -17,7 +17,8 @@ const DSM_RANGE_LEN: u32 = 16;
 const DSM_AD: u32 = 1 << 2;
 
 /// Byte offset and length of an LBA range, checked against the namespace
-/// (NVM Command Set §3.2.? "LBA Out of Range").
+/// (NVM Command Set §3.1 Figure "Status Code – Generic Command Status Values": 80h
+/// "LBA Out of Range").
 fn range(q: &NvmeQueue, ns_idx: usize, slba: u64, nlb: u64) -> Result<(u64, u64), Status> {
     let Some(ns) = q.ns.get(ns_idx) else {
         return Err(Status::INVALID_NAMESPACE.dnr());
@@ -62,7 +63,8 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status
             }
             let (offset, len) = range(q, ns, sqe.slba(), sqe.nlb() as u64 + 1)?;
             if len > q.target.transport.max_io_size as u64 {
-                // Base §? : a transfer beyond MDTS is an invalid field.
+                // Base §5.17 (Identify Controller MDTS): a longer transfer is
+                // Invalid Field in Command.
                 return Err(Status::INVALID_FIELD.dnr());
             }
             let len = len as u32;

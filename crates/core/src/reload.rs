@@ -347,9 +347,9 @@ pub(crate) fn apply_locked(
             sub.set_access(access);
             report.hosts_changed.push(sub.nqn.clone());
             discovery = true;
-            // Fabrics §? host access control: a host no longer allowed (not
-            // listed, or without a key where one is now required) loses its
-            // controllers now, not at its next Connect. New or changed keys
+            // Host access control (Fabrics §6.3, Connect Invalid Host): a host no
+            // longer allowed (not listed, or without a key where one is now required)
+            // loses its controllers now, not at its next Connect. New or changed keys
             // apply from the next (re-)authentication, as with Linux nvmet.
             for c in target.controllers() {
                 if c.subnqn == sub.nqn && !sub.host_allowed(&c.hostnqn) {

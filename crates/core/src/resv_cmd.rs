@@ -51,7 +51,7 @@ pub(crate) fn execute(q: &mut NvmeQueue, idx: usize, key: usize, opcode: u8) -> 
     let c = ResvCdw10::from_sqe(&sqe);
     if opcode == op::RESERVATION_REPORT {
         // Fabrics host identifiers are 128-bit: only the extended data
-        // structure can carry them (Base §8.19.? Host Identifier
+        // structure can carry them (Base §7.5, EDS; else Host Identifier
         // Inconsistent Format).
         if !wr::report_eds(&sqe) {
             return Outcome::Done(Status::HOST_ID_INCONSISTENT.dnr(), 0);

@@ -104,7 +104,7 @@ pub struct Subsystem {
 }
 
 impl Subsystem {
-    /// Whether `hostnqn` may connect (Fabrics §? host access control).
+    /// Whether `hostnqn` may connect (Fabrics §6.3: if not, Connect Invalid Host).
     pub fn host_allowed(&self, hostnqn: &str) -> bool {
         let a = self.access.read().unwrap_or_else(|p| p.into_inner());
         (a.allowed_hosts.is_empty() || a.allowed_hosts.iter().any(|h| h == hostnqn))

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 /// information 00h, log page 04h (Base §5.2 Figure "Asynchronous Event Information - Notice").
 pub const AEN_NS_ATTR_CHANGED: u32 = 0x0004_0002;
 /// AER completion DW0 for "Discovery Log Page Change": type Notice (2),
-/// information F0h, log page 70h (Base §5.2, Fabrics §3.1.3.?).
+/// information F0h, log page 70h (Base §5.2, Base 2.3 §3.1.3.3.2).
 pub const AEN_DISCOVERY_CHANGED: u32 = 0x0070_F002;
 
 /// AER completion DW0 for "Reservation Log Page Available": type I/O
@@ -294,7 +294,7 @@ impl Target {
     /// each goes to the Reservation Notification log of every controller
     /// of that host (Host Identifier) in the subsystem, with an
     /// asynchronous event (type I/O Command Specific, log page 80h) unless
-    /// the host masked that notice (Base §8.19.?, §5.16.1.25).
+    /// the host masked that notice (Base 2.0, "Reservations"; Base §5.16.1.25).
     pub fn reservation_notices(
         &self,
         sub: &Arc<Subsystem>,

@@ -1,5 +1,6 @@
 //! Controller bring-up and admin operations (Base §3.5.1 "Controller
-//! Initialization", Fabrics §3.? "Association"): ICReq, admin Connect with
+//! Initialization"; the association, Base 2.3 §3.1.2 "Message-Based Controller
+//! Architecture (Fabrics)"): ICReq, admin Connect with
 //! CNTLID FFFFh, Property Get CAP/VS, CC.EN=1, CSTS.RDY within CAP.TO,
 //! Identify Controller, Set Features Number of Queues; then log pages,
 //! Keep Alive, I/O queues and a clean shutdown (CC.SHN).

@@ -45,7 +45,8 @@ impl ControllerInfo {
         }
         (self.page_size() << self.id.mdts).min(CAP) as u32
     }
-    /// Largest write sent in-capsule on I/O queues: IOCCSZ*16 - 64 (Fabrics §4.1? "IOCCSZ").
+    /// Largest write sent in-capsule on I/O queues: IOCCSZ*16 - 64 (Base §5.17 "IOCCSZ";
+    /// TCP §3.3.1 Figure "NVMe/TCP Capsule Size").
     pub fn icd_max(&self) -> u32 {
         self.id.ioccsz.saturating_mul(16).saturating_sub(64)
     }

@@ -150,7 +150,8 @@ impl HostQueue {
             resp: None,
         };
         sqe.cid = cid;
-        // Fabrics commands use SGLs (Fabrics §2.? "SGLs only").
+        // NVMe over Fabrics requires SGLs for all commands
+        // (Base 2.0, "Capsules and Data Transfer").
         sqe.flags = (sqe.flags & !0xC0) | PSDT_SGL;
         let icd = dir == DataDir::ToCtrl && len > 0 && len <= self.icd_max;
         let mut b = [0u8; SQE_SIZE];

@@ -1,5 +1,5 @@
 //! Header and data digests: CRC32C (Castagnoli), little-endian on the wire
-//! (TCP §3.6.1.? "HDGST"/"DDGST"). The `crc32c` crate uses SSE4.2 / ARMv8
+//! (TCP §3.3.1.1 "PDU Header and Data Digests"). The `crc32c` crate uses SSE4.2 / ARMv8
 //! CRC instructions when the CPU has them.
 
 /// CRC32C of `data`.

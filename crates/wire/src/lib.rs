@@ -31,7 +31,8 @@ pub use cqe::Cqe;
 pub use sqe::{SglDescriptor, Sqe};
 pub use status::Status;
 
-/// The well-known NQN of the discovery subsystem (Base §7.? / Fabrics §5).
+/// The well-known NQN of the discovery subsystem (Base 2.3 §3.1.3.3 "Discovery Controller" /
+/// Fabrics §5).
 pub const DISCOVERY_NQN: &str = "nqn.2014-08.org.nvmexpress.discovery";
 
 /// Largest NQN, including its terminating NUL (Base §4.5: 223 bytes + NUL fit in 256).

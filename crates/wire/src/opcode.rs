@@ -26,7 +26,7 @@ pub mod io {
     pub const COMPARE: u8 = 0x05;
     pub const WRITE_ZEROES: u8 = 0x08;
     pub const DATASET_MANAGEMENT: u8 = 0x09;
-    /// Reservations (NVM Command Set §3.2, Base §7.?): Register, Report, Acquire, Release.
+    /// Reservations (NVM Command Set §3.2, Base §7.2-7.5): Register, Report, Acquire, Release.
     pub const RESERVATION_REGISTER: u8 = 0x0D;
     pub const RESERVATION_REPORT: u8 = 0x0E;
     pub const RESERVATION_ACQUIRE: u8 = 0x11;

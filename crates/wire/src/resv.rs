@@ -6,7 +6,7 @@
 use crate::le::{put_u16, put_u32, put_u64, u16_at, u32_at, u64_at};
 use crate::sqe::Sqe;
 
-/// Reservation types (RTYPE, Base §8.19.? Figure "Reservation Type Encoding").
+/// Reservation types (RTYPE, Base §7.2 Figure "Reservation Type Encoding").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ResvType {
     WriteExclusive = 1,

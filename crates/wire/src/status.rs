@@ -67,7 +67,8 @@ impl Status {
     pub const CAPACITY_EXCEEDED: Status = Status::new(sct::GENERIC, 0x81);
     pub const NAMESPACE_NOT_READY: Status = Status::new(sct::GENERIC, 0x82);
 
-    // Command Specific Status (Base §4.6.1.2.2, Fabrics §3.? for 80h..).
+    // Command Specific Status (Base §4.6.1.2.2; for Fabrics commands from 80h, Base 2.2 Figure
+    // "Status Code – Command Specific Status Values, Fabrics Commands").
     pub const INVALID_QUEUE_IDENTIFIER: Status = Status::new(sct::COMMAND_SPECIFIC, 0x01);
     pub const INVALID_QUEUE_SIZE: Status = Status::new(sct::COMMAND_SPECIFIC, 0x02);
     /// Disconnect on the Admin Queue (Base §6.4): 85h Invalid Queue Type.
@@ -86,7 +87,8 @@ impl Status {
     /// `NVME_SC_AUTH_REQUIRED`): a command other than a Fabrics one on a
     /// queue that has not authenticated.
     pub const AUTH_REQUIRED: Status = Status::new(sct::COMMAND_SPECIFIC, 0x91);
-    /// NVM command set, Dataset Management etc. (NVM Command Set §? 80h).
+    /// NVM command set, Dataset Management etc. (NVM Command Set §3.1 Figure "Status Code –
+    /// Command Specific Status Values": 80h).
     pub const CONFLICTING_ATTRIBUTES: Status = Status::new(sct::COMMAND_SPECIFIC, 0x80);
 
     /// Host Identifier Inconsistent Format (Base §4.6.1.2.1, 18h): a

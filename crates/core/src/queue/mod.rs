@@ -502,7 +502,7 @@ impl Drop for NvmeQueue {
         }
         if let Some(c) = &self.ctrl {
             if self.qid == 0 {
-                // The admin queue carries the association (Fabrics §3.?).
+                // The admin queue carries the association (Base 2.3 §3.1.2).
                 tracing::info!(cntlid = c.cntlid, peer = %self.via.peer, local = %self.via.local, "controller association ended");
                 self.target.remove_controller(c);
             } else if c.epoch() == self.life.epoch {

@@ -200,7 +200,7 @@ impl Reservations {
         match action {
             RREGA_REGISTER => match self.find(&h) {
                 // Registering again with the same key succeeds; another
-                // key is a conflict (Base §8.19.?).
+                // key is a conflict (Base 2.0, "Reservations").
                 Some(i) if self.registrants[i].key == nrkey => return Ok(notices),
                 Some(_) => return Err(Status::RESERVATION_CONFLICT),
                 None if nrkey == 0 => return Err(Status::INVALID_FIELD.dnr()),
@@ -317,7 +317,7 @@ impl Reservations {
                     return Ok(notices);
                 };
                 if !self.holds(&h) {
-                    // Not the holder: nothing happens (Base §8.19.?).
+                    // Not the holder: nothing happens (Base 2.0, "Reservations").
                     return Ok(notices);
                 }
                 if cur as u8 != rtype {

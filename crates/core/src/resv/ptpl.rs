@@ -1,4 +1,4 @@
-//! Persist Through Power Loss (Base 2.0 §8.19.?: CPTPL): a namespace's
+//! Persist Through Power Loss (Base 2.0 §7.3: CPTPL): a namespace's
 //! reservations kept in a file (`ptpl_file` in its configuration) that a
 //! restarted target loads. The format is small and versioned:
 //!

@@ -20,8 +20,8 @@ mod rx;
 #[cfg(test)]
 mod tests;
 
-/// In-capsule data the admin queue always accepts (TCP §3.? "Admin queue
-/// in-capsule data": 8 KiB, the size the Linux host uses too).
+/// In-capsule data the admin queue always accepts (TCP §3.3.1 "Capsules": 8,192 bytes
+/// for Fabrics and Admin commands, the size the Linux host uses too).
 pub const ADMIN_ICD: u32 = 8192;
 
 /// How a queue pair is set up.
@@ -209,7 +209,8 @@ impl QueuePair {
         slot.start(dir, len);
         self.cids.start(cid);
         sqe.cid = cid;
-        // Fabrics commands use SGLs (Fabrics §2.? "SGLs only").
+        // NVMe over Fabrics requires SGLs for all commands
+        // (Base 2.0, "Capsules and Data Transfer").
         sqe.flags = (sqe.flags & !0xC0) | PSDT_SGL;
         let icd = dir == DataDir::ToCtrl && len > 0 && len <= self.cfg.icd_max;
         sqe.dptr = if icd {

@@ -229,7 +229,7 @@ impl QueuePair {
         finish(s, cid, cqe, &mut self.done, &mut self.cids);
     }
 
-    /// R2T (TCP §3.6.2.10, §3.4.?): solicit `r2tl` bytes at `r2to`; answered with
+    /// R2T (TCP §3.6.2.10, §3.3.2.2): solicit `r2tl` bytes at `r2to`; answered with
     /// H2CData PDUs of at most MAXH2CDATA each, DATA_LAST on the last.
     fn on_r2t(&mut self) -> std::result::Result<(), TransportError> {
         let h = DataHeader::decode(&self.hdr[..DATA_HLEN]);
