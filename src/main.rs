@@ -4,10 +4,18 @@ mod cli;
 
 use clap::{Parser, Subcommand};
 
+/// `farflash --version`: the crate version and the git commit (build.rs).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("FARFLASH_GIT_COMMIT"),
+    ")"
+);
+
 #[derive(Parser, Debug)]
 #[command(
     name = "farflash",
-    version,
+    version = VERSION,
     about = "User-space NVMe/TCP target, host and benchmark"
 )]
 struct Cli {
@@ -35,6 +43,9 @@ enum Command {
     Ctl(cli::ctl::CtlArgs),
     /// Send one JSON-RPC method to a running target (raw; see docs/rpc-schema.json).
     Rpc(cli::ctl::RpcArgs),
+    /// Write the man pages and shell completions of this CLI (packaging).
+    #[command(hide = true)]
+    GenPackageFiles(cli::package::GenArgs),
 }
 
 /// Whether `e` (or what caused it) is a write into a closed pipe, and the
@@ -105,6 +116,9 @@ fn main() {
         Some(Command::CheckDhchapKey(a)) => cli::dhchap::run_check(a),
         Some(Command::Ctl(a)) => cli::ctl::run(a),
         Some(Command::Rpc(a)) => cli::ctl::run_rpc(a),
+        Some(Command::GenPackageFiles(a)) => {
+            cli::package::run(a, <Cli as clap::CommandFactory>::command())
+        }
     };
     if let Err(e) = result {
         if is_broken_pipe(&e) {

@@ -699,8 +699,9 @@ fn print_banner(target: &Target, addrs: &[SocketAddr], lo: &farflash_transport::
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "farflash {} NVMe/TCP target ({} I/O threads, poll {}{})",
+        "farflash {} ({}) NVMe/TCP target ({} I/O threads, poll {}{})",
         env!("CARGO_PKG_VERSION"),
+        env!("FARFLASH_GIT_COMMIT"),
         lo.threads,
         format!("{:?}", lo.poll).to_lowercase(),
         if lo.cpus.is_empty() {
