@@ -128,3 +128,26 @@ fn main() {
         std::process::exit(1);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_names_the_commit() {
+        let rest = VERSION
+            .strip_prefix(concat!(env!("CARGO_PKG_VERSION"), " ("))
+            .and_then(|r| r.strip_suffix(')'))
+            .unwrap_or_else(|| panic!("version {VERSION:?}"));
+        // build.rs: `commit <hex>` in a checkout (or from FARFLASH_GIT_COMMIT),
+        // `unknown commit` in a copy without .git.
+        let ok = rest == "unknown commit"
+            || rest
+                .strip_prefix("commit ")
+                .is_some_and(|c| !c.is_empty() && c.chars().all(|ch| ch.is_ascii_hexdigit()));
+        assert!(ok, "version {VERSION:?}");
+        let err = Cli::try_parse_from(["farflash", "--version"]).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::DisplayVersion);
+        assert_eq!(err.to_string().trim(), format!("farflash {VERSION}"));
+    }
+}

@@ -149,8 +149,9 @@ absent() { # ROOT WHAT GLOB...
 }
 for r in "$WORK/build" "$WORK/install"; do
 	absent "$r" libclang '/usr/lib/llvm-*' '/usr/lib/x86_64-linux-gnu/libclang*'
-	absent "$r" "a -dev header" /usr/include/rbd /usr/include/rados /usr/include/infiniband \
-		/usr/include/rdma /usr/include/iscsi
+	# (/usr/include/rdma itself is linux-libc-dev's kernel UAPI; rdma_cma.h is librdmacm-dev's)
+	absent "$r" "a -dev header" /usr/include/rbd/librbd.h /usr/include/rados/librados.h \
+		/usr/include/infiniband/verbs.h /usr/include/rdma/rdma_cma.h /usr/include/iscsi/iscsi.h
 	absent "$r" "an optional library" '/usr/lib/x86_64-linux-gnu/librbd.so*' \
 		'/usr/lib/x86_64-linux-gnu/librados.so*' '/usr/lib/x86_64-linux-gnu/libceph-common*' \
 		'/usr/lib/x86_64-linux-gnu/libibverbs.so*' '/usr/lib/x86_64-linux-gnu/librdmacm.so*' \

@@ -61,7 +61,10 @@ mod tests {
         assert!(serve.contains(".TH farflash-serve 1"), "{serve}");
         assert!(serve.contains("ram"), "{serve}");
         assert!(dir.join("man/farflash.1").exists());
-        assert!(!dir.join("man/farflash-secret.1").exists(), "hidden commands have no page");
+        assert!(
+            !dir.join("man/farflash-secret.1").exists(),
+            "hidden commands have no page"
+        );
         for f in ["farflash.bash", "_farflash", "farflash.fish"] {
             let text = std::fs::read_to_string(dir.join("completions").join(f)).unwrap();
             assert!(text.contains("serve"), "{f}: {text}");

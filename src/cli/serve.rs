@@ -351,6 +351,8 @@ fn bind_rdma(addr: &str) -> Result<farflash_transport::RdmaListener> {
         .with_context(|| format!("bad listen address rdma:{addr} (want rdma:ADDR:PORT)"))?
         .next()
         .with_context(|| format!("listen address rdma:{addr} resolves to nothing"))?;
+    // Without libibverbs/librdmacm, say which packages (not "no device").
+    farflash_rdma_verbs::load_libraries()?;
     farflash_transport::RdmaListener::bind(sa, farflash_transport::RDMA_BACKLOG).with_context(
         || {
             format!(

@@ -155,7 +155,7 @@ fn rewrite(spec: &Spec, file: syn::File) -> Result<String, String> {
             }
         }
     }
-    functions.sort_by(|a, b| a.name.to_string().cmp(&b.name.to_string()));
+    functions.sort_by_key(|f| f.name.to_string());
 
     let n = spec.libraries.len();
     let sonames = spec.libraries.iter().map(|l| l.soname);
