@@ -98,12 +98,15 @@ build)
 	grep -qE '^farflash [0-9]+\.[0-9]+\.[0-9]+ \(unknown commit\)$' <<<"$v" ||
 		fail "--version of a tree without .git should say 'unknown commit': $v"
 
-	# README's first command, `cargo run --release`, runs the binary without arguments.
+	# The README's first command (offline here), which execs the binary
+	# without arguments: the embedded default.
 	t=$(date +%s%N)
-	"$BIN" >/tmp/serve.log 2>&1 &
+	cargo run --release --offline >/tmp/serve.log 2>&1 &
 	pid=$!
 	wait_port 4420 "$pid"
-	say "the embedded default listens after $((($(date +%s%N) - t) / 1000000)) ms, VmRSS $(rss_kib "$pid") KiB"
+	say "cargo run --release: the embedded default listens after $((($(date +%s%N) - t) / 1000000)) ms, VmRSS $(rss_kib "$pid") KiB"
+	[[ $(readlink "/proc/$pid/exe") = */target/release/farflash ]] ||
+		fail "pid $pid is not target/release/farflash (cargo run execs it on Unix)"
 	sed 's/^/  serve: /' /tmp/serve.log
 	grep -qF "$NQN" /tmp/serve.log || fail "the banner does not name $NQN"
 	host_checks "$BIN"

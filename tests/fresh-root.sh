@@ -9,8 +9,8 @@
 #    the source tree without target/ and .git. Checked absent first: libclang,
 #    the -dev headers and the libraries of librbd, librados, libibverbs,
 #    librdmacm and libiscsi. Then, in it: `cargo build --release --offline`;
-#    `ldd` of the binary lists only libc-level libraries; the binary with no
-#    arguments (what `cargo run --release` starts) serves the default
+#    `ldd` of the binary lists only libc-level libraries; `cargo run
+#    --release --offline` (the README's first command) serves the default
 #    namespace, and `farflash discover` and `farflash identify` work against
 #    it on 127.0.0.1; `--rbd` fails with the error naming librbd1 (and an
 #    RDMA listener with the one naming libibverbs1); `bash
