@@ -23,8 +23,10 @@
 #    target, which `farflash discover`, `identify` and `farflash ctl` on the
 #    unit's management socket reach; `man farflash-serve` renders.
 #
-# Each root runs in its own mount, PID and network namespaces (unshare), so
-# its mounts vanish with it and its 127.0.0.1:4420 is its own loopback.
+# Each root runs in its own mount, PID and network namespaces (unshare
+# --kill-child), so its mounts and processes vanish with it (also when
+# tests/run.sh's timeout stops the step) and its 127.0.0.1:4420 is its own
+# loopback.
 # The two debootstrap roots are cached in $FARFLASH_CACHE_DIR (default
 # ~/.cache/farflash)/fresh-root and copied per run.
 #
@@ -168,7 +170,7 @@ in_root() {
 	local r=$1 toolchain=0
 	shift
 	[[ $1 = --toolchain ]] && toolchain=1 && shift
-	unshare --mount --pid --net --fork --propagation private -- bash -euc '
+	unshare --mount --pid --net --fork --kill-child --propagation private -- bash -euc '
 		r=$1 toolchain=$2 home=$3
 		shift 3
 		ip link set lo up
