@@ -5,6 +5,11 @@
 #   install DEB      (in the install root)
 set -euo pipefail
 
+# This runs as PID 1 of its namespace, which ignores signals it has no
+# handler for: stop on SIGTERM/SIGINT (tests/run.sh's timeout or ^C).
+trap 'exit 143' TERM
+trap 'exit 130' INT
+
 phase=${1:?phase}
 NQN=nqn.2026-11.io.farflash:default
 T0=$(date +%s)
