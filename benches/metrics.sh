@@ -31,7 +31,9 @@ cargo build -q --release --bin farflash
 FF=$ROOT/target/release/farflash
 
 serve() { # ARGS... -> SERVE_PID
-	"$FF" serve --listen "127.0.0.1:$PORT" --nqn "$NQN" "--$BACKEND" 1G --threads 1 \
+	local commit=()
+	[[ $BACKEND = ram ]] && commit=(--ram-commit) # no first-write page faults
+	"$FF" serve --listen "127.0.0.1:$PORT" --nqn "$NQN" "--$BACKEND" 1G "${commit[@]}" --threads 1 \
 		--cpus-allowed 0 --rpc-socket none --log-level warn "$@" >"$TMP/serve.log" 2>&1 &
 	SERVE_PID=$!
 	PIDS+=("$SERVE_PID")

@@ -53,7 +53,10 @@ serve() { # ARGS... -> the target in the background (SERVE_PID)
 	PIDS+=("$SERVE_PID")
 	wait_listen "$PORT"
 }
-serve_pinned() { serve "--$BACKEND" "$SIZE" --threads 1 --cpus-allowed 0 "$@"; }
+# RAM committed up front (--ram-commit): no first-write page faults in the runs
+COMMIT=()
+[[ $BACKEND = ram ]] && COMMIT=(--ram-commit)
+serve_pinned() { serve "--$BACKEND" "$SIZE" "${COMMIT[@]}" --threads 1 --cpus-allowed 0 "$@"; }
 stop_serve() { kill -TERM "$SERVE_PID" 2>/dev/null || true; wait "$SERVE_PID" 2>/dev/null || true; }
 
 # perf RW BS QD [ARGS...] -> "iops bw_bytes clat_p50_ns clat_p99_ns lat_p50_ns cpu_pct"
@@ -167,7 +170,7 @@ echo "  target RSS: $rss0 KiB resting, $rss1 KiB with 1,000 queue pairs: +$MEM_M
 echo "== 16 connections against one (QD 32 each; target and perf on both cores)"
 one=() sixteen=() scale=()
 for r in $(seq "$RUNS"); do
-	serve "--$BACKEND" "$SIZE" --threads 2 --poll never
+	serve "--$BACKEND" "$SIZE" "${COMMIT[@]}" --threads 2 --poll never
 	read -r a _ < <(perf_run randread 4k 32 --numjobs 1 --poll block --cpus-allowed 0-1)
 	read -r b _ < <(perf_run randread 4k 32 --numjobs 16 --poll block --cpus-allowed 0-1)
 	stop_serve

@@ -23,7 +23,7 @@ NQN=nqn.2026-11.io.farflash:default
 bytes=$(python3 -c "import re,sys; m=re.fullmatch(r'(\d+)([KMG]?)', sys.argv[1]); print(int(m[1]) << {'':0,'K':10,'M':20,'G':30}[m[2]])" "$BYTES")
 
 measure() { # QOS-SPEC BS JOBS -> achieved IOPS or bytes/s (read+write)
-	taskset -c 0 "$FF" serve --ram 1G --threads 1 --listen "127.0.0.1:$PORT" --qos "$1" --log-level warn >"$TMP/serve.log" 2>&1 &
+	taskset -c 0 "$FF" serve --ram 1G --ram-commit --threads 1 --listen "127.0.0.1:$PORT" --qos "$1" --log-level warn >"$TMP/serve.log" 2>&1 &
 	local t=$!
 	PIDS+=("$t")
 	wait_listen "$PORT"
@@ -53,7 +53,7 @@ done
 	echo "## QoS limit accuracy (benches/qos-accuracy.sh)"
 	echo
 	run_facts
-	echo "- \`taskset -c 0 farflash serve --ram 1G --threads 1 --qos nsid=1,...\` (release, burst 100 ms);" \
+	echo "- \`taskset -c 0 farflash serve --ram 1G --ram-commit --threads 1 --qos nsid=1,...\` (release, burst 100 ms);" \
 		"\`farflash perf --rw randread --iodepth 8 --numjobs 1|4 --runtime $RUNTIME --ramp_time 1 --cpus-allowed 1\`; $ROUNDS rounds, medians of achieved / limit"
 	echo
 	echo "| limit | 1 queue: achieved / limit | 4 queues: achieved / limit | per round (1 queue; 4 queues) |"

@@ -9,7 +9,7 @@
 # ../anchors/spdk, the default) with build/bin/spdk_nvme_perf and
 # build/examples/identify (or build/bin/spdk_nvme_identify).
 #
-# Target: `taskset -c 0 farflash serve --ram 1G` (defaults otherwise) on
+# Target: `taskset -c 0 farflash serve --ram 1G --ram-commit` (defaults otherwise) on
 # 127.0.0.1:PORT. Initiator on core 1 with --no-huge: spdk_nvme_identify,
 # then spdk_nvme_perf 4 KiB randread, randwrite and a 50/50 randrw mix at QD 1
 # and 32, RUNTIME seconds each, each its own association (connect, I/O,
@@ -40,7 +40,7 @@ export LD_LIBRARY_PATH=$SPDK_DIR/build/lib:$SPDK_DIR/isa-l/.libs:$SPDK_DIR/isa-l
 echo "== building (release)"
 cargo build -q --release --bin farflash
 FF=$ROOT/target/release/farflash
-taskset -c 0 "$FF" serve --ram 1G --listen "127.0.0.1:$PORT" >"$TMP/ff.log" 2>&1 &
+taskset -c 0 "$FF" serve --ram 1G --ram-commit --listen "127.0.0.1:$PORT" >"$TMP/ff.log" 2>&1 &
 PIDS+=("$!")
 wait_listen "$PORT"
 
@@ -94,7 +94,7 @@ if [[ -n $OUT ]]; then
 		echo "Written by \`benches/spdk-interop.sh\`; do not edit by hand. Re-run it to refresh."
 		echo
 		run_facts "; SPDK ${SPDK_VERSION:-unknown}"
-		echo "- target: \`taskset -c 0 farflash serve --ram 1G --listen 127.0.0.1:$PORT\` (defaults otherwise)"
+		echo "- target: \`taskset -c 0 farflash serve --ram 1G --ram-commit --listen 127.0.0.1:$PORT\` (defaults otherwise)"
 		echo "- initiator on core 1, \`--no-huge -s 1024\`: \`spdk_nvme_identify\`, then \`spdk_nvme_perf\` 4 KiB"
 		echo "  randread, randwrite and a 50/50 randrw mix at QD 1 and 32, $RUNTIME s each, each its own"
 		echo "  association (connect, I/O, detach)"

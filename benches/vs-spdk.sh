@@ -12,7 +12,7 @@
 # Targets on core 0, initiators on core 1, all on 127.0.0.1:
 #   SPDK:     nvmf_tgt -m 0x1 --no-huge, TCP transport with its defaults, one
 #             1 GiB malloc bdev of 512-byte blocks (started from a JSON config)
-#   farflash: taskset -c 0 farflash serve --ram 1G (defaults otherwise:
+#   farflash: taskset -c 0 farflash serve --ram 1G --ram-commit (defaults otherwise:
 #             adaptive polling, one event loop per allowed CPU = 1), and the
 #             same with --poll always
 #   initiators: spdk_nvme_perf -c 0x2 --no-huge, and farflash perf
@@ -92,8 +92,8 @@ start_target() { # spdk | ff | ffalways -> TARGET_PID, T_PORT, T_NQN
 		T_PORT=$SPDK_PORT T_NQN=$SPDK_NQN
 		;;
 	ff | ffalways | ffnull)
-		local extra=(--ram 1G)
-		[[ $1 = ffalways ]] && extra=(--ram 1G --poll always)
+		local extra=(--ram 1G --ram-commit)
+		[[ $1 = ffalways ]] && extra=(--ram 1G --ram-commit --poll always)
 		[[ $1 = ffnull ]] && extra=(--null 1G)
 		taskset -c 0 "$FF" serve --listen "127.0.0.1:$PORT" --log-level warn "${extra[@]}" \
 			>"$TMP/ff.log" 2>&1 &
@@ -259,7 +259,7 @@ if [[ -n $OUT ]]; then
 		echo
 		run_facts "; SPDK $SPDK_VERSION"
 		echo "- SPDK target: \`nvmf_tgt -m 0x1 --no-huge -s 2048\`, TCP transport defaults, 1 GiB malloc bdev"
-		echo "  (512-byte blocks); farflash target: \`taskset -c 0 farflash serve --ram 1G\` with its defaults"
+		echo "  (512-byte blocks); farflash target: \`taskset -c 0 farflash serve --ram 1G --ram-commit\` with its defaults"
 		echo "  (adaptive polling, one event loop per allowed CPU), and \`--poll always\` for the always-poll column"
 		echo "- initiators on core 1: \`spdk_nvme_perf --no-huge -s 1024 -c 0x2 -t $RUNTIME -a $WARMUP\`, \`farflash perf"
 		echo "  --cpus-allowed 1 --runtime $RUNTIME --ramp_time $WARMUP\` (busy-poll; both measure after the warm-up);"

@@ -6,10 +6,18 @@ mod cli;
 
 use clap::{Parser, Subcommand};
 
+/// `farflash --version`: the crate version and the git commit (build.rs).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("FARFLASH_GIT_COMMIT"),
+    ")"
+);
+
 #[derive(Parser, Debug)]
 #[command(
     name = "farflash",
-    version,
+    version = VERSION,
     about = "User-space NVMe/TCP target, host and benchmark"
 )]
 struct Cli {
@@ -37,6 +45,9 @@ enum Command {
     Ctl(cli::ctl::CtlArgs),
     /// Send one JSON-RPC method to a running target (raw; see docs/rpc-schema.json).
     Rpc(cli::ctl::RpcArgs),
+    /// Write the man pages and shell completions of this CLI (packaging).
+    #[command(hide = true)]
+    GenPackageFiles(cli::package::GenArgs),
 }
 
 /// Whether `e` (or what caused it) is a write into a closed pipe, and the
@@ -107,6 +118,9 @@ fn main() {
         Some(Command::CheckDhchapKey(a)) => cli::dhchap::run_check(a),
         Some(Command::Ctl(a)) => cli::ctl::run(a),
         Some(Command::Rpc(a)) => cli::ctl::run_rpc(a),
+        Some(Command::GenPackageFiles(a)) => {
+            cli::package::run(a, <Cli as clap::CommandFactory>::command())
+        }
     };
     if let Err(e) = result {
         if is_broken_pipe(&e) {
@@ -114,5 +128,28 @@ fn main() {
         }
         eprintln!("farflash: error: {e:#}");
         std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_names_the_commit() {
+        let rest = VERSION
+            .strip_prefix(concat!(env!("CARGO_PKG_VERSION"), " ("))
+            .and_then(|r| r.strip_suffix(')'))
+            .unwrap_or_else(|| panic!("version {VERSION:?}"));
+        // build.rs: `commit <hex>` in a checkout (or from FARFLASH_GIT_COMMIT),
+        // `unknown commit` in a copy without .git.
+        let ok = rest == "unknown commit"
+            || rest
+                .strip_prefix("commit ")
+                .is_some_and(|c| !c.is_empty() && c.chars().all(|ch| ch.is_ascii_hexdigit()));
+        assert!(ok, "version {VERSION:?}");
+        let err = Cli::try_parse_from(["farflash", "--version"]).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::DisplayVersion);
+        assert_eq!(err.to_string().trim(), format!("farflash {VERSION}"));
     }
 }

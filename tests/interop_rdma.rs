@@ -114,6 +114,13 @@ fn harness_selftest_rdma_kernel_loop() {
 /// the file that names it.
 const RXE_PROVIDER: &str = "/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so";
 const RXE_DRIVER: &str = "/etc/libibverbs.d/rxe.driver";
+/// The libraries farflash's RDMA code opens at run time (dlopen: ldd of the
+/// binaries does not list them, so the image gets them by name, with what
+/// they link).
+const RDMA_LIBRARIES: [&str; 2] = [
+    "/usr/lib/x86_64-linux-gnu/libibverbs.so.1",
+    "/usr/lib/x86_64-linux-gnu/librdmacm.so.1",
+];
 
 /// A stripped copy of `src` (the debug build's symbols would make the
 /// guest's initramfs several times larger).
@@ -151,13 +158,20 @@ fn rdma_example(example: &str) -> PathBuf {
 }
 
 /// Harness options for a script that runs farflash in the guest: the
-/// binary (stripped, named by `$FARFLASH`) and the rxe verbs provider the
-/// image needs (checked to be installed), then `more`.
+/// binary (stripped, named by `$FARFLASH`), libibverbs and librdmacm, and
+/// the rxe verbs provider the image needs (checked to be installed), then
+/// `more`.
 fn farflash_guest_args(more: &[&str]) -> Vec<String> {
     for f in [RXE_PROVIDER, RXE_DRIVER] {
         assert!(
             Path::new(f).exists(),
             "{f} is missing: install ibverbs-providers (tests/run.sh does)"
+        );
+    }
+    for f in RDMA_LIBRARIES {
+        assert!(
+            Path::new(f).exists(),
+            "{f} is missing: install libibverbs1 and librdmacm1 (tests/run.sh does)"
         );
     }
     let bin = guest_binary(Path::new(env!("CARGO_BIN_EXE_farflash")), "farflash");
@@ -170,6 +184,10 @@ fn farflash_guest_args(more: &[&str]) -> Vec<String> {
         RXE_PROVIDER,
         "--image-file",
         RXE_DRIVER,
+        "--image-file",
+        RDMA_LIBRARIES[0],
+        "--image-file",
+        RDMA_LIBRARIES[1],
         "--env",
         &farflash_env,
     ];

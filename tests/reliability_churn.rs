@@ -102,9 +102,12 @@ fn connect_disconnect_churn_leaks_nothing() {
     std::fs::File::create(&file)
         .and_then(|f| f.set_len(16 << 20))
         .expect("namespace file");
+    // --ram-commit: the namespace's pages are resident from the start, so
+    // VmRSS measures the target's own memory, not first writes to the disk.
     let serve = Serve::start(&[
         "--ram",
         "16M",
+        "--ram-commit",
         "--file",
         file.to_str().unwrap(),
         "--block-size",

@@ -5,10 +5,15 @@
 # it installs what is missing, then runs, in order:
 #   1. cargo fmt --all --check
 #   2. cargo clippy --workspace --all-targets -- -D warnings
-#   3. cargo test --workspace, the backend's block-device test on a loop
-#      device (tests/block-device.sh), a real Prometheus (Debian's package)
-#      scraping farflash serve (tests/prometheus.rs), the fuzz corpus replay,
-#      and RBD namespaces on a single-node Ceph cluster (tests/rbd.rs)
+#   3. cargo test --workspace (with FARFLASH_REQUIRE_BINDINGS_CHECK=1: the
+#      committed crates/*-sys bindings against the installed headers), the
+#      backend's block-device test on a loop device (tests/block-device.sh),
+#      a real Prometheus (Debian's package) scraping farflash serve
+#      (tests/prometheus.rs), the fuzz corpus replay, RBD namespaces on a
+#      single-node Ceph cluster (tests/rbd.rs), and tests/fresh-root.sh: a
+#      release build in a minimal Debian 12 root (debootstrap; no libclang,
+#      no -dev headers) that serves and answers discover/identify, and the
+#      .deb of scripts/package-deb.sh installed into another such root
 #   4. cargo test --test interop_linux --test host_kernel_target -- --ignored
 #      --test-threads=1 --nocapture
 #      (the Linux kernel host in QEMU VMs against the kernel's nvmet target
@@ -102,23 +107,34 @@ for pair in qemu-system-x86_64=qemu-system-x86 busybox=busybox-static cpio=cpio 
 	nvme=nvme-cli fio=fio socat=socat xz=xz-utils prometheus=prometheus promtool=prometheus; do
 	command -v "${pair%%=*}" >/dev/null || missing+=("${pair#*=}")
 done
-command -v cc >/dev/null || missing+=(gcc libc6-dev) # the linker cargo uses
-# crates/rbd-sys: bindgen over librados/librbd needs their headers and libclang
+command -v cc >/dev/null || missing+=(gcc libc6-dev) # the linker cargo uses (all a build needs)
+# The optional libraries, opened at run time by the features the tests use:
+# Ceph RBD (tests/rbd.rs), RDMA (tests/interop_rdma.rs copies them into the
+# VM image), iSCSI (tests/iscsi.rs).
+for pkg in librbd1 librados2 libibverbs1 librdmacm1 ibverbs-providers libiscsi7; do
+	dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+# farflash-sys-gen's tests check the committed crates/*-sys bindings against
+# the headers with bindgen, which needs them and libclang (a build does not)
 [[ -e /usr/include/rbd/librbd.h ]] || missing+=(librbd-dev)
 [[ -e /usr/include/rados/librados.h ]] || missing+=(librados-dev)
 compgen -G '/usr/lib/llvm-*/lib/libclang.so' >/dev/null || missing+=(libclang-dev)
+# tests/fresh-root.sh: minimal Debian 12 roots in namespaces of their own
+for pair in debootstrap=debootstrap unshare=util-linux ip=iproute2; do
+	command -v "${pair%%=*}" >/dev/null || missing+=("${pair#*=}")
+done
 # tests/ceph/cluster.sh: a single-node Ceph cluster for tests/rbd.rs
 for pair in ceph-mon=ceph-mon ceph-mgr=ceph-mgr ceph-osd=ceph-osd ceph=ceph-common rbd=ceph-common \
 	uuidgen=uuid-runtime; do
 	command -v "${pair%%=*}" >/dev/null || missing+=("${pair#*=}")
 done
-# crates/rdma-sys: bindgen over rdma-core's headers (libclang) and linking
-# against libibverbs / librdmacm; tests/interop_rdma.rs puts the rxe verbs
-# provider (ibverbs-providers) in the VM image
+# the bindings check of crates/rdma-sys (rdma-core's headers);
+# tests/interop_rdma.rs puts the rxe verbs provider (ibverbs-providers) in
+# the VM image
 for pkg in libibverbs-dev librdmacm-dev libclang-dev ibverbs-providers; do
 	dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
-# crates/iscsi-sys: bindgen over libiscsi's headers; tests/iscsi.rs and the
+# the bindings check of crates/iscsi-sys (libiscsi's headers); tests/iscsi.rs and the
 # sweep's --baseline iscsi start tgt's user-space target (tgtd, tgtadm)
 [[ -e /usr/include/iscsi/iscsi.h ]] || missing+=(libiscsi-dev)
 command -v tgtd >/dev/null || missing+=(tgt)
@@ -155,6 +171,8 @@ echo "cpus:  $(nproc)"
 step "cargo fmt --all --check" 600 cargo fmt --all --check
 step "cargo clippy --workspace --all-targets -- -D warnings" 2400 \
 	cargo clippy --workspace --all-targets -- -D warnings
+# the committed bindings must be checked here, where the headers are installed
+export FARFLASH_REQUIRE_BINDINGS_CHECK=1
 step "cargo test --workspace" 2400 cargo test --workspace
 step "backend on a real block device (tests/block-device.sh)" 900 bash tests/block-device.sh
 step "Prometheus scrapes farflash serve (cargo test --test prometheus -- --ignored)" 600 \
@@ -163,6 +181,8 @@ step "fuzz corpus and regression replay (cargo test --manifest-path fuzz/Cargo.t
 	cargo test --manifest-path fuzz/Cargo.toml
 step "RBD namespaces on a single-node Ceph cluster (cargo test --test rbd -- --ignored)" 900 \
 	cargo test --test rbd -- --ignored --test-threads=1 --nocapture
+step "fresh Debian 12 root: release build without libclang or headers, serve, .deb install (tests/fresh-root.sh)" 2400 \
+	bash tests/fresh-root.sh
 if [[ ${FARFLASH_SKIP_INTEROP:-0} = 1 ]]; then
 	section "interop (skipped: FARFLASH_SKIP_INTEROP=1)"
 	RESULTS+=("SKIP  0s  interop")

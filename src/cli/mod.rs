@@ -4,6 +4,7 @@ pub mod ctl;
 pub mod dhchap;
 pub mod discover;
 pub mod identify;
+pub mod package;
 pub mod perf;
 pub mod serve;
 pub mod sweep;

@@ -33,6 +33,10 @@ pub struct ServeFlags {
     /// Add a RAM namespace of SIZE (e.g. 512M, 1G, 4096); memory is committed as written.
     #[arg(long = "ram", value_name = "SIZE")]
     pub ram: Vec<Size>,
+    /// Commit the --ram namespaces' whole memory at start (benchmarks: no
+    /// page faults on first writes) instead of as written.
+    #[arg(long = "ram-commit")]
+    pub ram_commit: bool,
     /// Add a namespace backed by a regular file (its size) or a block device.
     #[arg(long = "file", value_name = "PATH")]
     pub file: Vec<PathBuf>,
@@ -227,6 +231,7 @@ impl ServeArgs {
                     anagrpid: None,
                     ptpl_file: None,
                     rbd,
+                    commit: backend == BackendKind::Ram && f.ram_commit,
                 }
             })
             .collect();
@@ -346,6 +351,8 @@ fn bind_rdma(addr: &str) -> Result<farflash_transport::RdmaListener> {
         .with_context(|| format!("bad listen address rdma:{addr} (want rdma:ADDR:PORT)"))?
         .next()
         .with_context(|| format!("listen address rdma:{addr} resolves to nothing"))?;
+    // Without libibverbs/librdmacm, say which packages (not "no device").
+    farflash_rdma_verbs::load_libraries()?;
     farflash_transport::RdmaListener::bind(sa, farflash_transport::RDMA_BACKLOG).with_context(
         || {
             format!(
@@ -694,8 +701,9 @@ fn print_banner(target: &Target, addrs: &[SocketAddr], lo: &farflash_transport::
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "farflash {} NVMe/TCP target ({} I/O threads, poll {}{})",
+        "farflash {} ({}) NVMe/TCP target ({} I/O threads, poll {}{})",
         env!("CARGO_PKG_VERSION"),
+        env!("FARFLASH_GIT_COMMIT"),
         lo.threads,
         format!("{:?}", lo.poll).to_lowercase(),
         if lo.cpus.is_empty() {
@@ -810,6 +818,32 @@ mod tests {
     fn no_flags_is_the_embedded_default() {
         let c = parse(&[]).to_config().unwrap();
         assert_eq!(c, Config::default());
+        // A first run on a small machine: RAM committed as written.
+        assert!(!c.subsystems[0].namespaces[0].commit);
+    }
+
+    #[test]
+    fn ram_commit_applies_to_the_ram_flags_only() {
+        let c = parse(&["--ram", "64M", "--null", "1G", "--ram-commit"])
+            .to_config()
+            .unwrap();
+        let commit: Vec<_> = c.subsystems[0]
+            .namespaces
+            .iter()
+            .map(|n| (n.backend, n.commit))
+            .collect();
+        assert_eq!(
+            commit,
+            vec![(BackendKind::Ram, true), (BackendKind::Null, false)]
+        );
+        let c = parse(&["--ram", "64M"]).to_config().unwrap();
+        assert!(!c.subsystems[0].namespaces[0].commit);
+        // The TOML form, and that it round-trips only when set.
+        let ns: NamespaceConfig =
+            toml::from_str("backend = 'ram'\nsize = '1M'\ncommit = true\n").unwrap();
+        assert!(ns.commit);
+        let plain = toml::to_string(&c.subsystems[0].namespaces[0]).unwrap();
+        assert!(!plain.contains("commit"), "{plain}");
     }
 
     #[test]

@@ -366,6 +366,13 @@ pub struct NamespaceConfig {
     /// The image of a `backend = "rbd"` namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rbd: Option<RbdConfig>,
+    /// RAM namespaces: commit (fault in) the whole memory at start instead
+    /// of as written, so that first writes find their pages present (as
+    /// SPDK's malloc bdev, zeroed at creation); benchmarks ask for it
+    /// (`serve --ram-commit`). Skipped, with a warning, when the namespace
+    /// exceeds half of MemAvailable.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub commit: bool,
 }
 
 impl NamespaceConfig {
@@ -383,6 +390,7 @@ impl NamespaceConfig {
             anagrpid: None,
             ptpl_file: None,
             rbd: None,
+            commit: false,
         }
     }
 }

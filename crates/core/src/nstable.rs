@@ -146,6 +146,7 @@ mod tests {
             anagrpid: None,
             ptpl_file: None,
             rbd: None,
+            commit: false,
         };
         Arc::new(crate::subsystem::build_namespace("nqn.t", &cfg, nsid).unwrap())
     }

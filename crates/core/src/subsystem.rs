@@ -327,13 +327,28 @@ pub fn build_namespace(
     let (backend, describe) = match nc.backend {
         BackendKind::Ram => {
             let sz = size.unwrap_or(0);
-            // Commit up front what fits comfortably in memory, as SPDK's
-            // malloc bdev does; larger namespaces stay sparse.
-            let commit = mem_available().is_some_and(|avail| sz <= avail / 2);
+            // Lazily committed (pages on first write), so that a first run
+            // on a small machine does not take the whole namespace's memory;
+            // `commit = true` (serve --ram-commit) faults it all in up front,
+            // as SPDK's malloc bdev, when it fits in half of MemAvailable.
+            let fits = || mem_available().is_some_and(|avail| sz <= avail / 2);
+            let commit = nc.commit && fits();
+            if nc.commit && !commit {
+                tracing::warn!(
+                    nqn,
+                    nsid,
+                    size = sz,
+                    "RAM namespace not committed up front: more than half of MemAvailable"
+                );
+            }
             let open = if commit { open_ram_committed } else { open_ram };
             (
                 open(sz, bs).map_err(|e| err("RAM backend", e))?,
-                format!("ram {}{}", human(sz), if commit { "" } else { " (sparse)" }),
+                format!(
+                    "ram {}{}",
+                    human(sz),
+                    if commit { " (committed)" } else { "" }
+                ),
             )
         }
         BackendKind::Null => {
@@ -523,6 +538,16 @@ fn mem_available() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ram_is_committed_only_when_asked() {
+        let mut nc = NamespaceConfig::sized(BackendKind::Ram, 4 << 20);
+        let lazy = build_namespace("nqn.t", &nc, 1).unwrap();
+        assert_eq!(lazy.describe, "ram 4M");
+        nc.commit = true;
+        let committed = build_namespace("nqn.t", &nc, 1).unwrap();
+        assert_eq!(committed.describe, "ram 4M (committed)");
+    }
 
     #[test]
     fn ids_are_stable_and_unique() {

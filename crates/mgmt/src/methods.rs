@@ -286,6 +286,7 @@ impl Api {
                     anagrpid: a.anagrpid,
                     ptpl_file: a.ptpl_file,
                     rbd: a.rbd,
+                    commit: false,
                 };
                 let (r, nsid) = manage::add_namespace(t, &a.nqn, nc).map_err(manage_err)?;
                 let mut v = report_json(&r);

@@ -11,7 +11,11 @@ use std::os::fd::RawFd;
 pub(crate) struct EventChannel(*mut sys::rdma_event_channel);
 
 impl EventChannel {
+    /// Every RDMA listener and host connection starts here, so this is
+    /// where libibverbs and librdmacm are opened (once per process); a
+    /// machine without them gets an error that names the packages.
     pub fn new() -> io::Result<EventChannel> {
+        sys::load().map_err(|e| io::Error::new(io::ErrorKind::NotFound, e))?;
         // SAFETY: no arguments; NULL (with errno) on failure.
         let ch = unsafe { sys::rdma_create_event_channel() };
         if ch.is_null() {

@@ -187,6 +187,8 @@ impl RdmaHostQueue {
         // The admin queue's receive buffers hold an SQE only (§3.2 and
         // Linux's nvmet-rdma): no in-capsule data there.
         let icd_max = if qid == 0 { 0 } else { cfg.icd_max };
+        // libibverbs/librdmacm missing: say which packages, not "no RDMA CM".
+        sys::load().map_err(|e| rdma_err(e.to_string()))?;
         let ch = EventChannel::new().map_err(|e| {
             rdma_err(format!(
                 "no RDMA CM (rdma_create_event_channel: {e}): is an RDMA device up \

@@ -24,3 +24,12 @@ mod qp;
 pub use conn::RdmaConn;
 pub use host::{RdmaConnector, RdmaHostQueue};
 pub use listener::{Accepted, RdmaListener, Staging};
+
+/// Opens libibverbs and librdmacm (once per process; every listener and
+/// host connection does it too). Without them: `NotFound`, with a message
+/// that names the Debian packages to install.
+pub fn load_libraries() -> std::io::Result<()> {
+    farflash_rdma_sys::load()
+        .map(|_| ())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::NotFound, e))
+}

@@ -93,6 +93,10 @@ impl Image {
         let id = opts.id.as_deref().unwrap_or("admin");
         let client = format!("client.{id}");
         let c_id = cstring(id, "ceph client id")?;
+        // librados and librbd are opened here, on first use: a machine
+        // without them serves every other backend, and this names the
+        // package to install.
+        sys::load().map_err(|e| io::Error::new(io::ErrorKind::NotFound, e))?;
         let mut img = Image {
             cluster: ptr::null_mut(),
             ioctx: ptr::null_mut(),

@@ -152,6 +152,9 @@ impl Session {
         let initiator = CString::new(t.initiator.as_str()).context("initiator name")?;
         let iqn = CString::new(t.iqn.as_str()).context("target name")?;
         let portal = CString::new(t.portal.as_str()).context("portal")?;
+        // libiscsi is opened here, on first use: a machine without it runs
+        // everything else, and this names the package to install.
+        sys::load()?;
         // SAFETY: a NUL-terminated name; libiscsi copies it.
         let ctx = unsafe { sys::iscsi_create_context(initiator.as_ptr()) };
         if ctx.is_null() {

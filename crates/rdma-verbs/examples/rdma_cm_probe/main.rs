@@ -421,6 +421,10 @@ fn main() {
         }
     };
     let nqn = std::env::args().nth(2);
+    if let Err(e) = sys::load() {
+        eprintln!("rdma_cm_probe: {e}");
+        std::process::exit(1);
+    }
     let mut failed = false;
     let mut check = |name: &str, r: Result<(), String>| match r {
         Ok(()) => println!("PASS: probe-{name}"),
