@@ -9,6 +9,8 @@
 //! librbd serves RAM and file namespaces; only `--rbd` fails, with an error
 //! that names the Debian package to install.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 use std::fmt;
 use std::sync::OnceLock;
 
