@@ -30,7 +30,7 @@ mod ctx;
 #[path = "differential/seeds.rs"]
 mod seeds;
 
-use common::{free_port, Serve, NQN};
+use common::{free_port, ProcessGroup, Serve, NQN};
 use corpus::{Behaviour, CATEGORIES};
 use ctx::Ctx;
 use std::cell::RefCell;
@@ -38,7 +38,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::rc::Rc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -209,28 +209,8 @@ fn seeds_parse_into_commands() {
 
 // ------------------------------------------------------------------ VM run
 
-/// The VM's whole process group, killed on drop (even when the test panics).
-struct Vm {
-    child: Child,
-}
-
-impl Drop for Vm {
-    fn drop(&mut self) {
-        let pgid = self.child.id() as i32;
-        // SAFETY: plain syscalls on the process group we created (process_group(0)).
-        unsafe { libc::kill(-pgid, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        // SAFETY: as above; SIGKILL for whatever is left.
-        unsafe { libc::kill(-pgid, libc::SIGKILL) };
-        let _ = self.child.wait();
-    }
-}
+/// The VM's whole process group, stopped on drop (even when a test panics).
+type Vm = ProcessGroup;
 
 /// Boots the kernel-target VM; returns it and a receiver that fires on
 /// TARGET-READY.
@@ -263,7 +243,7 @@ fn boot_nvmet(port: u16, nqn: &str) -> (Vm, mpsc::Receiver<()>) {
             }
         }
     });
-    (Vm { child }, rx)
+    (ProcessGroup::new(child), rx)
 }
 
 type Traces = BTreeMap<String, Vec<String>>;

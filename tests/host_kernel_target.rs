@@ -6,38 +6,21 @@
 //! and a run longer than the Keep Alive Timeout; and, against the 6.12
 //! kernel's target (configfs dhchap_key etc.), DH-HMAC-CHAP.
 
+mod common;
 mod host_support;
 
+use common::ProcessGroup;
 use farflash_host::{ConnectOptions, Controller, IoQueueOptions};
 use host_support::{cli_ok, free_port, json};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-/// The VM's whole process group, killed on drop (even when a test panics).
-struct Vm {
-    child: Child,
-}
-
-impl Drop for Vm {
-    fn drop(&mut self) {
-        let pgid = self.child.id() as i32;
-        // SAFETY: plain syscalls on the process group we created (process_group(0)).
-        unsafe { libc::kill(-pgid, libc::SIGTERM) };
-        for _ in 0..50 {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        // SAFETY: as above; SIGKILL for whatever is left.
-        unsafe { libc::kill(-pgid, libc::SIGKILL) };
-        let _ = self.child.wait();
-    }
-}
+/// The VM's whole process group, stopped on drop (even when a test panics).
+type Vm = ProcessGroup;
 
 fn start_kernel_target(port: u16, nqn: &str) -> Vm {
     start_kernel_target_with(port, nqn, &[])
@@ -63,7 +46,7 @@ fn start_kernel_target_with(port: u16, nqn: &str, extra: &[String]) -> Vm {
         .spawn()
         .expect("start tests/linux-host/run-linux-host");
     let out = child.stdout.take().expect("stdout");
-    let vm = Vm { child };
+    let vm = ProcessGroup::new(child);
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(out).lines().map_while(Result::ok) {

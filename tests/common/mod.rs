@@ -754,3 +754,34 @@ pub fn dhchap_secret(len: usize, hmac: Option<farflash_auth::HashId>) -> String 
     let s = farflash_auth::Secret::new(&key, hmac).expect("secret");
     s.to_dhhc().to_string()
 }
+
+/// A child started in a process group of its own (`process_group(0)`, e.g. a
+/// QEMU VM and its helpers): the whole group is stopped on drop, even when a
+/// test panics (SIGTERM, up to 5 s for it to exit, then SIGKILL).
+pub struct ProcessGroup {
+    child: Child,
+}
+
+impl ProcessGroup {
+    pub fn new(child: Child) -> ProcessGroup {
+        ProcessGroup { child }
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        let pgid = self.child.id() as i32;
+        // SAFETY: plain syscalls on the process group the child leads.
+        unsafe { libc::kill(-pgid, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // SAFETY: as above; SIGKILL for whatever is left.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+}
