@@ -45,17 +45,11 @@ pub trait Transport {
 pub struct Binding<T> {
     q: NvmeQueue,
     t: T,
-    /// Completion scratch (reused: no allocation per round).
-    done: Vec<Completion>,
 }
 
 impl<T: Transport> Binding<T> {
     pub fn new(q: NvmeQueue, t: T) -> Binding<T> {
-        Binding {
-            q,
-            t,
-            done: Vec::new(),
-        }
+        Binding { q, t }
     }
 
     /// The command layer's queue (tests and tools look at it).
@@ -195,24 +189,33 @@ impl<T: Transport> Binding<T> {
         any
     }
 
-    /// Sends what the command layer finished: the Connect's geometry,
-    /// then every completion, round after round until none is left.
+    /// Sends what the command layer finished ([`drain`]).
     fn drain(&mut self) {
-        if let Some(c) = self.q.take_connected() {
-            self.t.connected(&mut self.q, c);
+        drain(&mut self.q, &mut self.t);
+    }
+}
+
+/// Sends what the command layer finished: the Connect's geometry, then
+/// every completion with its CQE, round after round until none is left.
+/// [`Binding`] runs it after every call; a transport that handles several
+/// commands in one call (NVMe/TCP: the PDUs of one receive) runs it after
+/// each, so that a slot the command layer freed is the transport's again
+/// before a new command takes it.
+pub fn drain<T: Transport>(q: &mut NvmeQueue, t: &mut T) {
+    if let Some(c) = q.take_connected() {
+        t.connected(q, c);
+    }
+    loop {
+        let mut done = q.take_done();
+        if done.is_empty() {
+            q.give_back_done(done);
+            break;
         }
-        loop {
-            self.q.take_completions(&mut self.done);
-            if self.done.is_empty() {
-                break;
-            }
-            let mut done = std::mem::take(&mut self.done);
-            for c in done.drain(..) {
-                let cqe = self.q.cqe(&c);
-                self.t.respond(&mut self.q, c, cqe);
-            }
-            self.done = done;
-            self.t.responded(&mut self.q);
+        for c in done.drain(..) {
+            let cqe = q.cqe(&c);
+            t.respond(q, c, cqe);
         }
+        q.give_back_done(done);
+        t.responded(q);
     }
 }

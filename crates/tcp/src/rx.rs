@@ -117,6 +117,11 @@ impl Tcp {
                 break;
             }
             self.rx_start += f.plen;
+            // What this PDU finished goes out before the next PDU runs: a
+            // slot the command layer freed may be the next command's, and
+            // its transfer state (`cmds`, the R2T's TTAG) must be reset by
+            // the old completion first.
+            farflash_core::binding::drain(q, self);
         }
         self.rx = rx;
         if self.rx_start == self.rx_end {

@@ -146,6 +146,8 @@ pub(crate) struct Blocks {
 /// offloads, and how many of those are out.
 struct Outbox {
     done: Vec<Completion>,
+    /// The other half of `done`'s double buffer ([`NvmeQueue::take_done`]).
+    done_spare: Vec<Completion>,
     connected: Option<Connected>,
     /// SQ Head Pointer: advanced by every command taken off the queue,
     /// reported in each CQE (Base §4.2.1) unless the host disabled SQ flow
@@ -263,6 +265,7 @@ impl NvmeQueue {
             pool: BufPool::new(),
             out: Outbox {
                 done: Vec::new(),
+                done_spare: Vec::new(),
                 connected: None,
                 sqhd: 0,
                 sq_flow_control: true,
@@ -373,6 +376,20 @@ impl NvmeQueue {
     /// Moves finished commands to `out` (appends).
     pub fn take_completions(&mut self, out: &mut Vec<Completion>) {
         out.append(&mut self.out.done);
+    }
+
+    /// The completions finished so far, for the binding driver to send;
+    /// give the emptied vector back with [`NvmeQueue::give_back_done`] (a
+    /// double buffer: no allocation per round).
+    pub(crate) fn take_done(&mut self) -> Vec<Completion> {
+        let spare = std::mem::take(&mut self.out.done_spare);
+        std::mem::replace(&mut self.out.done, spare)
+    }
+
+    /// Returns the vector [`NvmeQueue::take_done`] handed out, emptied.
+    pub(crate) fn give_back_done(&mut self, mut v: Vec<Completion>) {
+        v.clear();
+        self.out.done_spare = v;
     }
 
     /// What a Connect made of the queue, once (before its completion).

@@ -415,3 +415,45 @@ fn in_capsule_offsets_and_longer_sgls() {
         "the refused writes wrote nothing"
     );
 }
+
+/// A command the command layer answers at once frees its slot inside the
+/// receive that brought it; the next capsule of the same receive may take
+/// that slot. Its completion is sent (and the slot's transfer state reset)
+/// before the next capsule runs, so the new write's R2T and H2CData find
+/// their slot. (Seen with the Linux 6.12 host re-authenticating I/O queues:
+/// an H2CData for a reused slot got a C2HTermReq, FEI 10.)
+#[test]
+fn a_slot_freed_and_taken_in_one_receive_keeps_the_new_commands_transfer() {
+    let t = target();
+    let mut a = Host::new(&t);
+    let cntlid = a.bring_up();
+    let mut q = io_queue(&t, cntlid);
+    // A read of a namespace that does not exist (answered at once), then a
+    // write by R2T, in one receive.
+    let mut bad = rw(io::READ, 0, 1, 512, false);
+    bad.nsid = 9;
+    bad.cid = q.next_cid();
+    let mut write = rw(io::WRITE, 6, 1, 512, false);
+    write.cid = q.next_cid();
+    let mut batch = q.capsule(&bad, &[]);
+    batch.extend(q.capsule(&write, &[]));
+    push(&mut q.q, &batch);
+    let rx = q.recv_all();
+    let [Rx::Resp(c), Rx::R2T(r2t)] = &rx[..] else {
+        panic!("{rx:?}")
+    };
+    assert_eq!(
+        (c.cid, c.status),
+        (bad.cid, Status::INVALID_NAMESPACE.dnr())
+    );
+    assert_eq!((r2t.cccid, r2t.length), (write.cid, 512));
+    let block: Vec<u8> = (0..512u32).map(|i| (i * 5) as u8).collect();
+    q.send_h2c(r2t, &block);
+    let rx = q.recv_all();
+    assert!(
+        matches!(rx[..], [Rx::Resp(c)] if c.cid == write.cid && c.status == Status::SUCCESS),
+        "{rx:?}"
+    );
+    let got = data_of(&q.cmd(rw(io::READ, 6, 1, 512, false), &[]));
+    assert_eq!(got, block);
+}
