@@ -4,13 +4,13 @@
 //! [`QueuePair::on_received`]; the connection cuts them into PDUs (TCP §3.6),
 //! hands commands and their data to its [`NvmeQueue`], and turns the
 //! completions into PDUs in its output queue. Storage requests pass through
-//! untouched (`conn.rs`). Nothing here touches a socket, so every path can
+//! untouched (the shared `Binding`). Nothing here touches a socket, so every path can
 //! be driven from a unit test.
 
-use crate::outq::OutQueue;
-use farflash_core::{Binding, Completion, Connected, NvmeQueue, Target, Transport};
+use crate::tx::OutQueue;
+use farflash_core::{Binding, NvmeQueue, Target};
 use farflash_wire::pdu::Negotiated;
-use farflash_wire::{Cqe, Status};
+use farflash_wire::Status;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -146,45 +146,9 @@ impl QueuePair {
     }
 }
 
-impl Tcp {
-    /// Closing for either layer's reason.
-    pub(crate) fn is_closing(&self, q: &NvmeQueue) -> bool {
-        self.closing || q.wants_close()
-    }
-
-    /// Whether the transport should read more (false while closing or while
-    /// the peer is not draining our output).
-    pub(crate) fn wants_read(&self, q: &NvmeQueue) -> bool {
-        !self.is_closing(q) && self.out.len() < OUTPUT_HIGH_WATER
-    }
-}
-
-impl Transport for Tcp {
-    fn closing(&self) -> bool {
-        self.closing
-    }
-
-    fn drained(&self) -> bool {
-        self.out.is_empty()
-    }
-
-    /// A Connect succeeded: the queue's in-capsule data size follows it
-    /// (Fabrics §6.3, TCP §3.6.2.6).
-    fn connected(&mut self, q: &mut NvmeQueue, c: Connected) {
-        self.icd_size = if c.qid == 0 {
-            ADMIN_ICD
-        } else {
-            self.target.transport.in_capsule_data_size as usize
-        };
-        self.neg.max_data = (self.icd_size as u32).max(self.maxh2cdata);
-        self.cmds.resize(q.slot_count(), Cmd::FREE);
-    }
-
-    fn respond(&mut self, q: &mut NvmeQueue, c: Completion, cqe: Cqe) {
-        self.send_completion(q, c, cqe);
-    }
-
-    fn responded(&mut self, q: &mut NvmeQueue) {
-        self.resume_waiting(q);
+impl QueuePair {
+    /// Stops reading; what is queued is still sent.
+    pub fn close(&mut self) {
+        self.b.with(|t, _| t.closing = true);
     }
 }

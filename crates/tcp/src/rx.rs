@@ -439,3 +439,54 @@ impl QueuePair {
         self.b.with(|t, q| t.on_received(q, n));
     }
 }
+
+// Whether to read on, and the per-queue data-buffer budget: commands whose
+// buffers would exceed `transport.max_queue_buffer` wait, in order, for
+// earlier ones to finish (`tx.rs` `resume_waiting` starts them).
+impl Tcp {
+    /// Closing for either layer's reason.
+    pub(crate) fn is_closing(&self, q: &NvmeQueue) -> bool {
+        self.closing || q.wants_close()
+    }
+
+    /// Whether the transport should read more (false while closing or while
+    /// the peer is not draining our output).
+    pub(crate) fn wants_read(&self, q: &NvmeQueue) -> bool {
+        !self.is_closing(q) && self.out.len() < OUTPUT_HIGH_WATER
+    }
+
+    /// Whether a command needing `len` data-buffer bytes may start now. One
+    /// command may always start, so a transfer larger than the budget still
+    /// makes progress.
+    pub(crate) fn has_budget(&self, len: u32) -> bool {
+        let used = self.charged + self.out.held_bytes();
+        used == 0
+            || (self.waiting.is_empty()
+                && used + len as usize <= self.target.transport.max_queue_buffer as usize)
+    }
+
+    pub(crate) fn charge(&mut self, idx: usize, len: u32) {
+        self.cmds[idx].charged += len;
+        self.charged += len as usize;
+    }
+
+    /// TCP §3.6.2.10: allocate the buffer and ask for the data with one R2T
+    /// for the whole transfer.
+    pub(crate) fn start_r2t(&mut self, q: &mut NvmeQueue, idx: usize) {
+        let len = self.cmds[idx].len;
+        self.charge(idx, len);
+        q.data_buf(idx as u16);
+        let c = &mut self.cmds[idx];
+        c.phase = Phase::H2C { got: 0 };
+        let cid = c.cid;
+        self.send_r2t(cid, idx as u16, 0, len);
+    }
+}
+
+impl QueuePair {
+    /// Whether the transport should read more (false while closing or while
+    /// the peer is not draining our output).
+    pub fn wants_read(&self) -> bool {
+        self.b.transport().wants_read(self.b.nvme())
+    }
+}
