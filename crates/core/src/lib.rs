@@ -9,7 +9,7 @@
 //!   ([`NvmeQueue::begin`], [`NvmeQueue::execute`], `exec.rs`); storage work
 //!   leaves as tagged requests and comes back through
 //!   [`NvmeQueue::on_storage_completion`] (`queue/storage.rs`). Each
-//!   command's life is one state enum (`queue/state.rs`).
+//!   command's life is one state enum (`queue/slots.rs`).
 //! - [`Binding`]: what every transport shares: a queue and a
 //!   [`Transport`], and the completions sent after every call (`binding.rs`).
 //! - Command sets: `fabrics` (with `auth`, in-band authentication), `admin` (with `identify`, `discovery`), `io`.

@@ -26,12 +26,11 @@ mod lifecycle;
 mod offload;
 mod qos;
 mod slots;
-mod state;
 mod storage;
 
 pub(crate) use offload::{Done, Job};
 pub use offload::{Offload, OffloadDone};
-pub(crate) use state::{CmdState, Event};
+pub(crate) use slots::{CmdState, Event};
 
 /// Storage requests and offloads are tagged with their command's slot in
 /// the low this-many bits; the event loop may use the rest (which of its
@@ -50,7 +49,7 @@ const PRE_CONNECT_SLOTS: usize = 4;
 pub(crate) struct Slot {
     pub sqe: Sqe,
     /// Where the command is in its life; changed only by
-    /// [`Slot::step`] (`state.rs`).
+    /// [`Slot::step`] (`slots.rs`).
     state: CmdState,
     /// The data buffer: host data (H2C) or the reply (C2H).
     pub buf: Option<IoBuf>,
