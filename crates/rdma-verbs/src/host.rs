@@ -732,20 +732,7 @@ impl HostTransport for RdmaHostQueue {
         // SAFETY: the channel is live while self is.
         let comp_fd = unsafe { (*self.comp).fd };
         poll_fds(&[comp_fd, self.ch.fd()], ms)?;
-        let mut events = 0;
-        loop {
-            let mut cq = null_mut();
-            let mut ctx = null_mut();
-            // SAFETY: the channel is non-blocking; an event names our CQ.
-            if unsafe { sys::ibv_get_cq_event(self.comp, &mut cq, &mut ctx) } != 0 {
-                break;
-            }
-            events += 1;
-        }
-        if events > 0 {
-            // SAFETY: acknowledges the events just taken from our CQ.
-            unsafe { sys::ibv_ack_cq_events(self.cq, events) };
-        }
+        crate::qp::take_cq_events(self.comp, self.cq);
         if let Ok(Some(ev)) = self.ch.next() {
             let k = ev.kind();
             drop(ev);

@@ -303,21 +303,7 @@ impl Qp {
 
     /// Takes every pending completion-channel event; returns how many.
     pub fn take_cq_events(&self) -> u32 {
-        let mut n = 0;
-        loop {
-            let mut cq = null_mut();
-            let mut ctx = null_mut();
-            // SAFETY: the channel is non-blocking; the event names our CQ.
-            if unsafe { sys::ibv_get_cq_event(self.comp, &mut cq, &mut ctx) } != 0 {
-                break;
-            }
-            n += 1;
-        }
-        if n > 0 {
-            // SAFETY: acknowledges the events just taken from our CQ.
-            unsafe { sys::ibv_ack_cq_events(self.cq, n) };
-        }
-        n
+        take_cq_events(self.comp, self.cq)
     }
 
     /// Asks the CM to disconnect (the QP goes to error and flushes).
@@ -334,18 +320,14 @@ impl Qp {
                 sys::rdma_destroy_qp(self.id);
                 self.qp_created = false;
             }
-            for r in [&mut self.recv, &mut self.cqes, &mut self.stage] {
-                // Dereg before the PD goes; the buffers stay until drop.
-                if !r.mr.is_null() {
-                    sys::ibv_dereg_mr(r.mr);
-                    r.mr = null_mut();
-                }
-            }
-            for c in &mut self.chunks {
-                // Likewise; the chunk handles keep the memory until drop.
-                if !c.mr.is_null() {
-                    sys::ibv_dereg_mr(c.mr);
-                    c.mr = null_mut();
+            // Dereg before the PD goes; the buffers and the chunk handles
+            // keep the memory until drop.
+            let regions = [&mut self.recv, &mut self.cqes, &mut self.stage];
+            let mrs = regions.into_iter().map(|r| &mut r.mr);
+            for mr in mrs.chain(self.chunks.iter_mut().map(|c| &mut c.mr)) {
+                if !mr.is_null() {
+                    sys::ibv_dereg_mr(*mr);
+                    *mr = null_mut();
                 }
             }
             if !self.cq.is_null() {
@@ -375,6 +357,27 @@ impl Drop for Qp {
 }
 
 /// Rejects a connection request with private data `pd`.
+/// Takes every pending event of the non-blocking completion channel `comp`
+/// (whose events name `cq`) and acknowledges them; returns how many.
+pub(crate) fn take_cq_events(comp: *mut sys::ibv_comp_channel, cq: *mut sys::ibv_cq) -> u32 {
+    let mut n = 0;
+    loop {
+        let mut ev_cq = null_mut();
+        let mut ctx = null_mut();
+        // SAFETY: the caller's channel is live and non-blocking; an event
+        // names the caller's CQ.
+        if unsafe { sys::ibv_get_cq_event(comp, &mut ev_cq, &mut ctx) } != 0 {
+            break;
+        }
+        n += 1;
+    }
+    if n > 0 {
+        // SAFETY: acknowledges the events just taken from `cq`.
+        unsafe { sys::ibv_ack_cq_events(cq, n) };
+    }
+    n
+}
+
 pub(crate) fn reject(id: *mut sys::rdma_cm_id, pd: &[u8]) {
     // SAFETY: a live id of a connection request; the private data is
     // copied by the call.
