@@ -205,12 +205,8 @@ pub fn drain<T: Transport>(q: &mut NvmeQueue, t: &mut T) {
     if let Some(c) = q.take_connected() {
         t.connected(q, c);
     }
-    loop {
+    while q.has_done() {
         let mut done = q.take_done();
-        if done.is_empty() {
-            q.give_back_done(done);
-            break;
-        }
         for c in done.drain(..) {
             let cqe = q.cqe(&c);
             t.respond(q, c, cqe);

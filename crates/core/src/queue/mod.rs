@@ -377,6 +377,11 @@ impl NvmeQueue {
         out.append(&mut self.out.done);
     }
 
+    /// Whether completions wait for the binding driver.
+    pub(crate) fn has_done(&self) -> bool {
+        !self.out.done.is_empty()
+    }
+
     /// The completions finished so far, for the binding driver to send;
     /// give the emptied vector back with [`NvmeQueue::give_back_done`] (a
     /// double buffer: no allocation per round).
