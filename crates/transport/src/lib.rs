@@ -9,9 +9,8 @@
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-mod adaptive;
 mod offload;
-mod route;
+mod sched;
 mod worker;
 
 pub use farflash_core::config::PollMode;

@@ -1,0 +1,1097 @@
+//! The worker's scheduler: which connections a round serves and in what
+//! order, how much each may read, which sockets the loop spins on, whether
+//! it sleeps and until when, and when each connection's periodic work is
+//! due. It performs no I/O and reads no clock: in the manner of
+//! quinn-proto's connection, the shell (`worker.rs`) tells it what happened,
+//! with the time ([`Scheduler::add`], [`Scheduler::on_event`],
+//! [`Scheduler::wake`], [`Scheduler::on_driven`], [`Scheduler::close`]), and
+//! asks what to do ([`Scheduler::wait`], [`Scheduler::next_round`],
+//! [`Scheduler::budget`], [`Scheduler::poll_due`],
+//! [`Scheduler::poll_timeout`]). Its tests run it on a simulated clock.
+//!
+//! Fair sharing: a connection reads at most `fair_share` bytes per round and
+//! unit of its host's weight, then waits for the next round ([`Rx::Backlog`]);
+//! a round serves the connections without a backlog first, so a quiet
+//! connection's command goes before a deep queue's next slice of data, and
+//! while a quiet connection shares the loop with backlogged ones these read
+//! short slices (`CONTENDED_DIVISOR`).
+//!
+//! Polling: with [`PollMode::Adaptive`] the loop spins while work keeps
+//! arriving and for an idle window after the last of it ([`IdleWindow`]:
+//! learnt from the gaps the hosts leave), or while a connection's output is
+//! blocked and still moving, then sleeps in `epoll_wait` until the next
+//! event or timer ([`Scheduler::poll_timeout`]); `Always` never sleeps and
+//! `Never` always does. Spinning `recv`s straight from the few connections
+//! that worked lately (the hot set), with an `epoll_wait(0)` every
+//! `DIRECT_SPINS` rounds for the rest.
+//!
+//! Timers: each connection's tick (keep-alive, AERs, teardown: the command
+//! layer's `tick`) is due `TICK` after its last, on a `TICK_GRAIN` grid so
+//! that connections accepted together share a wake-up; the worker's own
+//! housekeeping is a one-shot timer the shell re-arms. Every period being
+//! the same, deadlines are pushed in order: a sorted queue, touched per tick,
+//! never per I/O.
+
+use farflash_core::config::PollMode;
+use std::collections::VecDeque;
+use std::num::NonZeroUsize;
+use std::time::{Duration, Instant};
+
+/// A connection's periodic work runs at most this long after its last.
+pub(crate) const TICK: Duration = Duration::from_millis(100);
+/// Tick deadlines are rounded down to this grid (so they come `TICK -
+/// TICK_GRAIN` to `TICK` apart).
+const TICK_GRAIN: Duration = Duration::from_millis(10);
+/// Connections spun on directly (`recv` without asking epoll first) while
+/// polling; with more busy connections than this, epoll alone finds them.
+const HOT_MAX: usize = 4;
+/// Direct spins over the hot connections between two `epoll_wait(0)`s
+/// (which serve every other connection, backend eventfd and new arrival).
+const DIRECT_SPINS: u32 = 16;
+/// Adaptive polling spins through gaps of up to this many times `poll_idle`.
+const IDLE_MAX_FACTOR: u32 = 20;
+/// Expired windows in a row, each followed by a long sleep, before the
+/// idle window shrinks.
+const DECAY_AFTER: u32 = 4;
+/// Fair sharing under contention: a backlogged connection reads this
+/// fraction of its share per turn while a busy connection without a
+/// backlog shares the loop (4 KiB of the default 256 KiB). A 128 KiB
+/// write's payload is then received and copied in many short turns, each
+/// followed by the quiet connections' turns, so a QD 1 neighbour waits for
+/// at most one such slice instead of whole payloads (16 KiB slices kept
+/// about half of a QD 1 victim's IOPS beside a QD 128 writer in noisy
+/// short runs, 4 KiB ones about 0.6 on a quiet machine: docs/qos.md).
+const CONTENDED_DIVISOR: usize = 64;
+/// The smallest slice under contention (one 4 KiB block and its header).
+const CONTENDED_MIN: usize = 4096;
+/// A connection holding at most this many data-buffer bytes (commands'
+/// buffers, unsent output) and no backlog is *quiet*: the short slices
+/// protect it. The queues of a bulk host hold far more (QD x 128 KiB), so
+/// they do not slow each other down.
+const QUIET_BYTES: usize = 64 * 1024;
+
+/// One of the worker's connections: a TCP connection or an RDMA queue
+/// pair, by index (the shell also carries it in storage tags).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ConnId {
+    Tcp(usize),
+    Rdma(usize),
+}
+
+/// Where a TCP connection is in its life. Transitions happen in
+/// [`Scheduler::on_driven`] and [`Scheduler::close`] only, and go forward:
+/// `Open` -> `ReadClosed` -> `Failed` -> `Zombie` (steps may be skipped);
+/// then the connection is removed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum State {
+    /// Reading and sending.
+    Open(Rx),
+    /// The peer closed its side: nothing more to read, but what is owed
+    /// (a response, a TermReq) is still sent if the socket takes it.
+    ReadClosed,
+    /// The socket failed: nothing more moves; it closes after this pass.
+    Failed,
+    /// Closed with storage requests in flight: socket shut down, index
+    /// kept (a completion may still name it) until they have completed.
+    /// Never read; passes only route its completions.
+    Zombie,
+}
+
+/// What an open connection's socket may hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Rx {
+    /// Drained (the last read said EAGAIN or came short): a pass for other
+    /// reasons (a completion, a tick) skips the `recv`.
+    Drained,
+    /// Maybe unread bytes: epoll reported it, the loop spins on it, or its
+    /// last pass stopped before draining it.
+    Unread,
+    /// Its last pass used its share with data left: it goes after the
+    /// connections without a backlog.
+    Backlog,
+}
+
+impl State {
+    /// Whether `self` may become `to` (forward only).
+    fn may_become(self, to: State) -> bool {
+        use State::*;
+        matches!(
+            (self, to),
+            (Open(_), _)
+                | (ReadClosed, ReadClosed | Failed | Zombie)
+                | (Failed, Failed | Zombie)
+                | (Zombie, Zombie)
+        )
+    }
+}
+
+/// How a connection's pass went: the shell's report to [`Scheduler::on_driven`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Pass {
+    /// Anything moved.
+    pub worked: bool,
+    /// The socket may still hold bytes.
+    pub unread: bool,
+    /// The pass used its read budget with bytes left (implies `unread`).
+    pub yielded: bool,
+    /// The peer's EOF was read (or had been).
+    pub eof: bool,
+    /// The socket failed.
+    pub failed: bool,
+}
+
+impl Pass {
+    /// A pass starting in `state`.
+    pub(crate) fn starting(state: State) -> Pass {
+        Pass {
+            unread: matches!(state, State::Open(Rx::Unread | Rx::Backlog)),
+            eof: state == State::ReadClosed,
+            failed: state == State::Failed,
+            ..Pass::default()
+        }
+    }
+}
+
+/// How the shell waits before its next round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// Do not ask epoll: the hot connections are queued, to be read directly.
+    Direct,
+    /// `epoll_wait` this long (zero: just look; None: until an event).
+    Poll(Option<Duration>),
+}
+
+/// What a timer says is due.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Due {
+    /// A connection's periodic work (`tick`); its next is scheduled.
+    Tick(ConnId),
+    /// The worker's own (closing orphaned storage queues); one-shot.
+    Housekeeping,
+}
+
+/// The connections of one round, in the order to drive them.
+pub(crate) struct Round {
+    pub conns: Vec<usize>,
+    /// Backlogged connections share the round with a quiet one: they read
+    /// short slices ([`Scheduler::budget`]).
+    pub contended: bool,
+}
+
+/// A TCP connection's scheduling state.
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    state: State,
+    /// Its output is blocked (the shell waits for writability).
+    blocked: bool,
+    /// Last time a pass over it moved anything.
+    last_work: Instant,
+}
+
+pub(crate) struct Scheduler {
+    mode: PollMode,
+    /// Bytes per round and unit of weight; `usize::MAX`: no fair sharing.
+    quantum: usize,
+    idle: IdleWindow,
+    /// TCP connections by index.
+    slots: Vec<Option<Slot>>,
+    /// Connections queued for the next round (duplicates allowed).
+    ready: Vec<usize>,
+    /// The other half of `ready`'s double buffer (no allocation per round).
+    spare: Vec<usize>,
+    /// Connections that worked within the idle window (at most `HOT_MAX`).
+    hot: Vec<usize>,
+    direct_spins: u32,
+    /// Connections with output blocked: while it still moves, the loop
+    /// keeps polling (sleeping until EPOLLOUT, which comes only once a third
+    /// of the send buffer is free, cost deep queues a quarter of their speed).
+    blocked: usize,
+    /// Last time anything moved.
+    last_work: Instant,
+    /// The last [`Scheduler::wait`] let the loop sleep.
+    slept: bool,
+    /// Connections with commands waiting for QoS tokens, and when they may run.
+    throttled: Vec<(usize, Instant)>,
+    /// Pending timers, earliest first.
+    timers: VecDeque<(Instant, Due)>,
+    /// Origin of the tick grid.
+    epoch: Instant,
+}
+
+impl Scheduler {
+    /// `poll_idle`: the idle window of an idle target; `fair_share`: bytes
+    /// per round and unit of weight (0: no limit).
+    pub(crate) fn new(
+        mode: PollMode,
+        poll_idle: Duration,
+        fair_share: usize,
+        now: Instant,
+    ) -> Scheduler {
+        Scheduler {
+            mode,
+            quantum: NonZeroUsize::new(fair_share).map_or(usize::MAX, NonZeroUsize::get),
+            idle: IdleWindow::new(poll_idle, poll_idle * IDLE_MAX_FACTOR),
+            slots: Vec::new(),
+            ready: Vec::new(),
+            spare: Vec::new(),
+            hot: Vec::with_capacity(HOT_MAX),
+            direct_spins: 0,
+            blocked: 0,
+            last_work: now,
+            slept: false,
+            throttled: Vec::new(),
+            timers: VecDeque::new(),
+            epoch: now,
+        }
+    }
+
+    // ---- events in -------------------------------------------------------
+
+    /// A new connection: its ticks start; a TCP one is queued to be read.
+    pub(crate) fn add(&mut self, id: ConnId, now: Instant) {
+        if let ConnId::Tcp(i) = id {
+            if self.slots.len() <= i {
+                self.slots.resize(i + 1, None);
+            }
+            debug_assert!(self.slots[i].is_none(), "connection {i} added twice");
+            self.slots[i] = Some(Slot {
+                state: State::Open(Rx::Unread),
+                blocked: false,
+                last_work: now,
+            });
+            self.ready.push(i);
+        }
+        self.schedule(Due::Tick(id), now);
+    }
+
+    /// epoll reported connection `i` (`readable`: anything but mere
+    /// writability); it is queued.
+    pub(crate) fn on_event(&mut self, i: usize, readable: bool) {
+        if readable {
+            self.mark_unread(i);
+        }
+        self.ready.push(i);
+    }
+
+    /// Queues connection `i` for a pass (a completion came, a tick gave it
+    /// output) without reading.
+    pub(crate) fn wake(&mut self, i: usize) {
+        self.ready.push(i);
+    }
+
+    /// Connection `i`'s pass went as `p`: its state follows, a backlog waits
+    /// for the next round, work keeps it hot.
+    pub(crate) fn on_driven(&mut self, i: usize, p: Pass, now: Instant) {
+        let to = if p.failed {
+            State::Failed
+        } else if p.eof {
+            State::ReadClosed
+        } else if p.yielded {
+            State::Open(Rx::Backlog)
+        } else if p.unread {
+            State::Open(Rx::Unread)
+        } else {
+            State::Open(Rx::Drained)
+        };
+        if !self.set_state(i, to) {
+            return;
+        }
+        if to == State::Open(Rx::Backlog) {
+            // Edge-triggered epoll will not report what is left unread.
+            self.ready.push(i);
+        }
+        if p.worked {
+            self.on_worked(ConnId::Tcp(i), now);
+        }
+    }
+
+    /// Something of `id`'s moved at `now` (a TCP connection joins the hot
+    /// set if there is room). The first work after a sleep teaches the idle
+    /// window the gap.
+    pub(crate) fn on_worked(&mut self, id: ConnId, now: Instant) {
+        if std::mem::take(&mut self.slept) && self.mode == PollMode::Adaptive {
+            self.idle
+                .woke_after(now.saturating_duration_since(self.last_work));
+        }
+        self.last_work = now;
+        let ConnId::Tcp(i) = id else {
+            return;
+        };
+        if self.mode == PollMode::Never {
+            return;
+        }
+        if let Some(s) = self.slot_mut(i) {
+            if s.state == State::Zombie {
+                return;
+            }
+            s.last_work = now;
+            if !self.hot.contains(&i) && self.hot.len() < HOT_MAX {
+                self.hot.push(i);
+            }
+        }
+    }
+
+    /// Connection `i`'s output is blocked (or moves again).
+    pub(crate) fn set_blocked(&mut self, i: usize, blocked: bool) {
+        let slot = self.slots.get_mut(i).and_then(Option::as_mut);
+        if let Some(s) = slot.filter(|s| s.blocked != blocked) {
+            s.blocked = blocked;
+            self.blocked = if blocked {
+                self.blocked + 1
+            } else {
+                self.blocked - 1
+            };
+        }
+    }
+
+    /// Connection `i` has commands waiting for QoS tokens until `at` (None:
+    /// none waits).
+    pub(crate) fn set_throttle(&mut self, i: usize, at: Option<Instant>) {
+        let live = matches!(self.state(i), Some(s) if s != State::Zombie);
+        let at = at.filter(|_| live);
+        let pos = self.throttled.iter().position(|&(j, _)| j == i);
+        match (pos, at) {
+            (Some(k), Some(at)) => self.throttled[k].1 = at,
+            (Some(k), None) => {
+                self.throttled.swap_remove(k);
+            }
+            (None, Some(at)) => self.throttled.push((i, at)),
+            (None, None) => {}
+        }
+    }
+
+    /// The worker's housekeeping is due a tick from `now` (unless it
+    /// already is).
+    pub(crate) fn schedule_housekeeping(&mut self, now: Instant) {
+        if !self.timers.iter().any(|&(_, d)| d == Due::Housekeeping) {
+            self.schedule(Due::Housekeeping, now);
+        }
+    }
+
+    /// Connection `id` is closed: with requests in flight (`lingering`, TCP
+    /// only) it becomes a zombie, else it is removed and its timers with it.
+    pub(crate) fn close(&mut self, id: ConnId, lingering: bool) {
+        match id {
+            ConnId::Tcp(i) if lingering => {
+                if self.set_state(i, State::Zombie) {
+                    self.set_blocked(i, false);
+                    self.hot.retain(|&j| j != i);
+                    self.set_throttle(i, None);
+                }
+            }
+            ConnId::Tcp(i) => {
+                self.set_blocked(i, false);
+                if let Some(s) = self.slots.get_mut(i) {
+                    *s = None;
+                }
+                self.hot.retain(|&j| j != i);
+                self.ready.retain(|&j| j != i);
+                self.set_throttle(i, None);
+                self.timers.retain(|&(_, d)| d != Due::Tick(id));
+            }
+            ConnId::Rdma(_) => self.timers.retain(|&(_, d)| d != Due::Tick(id)),
+        }
+    }
+
+    // ---- decisions out ---------------------------------------------------
+
+    /// Connection `i`'s state (None: no such connection).
+    pub(crate) fn state(&self, i: usize) -> Option<State> {
+        self.slot(i).map(|s| s.state)
+    }
+
+    /// Whether connection `i`'s output is blocked.
+    pub(crate) fn blocked(&self, i: usize) -> bool {
+        self.slot(i).is_some_and(|s| s.blocked)
+    }
+
+    /// How the loop waits now: spin on the hot sockets, look at epoll
+    /// without sleeping, or sleep until [`Scheduler::poll_timeout`].
+    /// Throttled connections whose time has come are queued first.
+    pub(crate) fn wait(&mut self, now: Instant) -> Wait {
+        let ready = &mut self.ready;
+        self.throttled.retain(|&(i, at)| {
+            let due = at <= now;
+            if due {
+                ready.push(i);
+            }
+            !due
+        });
+        let spin = match self.mode {
+            PollMode::Always => true,
+            PollMode::Never => false,
+            PollMode::Adaptive => self.spin_until(now).is_some(),
+        };
+        self.slept = false;
+        if spin && !self.hot.is_empty() && self.direct_spins < DIRECT_SPINS {
+            self.direct_spins += 1;
+            for k in 0..self.hot.len() {
+                let i = self.hot[k];
+                self.mark_unread(i);
+                self.ready.push(i);
+            }
+            return Wait::Direct;
+        }
+        self.direct_spins = 0;
+        if spin || !self.ready.is_empty() {
+            return Wait::Poll(Some(Duration::ZERO));
+        }
+        self.slept = true;
+        Wait::Poll(
+            self.poll_timeout(now)
+                .map(|t| t.saturating_duration_since(now)),
+        )
+    }
+
+    /// When the loop must look again at the latest: the earliest timer, QoS
+    /// wake-up, or (adaptive polling) end of the spin window still ahead.
+    pub(crate) fn poll_timeout(&self, now: Instant) -> Option<Instant> {
+        let timer = self.timers.front().map(|&(at, _)| at);
+        let throttled = self.throttled.iter().map(|&(_, at)| at).min();
+        let spin = match self.mode {
+            PollMode::Adaptive => self.spin_until(now),
+            _ => None,
+        };
+        [timer, throttled, spin].into_iter().flatten().min()
+    }
+
+    /// The next timer due by `now`, if any (call until None). A
+    /// connection's next tick is scheduled as its tick is handed out.
+    pub(crate) fn poll_due(&mut self, now: Instant) -> Option<Due> {
+        if self.timers.front()?.0 > now {
+            return None;
+        }
+        let (_, due) = self.timers.pop_front()?;
+        if let Due::Tick(_) = due {
+            self.schedule(due, now);
+        }
+        Some(due)
+    }
+
+    /// Whether connections wait for a round.
+    pub(crate) fn has_ready(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
+    /// The queued connections, each once, ordered for fair sharing: those
+    /// without a backlog first, index order within each group. `held(i)`:
+    /// connection `i`'s data-buffer bytes (asked only while some are
+    /// backlogged). Give the round back with [`Scheduler::finish_round`].
+    pub(crate) fn next_round(&mut self, held: impl Fn(usize) -> usize) -> Round {
+        let spare = std::mem::take(&mut self.spare);
+        let mut conns = std::mem::replace(&mut self.ready, spare);
+        conns.sort_unstable();
+        conns.dedup();
+        let state = |i: usize| self.state(i);
+        let contended = self.quantum != usize::MAX
+            && order_round(
+                &mut conns,
+                &self.hot,
+                |i| state(i) == Some(State::Open(Rx::Backlog)),
+                |i| {
+                    matches!(state(i), Some(State::Open(Rx::Drained | Rx::Unread)))
+                        && held(i) <= QUIET_BYTES
+                },
+            );
+        Round { conns, contended }
+    }
+
+    /// The round is over: its buffer is kept for the next; connections
+    /// idle for the idle window leave the hot set (unless their output is
+    /// blocked).
+    pub(crate) fn finish_round(&mut self, mut round: Round, now: Instant) {
+        round.conns.clear();
+        self.spare = round.conns;
+        let (slots, window) = (&self.slots, self.idle.cur);
+        self.hot.retain(|&i| {
+            slots
+                .get(i)
+                .and_then(Option::as_ref)
+                .is_some_and(|s| s.blocked || now.saturating_duration_since(s.last_work) < window)
+        });
+    }
+
+    /// Bytes connection `i` may read in its turn of a round (`contended`:
+    /// [`Round::contended`]), for a host of `weight`.
+    pub(crate) fn budget(&self, i: usize, contended: bool, weight: u32) -> usize {
+        let q = if contended && self.state(i) == Some(State::Open(Rx::Backlog)) {
+            (self.quantum / CONTENDED_DIVISOR).max(CONTENDED_MIN)
+        } else {
+            self.quantum
+        };
+        q.saturating_mul(weight.max(1) as usize)
+    }
+
+    // ---- internals -------------------------------------------------------
+
+    fn slot(&self, i: usize) -> Option<&Slot> {
+        self.slots.get(i).and_then(Option::as_ref)
+    }
+
+    fn slot_mut(&mut self, i: usize) -> Option<&mut Slot> {
+        self.slots.get_mut(i).and_then(Option::as_mut)
+    }
+
+    /// The one place a connection's state changes; false (and a debug
+    /// panic) for a connection that is gone or a step back.
+    fn set_state(&mut self, i: usize, to: State) -> bool {
+        let Some(s) = self.slot_mut(i) else {
+            return false;
+        };
+        let ok = s.state.may_become(to);
+        debug_assert!(ok, "connection {i}: {:?} -> {to:?}", s.state);
+        if ok {
+            s.state = to;
+        }
+        ok
+    }
+
+    fn mark_unread(&mut self, i: usize) {
+        if let Some(s) = self.slot_mut(i) {
+            if s.state == State::Open(Rx::Drained) {
+                s.state = State::Open(Rx::Unread);
+            }
+        }
+    }
+
+    /// Until when adaptive polling spins: the idle window after the last
+    /// work (the longest window while output is blocked); None once past.
+    fn spin_until(&self, now: Instant) -> Option<Instant> {
+        let window = if self.blocked > 0 {
+            self.idle.max
+        } else {
+            self.idle.cur
+        };
+        let end = self.last_work + window;
+        (end > now).then_some(end)
+    }
+
+    /// Schedules `what` a tick from `now`, rounded down to the grid.
+    fn schedule(&mut self, what: Due, now: Instant) {
+        let t = now + TICK;
+        let off = t.saturating_duration_since(self.epoch).as_nanos() % TICK_GRAIN.as_nanos();
+        let at = t - Duration::from_nanos(off as u64);
+        // Deadlines come in order: this is the back but for a clock step.
+        let k = self.timers.partition_point(|&(t, _)| t <= at);
+        self.timers.insert(k, (at, what));
+    }
+}
+
+/// Fair sharing: puts the round's connections without a backlog before the
+/// backlogged ones (a quiet connection's command is served before the next
+/// slice of a deep queue's data), keeping index order within each group.
+/// Returns whether the round is contended: backlogged connections share the
+/// loop with a busy `quiet` one (ready now, or in `hot`: worked lately; no
+/// backlog, little pending work), whose commands short slices protect.
+/// Otherwise (bulk queues among themselves) they keep their full share
+/// (large reads, few syscalls).
+fn order_round(
+    ready: &mut [usize],
+    hot: &[usize],
+    deep: impl Fn(usize) -> bool,
+    quiet: impl Fn(usize) -> bool,
+) -> bool {
+    let backlogged = ready.iter().filter(|&&i| deep(i)).count();
+    if backlogged == 0 {
+        return false;
+    }
+    if backlogged < ready.len() {
+        // Index order within each group (indices are unique after the
+        // dedup; an unstable sort allocates nothing).
+        ready.sort_unstable_by_key(|&i| (deep(i), i));
+    }
+    ready.iter().chain(hot).any(|&i| quiet(i))
+}
+
+/// How long an adaptive event loop keeps polling after its last work.
+///
+/// A fixed window loses against any host whose gaps between batches are a
+/// little longer than the window: every gap then costs a sleep and a wake-up
+/// (an IPI, expensive in a VM), which lengthens the host's next gap too.
+/// SPDK's initiator writing 4 KiB at QD 32 leaves 80–130 µs between
+/// batches; with a 100 µs window the target slept 2,600 times a second and
+/// ran at half the speed of busy polling.
+///
+/// So the window learns from the sleeps that should not have happened: when
+/// work wakes the loop less than `max` after the last work, the window grows
+/// to twice that gap (the next such gap is spun through). `DECAY_AFTER`
+/// sleeps in a row that each last longer than `max` halve it again, down to
+/// `base`. An idle target therefore spins `base` after each stray event (a
+/// keep-alive), and a host whose gaps exceed `max` is served from sleep,
+/// which at that rate costs little.
+#[derive(Clone, Debug)]
+struct IdleWindow {
+    base: Duration,
+    /// The longest the window can grow to.
+    max: Duration,
+    /// How long to keep polling after the last work.
+    cur: Duration,
+    long_sleeps: u32,
+}
+
+impl IdleWindow {
+    /// `base`: the window of an idle target; `max`: the longest gap worth spinning through.
+    fn new(base: Duration, max: Duration) -> IdleWindow {
+        let max = max.max(base);
+        IdleWindow {
+            base,
+            max,
+            cur: base,
+            long_sleeps: 0,
+        }
+    }
+
+    /// The loop slept and work woke it `gap` after the previous work.
+    fn woke_after(&mut self, gap: Duration) {
+        if gap < self.max {
+            self.cur = (gap * 2).clamp(self.base, self.max);
+            self.long_sleeps = 0;
+        } else {
+            self.long_sleeps += 1;
+            if self.long_sleeps >= DECAY_AFTER {
+                self.long_sleeps = 0;
+                self.cur = (self.cur / 2).max(self.base);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const US: Duration = Duration::from_micros(1);
+    const MS: Duration = Duration::from_millis(1);
+    const IDLE: Duration = Duration::from_micros(100);
+
+    fn sched(mode: PollMode, fair_share: usize) -> (Scheduler, Instant) {
+        let t0 = Instant::now();
+        (Scheduler::new(mode, IDLE, fair_share, t0), t0)
+    }
+
+    /// Takes a round (connections and whether it is contended) and gives
+    /// it back at `now`.
+    fn round(s: &mut Scheduler, held: impl Fn(usize) -> usize, now: Instant) -> (Vec<usize>, bool) {
+        let r = s.next_round(held);
+        let out = (r.conns.clone(), r.contended);
+        s.finish_round(r, now);
+        out
+    }
+
+    fn worked() -> Pass {
+        Pass {
+            worked: true,
+            ..Pass::default()
+        }
+    }
+
+    #[test]
+    fn ticks_fire_at_their_deadlines_and_not_before() {
+        let (mut s, t0) = sched(PollMode::Never, 0);
+        // Accepted together: one grid point, one wake-up.
+        s.add(ConnId::Tcp(0), t0 + 3 * MS);
+        s.add(ConnId::Rdma(0), t0 + 7 * MS);
+        s.add(ConnId::Tcp(1), t0 + 15 * MS);
+        assert_eq!(s.poll_timeout(t0 + 3 * MS), Some(t0 + 100 * MS));
+        assert_eq!(s.poll_due(t0 + 100 * MS - US), None);
+        assert_eq!(s.poll_due(t0 + 100 * MS), Some(Due::Tick(ConnId::Tcp(0))));
+        assert_eq!(s.poll_due(t0 + 100 * MS), Some(Due::Tick(ConnId::Rdma(0))));
+        assert_eq!(s.poll_due(t0 + 100 * MS), None, "the next is not due");
+        assert_eq!(s.poll_timeout(t0 + 100 * MS), Some(t0 + 110 * MS));
+        assert_eq!(s.poll_due(t0 + 112 * MS), Some(Due::Tick(ConnId::Tcp(1))));
+        // The next ticks follow a TICK after those, on the grid, and a loop
+        // that wakes a little late keeps its phase: never more than TICK apart.
+        assert_eq!(s.poll_timeout(t0 + 112 * MS), Some(t0 + 200 * MS));
+        let mut last = [t0 + 100 * MS, t0 + 100 * MS, t0 + 112 * MS];
+        let mut now = t0 + 112 * MS;
+        for _ in 0..50 {
+            now = s.poll_timeout(now).unwrap() + 700 * US;
+            while let Some(Due::Tick(id)) = s.poll_due(now) {
+                let k = match id {
+                    ConnId::Tcp(0) => 0,
+                    ConnId::Rdma(0) => 1,
+                    _ => 2,
+                };
+                assert!(
+                    now - last[k] <= TICK + 700 * US,
+                    "{id:?} waited {:?}",
+                    now - last[k]
+                );
+                assert!(now - last[k] > TICK - TICK_GRAIN, "{id:?} early");
+                last[k] = now;
+            }
+        }
+        assert!(now > t0 + 5 * TICK);
+    }
+
+    #[test]
+    fn housekeeping_is_one_shot_and_armed_once() {
+        let (mut s, t0) = sched(PollMode::Never, 0);
+        assert_eq!(s.poll_timeout(t0), None, "nothing to wake for");
+        s.schedule_housekeeping(t0);
+        s.schedule_housekeeping(t0 + 50 * MS);
+        assert_eq!(s.poll_due(t0 + 100 * MS), Some(Due::Housekeeping));
+        assert_eq!(s.poll_due(t0 + 300 * MS), None, "once");
+        assert_eq!(s.poll_timeout(t0), None);
+    }
+
+    #[test]
+    fn poll_timeout_is_the_earliest_of_tick_throttle_and_spin_window() {
+        let (mut s, t0) = sched(PollMode::Adaptive, 0);
+        s.add(ConnId::Tcp(0), t0);
+        // The spin window after the last work comes first...
+        assert_eq!(s.poll_timeout(t0), Some(t0 + IDLE));
+        // ...then the tick...
+        assert_eq!(s.poll_timeout(t0 + 1 * MS), Some(t0 + 100 * MS));
+        // ...unless a throttled command may run before it.
+        s.set_throttle(0, Some(t0 + 30 * MS));
+        assert_eq!(s.poll_timeout(t0 + 1 * MS), Some(t0 + 30 * MS));
+        s.set_throttle(0, Some(t0 + 40 * MS));
+        assert_eq!(
+            s.poll_timeout(t0 + 1 * MS),
+            Some(t0 + 40 * MS),
+            "updated, not added"
+        );
+        // Work opens a new spin window.
+        round(&mut s, |_| 0, t0 + 2 * MS);
+        s.on_driven(0, worked(), t0 + 2 * MS);
+        assert_eq!(s.poll_timeout(t0 + 2 * MS), Some(t0 + 2 * MS + IDLE));
+        // The loop sleeps until then, the throttled wake-up being the earliest.
+        s.hot.clear();
+        assert_eq!(s.wait(t0 + 3 * MS), Wait::Poll(Some(37 * MS)));
+        assert!(!s.has_ready());
+        assert_eq!(
+            s.wait(t0 + 40 * MS),
+            Wait::Poll(Some(Duration::ZERO)),
+            "released"
+        );
+        assert_eq!(round(&mut s, |_| 0, t0 + 40 * MS).0, [0]);
+        assert_eq!(s.poll_timeout(t0 + 40 * MS), Some(t0 + 100 * MS));
+    }
+
+    #[test]
+    fn idle_window_learns_from_sleeps() {
+        let (mut s, t0) = sched(PollMode::Adaptive, 0);
+        s.on_worked(ConnId::Rdma(0), t0);
+        assert_eq!(
+            s.wait(t0 + 50 * US),
+            Wait::Poll(Some(Duration::ZERO)),
+            "spinning"
+        );
+        // Past the window the loop sleeps; work 130 µs after the last
+        // doubles the window to cover such a gap.
+        assert!(matches!(s.wait(t0 + 120 * US), Wait::Poll(None)));
+        s.on_worked(ConnId::Rdma(0), t0 + 130 * US);
+        assert_eq!(s.idle.cur, 260 * US);
+        assert_eq!(s.poll_timeout(t0 + 130 * US), Some(t0 + 390 * US));
+        // Work while spinning teaches nothing.
+        assert_eq!(s.wait(t0 + 300 * US), Wait::Poll(Some(Duration::ZERO)));
+        s.on_worked(ConnId::Rdma(0), t0 + 300 * US);
+        assert_eq!(s.idle.cur, 260 * US);
+        // Long sleeps in a row shrink it back.
+        let mut now = t0 + 300 * US;
+        for _ in 0..DECAY_AFTER {
+            assert!(matches!(s.wait(now + 1 * MS), Wait::Poll(None)));
+            now += 5 * MS;
+            s.on_worked(ConnId::Rdma(0), now);
+        }
+        assert_eq!(s.idle.cur, 130 * US);
+        // Never and Always do not learn.
+        for mode in [PollMode::Never, PollMode::Always] {
+            let (mut s, t0) = sched(mode, 0);
+            s.wait(t0 + 1 * MS);
+            s.on_worked(ConnId::Rdma(0), t0 + 1 * MS + 10 * US);
+            assert_eq!(s.idle.cur, IDLE);
+        }
+    }
+
+    #[test]
+    fn poll_modes() {
+        let (mut s, t0) = sched(PollMode::Always, 0);
+        assert_eq!(
+            s.wait(t0 + 10 * MS),
+            Wait::Poll(Some(Duration::ZERO)),
+            "never sleeps"
+        );
+        assert_eq!(s.poll_timeout(t0 + 10 * MS), None, "no spin deadline");
+        let (mut s, t0) = sched(PollMode::Never, 0);
+        s.add(ConnId::Tcp(0), t0);
+        round(&mut s, |_| 0, t0);
+        s.on_driven(0, worked(), t0);
+        assert!(s.hot.is_empty(), "nothing spun on");
+        assert_eq!(s.wait(t0), Wait::Poll(Some(100 * MS)), "sleeps at once");
+        // Blocked output keeps adaptive polling going up to the longest window.
+        let (mut s, t0) = sched(PollMode::Adaptive, 0);
+        s.add(ConnId::Tcp(0), t0);
+        round(&mut s, |_| 0, t0);
+        s.set_blocked(0, true);
+        s.on_driven(0, worked(), t0);
+        let max = IDLE * IDLE_MAX_FACTOR;
+        assert_eq!(s.poll_timeout(t0), Some(t0 + max));
+        assert_ne!(s.wait(t0 + max - US), Wait::Poll(None));
+        s.set_blocked(0, false);
+        assert_eq!(s.poll_timeout(t0), Some(t0 + IDLE));
+    }
+
+    #[test]
+    fn a_hot_connection_is_spun_on_until_its_quiet_period_ends() {
+        let (mut s, t0) = sched(PollMode::Adaptive, 0);
+        s.add(ConnId::Tcp(0), t0);
+        s.add(ConnId::Tcp(1), t0);
+        assert_eq!(round(&mut s, |_| 0, t0).0, [0, 1]);
+        s.on_driven(0, worked(), t0);
+        s.on_driven(1, Pass::default(), t0);
+        assert_eq!(s.hot, [0], "only what worked");
+        assert_eq!(s.state(0), Some(State::Open(Rx::Drained)));
+        // Spinning: the hot socket is read without asking epoll...
+        assert_eq!(s.wait(t0 + 10 * US), Wait::Direct);
+        assert_eq!(s.state(0), Some(State::Open(Rx::Unread)));
+        assert_eq!(round(&mut s, |_| 0, t0 + 10 * US).0, [0]);
+        // ...with an epoll look every DIRECT_SPINS spins.
+        for _ in 1..DIRECT_SPINS {
+            assert_eq!(s.wait(t0 + 20 * US), Wait::Direct);
+        }
+        assert_eq!(s.wait(t0 + 20 * US), Wait::Poll(Some(Duration::ZERO)));
+        assert_eq!(s.wait(t0 + 20 * US), Wait::Direct);
+        s.on_driven(0, Pass::default(), t0 + 20 * US);
+        round(&mut s, |_| 0, t0 + 99 * US);
+        assert_eq!(s.hot, [0], "still within the window");
+        round(&mut s, |_| 0, t0 + IDLE);
+        assert!(s.hot.is_empty(), "quiet for the window");
+        assert!(matches!(s.wait(t0 + IDLE), Wait::Poll(_)));
+        // At most HOT_MAX are hot.
+        for i in 0..HOT_MAX + 2 {
+            s.add(ConnId::Tcp(10 + i), t0 + MS);
+            s.on_driven(10 + i, worked(), t0 + MS);
+        }
+        assert_eq!(s.hot.len(), HOT_MAX);
+    }
+
+    #[test]
+    fn a_quiet_connections_command_goes_before_a_deep_queues_next_slice() {
+        let share = 256 * 1024;
+        let (mut s, t0) = sched(PollMode::Adaptive, share);
+        s.add(ConnId::Tcp(0), t0);
+        s.add(ConnId::Tcp(1), t0);
+        let held = |i: usize| if i == 0 { 8 << 20 } else { 4096 };
+        assert_eq!(round(&mut s, held, t0), (vec![0, 1], false));
+        assert_eq!(s.budget(0, false, 1), share);
+        // 0 used its share with data left; 1 drained its socket.
+        s.on_driven(
+            0,
+            Pass {
+                worked: true,
+                unread: true,
+                yielded: true,
+                ..Pass::default()
+            },
+            t0,
+        );
+        s.on_driven(1, worked(), t0);
+        assert_eq!(s.state(0), Some(State::Open(Rx::Backlog)));
+        // 1's next command arrives: it goes first, and 0 reads a short slice.
+        s.on_event(1, true);
+        let r = s.next_round(held);
+        assert_eq!((&r.conns[..], r.contended), (&[1, 0][..], true));
+        assert_eq!(s.budget(0, r.contended, 1), share / CONTENDED_DIVISOR);
+        assert_eq!(s.budget(1, r.contended, 1), share);
+        assert_eq!(s.budget(0, r.contended, 3), 3 * share / CONTENDED_DIVISOR);
+        s.finish_round(r, t0);
+        // Bulk queues among themselves keep their full shares.
+        s.on_driven(
+            1,
+            Pass {
+                yielded: true,
+                unread: true,
+                ..worked()
+            },
+            t0,
+        );
+        s.on_driven(
+            0,
+            Pass {
+                yielded: true,
+                unread: true,
+                ..worked()
+            },
+            t0,
+        );
+        assert_eq!(round(&mut s, |_| 8 << 20, t0), (vec![0, 1], false));
+        // No fair sharing: no limit.
+        let (s, _) = sched(PollMode::Adaptive, 0);
+        assert_eq!(s.budget(0, true, 4), usize::MAX);
+    }
+
+    #[test]
+    fn order_round_puts_quiet_first_and_contention_needs_one() {
+        let deep = |i: usize| i == 0 || i == 3;
+        // 1 is busy but holds much (a bulk host's other queue): not quiet.
+        let quiet = |i: usize| !deep(i) && i != 1;
+        // A backlogged connection (0) and a quiet one (2): the quiet first, contended.
+        let mut r = [0, 2];
+        assert!(order_round(&mut r, &[], deep, quiet));
+        assert_eq!(r, [2, 0]);
+        // Groups keep their index order.
+        let mut r = [0, 1, 2, 3];
+        assert!(order_round(&mut r, &[], deep, quiet));
+        assert_eq!(r, [1, 2, 0, 3]);
+        // Only backlogged connections ready, but a quiet one worked lately: contended.
+        let mut r = [0, 3];
+        assert!(order_round(&mut r, &[0, 5], deep, quiet));
+        assert_eq!(r, [0, 3]);
+        // Only backlogged connections, none quiet: full shares.
+        assert!(!order_round(&mut [0, 3], &[0, 3], deep, quiet));
+        // Backlogged queues beside a busy one that is not quiet: full shares,
+        // but the one without a backlog still goes first.
+        let mut r = [0, 1];
+        assert!(!order_round(&mut r, &[0, 1], deep, quiet));
+        assert_eq!(r, [1, 0]);
+        // No backlog: nothing to protect.
+        let mut r = [2, 1];
+        assert!(!order_round(&mut r, &[5], deep, quiet));
+        assert_eq!(r, [2, 1]);
+    }
+
+    #[test]
+    fn a_zombie_is_not_read_but_gets_its_completions() {
+        let (mut s, t0) = sched(PollMode::Adaptive, 0);
+        s.add(ConnId::Tcp(0), t0);
+        round(&mut s, |_| 0, t0);
+        s.set_blocked(0, true);
+        s.set_throttle(0, Some(t0 + 5 * MS));
+        s.on_driven(
+            0,
+            Pass {
+                failed: true,
+                ..worked()
+            },
+            t0,
+        );
+        assert_eq!(s.state(0), Some(State::Failed));
+        s.close(ConnId::Tcp(0), true);
+        assert_eq!(s.state(0), Some(State::Zombie));
+        assert!(s.hot.is_empty() && s.blocked == 0 && s.throttled.is_empty());
+        // epoll or a spin cannot make it readable...
+        s.on_event(0, true);
+        assert_eq!(s.state(0), Some(State::Zombie));
+        assert_eq!(round(&mut s, |_| 0, t0).0, [0]);
+        s.on_worked(ConnId::Tcp(0), t0);
+        assert!(s.hot.is_empty(), "never spun on");
+        // ...but a completion queues it, and its ticks go on.
+        s.wake(0);
+        assert_eq!(round(&mut s, |_| 0, t0).0, [0]);
+        assert_eq!(s.poll_due(t0 + TICK), Some(Due::Tick(ConnId::Tcp(0))));
+        // Its last request done, it goes.
+        s.close(ConnId::Tcp(0), false);
+        assert_eq!(s.state(0), None);
+    }
+
+    #[test]
+    fn states_only_go_forward() {
+        let (mut s, t0) = sched(PollMode::Adaptive, 0);
+        s.add(ConnId::Tcp(0), t0);
+        assert_eq!(s.state(0), Some(State::Open(Rx::Unread)));
+        s.on_driven(
+            0,
+            Pass {
+                eof: true,
+                ..worked()
+            },
+            t0,
+        );
+        assert_eq!(s.state(0), Some(State::ReadClosed));
+        // A pass of a read-closed connection starts read-closed.
+        let p = Pass::starting(State::ReadClosed);
+        assert!(p.eof && !p.unread);
+        s.on_driven(0, p, t0);
+        assert_eq!(s.state(0), Some(State::ReadClosed));
+        assert!(!State::ReadClosed.may_become(State::Open(Rx::Unread)));
+        assert!(!State::Failed.may_become(State::ReadClosed));
+        assert!(!State::Zombie.may_become(State::Failed));
+        assert!(State::Open(Rx::Backlog).may_become(State::Zombie));
+        // A report for a connection that is gone changes nothing.
+        s.close(ConnId::Tcp(0), false);
+        s.on_driven(0, worked(), t0);
+        assert_eq!(s.state(0), None);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "ReadClosed -> Open")]
+    fn a_step_back_is_a_bug() {
+        let (mut s, t0) = sched(PollMode::Adaptive, 0);
+        s.add(ConnId::Tcp(0), t0);
+        s.on_driven(
+            0,
+            Pass {
+                eof: true,
+                ..Pass::default()
+            },
+            t0,
+        );
+        s.on_driven(0, Pass::default(), t0);
+    }
+
+    #[test]
+    fn removing_a_connection_cancels_its_timers() {
+        let (mut s, t0) = sched(PollMode::Never, 0);
+        s.add(ConnId::Tcp(0), t0);
+        s.add(ConnId::Rdma(0), t0 + 50 * MS);
+        s.set_throttle(0, Some(t0 + 20 * MS));
+        s.close(ConnId::Tcp(0), false);
+        assert!(!s.has_ready(), "no round for it");
+        assert_eq!(s.poll_timeout(t0), Some(t0 + 150 * MS));
+        assert_eq!(
+            s.wait(t0 + 20 * MS),
+            Wait::Poll(Some(130 * MS)),
+            "its throttle is gone"
+        );
+        assert!(!s.has_ready());
+        assert_eq!(s.poll_due(t0 + 100 * MS), None);
+        s.close(ConnId::Rdma(0), false);
+        assert_eq!(s.poll_timeout(t0), None);
+        assert_eq!(s.poll_due(t0 + 10 * TICK), None);
+        // Its index is taken again afresh.
+        s.add(ConnId::Tcp(0), t0 + 200 * MS);
+        assert_eq!(s.state(0), Some(State::Open(Rx::Unread)));
+        assert_eq!(s.poll_timeout(t0 + 200 * MS), Some(t0 + 300 * MS));
+    }
+
+    #[test]
+    fn idle_window_grows_to_cover_short_gaps_and_is_capped() {
+        let mut w = IdleWindow::new(100 * US, 2000 * US);
+        assert_eq!(w.cur, 100 * US);
+        // A sleep happens only once the window has expired, so the gap that
+        // ends it is at least the window: the window at least doubles.
+        w.woke_after(130 * US);
+        assert_eq!(w.cur, 260 * US);
+        w.woke_after(300 * US);
+        assert_eq!(w.cur, 600 * US);
+        w.woke_after(1500 * US);
+        assert_eq!(w.cur, 2000 * US, "capped at max");
+    }
+
+    #[test]
+    fn idle_window_long_sleeps_shrink_it_back_to_base() {
+        let mut w = IdleWindow::new(100 * US, 2000 * US);
+        w.woke_after(1500 * US);
+        assert_eq!(w.cur, 2000 * US);
+        for _ in 0..DECAY_AFTER - 1 {
+            w.woke_after(Duration::from_secs(2));
+        }
+        assert_eq!(w.cur, 2000 * US, "one stray long sleep changes nothing");
+        w.woke_after(Duration::from_secs(2));
+        assert_eq!(w.cur, 1000 * US);
+        for _ in 0..DECAY_AFTER * 8 {
+            w.woke_after(Duration::from_secs(2));
+        }
+        assert_eq!(w.cur, 100 * US);
+    }
+
+    #[test]
+    fn idle_window_max_below_base_is_base() {
+        let mut w = IdleWindow::new(500 * US, 100 * US);
+        w.woke_after(50 * US);
+        assert_eq!(w.cur, 500 * US);
+    }
+}
