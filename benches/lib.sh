@@ -26,25 +26,35 @@ fi
 # The load when the script started, for run_facts.
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 
+# The working tree's commit, short, and "(with uncommitted changes)" after it
+# when the code differs from it.
+tree_commit() {
+	local commit dirty
+	commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+	dirty=$(git -C "$ROOT" diff --quiet HEAD -- crates src benches examples 2>/dev/null || echo " (with uncommitted changes)")
+	echo "$commit$dirty"
+}
+
 # run_facts [COMMIT-SUFFIX]: the "- date", "- machine" and "- commit" lines
 # that head a section of docs/benchmarks.md (SUFFIX follows the commit).
 run_facts() {
-	local commit dirty cpu
-	commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-	dirty=$(git -C "$ROOT" diff --quiet HEAD -- crates src benches examples 2>/dev/null || echo " (with uncommitted changes)")
+	local cpu
 	cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 	echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 	echo "- machine: $(nproc) CPUs, ${cpu:-unknown CPU}, $(uname -r);" \
 		"load average $LOAD_START at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end"
-	echo "- commit: $commit$dirty${1:-}"
+	echo "- commit: $(tree_commit)${1:-}"
 }
 
 median() { python3 -c 'import sys,statistics; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
 
-# Waits until something accepts on 127.0.0.1:PORT.
+# wait_listen PORT [PID LOG]: waits until something accepts on 127.0.0.1:PORT;
+# with PID, fails at once (with LOG's tail) when that process has exited.
 wait_listen() {
 	for _ in $(seq 200); do
 		(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+		[[ -z ${2:-} ]] || kill -0 "$2" 2>/dev/null ||
+			die "the process meant to listen on $1 exited:${3:+ $(tail -5 "$3")}"
 		sleep 0.05
 	done
 	die "nothing listens on $1"
