@@ -238,7 +238,7 @@ limited() {
 			[[ -z $w ]] || echo "; warned: $w"
 			stop
 		else
-			echo "refused: $(grep -m1 -iE 'error|limit' "$TMP/serve.log" | head -c 300)"
+			echo "refused: $({ grep -m1 'error' "$TMP/serve.log" || tail -1 "$TMP/serve.log"; } | head -c 400)"
 		fi
 	)
 	echo "$what" | tr '\n' ' ' | sed 's/ *$//; s/|/\\|/g'
