@@ -294,7 +294,7 @@ pub enum BuildError {
     #[error("subsystem {nqn}, namespace {nsid}: {msg}")]
     Invalid { nqn: String, nsid: u32, msg: String },
     /// The files to open would not fit in the open-file limit.
-    #[error("{0}")]
+    #[error(transparent)]
     Descriptors(#[from] farflash_backend::limits::FdShortage),
 }
 
