@@ -668,6 +668,74 @@ fn linux_host_sees_namespaces_change_at_run_time() {
     );
 }
 
+/// Issue 33 with the Linux host (`guest/scale.sh`): `nvme discover` against
+/// a target with 1,024 subsystems lists them all (libnvme reads the 1 MiB
+/// log in 4 KiB pieces and checks GENCTR), and a subsystem of 1,024 RAM
+/// namespaces is attached: every block device appears, and data written to
+/// the first and the last reads back.
+#[test]
+#[ignore = "boots a QEMU VM; run by tests/run.sh"]
+fn linux_host_discovers_1024_subsystems_and_attaches_1024_namespaces() {
+    const SUBSYSTEMS: usize = 1024;
+    const NAMESPACES: usize = 1024;
+    let tmp = TempDir::new("scale");
+    let port = free_ports(1)[0];
+    let prefix = "nqn.2026-11.io.farflash.scale:s";
+    let nqn = "nqn.2026-11.io.farflash.scale:namespaces";
+    let mut t = format!("listen = [\"127.0.0.1:{port}\"]\n");
+    for i in 0..SUBSYSTEMS {
+        t.push_str(&format!(
+            "[[subsystem]]\nnqn = \"{prefix}{i:05}\"\n[[subsystem.namespace]]\nbackend = \"null\"\nsize = \"1M\"\n"
+        ));
+    }
+    t.push_str(&format!("[[subsystem]]\nnqn = \"{nqn}\"\n"));
+    for _ in 0..NAMESPACES {
+        t.push_str("[[subsystem.namespace]]\nbackend = \"ram\"\nsize = \"1M\"\n");
+    }
+    let config = tmp.path().join("scale.toml");
+    fs::write(&config, t).expect("write the config");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_farflash"));
+    cmd.args([
+        "serve",
+        "--log-level",
+        "warn",
+        "--rpc-socket",
+        "none",
+        "--config",
+    ])
+    .arg(&config);
+    let mut target = Proc::spawn("farflash serve", "[farflash] ", &mut cmd, false);
+    target.wait_for_line("listening on", Duration::from_secs(60));
+    let args: Vec<String> = vec![
+        "-t".into(),
+        VM_TIMEOUT_SECS.to_string(),
+        "-p".into(),
+        format!("{port}:{port}"),
+        "-e".into(),
+        format!("PREFIX={prefix}"),
+        "-e".into(),
+        format!("SUBSYSTEMS={SUBSYSTEMS}"),
+        "-e".into(),
+        format!("NQN={nqn}"),
+        "-e".into(),
+        format!("NAMESPACES={NAMESPACES}"),
+        "-f".into(),
+        guest_script("lib.sh").display().to_string(),
+        guest_script("scale.sh").display().to_string(),
+    ];
+    run_vm_scenarios(
+        "Linux host VM -> farflash serve (1,024 subsystems, 1,024 namespaces)",
+        &args,
+        &["scale-discover".to_string(), "scale-namespaces".to_string()],
+        Some(&mut target),
+    );
+    let status = target.terminate(Duration::from_secs(20));
+    assert!(
+        matches!(status, Some(s) if s.success()),
+        "farflash serve did not exit 0 ({status:?})"
+    );
+}
+
 /// NVMe in-band authentication with the Linux 6.12 host (NVME_HOST_AUTH=y;
 /// Debian 12's 6.1 kernel has none): one VM runs `guest/auth.sh` against
 /// `farflash serve --config` with one subsystem per case: SHA-256/384/512

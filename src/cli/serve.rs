@@ -365,6 +365,7 @@ fn bind_rdma(addr: &str) -> Result<farflash_transport::RdmaListener> {
 pub fn run(args: ServeArgs) -> Result<()> {
     init_logging(&args.flags.log_level)?;
     let cfg = args.to_config()?;
+    raise_fd_limit(&cfg);
     let subsystems = build_subsystems(&cfg)?;
     // TCP and RDMA listeners, in the configured order (the discovery log's).
     let mut listeners: Vec<TcpListener> = Vec::new();
@@ -500,6 +501,45 @@ pub fn run(args: ServeArgs) -> Result<()> {
         bail!("some namespaces could not be flushed at shutdown");
     }
     Ok(())
+}
+
+/// Raises the open-file limit's soft value to the hard one (file
+/// namespaces hold a descriptor each, connections one each, each event
+/// loop a storage queue of 2 per file namespace it serves) and logs what it
+/// became; warns when the file namespaces could outgrow it once every event
+/// loop serves them. `build_subsystems` refuses files beyond the limit.
+fn raise_fd_limit(cfg: &Config) {
+    use farflash_backend::limits;
+    match limits::raise_nofile() {
+        Ok((before, after)) if before != after => tracing::info!(
+            "open-file limit (RLIMIT_NOFILE) raised from {} to {}",
+            before.soft,
+            after.soft
+        ),
+        Ok((_, after)) => tracing::info!("open-file limit (RLIMIT_NOFILE): {after}"),
+        Err(e) => tracing::warn!("cannot raise the open-file limit (RLIMIT_NOFILE): {e}"),
+    }
+    let files = (cfg.subsystems.iter())
+        .flat_map(|s| &s.namespaces)
+        .filter(|n| n.backend == BackendKind::File)
+        .count() as u64;
+    let threads = match cfg.transport.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()) as u64,
+        n => n as u64,
+    };
+    let busy = files * (1 + 2 * threads) + limits::FD_RESERVE;
+    if let Ok(l) = limits::nofile() {
+        if files > 0 && l.soft != libc::RLIM_INFINITY && busy > l.soft {
+            tracing::warn!(
+                files,
+                threads,
+                "{files} file namespaces with I/O on all {threads} event loops would need \
+                 {busy} descriptors, more than the open-file limit (RLIMIT_NOFILE) {l}: \
+                 storage queues opened past it fail their requests; raise it (ulimit -n, \
+                 systemd LimitNOFILE=)"
+            );
+        }
+    }
 }
 
 /// `--metrics`: ADDR:PORT, or a bare PORT on the loopback address.
@@ -696,6 +736,9 @@ pub fn log_report(what: &str, r: &farflash_core::reload::ReloadReport) {
     }
 }
 
+/// Namespaces the start-up banner lists per subsystem.
+const BANNER_NAMESPACES: usize = 32;
+
 fn print_banner(target: &Target, addrs: &[SocketAddr], lo: &farflash_transport::LoopOptions) {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
@@ -727,7 +770,8 @@ fn print_banner(target: &Target, addrs: &[SocketAddr], lo: &farflash_transport::
             ),
         };
         let _ = writeln!(out, "subsystem {} (allowed: {hosts}{auth})", sub.nqn);
-        for ns in sub.namespaces().iter() {
+        let list = sub.namespaces();
+        for ns in list.iter().take(BANNER_NAMESPACES) {
             let _ = writeln!(
                 out,
                 "  nsid {}: {}, {} blocks of {} bytes ({})",
@@ -736,6 +780,13 @@ fn print_banner(target: &Target, addrs: &[SocketAddr], lo: &farflash_transport::
                 ns.blocks,
                 ns.block_size,
                 human(ns.blocks * ns.block_size as u64)
+            );
+        }
+        if list.len() > BANNER_NAMESPACES {
+            let _ = writeln!(
+                out,
+                "  ... and {} more namespaces (farflash ctl subsystem list)",
+                list.len() - BANNER_NAMESPACES
             );
         }
     }

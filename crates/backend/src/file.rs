@@ -276,6 +276,9 @@ impl Backend for FileBackend {
     fn open_queue(&self, depth: u32) -> io::Result<Box<dyn BackendQueue>> {
         match uring::UringQueue::new(Arc::clone(&self.0), depth) {
             Ok(queue) => Ok(Box::new(queue)),
+            // Out of descriptors is no reason to leave io_uring: a helper
+            // thread per queue would follow (and need descriptors too).
+            Err(e) if crate::limits::is_exhausted(&e) => Err(e),
             Err(e) => {
                 if !self.0.fallback_logged.swap(true, Ordering::Relaxed) {
                     tracing::warn!(path = %self.0.path.display(), error = %e,

@@ -28,6 +28,7 @@ mod changes;
 mod check;
 mod chunk;
 mod file;
+pub mod limits;
 mod null;
 mod queue_set;
 mod ram;

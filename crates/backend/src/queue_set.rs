@@ -10,27 +10,68 @@
 
 use crate::{BackendQueue, IoCompletion, IoRequest, SharedBackend};
 
+use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
 struct Entry {
     backend: SharedBackend,
     queue: Box<dyn BackendQueue>,
+    /// In `QueueSet::dirty`.
+    dirty: bool,
+    /// In `QueueSet::busy`.
+    busy: bool,
 }
 
 /// The storage queues of one thread.
+///
+/// A thread may hold thousands of queues (one per namespace it served);
+/// every per-request step costs what the queues with work hold, not what
+/// the thread holds: a queue is found by its backend's address, `commit`
+/// visits the queues submitted to since the last one, `reap` and
+/// `in_flight` those with requests out.
 pub struct QueueSet {
     entries: Vec<Entry>,
+    /// Entry index by the backend's address (its `Arc` allocation).
+    by_backend: HashMap<usize, usize>,
+    /// Entries submitted to since the last `commit`.
+    dirty: Vec<usize>,
+    /// Entries that may have requests in flight (submitted to and not yet
+    /// seen empty by `reap`).
+    busy: Vec<usize>,
     /// Depth each queue is opened with (they are shared, so this covers
     /// every connection of the thread; io_uring queues overflow beyond it).
     depth: u32,
+    /// A queue could not be opened (logged once until one opens again).
+    open_failed: bool,
+}
+
+fn key(backend: &SharedBackend) -> usize {
+    Arc::as_ptr(backend).cast::<()>() as usize
+}
+
+/// Opens `backend`'s queue, unless it leaves fewer than
+/// [`crate::limits::QUEUE_RESERVE`] descriptors free (then `EMFILE`).
+fn open_queue(backend: &SharedBackend, depth: u32) -> std::io::Result<Box<dyn BackendQueue>> {
+    let queue = backend.open_queue(depth)?;
+    match queue.notify_fd() {
+        Some(fd) if crate::limits::near_limit(fd) => {
+            drop(queue);
+            Err(std::io::Error::from_raw_os_error(libc::EMFILE))
+        }
+        _ => Ok(queue),
+    }
 }
 
 impl QueueSet {
     pub fn new(depth: u32) -> QueueSet {
         QueueSet {
             entries: Vec::new(),
+            by_backend: HashMap::new(),
+            dirty: Vec::new(),
+            busy: Vec::new(),
             depth,
+            open_failed: false,
         }
     }
 
@@ -43,22 +84,36 @@ impl QueueSet {
         req: IoRequest,
         failed: &mut Vec<IoCompletion>,
     ) {
-        let pos = self
-            .entries
-            .iter()
-            .position(|e| Arc::ptr_eq(&e.backend, backend));
-        let pos = match pos {
-            Some(p) => p,
-            None => match backend.open_queue(self.depth) {
+        let pos = match self.by_backend.get(&key(backend)) {
+            Some(&p) => p,
+            None => match open_queue(backend, self.depth) {
                 Ok(queue) => {
+                    self.open_failed = false;
                     self.entries.push(Entry {
                         backend: backend.clone(),
                         queue,
+                        dirty: false,
+                        busy: false,
                     });
-                    self.entries.len() - 1
+                    let p = self.entries.len() - 1;
+                    self.by_backend.insert(key(backend), p);
+                    p
                 }
                 Err(e) => {
-                    tracing::error!("cannot open a backend queue: {e}");
+                    if !std::mem::replace(&mut self.open_failed, true) {
+                        if crate::limits::is_exhausted(&e) {
+                            tracing::error!(
+                                queues = self.entries.len(),
+                                "cannot open a storage queue: {e}: the open-file limit \
+                                 (RLIMIT_NOFILE) is reached (storage queues leave 64 free); each \
+                                 file namespace with I/O takes 2 descriptors per event loop: \
+                                 raise the limit (ulimit -n, systemd LimitNOFILE=); requests to \
+                                 namespaces without a queue here fail meanwhile"
+                            );
+                        } else {
+                            tracing::error!("cannot open a backend queue: {e}");
+                        }
+                    }
                     failed.push(IoCompletion {
                         tag: req.tag,
                         buf: req.buf,
@@ -68,12 +123,21 @@ impl QueueSet {
                 }
             },
         };
-        self.entries[pos].queue.submit(req);
+        let e = &mut self.entries[pos];
+        e.queue.submit(req);
+        if !std::mem::replace(&mut e.dirty, true) {
+            self.dirty.push(pos);
+        }
+        if !std::mem::replace(&mut e.busy, true) {
+            self.busy.push(pos);
+        }
     }
 
     /// Hands what was submitted to the kernel (one call per queue with work).
     pub fn commit(&mut self) {
-        for e in &mut self.entries {
+        for pos in self.dirty.drain(..) {
+            let e = &mut self.entries[pos];
+            e.dirty = false;
             if let Err(err) = e.queue.commit() {
                 tracing::warn!(kind = e.backend.kind(), "backend submit failed: {err}");
             }
@@ -84,16 +148,25 @@ impl QueueSet {
     /// with nothing in flight are skipped (an io_uring reap clears its
     /// eventfd, a system call).
     pub fn reap(&mut self, out: &mut Vec<IoCompletion>) -> usize {
-        self.entries
-            .iter_mut()
-            .filter(|e| e.queue.in_flight() > 0)
-            .map(|e| e.queue.reap(out))
-            .sum()
+        let mut n = 0;
+        let entries = &mut self.entries;
+        self.busy.retain(|&pos| {
+            let e = &mut entries[pos];
+            if e.queue.in_flight() > 0 {
+                n += e.queue.reap(out);
+            }
+            e.busy = e.queue.in_flight() > 0;
+            e.busy
+        });
+        n
     }
 
     /// Requests submitted and not reaped, over all queues.
     pub fn in_flight(&self) -> usize {
-        self.entries.iter().map(|e| e.queue.in_flight()).sum()
+        self.busy
+            .iter()
+            .map(|&pos| self.entries[pos].queue.in_flight())
+            .sum()
     }
 
     /// How many queues are open.
@@ -113,10 +186,25 @@ impl QueueSet {
     /// Closes queues with nothing in flight whose backend nobody else holds
     /// (its namespace was removed); returns whether any closed.
     pub fn collect(&mut self) -> bool {
-        let before = self.entries.len();
-        self.entries
-            .retain(|e| e.queue.in_flight() > 0 || Arc::strong_count(&e.backend) > 1);
-        self.entries.len() != before
+        let idle_orphan =
+            |e: &Entry| e.queue.in_flight() == 0 && Arc::strong_count(&e.backend) == 1;
+        if !self.entries.iter().any(idle_orphan) {
+            return false;
+        }
+        // Uncommitted work goes out first: indices change below.
+        self.commit();
+        self.entries.retain(|e| !idle_orphan(e));
+        self.by_backend = (self.entries.iter().enumerate())
+            .map(|(i, e)| (key(&e.backend), i))
+            .collect();
+        self.busy.clear();
+        for (i, e) in self.entries.iter_mut().enumerate() {
+            e.busy = e.queue.in_flight() > 0;
+            if e.busy {
+                self.busy.push(i);
+            }
+        }
+        true
     }
 }
 

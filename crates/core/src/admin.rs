@@ -180,7 +180,11 @@ fn get_log_page(q: &mut NvmeQueue, idx: usize, ctrl: &Controller, sqe: &Sqe) -> 
     let g = GetLogPage::from_sqe(sqe);
     let disc = ctrl.is_discovery();
     let page: Vec<u8> = match g.lid {
-        log_id::DISCOVERY if disc => discovery::log_page(q, ctrl),
+        // Shared, one build per generation (`discovery::log_page`).
+        log_id::DISCOVERY if disc => {
+            let page = discovery::log_page(q, ctrl);
+            return copy_log(q, idx, &g, &page);
+        }
         log_id::ERROR => {
             let st = ctrl.lock();
             let mut v = vec![0u8; ERROR_ENTRY_LEN * crate::controller::ERROR_LOG_ENTRIES];
@@ -238,7 +242,7 @@ fn get_log_page(q: &mut NvmeQueue, idx: usize, ctrl: &Controller, sqe: &Sqe) -> 
         log_id::CHANGED_NS_LIST if !disc => {
             let mut st = ctrl.lock();
             let mut v = vec![0u8; wlog::CHANGED_NS_LEN];
-            if st.changed_ns.len() > 1024 {
+            if st.changed_ns.len() > crate::target::CHANGED_NS_MAX {
                 // Base §5.16.1.5: more than 1024 changes → first entry FFFFFFFFh.
                 v[..4].copy_from_slice(&u32::MAX.to_le_bytes());
             } else {
@@ -280,6 +284,12 @@ fn get_log_page(q: &mut NvmeQueue, idx: usize, ctrl: &Controller, sqe: &Sqe) -> 
         }
         _ => return Outcome::Done(Status::INVALID_LOG_PAGE.dnr(), 0),
     };
+    copy_log(q, idx, &g, &page)
+}
+
+/// Answers a Get Log Page with the `g.len` bytes of `page` from `g.offset`
+/// (LPOL/LPOU; zeroes past the end): a host reads a large log in pieces.
+fn copy_log(q: &mut NvmeQueue, idx: usize, g: &GetLogPage, page: &[u8]) -> Outcome {
     if !g.offset.is_multiple_of(4) || g.offset > page.len() as u64 {
         // Base §5.16: an offset beyond the log page is an invalid field.
         return Outcome::Done(Status::INVALID_FIELD.dnr(), 0);

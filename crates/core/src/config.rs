@@ -67,7 +67,21 @@ pub struct TransportConfig {
     /// from one connection per round and unit of its host's QoS weight
     /// before the others get their turn; 0 turns it off.
     pub fair_share_kib: u32,
+    /// Subsystems the target serves at most (the discovery log lists each
+    /// on every listener).
+    pub max_subsystems: u32,
+    /// Namespaces one subsystem holds at most.
+    pub max_namespaces_per_subsystem: u32,
+    /// Namespaces of all subsystems together.
+    pub max_namespaces: u32,
 }
+
+/// Default of [`TransportConfig::max_subsystems`].
+pub const DEFAULT_MAX_SUBSYSTEMS: u32 = 4096;
+/// Default of [`TransportConfig::max_namespaces_per_subsystem`].
+pub const DEFAULT_MAX_NAMESPACES_PER_SUBSYSTEM: u32 = 4096;
+/// Default of [`TransportConfig::max_namespaces`].
+pub const DEFAULT_MAX_NAMESPACES: u32 = 65536;
 
 /// How an event loop waits for sockets and backend completions.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -137,7 +151,53 @@ impl Default for TransportConfig {
             poll: PollMode::Adaptive,
             poll_idle_us: 100,
             fair_share_kib: 256,
+            max_subsystems: DEFAULT_MAX_SUBSYSTEMS,
+            max_namespaces_per_subsystem: DEFAULT_MAX_NAMESPACES_PER_SUBSYSTEM,
+            max_namespaces: DEFAULT_MAX_NAMESPACES,
         }
+    }
+}
+
+impl TransportConfig {
+    /// Checks `subsystems` against the limits on subsystems and namespaces
+    /// (the error names the setting to raise).
+    pub fn check_counts(&self, subsystems: &[SubsystemConfig]) -> Result<(), ConfigError> {
+        let over = |m: String| Err(ConfigError::Limit(m));
+        if subsystems.len() > self.max_subsystems as usize {
+            return over(format!(
+                "{} subsystems: more than transport.max_subsystems ({})",
+                subsystems.len(),
+                self.max_subsystems
+            ));
+        }
+        let mut total = 0usize;
+        for s in subsystems {
+            self.check_subsystem_namespaces(&s.nqn, s.namespaces.len())?;
+            total += s.namespaces.len();
+        }
+        self.check_namespaces(total)
+    }
+
+    /// One subsystem of `count` namespaces.
+    pub fn check_subsystem_namespaces(&self, nqn: &str, count: usize) -> Result<(), ConfigError> {
+        if count > self.max_namespaces_per_subsystem as usize {
+            return Err(ConfigError::Limit(format!(
+                "{nqn}: {count} namespaces: more than transport.max_namespaces_per_subsystem ({})",
+                self.max_namespaces_per_subsystem
+            )));
+        }
+        Ok(())
+    }
+
+    /// `total` namespaces in all subsystems together.
+    pub fn check_namespaces(&self, total: usize) -> Result<(), ConfigError> {
+        if total > self.max_namespaces as usize {
+            return Err(ConfigError::Limit(format!(
+                "{total} namespaces in all subsystems: more than transport.max_namespaces ({})",
+                self.max_namespaces
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -413,6 +473,9 @@ impl Default for Config {
 pub enum ConfigError {
     #[error("config: {0}")]
     Invalid(String),
+    /// Over a limit of `[transport]` (the message names it).
+    #[error("config: {0}")]
+    Limit(String),
     /// The message and position only: TOML's own text quotes the line,
     /// which may hold a secret.
     #[error("config file {path}: line {line}: {message}")]
@@ -497,96 +560,116 @@ impl Config {
         if t.keep_alive_granularity_ms < 100 || t.keep_alive_granularity_ms > 6_553_500 {
             return bad("keep_alive_granularity_ms must be within 100..=6553500".into());
         }
+        if !(1..=1 << 20).contains(&t.max_subsystems)
+            || !(1..=1 << 20).contains(&t.max_namespaces_per_subsystem)
+            || !(1..=1 << 24).contains(&t.max_namespaces)
+        {
+            return bad("max_subsystems and max_namespaces_per_subsystem must be within 1..=1048576, max_namespaces within 1..=16777216".into());
+        }
         if self.subsystems.is_empty() {
             return bad("at least one subsystem is needed".into());
         }
         let mut nqns = std::collections::HashSet::new();
         for s in &self.subsystems {
-            if s.nqn.is_empty() || s.nqn.len() > 223 || !s.nqn.starts_with("nqn.") {
-                return bad(format!(
-                    "subsystem NQN {:?} must start with \"nqn.\" and be at most 223 bytes",
-                    s.nqn
-                ));
-            }
-            if s.nqn == farflash_wire::DISCOVERY_NQN {
-                return bad("the discovery NQN is served automatically".into());
-            }
             if !nqns.insert(&s.nqn) {
                 return bad(format!("subsystem {} is listed twice", s.nqn));
             }
-            crate::cntlid::CntlidRange::from_config(s.cntlid_min, s.cntlid_max)
-                .map_err(|m| ConfigError::Invalid(format!("{}: {m}", s.nqn)))?;
-            let mut hosts = std::collections::HashSet::new();
-            for h in &s.hosts {
-                if !hosts.insert(&h.nqn) {
-                    return bad(format!("{}: host {} is listed twice", s.nqn, h.nqn));
+            s.validate()?;
+        }
+        t.check_counts(&self.subsystems)?;
+        Ok(())
+    }
+}
+
+impl SubsystemConfig {
+    /// Checks what the types cannot, within one subsystem: its NQN,
+    /// CNTLID range, hosts, QoS and ANA entries, NSIDs and namespaces.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        if self.nqn.is_empty() || self.nqn.len() > 223 || !self.nqn.starts_with("nqn.") {
+            return bad(format!(
+                "subsystem NQN {:?} must start with \"nqn.\" and be at most 223 bytes",
+                self.nqn
+            ));
+        }
+        if self.nqn == farflash_wire::DISCOVERY_NQN {
+            return bad("the discovery NQN is served automatically".into());
+        }
+        crate::cntlid::CntlidRange::from_config(self.cntlid_min, self.cntlid_max)
+            .map_err(|m| ConfigError::Invalid(format!("{}: {m}", self.nqn)))?;
+        let mut hosts = std::collections::HashSet::new();
+        for h in &self.hosts {
+            if !hosts.insert(&h.nqn) {
+                return bad(format!("{}: host {} is listed twice", self.nqn, h.nqn));
+            }
+            if !self.allowed_hosts.is_empty() && !self.allowed_hosts.contains(&h.nqn) {
+                return bad(format!(
+                    "{}: host {} has a dhchap_key but is not in allowed_hosts",
+                    self.nqn, h.nqn
+                ));
+            }
+            let hashes = h.hashes().map_err(ConfigError::Invalid)?;
+            let groups = h.groups().map_err(ConfigError::Invalid)?;
+            if hashes.is_empty() || groups.is_empty() {
+                return bad(format!("{}: host {}: no hash or DH group", self.nqn, h.nqn));
+            }
+        }
+        let mut limited = std::collections::HashSet::new();
+        for q in &self.qos {
+            q.validate()
+                .map_err(|e| ConfigError::Invalid(format!("{}: qos: {e}", self.nqn)))?;
+            if !limited.insert(q.kind()) {
+                return bad(format!("{}: qos: {:?} is listed twice", self.nqn, q.kind()));
+            }
+        }
+        crate::ana::validate(&self.ana)
+            .map_err(|e| ConfigError::Invalid(format!("{}: {e}", self.nqn)))?;
+        let mut ids = std::collections::HashSet::new();
+        let mut next = 1u32;
+        for n in &self.namespaces {
+            let id = n.nsid.unwrap_or(next);
+            if id == 0 || id == u32::MAX {
+                return bad(format!("{}: NSID {id} is not valid", self.nqn));
+            }
+            if !ids.insert(id) {
+                return bad(format!("{}: NSID {id} is used twice", self.nqn));
+            }
+            next = next.max(id + 1);
+            match n.backend {
+                BackendKind::File if n.path.is_none() => {
+                    return bad(format!("{}: file namespace needs a path", self.nqn))
                 }
-                if !s.allowed_hosts.is_empty() && !s.allowed_hosts.contains(&h.nqn) {
+                BackendKind::Ram | BackendKind::Null if n.size.is_none() => {
+                    return bad(format!("{}: ram/null namespace needs a size", self.nqn))
+                }
+                BackendKind::Rbd if n.rbd.is_none() => {
                     return bad(format!(
-                        "{}: host {} has a dhchap_key but is not in allowed_hosts",
-                        s.nqn, h.nqn
-                    ));
+                        "{}: rbd namespace needs rbd = {{ pool = ..., image = ... }}",
+                        self.nqn
+                    ))
                 }
-                let hashes = h.hashes().map_err(ConfigError::Invalid)?;
-                let groups = h.groups().map_err(ConfigError::Invalid)?;
-                if hashes.is_empty() || groups.is_empty() {
-                    return bad(format!("{}: host {}: no hash or DH group", s.nqn, h.nqn));
+                BackendKind::Rbd if n.size.is_some() || n.path.is_some() => {
+                    return bad(format!(
+                        "{}: an rbd namespace takes its size from the image (no size or path)",
+                        self.nqn
+                    ))
                 }
+                _ if n.rbd.is_some() && n.backend != BackendKind::Rbd => {
+                    return bad(format!(
+                        "{}: rbd = {{...}} needs backend = \"rbd\"",
+                        self.nqn
+                    ))
+                }
+                _ => {}
             }
-            let mut limited = std::collections::HashSet::new();
-            for q in &s.qos {
-                q.validate()
-                    .map_err(|e| ConfigError::Invalid(format!("{}: qos: {e}", s.nqn)))?;
-                if !limited.insert(q.kind()) {
-                    return bad(format!("{}: qos: {:?} is listed twice", s.nqn, q.kind()));
-                }
+            if let Some(g) = n.anagrpid {
+                crate::ana::check_anagrpid(g).map_err(|e| {
+                    ConfigError::Invalid(format!("{}: namespace {id}: {e}", self.nqn))
+                })?;
             }
-            crate::ana::validate(&s.ana)
-                .map_err(|e| ConfigError::Invalid(format!("{}: {e}", s.nqn)))?;
-            let mut ids = std::collections::HashSet::new();
-            let mut next = 1u32;
-            for n in &s.namespaces {
-                let id = n.nsid.unwrap_or(next);
-                if id == 0 || id == u32::MAX {
-                    return bad(format!("{}: NSID {id} is not valid", s.nqn));
-                }
-                if !ids.insert(id) {
-                    return bad(format!("{}: NSID {id} is used twice", s.nqn));
-                }
-                next = next.max(id + 1);
-                match n.backend {
-                    BackendKind::File if n.path.is_none() => {
-                        return bad(format!("{}: file namespace needs a path", s.nqn))
-                    }
-                    BackendKind::Ram | BackendKind::Null if n.size.is_none() => {
-                        return bad(format!("{}: ram/null namespace needs a size", s.nqn))
-                    }
-                    BackendKind::Rbd if n.rbd.is_none() => {
-                        return bad(format!(
-                            "{}: rbd namespace needs rbd = {{ pool = ..., image = ... }}",
-                            s.nqn
-                        ))
-                    }
-                    BackendKind::Rbd if n.size.is_some() || n.path.is_some() => {
-                        return bad(format!(
-                            "{}: an rbd namespace takes its size from the image (no size or path)",
-                            s.nqn
-                        ))
-                    }
-                    _ if n.rbd.is_some() && n.backend != BackendKind::Rbd => {
-                        return bad(format!("{}: rbd = {{...}} needs backend = \"rbd\"", s.nqn))
-                    }
-                    _ => {}
-                }
-                if let Some(g) = n.anagrpid {
-                    crate::ana::check_anagrpid(g).map_err(|e| {
-                        ConfigError::Invalid(format!("{}: namespace {id}: {e}", s.nqn))
-                    })?;
-                }
-                if let Some(bs) = n.block_size {
-                    if bs != 512 && bs != 4096 {
-                        return bad(format!("{}: block_size must be 512 or 4096", s.nqn));
-                    }
+            if let Some(bs) = n.block_size {
+                if bs != 512 && bs != 4096 {
+                    return bad(format!("{}: block_size must be 512 or 4096", self.nqn));
                 }
             }
         }

@@ -5,9 +5,12 @@
 use crate::controller::Controller;
 use crate::listen::ListenTransport;
 use crate::queue::NvmeQueue;
-use crate::target::Listener;
+use crate::subsystem::Subsystem;
+use crate::target::{Listener, Target};
 use farflash_wire::discovery::{self as d, DiscEntry};
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
 fn entry(l: &Listener, portid: u16, subtype: u8, nqn: &str, asqsz: u16) -> DiscEntry {
     let addr = &l.addr;
@@ -40,17 +43,41 @@ fn entry(l: &Listener, portid: u16, subtype: u8, nqn: &str, asqsz: u16) -> DiscE
     }
 }
 
-pub(crate) fn log_page(q: &NvmeQueue, ctrl: &Controller) -> Vec<u8> {
+/// The log page for `ctrl`'s host, from the cache when this generation
+/// has been built for that host.
+///
+/// GENCTR is read before the lists the page is built from: a change
+/// replaces the lists first and moves GENCTR after
+/// (`Target::discovery_changed`), so a page is never older than the GENCTR
+/// it carries, and a host that reads the header, the entries (in as many
+/// pieces as it likes) and the header again (libnvme, the kernel) sees
+/// GENCTR move whenever what it read may have.
+pub(crate) fn log_page(q: &NvmeQueue, ctrl: &Controller) -> Arc<Vec<u8>> {
     let t = &q.target;
+    let genctr = t.genctr.load(Ordering::Acquire);
+    if let Some(page) = t.discovery_cache.get(genctr, &ctrl.hostnqn) {
+        return page;
+    }
+    let page = Arc::new(build(t, &ctrl.hostnqn, genctr));
+    t.discovery_cache.put(genctr, &ctrl.hostnqn, page.clone());
+    page
+}
+
+/// Every subsystem `hostnqn` may reach on every listener, and the
+/// discovery subsystem on each.
+fn build(t: &Target, hostnqn: &str, genctr: u64) -> Vec<u8> {
     let asqsz = 32;
     let mut entries = Vec::new();
     let subsystems = t.subsystems();
+    let allowed: Vec<&Subsystem> = subsystems
+        .iter()
+        .filter(|s| s.host_allowed(hostnqn))
+        .map(|s| &**s)
+        .collect();
     for (i, l) in t.listeners().iter().enumerate() {
         let portid = i as u16 + 1;
-        for sub in subsystems.iter() {
-            if sub.host_allowed(&ctrl.hostnqn) {
-                entries.push(entry(l, portid, d::SUBTYPE_NVM, &sub.nqn, asqsz));
-            }
+        for sub in &allowed {
+            entries.push(entry(l, portid, d::SUBTYPE_NVM, &sub.nqn, asqsz));
         }
         entries.push(entry(
             l,
@@ -60,7 +87,40 @@ pub(crate) fn log_page(q: &NvmeQueue, ctrl: &Controller) -> Vec<u8> {
             asqsz,
         ));
     }
-    d::encode_log(t.genctr.load(Ordering::Acquire), &entries)
+    d::encode_log(genctr, &entries)
+}
+
+/// Hosts whose discovery log page is kept (the most recent).
+const CACHED_HOSTS: usize = 16;
+
+/// Discovery log pages of one generation (GENCTR) by host NQN: a host
+/// reading a large log in pieces (libnvme asks 4 KiB at a time: 257
+/// commands for 1,024 subsystems) gets every piece from one build, and
+/// the target builds the page once per change and host, not per piece.
+#[derive(Default)]
+pub(crate) struct DiscoveryCache {
+    pages: Mutex<VecDeque<Cached>>,
+}
+
+/// A page: its GENCTR, the host NQN it was built for, the bytes.
+type Cached = (u64, String, Arc<Vec<u8>>);
+
+impl DiscoveryCache {
+    fn get(&self, genctr: u64, hostnqn: &str) -> Option<Arc<Vec<u8>>> {
+        let pages = self.pages.lock().unwrap_or_else(|p| p.into_inner());
+        (pages.iter())
+            .find(|(g, h, _)| *g == genctr && h == hostnqn)
+            .map(|(_, _, p)| p.clone())
+    }
+
+    fn put(&self, genctr: u64, hostnqn: &str, page: Arc<Vec<u8>>) {
+        let mut pages = self.pages.lock().unwrap_or_else(|p| p.into_inner());
+        pages.retain(|(g, h, _)| *g == genctr && h != hostnqn);
+        if pages.len() >= CACHED_HOSTS {
+            pages.pop_front();
+        }
+        pages.push_back((genctr, hostnqn.to_owned(), page));
+    }
 }
 
 #[cfg(test)]

@@ -57,3 +57,5 @@ mod tests;
 mod tests_ha;
 #[cfg(test)]
 mod tests_listen;
+#[cfg(test)]
+mod tests_scale;

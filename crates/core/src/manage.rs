@@ -4,8 +4,13 @@
 //! `SIGHUP` and `load_config` take. Two calls never interleave; a call that
 //! fails changes nothing.
 
-use crate::config::{BackendKind, Config, HostAuthConfig, NamespaceConfig, Size, SubsystemConfig};
-use crate::reload::{apply_locked, current_config, ApplyError, ListenerControl, ReloadReport};
+use crate::config::{
+    BackendKind, Config, ConfigError, HostAuthConfig, NamespaceConfig, Size, SubsystemConfig,
+};
+use crate::reload::{
+    apply_locked, apply_new_subsystem_locked, apply_subsystem_locked, current_config, ApplyError,
+    ListenerControl, ReloadReport,
+};
 use crate::Target;
 
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +38,44 @@ pub fn modify(
     Ok(apply_locked(target, &cfg, listeners)?)
 }
 
+/// Runs `change` on the running configuration of subsystem `nqn` and
+/// applies the result to that subsystem alone: what [`modify`] does, at the
+/// cost of that subsystem (not of every subsystem of the target). Checks
+/// the subsystem and the target's limits on namespaces.
+pub fn modify_subsystem(
+    target: &Target,
+    nqn: &str,
+    change: impl FnOnce(&mut SubsystemConfig) -> Result<(), ManageError>,
+) -> Result<ReloadReport, ManageError> {
+    let _serial = target.manage_lock();
+    let sub = target
+        .subsystem(nqn)
+        .ok_or_else(|| ManageError::NotFound(format!("no subsystem {nqn}")))?;
+    let mut sc = sub.to_config();
+    let before = sc.namespaces.len();
+    change(&mut sc)?;
+    if sc.nqn != nqn {
+        return Err(ManageError::Invalid(
+            "a subsystem's NQN cannot change".to_owned(),
+        ));
+    }
+    sc.validate().map_err(ApplyError::from)?;
+    let limits = &target.transport;
+    limits
+        .check_subsystem_namespaces(nqn, sc.namespaces.len())
+        .map_err(ApplyError::from)?;
+    if sc.namespaces.len() > before {
+        let others: usize = (target.subsystems().iter())
+            .filter(|s| s.nqn != nqn)
+            .map(|s| s.namespaces().len())
+            .sum();
+        limits
+            .check_namespaces(others + sc.namespaces.len())
+            .map_err(ApplyError::from)?;
+    }
+    Ok(apply_subsystem_locked(target, &sub, &sc)?)
+}
+
 fn subsystem<'a>(cfg: &'a mut Config, nqn: &str) -> Result<&'a mut SubsystemConfig, ManageError> {
     cfg.subsystems
         .iter_mut()
@@ -40,14 +83,31 @@ fn subsystem<'a>(cfg: &'a mut Config, nqn: &str) -> Result<&'a mut SubsystemConf
         .ok_or_else(|| ManageError::NotFound(format!("no subsystem {nqn}")))
 }
 
+/// Creates subsystem `sc`; the others are not read or rebuilt.
 pub fn create_subsystem(target: &Target, sc: SubsystemConfig) -> Result<ReloadReport, ManageError> {
-    modify(target, None, |cfg| {
-        if cfg.subsystems.iter().any(|s| s.nqn == sc.nqn) {
-            return Err(ManageError::Exists(format!("subsystem {} exists", sc.nqn)));
-        }
-        cfg.subsystems.push(sc);
-        Ok(())
-    })
+    let _serial = target.manage_lock();
+    let current = target.subsystems();
+    if current.iter().any(|s| s.nqn == sc.nqn) {
+        return Err(ManageError::Exists(format!("subsystem {} exists", sc.nqn)));
+    }
+    sc.validate().map_err(ApplyError::from)?;
+    let limits = &target.transport;
+    if current.len() >= limits.max_subsystems as usize {
+        return Err(ApplyError::from(ConfigError::Limit(format!(
+            "{} subsystems: more than transport.max_subsystems ({})",
+            current.len() + 1,
+            limits.max_subsystems
+        )))
+        .into());
+    }
+    limits
+        .check_subsystem_namespaces(&sc.nqn, sc.namespaces.len())
+        .map_err(ApplyError::from)?;
+    let total: usize = current.iter().map(|s| s.namespaces().len()).sum();
+    limits
+        .check_namespaces(total + sc.namespaces.len())
+        .map_err(ApplyError::from)?;
+    Ok(apply_new_subsystem_locked(target, &sc)?)
 }
 
 pub fn delete_subsystem(target: &Target, nqn: &str) -> Result<ReloadReport, ManageError> {
@@ -71,9 +131,9 @@ pub fn add_namespace(
     mut nc: NamespaceConfig,
 ) -> Result<(ReloadReport, u32), ManageError> {
     let mut nsid = 0;
-    let r = modify(target, None, |cfg| {
-        let s = subsystem(cfg, nqn)?;
-        let used: Vec<u32> = s.namespaces.iter().filter_map(|n| n.nsid).collect();
+    let r = modify_subsystem(target, nqn, |s| {
+        let used: std::collections::HashSet<u32> =
+            s.namespaces.iter().filter_map(|n| n.nsid).collect();
         nsid = match nc.nsid {
             Some(id) if used.contains(&id) => {
                 return Err(ManageError::Exists(format!("{nqn}: NSID {id} is in use")))
@@ -93,8 +153,7 @@ pub fn remove_namespace(
     nqn: &str,
     nsid: u32,
 ) -> Result<ReloadReport, ManageError> {
-    modify(target, None, |cfg| {
-        let s = subsystem(cfg, nqn)?;
+    modify_subsystem(target, nqn, |s| {
         let before = s.namespaces.len();
         s.namespaces.retain(|n| n.nsid != Some(nsid));
         if s.namespaces.len() == before {
@@ -142,8 +201,7 @@ pub fn resize_namespace(
             current.block_size
         )));
     }
-    modify(target, None, |cfg| {
-        let s = subsystem(cfg, nqn)?;
+    modify_subsystem(target, nqn, |s| {
         let n = s
             .namespaces
             .iter_mut()
@@ -164,8 +222,7 @@ pub fn allow_host(
     keys: Option<HostAuthConfig>,
 ) -> Result<ReloadReport, ManageError> {
     check_nqn(host)?;
-    modify(target, None, |cfg| {
-        let s = subsystem(cfg, nqn)?;
+    modify_subsystem(target, nqn, |s| {
         let listed = s.allowed_hosts.iter().any(|h| h == host);
         match keys {
             None if listed => {
@@ -192,8 +249,7 @@ pub fn allow_host(
 /// Removes `host` from the allowed hosts; its controllers are disconnected.
 /// A subsystem open to any host has no list to remove it from.
 pub fn disallow_host(target: &Target, nqn: &str, host: &str) -> Result<ReloadReport, ManageError> {
-    modify(target, None, |cfg| {
-        let s = subsystem(cfg, nqn)?;
+    modify_subsystem(target, nqn, |s| {
         if !s.allowed_hosts.iter().any(|h| h == host) {
             return Err(ManageError::NotFound(format!(
                 "{nqn}: {host} is not in the allowed hosts{}",
@@ -224,8 +280,7 @@ pub fn set_qos(
     entry: crate::qos::QosConfig,
 ) -> Result<ReloadReport, ManageError> {
     entry.validate().map_err(ManageError::Invalid)?;
-    modify(target, None, |cfg| {
-        let s = subsystem(cfg, nqn)?;
+    modify_subsystem(target, nqn, |s| {
         let kind = entry.kind();
         s.qos.retain(|q| q.kind() != kind);
         if !entry.limits().is_empty() || entry.weight.is_some() {
@@ -315,8 +370,7 @@ pub fn set_ana_state(
         state: state.to_owned(),
     };
     let (_, _, parsed) = entry.parse().map_err(ManageError::Invalid)?;
-    modify(target, None, |cfg| {
-        let s = subsystem(cfg, nqn)?;
+    modify_subsystem(target, nqn, |s| {
         // Both transports replace every entry of the address; one replaces
         // its own.
         s.ana.retain(|a| {

@@ -23,6 +23,9 @@ pub(crate) struct NsTable {
     /// Live namespaces: (NSID, key), sorted by NSID.
     index: Vec<(u32, usize)>,
     generation: u64,
+    /// Some entry is a tombstone still holding its namespace: `collect`
+    /// (after every hand-off of storage requests) has work only then.
+    tombstones: bool,
 }
 
 impl NsTable {
@@ -55,16 +58,20 @@ impl NsTable {
     /// their key; others become tombstones until [`NsTable::collect`].
     pub fn load(&mut self, list: &[Arc<Namespace>], generation: u64) {
         self.generation = generation;
-        self.index.clear();
+        // An unchanged namespace is the same `Arc` under the same NSID in
+        // the previous list: found by NSID (the index is sorted), not by a
+        // search of every entry (thousands of namespaces, every queue).
+        let old = std::mem::take(&mut self.index);
         for e in &mut self.entries {
             e.live = false;
         }
         for ns in list {
-            let key = match self
-                .entries
-                .iter()
-                .position(|e| e.ns.as_ref().is_some_and(|x| Arc::ptr_eq(x, ns)))
-            {
+            let kept = old
+                .binary_search_by_key(&ns.nsid, |&(n, _)| n)
+                .ok()
+                .map(|i| old[i].1)
+                .filter(|&k| (self.entries[k].ns.as_ref()).is_some_and(|x| Arc::ptr_eq(x, ns)));
+            let key = match kept {
                 Some(k) => {
                     self.entries[k].live = true;
                     k
@@ -80,10 +87,14 @@ impl NsTable {
             self.index.push((ns.nsid, key));
         }
         self.index.sort_unstable();
+        self.tombstones = self.entries.iter().any(|e| !e.live && e.ns.is_some());
     }
 
     /// Releases tombstones (call when no emitted request names them).
     pub fn collect(&mut self) {
+        if !std::mem::take(&mut self.tombstones) {
+            return;
+        }
         for e in &mut self.entries {
             if !e.live {
                 e.ns = None;

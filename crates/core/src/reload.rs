@@ -14,10 +14,10 @@
 //! Everything that can fail (opening backends, binding listeners) happens
 //! before anything changes: a bad configuration changes nothing.
 
-use crate::config::Config;
+use crate::config::{Config, SubsystemConfig};
 use crate::listen::ListenTransport;
 use crate::subsystem::{
-    build_namespaces, build_subsystem, BuildError, HostAccess, Namespace, Subsystem,
+    build_namespaces, build_subsystem, files_to_open, BuildError, HostAccess, Namespace, Subsystem,
 };
 use crate::target::{Listener, Target};
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -210,6 +210,15 @@ pub(crate) fn apply_locked(
 ) -> Result<ReloadReport, ApplyError> {
     let mut report = ReloadReport::default();
     let current = target.subsystems();
+    // The running limits (a `[transport]` change needs a restart).
+    target.transport.check_counts(&cfg.subsystems)?;
+    let files = (cfg.subsystems.iter())
+        .map(|sc| match current.iter().find(|s| s.nqn == sc.nqn) {
+            Some(sub) => files_to_open(sc, &sub.namespaces()),
+            None => files_to_open(sc, &[]),
+        })
+        .sum();
+    farflash_backend::limits::check_headroom(files).map_err(BuildError::from)?;
 
     // 1. Build everything first, so a bad file changes nothing.
     let mut plans: Vec<Plan> = Vec::new();
@@ -342,33 +351,7 @@ pub(crate) fn apply_locked(
             discovery = true;
             continue;
         };
-        let access = HostAccess::of(sc);
-        if sub.access() != access {
-            sub.set_access(access);
-            report.hosts_changed.push(sub.nqn.clone());
-            discovery = true;
-            // Host access control (Fabrics §6.3, Connect Invalid Host): a host no
-            // longer allowed (not listed, or without a key where one is now required)
-            // loses its controllers now, not at its next Connect. New or changed keys
-            // apply from the next (re-)authentication, as with Linux nvmet.
-            for c in target.controllers() {
-                if c.subnqn == sub.nqn && !sub.host_allowed(&c.hostnqn) {
-                    report.disconnected += usize::from(target.disconnect_controller(c.cntlid));
-                }
-            }
-        }
-        if sub.set_qos(&sc.qos) {
-            report.qos_changed.push(sub.nqn.clone());
-        }
-        if sub.set_ana(&sc.ana) {
-            target.ana_changed(&sub);
-            report.ana_changed.push(sub.nqn.clone());
-        }
-        let changed = sub.replace_namespaces(new);
-        if !changed.is_empty() {
-            target.namespaces_changed(&sub, &changed);
-            report.changed.push((sub.nqn.clone(), changed));
-        }
+        discovery |= commit_subsystem(target, &sub, sc, new, &mut report);
     }
     if let Some(ctl) = listeners {
         if ls_differ {
@@ -385,4 +368,116 @@ pub(crate) fn apply_locked(
     }
     demote_storage(&demote);
     Ok(report)
+}
+
+/// Commits the new configuration `sc` of subsystem `sub`, kept by a reload
+/// (its namespaces `new` built): who may connect, QoS, ANA states,
+/// namespaces, each followed by what it owes the hosts (disconnects, ANA and
+/// namespace events). Returns whether the discovery log changed.
+fn commit_subsystem(
+    target: &Target,
+    sub: &Arc<Subsystem>,
+    sc: &SubsystemConfig,
+    new: Vec<Arc<Namespace>>,
+    report: &mut ReloadReport,
+) -> bool {
+    let mut discovery = false;
+    let access = HostAccess::of(sc);
+    if sub.access() != access {
+        sub.set_access(access);
+        report.hosts_changed.push(sub.nqn.clone());
+        discovery = true;
+        // Host access control (Fabrics §6.3, Connect Invalid Host): a host no
+        // longer allowed (not listed, or without a key where one is now required)
+        // loses its controllers now, not at its next Connect. New or changed keys
+        // apply from the next (re-)authentication, as with Linux nvmet.
+        for c in target.controllers() {
+            if c.subnqn == sub.nqn && !sub.host_allowed(&c.hostnqn) {
+                report.disconnected += usize::from(target.disconnect_controller(c.cntlid));
+            }
+        }
+    }
+    if sub.set_qos(&sc.qos) {
+        report.qos_changed.push(sub.nqn.clone());
+    }
+    if sub.set_ana(&sc.ana) {
+        target.ana_changed(sub);
+        report.ana_changed.push(sub.nqn.clone());
+    }
+    let changed = sub.replace_namespaces(new);
+    if !changed.is_empty() {
+        target.namespaces_changed(sub, &changed);
+        report.changed.push((sub.nqn.clone(), changed));
+    }
+    discovery
+}
+
+/// Applies `sc`, the new configuration of the running subsystem `sub`
+/// (same NQN), and nothing else: what [`apply_locked`] does for one kept
+/// subsystem, without reading, validating or rebuilding the others, so that
+/// a management call on one subsystem costs what that subsystem holds, not
+/// what the target holds. The caller holds [`Target::manage_lock`] and has
+/// validated `sc` ([`SubsystemConfig::validate`] and the target's limits).
+pub(crate) fn apply_subsystem_locked(
+    target: &Target,
+    sub: &Arc<Subsystem>,
+    sc: &SubsystemConfig,
+) -> Result<ReloadReport, ApplyError> {
+    let mut report = ReloadReport::default();
+    let range = crate::cntlid::CntlidRange::from_config(sc.cntlid_min, sc.cntlid_max);
+    if range.ok() != Some(sub.cntlids) {
+        let what = format!("{}: cntlid_min/cntlid_max (restart to change)", sc.nqn);
+        report.ignored.push(what);
+    }
+    let current = sub.namespaces();
+    farflash_backend::limits::check_headroom(files_to_open(sc, &current))
+        .map_err(BuildError::from)?;
+    let new = build_namespaces(sc, &current)?;
+    let ls: Vec<(SocketAddr, ListenTransport)> = target
+        .listeners()
+        .iter()
+        .map(|l| (l.addr, l.transport))
+        .collect();
+    let demote = promote_storage(
+        std::iter::once((sc.nqn.as_str(), &new[..], &sc.ana[..])),
+        &ls,
+    )?;
+    if commit_subsystem(target, sub, sc, new, &mut report) {
+        target.discovery_changed();
+    }
+    demote_storage(&demote);
+    Ok(report)
+}
+
+/// Adds subsystem `sc` (a new NQN) to the running target and nothing else:
+/// what [`apply_locked`] does for a subsystem the configuration adds,
+/// without reading or rebuilding the others. The caller holds
+/// [`Target::manage_lock`] and has validated `sc` and the limits.
+pub(crate) fn apply_new_subsystem_locked(
+    target: &Target,
+    sc: &SubsystemConfig,
+) -> Result<ReloadReport, ApplyError> {
+    let current = target.subsystems();
+    farflash_backend::limits::check_headroom(files_to_open(sc, &[])).map_err(BuildError::from)?;
+    // The index `apply_locked` gives a subsystem appended to the list.
+    let sub = build_subsystem(sc, (2 * current.len()).min(255) as u8)?;
+    let ls: Vec<(SocketAddr, ListenTransport)> = target
+        .listeners()
+        .iter()
+        .map(|l| (l.addr, l.transport))
+        .collect();
+    let list = sub.namespaces();
+    let demote = promote_storage(
+        std::iter::once((sc.nqn.as_str(), &list[..], &sc.ana[..])),
+        &ls,
+    )?;
+    let mut subs = current.to_vec();
+    subs.push(sub);
+    target.set_subsystems(subs);
+    target.discovery_changed();
+    demote_storage(&demote);
+    Ok(ReloadReport {
+        subsystems_added: vec![sc.nqn.clone()],
+        ..ReloadReport::default()
+    })
 }

@@ -245,19 +245,33 @@ impl Subsystem {
     pub fn replace_namespaces(&self, mut list: Vec<Arc<Namespace>>) -> Vec<u32> {
         list.sort_by_key(|n| n.nsid);
         let mut g = self.namespaces.write().unwrap_or_else(|p| p.into_inner());
+        // Both lists are sorted by NSID: one merge, not a search per namespace.
         let mut changed: Vec<u32> = Vec::new();
-        for n in &list {
-            match g.iter().find(|o| o.nsid == n.nsid) {
-                Some(o) if Arc::ptr_eq(o, n) => {}
-                _ => changed.push(n.nsid),
+        let (mut old, mut new) = (g.iter().peekable(), list.iter().peekable());
+        loop {
+            match (old.peek(), new.peek()) {
+                (Some(o), Some(n)) if o.nsid == n.nsid => {
+                    if !Arc::ptr_eq(o, n) {
+                        changed.push(n.nsid);
+                    }
+                    old.next();
+                    new.next();
+                }
+                (Some(o), Some(n)) if o.nsid < n.nsid => {
+                    changed.push(o.nsid);
+                    old.next();
+                }
+                (Some(o), None) => {
+                    changed.push(o.nsid);
+                    old.next();
+                }
+                (_, Some(n)) => {
+                    changed.push(n.nsid);
+                    new.next();
+                }
+                (None, None) => break,
             }
         }
-        for o in g.iter() {
-            if !list.iter().any(|n| n.nsid == o.nsid) {
-                changed.push(o.nsid);
-            }
-        }
-        changed.sort_unstable();
         if !changed.is_empty() {
             *g = Arc::new(list);
             self.generation.fetch_add(1, Ordering::AcqRel);
@@ -279,6 +293,9 @@ pub enum BuildError {
     },
     #[error("subsystem {nqn}, namespace {nsid}: {msg}")]
     Invalid { nqn: String, nsid: u32, msg: String },
+    /// The files to open would not fit in the open-file limit.
+    #[error(transparent)]
+    Descriptors(#[from] farflash_backend::limits::FdShortage),
 }
 
 /// Derives a stable 16-byte identifier from the subsystem NQN, the NSID and a
@@ -449,8 +466,11 @@ pub fn human(bytes: u64) -> String {
     format!("{bytes}B")
 }
 
-/// Opens every backend of `cfg`'s subsystems.
+/// Opens every backend of `cfg`'s subsystems (refused before any is
+/// opened when their files would not fit in the open-file limit).
 pub fn build_subsystems(cfg: &Config) -> Result<Vec<Arc<Subsystem>>, BuildError> {
+    let files = cfg.subsystems.iter().map(|sc| files_to_open(sc, &[])).sum();
+    farflash_backend::limits::check_headroom(files)?;
     let mut out = Vec::new();
     for (i, sc) in cfg.subsystems.iter().enumerate() {
         out.push(build_subsystem(sc, i as u8)?);
@@ -499,19 +519,12 @@ pub fn build_namespaces(
     sc: &SubsystemConfig,
     current: &[Arc<Namespace>],
 ) -> Result<Vec<Arc<Namespace>>, BuildError> {
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(sc.namespaces.len());
     let mut next = 1;
     for nc in &sc.namespaces {
         let nsid = nc.nsid.unwrap_or(next);
         next = next.max(nsid + 1);
-        let effective = NamespaceConfig {
-            nsid: Some(nsid),
-            ..nc.clone()
-        };
-        let ns = match current
-            .iter()
-            .find(|n| n.nsid == nsid && n.config == effective)
-        {
+        let ns = match reusable(current, nsid, nc) {
             // Storage resized outside farflash (an RBD image): the same
             // backend, a new size (hosts get a Namespace Attribute Changed).
             Some(n) if n.backend.capacity() >> n.lba_shift != n.blocks => Arc::new(Namespace {
@@ -525,6 +538,63 @@ pub fn build_namespaces(
     }
     out.sort_by_key(|n| n.nsid);
     Ok(out)
+}
+
+/// The namespace of `current` (sorted by NSID, as `Subsystem::namespaces`)
+/// that namespace `nsid` configured as `nc` keeps (its backend stays open).
+fn reusable<'a>(
+    current: &'a [Arc<Namespace>],
+    nsid: u32,
+    nc: &NamespaceConfig,
+) -> Option<&'a Arc<Namespace>> {
+    current
+        .binary_search_by_key(&nsid, |n| n.nsid)
+        .ok()
+        .map(|i| &current[i])
+        .filter(|n| n.config.nsid == Some(nsid) && same_config(&n.config, nc))
+}
+
+/// How many files [`build_namespaces`] would open for `sc`, keeping what
+/// it can of `current`: each file namespace holds a descriptor.
+pub fn files_to_open(sc: &SubsystemConfig, current: &[Arc<Namespace>]) -> u64 {
+    let mut next = 1;
+    let mut n = 0;
+    for nc in &sc.namespaces {
+        let nsid = nc.nsid.unwrap_or(next);
+        next = next.max(nsid.saturating_add(1));
+        if nc.backend == BackendKind::File && reusable(current, nsid, nc).is_none() {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Whether `a` (a built namespace's configuration, NSID set) is `b` (as
+/// configured, NSID perhaps implied), NSIDs aside.
+fn same_config(a: &NamespaceConfig, b: &NamespaceConfig) -> bool {
+    let NamespaceConfig {
+        nsid: _,
+        backend,
+        path,
+        size,
+        block_size,
+        uuid,
+        nguid,
+        anagrpid,
+        ptpl_file,
+        rbd,
+        commit,
+    } = b;
+    a.backend == *backend
+        && a.path == *path
+        && a.size == *size
+        && a.block_size == *block_size
+        && a.uuid == *uuid
+        && a.nguid == *nguid
+        && a.anagrpid == *anagrpid
+        && a.ptpl_file == *ptpl_file
+        && a.rbd == *rbd
+        && a.commit == *commit
 }
 
 /// MemAvailable of /proc/meminfo in bytes (None where it cannot be read).

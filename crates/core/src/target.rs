@@ -37,6 +37,8 @@ pub struct Target {
     listeners_gen: AtomicU64,
     /// Discovery log generation counter (GENCTR).
     pub genctr: AtomicU64,
+    /// Discovery log pages built for the current GENCTR.
+    pub(crate) discovery_cache: crate::discovery::DiscoveryCache,
     /// When the target started (SMART power-on hours).
     pub started: std::time::Instant,
     shutting_down: AtomicBool,
@@ -111,6 +113,7 @@ impl Target {
             listeners: RwLock::new(Arc::new(listeners)),
             listeners_gen: AtomicU64::new(0),
             genctr: AtomicU64::new(1),
+            discovery_cache: Default::default(),
             started: std::time::Instant::now(),
             shutting_down: AtomicBool::new(false),
             latency_timing: AtomicBool::new(false),
@@ -262,11 +265,7 @@ impl Target {
             .filter(|c| c.subsystem().is_some_and(|s| Arc::ptr_eq(s, sub)))
         {
             let mut st = c.lock();
-            for id in nsids {
-                if !st.changed_ns.contains(id) {
-                    st.changed_ns.push(*id);
-                }
-            }
+            note_changed(&mut st.changed_ns, nsids);
             if st.aec & OAES_NS_ATTR != 0 && !st.events.contains(&AEN_NS_ATTR_CHANGED) {
                 st.events.push_back(AEN_NS_ATTR_CHANGED);
             }
@@ -415,9 +414,59 @@ impl Target {
     }
 }
 
+/// The Changed Namespace List holds at most this many NSIDs; beyond it the
+/// log page says "more than 1024 changed" (first entry FFFFFFFFh, Base
+/// §5.16.1.5), so a controller keeps one more than this and no further.
+pub const CHANGED_NS_MAX: usize = 1024;
+
+/// Adds `nsids` to a controller's Changed Namespace List: sorted, without
+/// duplicates, at most [`CHANGED_NS_MAX`] + 1 entries (one merge of two
+/// sorted lists: thousands of changes reach every controller of the
+/// subsystem).
+fn note_changed(list: &mut Vec<u32>, nsids: &[u32]) {
+    if list.len() > CHANGED_NS_MAX {
+        return;
+    }
+    let mut add: Vec<u32> = nsids.to_vec();
+    add.sort_unstable();
+    let old = std::mem::take(list);
+    let (mut a, mut b) = (old.into_iter().peekable(), add.into_iter().peekable());
+    while list.len() <= CHANGED_NS_MAX {
+        let next = match (a.peek(), b.peek()) {
+            (Some(&x), Some(&y)) if x <= y => a.next(),
+            (Some(_), Some(_)) | (None, Some(_)) => b.next(),
+            (Some(_), None) => a.next(),
+            (None, None) => break,
+        };
+        if let Some(id) = next {
+            if list.last() != Some(&id) {
+                list.push(id);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn changed_namespace_lists_stay_sorted_and_bounded() {
+        let mut l = vec![];
+        note_changed(&mut l, &[5, 1]);
+        note_changed(&mut l, &[3, 5, 9]);
+        assert_eq!(l, [1, 3, 5, 9]);
+        let many: Vec<u32> = (1..=5000).rev().collect();
+        note_changed(&mut l, &many);
+        assert_eq!(
+            l.len(),
+            CHANGED_NS_MAX + 1,
+            "one past the log's 1024: the overflow mark"
+        );
+        assert!(l.windows(2).all(|w| w[0] < w[1]));
+        note_changed(&mut l, &[7000]);
+        assert_eq!(l.len(), CHANGED_NS_MAX + 1);
+    }
 
     #[test]
     fn cntlids_are_unique_among_live_controllers() {

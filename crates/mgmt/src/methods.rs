@@ -5,12 +5,13 @@
 
 use crate::jsonrpc::{self, Request, RpcError};
 use farflash_core::config::{
-    BackendKind, Config, DhchapKey, HostAuthConfig, NamespaceConfig, RbdConfig, Size,
+    BackendKind, Config, ConfigError, DhchapKey, HostAuthConfig, NamespaceConfig, RbdConfig, Size,
     SubsystemConfig,
 };
 use farflash_core::manage::{self, ManageError};
 use farflash_core::qos::QosConfig;
 use farflash_core::reload::{self, ApplyError, ListenerControl, ReloadReport};
+use farflash_core::subsystem::BuildError;
 use farflash_core::Target;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -58,6 +59,10 @@ fn manage_err(e: ManageError) -> RpcError {
     let code = match &e {
         ManageError::NotFound(_) => jsonrpc::NOT_FOUND,
         ManageError::Exists(_) => jsonrpc::EXISTS,
+        ManageError::Apply(
+            ApplyError::Invalid(ConfigError::Limit(_))
+            | ApplyError::Build(BuildError::Descriptors(_)),
+        ) => jsonrpc::LIMIT_EXCEEDED,
         ManageError::Invalid(_) | ManageError::Apply(ApplyError::Invalid(_)) => {
             jsonrpc::INVALID_CONFIG
         }
@@ -440,7 +445,13 @@ impl Api {
                     (None, Some(text)) => Config::from_toml(&text, "load_config"),
                     _ => return Err(RpcError::params("give one of \"path\" and \"toml\"")),
                 }
-                .map_err(|e| RpcError::new(jsonrpc::INVALID_CONFIG, e.to_string()))?;
+                .map_err(|e| {
+                    let code = match e {
+                        ConfigError::Limit(_) => jsonrpc::LIMIT_EXCEEDED,
+                        _ => jsonrpc::INVALID_CONFIG,
+                    };
+                    RpcError::new(code, e.to_string())
+                })?;
                 let ctl = self.listeners.as_deref().map(|l| l as &dyn ListenerControl);
                 reload::apply_with(t, &cfg, ctl)
                     .map(|r| report_json(&r))
@@ -650,6 +661,7 @@ mod tests {
             jsonrpc::EXISTS,
             jsonrpc::INVALID_CONFIG,
             jsonrpc::FAILED,
+            jsonrpc::LIMIT_EXCEEDED,
         ] {
             assert!(codes.contains(&c), "{c} undocumented");
         }

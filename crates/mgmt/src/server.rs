@@ -187,7 +187,7 @@ pub fn serve_client(mut s: UnixStream, api: &Api, stop: &AtomicBool) {
                 continue;
             }
             if let Some(answer) = handle_line(line, |r| api.call(r)) {
-                if writeln!(s, "{answer}").is_err() {
+                if send_line(&mut s, &answer).is_err() {
                     return; // gone, or not reading (write timeout)
                 }
             }
@@ -200,7 +200,7 @@ pub fn serve_client(mut s: UnixStream, api: &Api, stop: &AtomicBool) {
                     format!("request longer than {MAX_REQUEST} bytes"),
                 ),
             );
-            let _ = writeln!(s, "{e}");
+            let _ = send_line(&mut s, &e);
             return;
         }
         if stop.load(Ordering::Acquire) {
@@ -212,7 +212,7 @@ pub fn serve_client(mut s: UnixStream, api: &Api, stop: &AtomicBool) {
                 let line = trim(&buf);
                 if !line.is_empty() {
                     if let Some(answer) = handle_line(line, |r| api.call(r)) {
-                        let _ = writeln!(s, "{answer}");
+                        let _ = send_line(&mut s, &answer);
                     }
                 }
                 return;
@@ -233,6 +233,15 @@ pub fn serve_client(mut s: UnixStream, api: &Api, stop: &AtomicBool) {
             Err(_) => return,
         }
     }
+}
+
+/// Writes `v` and a newline in one `write_all`: `writeln!` on the socket
+/// would make a system call per piece the JSON formatter hands over (one
+/// per escape: tens of thousands for a saved configuration's text).
+fn send_line(s: &mut UnixStream, v: &impl std::fmt::Display) -> io::Result<()> {
+    let mut text = v.to_string();
+    text.push('\n');
+    s.write_all(text.as_bytes())
 }
 
 fn trim(b: &[u8]) -> &[u8] {
@@ -257,7 +266,7 @@ pub fn call(path: &Path, method: &str, params: serde_json::Value) -> io::Result<
     })?;
     s.set_read_timeout(Some(Duration::from_secs(120)))?;
     let req = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    writeln!(s, "{req}")?;
+    send_line(&mut s, &req)?;
     let mut out = Vec::new();
     let mut chunk = [0u8; 16384];
     loop {

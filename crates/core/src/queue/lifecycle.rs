@@ -52,6 +52,8 @@ impl NvmeQueue {
             return;
         }
         self.refresh_qos();
+        // An idle queue lets removed namespaces (and their storage) go too.
+        self.refresh_namespaces();
         if self.qid == 0 {
             let kato = ctrl.lock().kato_ms;
             // Base §3.9: no Keep Alive within KATO ends the association. A

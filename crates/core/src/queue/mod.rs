@@ -493,6 +493,13 @@ impl NvmeQueue {
             if g != self.ns.generation() {
                 let list = sub.namespaces();
                 self.ns.load(&list, g);
+                if self.out.storage_out.is_empty() {
+                    // No emitted request names a tombstone: let removed
+                    // namespaces go now (a queue that never does storage
+                    // I/O, the admin queue, would hold them for its life,
+                    // and with them their storage queues' descriptors).
+                    self.ns.collect();
+                }
                 self.blocks.ana_blocked = sub.ana().blocked(
                     ListenTransport::from_trtype(self.via.trtype),
                     &self.via.local,
