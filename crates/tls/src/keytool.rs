@@ -64,6 +64,16 @@ pub fn default_hostnqn() -> Option<String> {
     (!line.is_empty()).then_some(line)
 }
 
+/// The operating system's random generator (nvme-cli: `getrandom_bytes`).
+///
+/// # Panics
+/// If the generator fails: without randomness there is no key to give.
+pub fn os_random(buf: &mut [u8]) {
+    if let Err(e) = getrandom::fill(buf) {
+        panic!("the operating system's random generator failed: {e}");
+    }
+}
+
 /// The options of `gen-tls-key`.
 #[derive(Debug, Clone)]
 pub struct GenTlsKey {
