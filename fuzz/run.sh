@@ -24,13 +24,15 @@ cd "$here"
 export RUSTC_BOOTSTRAP=1
 san=${SANITIZER:-address}
 nice_lvl=${NICE:-10}
-all=(pdu_framing command_decode command_layer target_connection host_connection auth_exchange rpc_request config_toml rdma_capsule iscsi_url rdma_host)
+all=(pdu_framing command_decode command_layer target_connection host_connection auth_exchange rpc_request config_toml rdma_capsule iscsi_url rdma_host tls_key_format tls_record)
 
 max_len() {
     case $1 in
     pdu_framing) echo 2048 ;;
     command_decode) echo 4200 ;;
     auth_exchange) echo 4096 ;;
+    tls_key_format) echo 1024 ;;
+    tls_record) echo 16384 ;;
     *) echo 65536 ;;
     esac
 }

@@ -41,6 +41,10 @@ enum Command {
     GenDhchapKey(cli::dhchap::GenArgs),
     /// Check a DH-HMAC-CHAP key (like `nvme check-dhchap-key`).
     CheckDhchapKey(cli::dhchap::CheckArgs),
+    /// Generate a TLS PSK in NVMe PSK interchange format (like `nvme gen-tls-key`).
+    GenTlsKey(cli::tls::GenArgs),
+    /// Check a TLS PSK and print its identity (like `nvme check-tls-key`).
+    CheckTlsKey(cli::tls::CheckArgs),
     /// Manage a running target through its management socket.
     Ctl(cli::ctl::CtlArgs),
     /// Send one JSON-RPC method to a running target (raw; see docs/rpc-schema.json).
@@ -116,6 +120,8 @@ fn main() {
         Some(Command::Sweep(a)) => cli::sweep::run(a),
         Some(Command::GenDhchapKey(a)) => cli::dhchap::run_gen(a),
         Some(Command::CheckDhchapKey(a)) => cli::dhchap::run_check(a),
+        Some(Command::GenTlsKey(a)) => cli::tls::run_gen(a),
+        Some(Command::CheckTlsKey(a)) => cli::tls::run_check(a),
         Some(Command::Ctl(a)) => cli::ctl::run(a),
         Some(Command::Rpc(a)) => cli::ctl::run_rpc(a),
         Some(Command::GenPackageFiles(a)) => {

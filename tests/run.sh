@@ -138,6 +138,10 @@ done
 # sweep's --baseline iscsi start tgt's user-space target (tgtd, tgtadm)
 [[ -e /usr/include/iscsi/iscsi.h ]] || missing+=(libiscsi-dev)
 command -v tgtd >/dev/null || missing+=(tgt)
+# the bindings check of crates/ssl-sys (OpenSSL 3's headers); crates/tls's
+# tests run its sessions against the openssl command line (s_server, s_client)
+[[ -e /usr/include/openssl/ssl.h ]] || missing+=(libssl-dev)
+command -v openssl >/dev/null || missing+=(openssl)
 if [[ ${#missing[@]} -gt 0 ]]; then
 	echo "installing: ${missing[*]}"
 	log=$(mktemp)

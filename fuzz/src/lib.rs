@@ -21,6 +21,8 @@ pub mod target_cmds;
 pub mod target_conn;
 pub mod target_connection;
 pub mod target_setup;
+pub mod tls_key_format;
+pub mod tls_record;
 
 /// Whether the known bug `name` is to be tolerated in this run:
 /// `FUZZ_TOLERATE=name,name` lets a long run look past bugs already
@@ -43,7 +45,7 @@ pub fn tolerate(name: &str) -> bool {
 /// A harness: runs one input, panics on a finding.
 pub type Harness = fn(&[u8]);
 
-pub const TARGETS: [(&str, Harness); 11] = [
+pub const TARGETS: [(&str, Harness); 13] = [
     ("pdu_framing", pdu_framing::run),
     ("command_decode", command_decode::run),
     ("command_layer", command_layer::run),
@@ -55,4 +57,6 @@ pub const TARGETS: [(&str, Harness); 11] = [
     ("rdma_capsule", rdma_capsule::run),
     ("iscsi_url", iscsi_url::run),
     ("rdma_host", rdma_host::run),
+    ("tls_key_format", tls_key_format::run),
+    ("tls_record", tls_record::run),
 ];

@@ -8,3 +8,4 @@ pub mod package;
 pub mod perf;
 pub mod serve;
 pub mod sweep;
+pub mod tls;

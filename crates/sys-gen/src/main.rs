@@ -1,5 +1,5 @@
 //! `cargo run -p farflash-sys-gen` (scripts/regen-bindings.sh): writes
-//! `crates/{rbd,iscsi,rdma}-sys/src/bindings.rs` from the installed headers.
+//! `crates/{rbd,iscsi,rdma,ssl}-sys/src/bindings.rs` from the installed headers.
 
 use std::process::ExitCode;
 

@@ -1,4 +1,4 @@
-//! The committed bindings of the three `*-sys` crates against the installed
+//! The committed bindings of the four `*-sys` crates against the installed
 //! headers: regenerated into memory and compared line by line. Without the
 //! headers or libclang each test prints why it cannot check and passes,
 //! unless FARFLASH_REQUIRE_BINDINGS_CHECK=1 (tests/run.sh sets it).
@@ -18,4 +18,9 @@ fn iscsi_sys_matches_the_installed_headers() {
 #[test]
 fn rdma_sys_matches_the_installed_headers() {
     check(&specs::RDMA);
+}
+
+#[test]
+fn ssl_sys_matches_the_installed_headers() {
+    check(&specs::SSL);
 }
