@@ -60,7 +60,8 @@
 # Environment: SPDK_DIR, RUNS (5), RUNTIME seconds (3), WARMUP seconds (1), ROWS (all: qd1 qd32
 # qd128 write32 read128k), IDLE (1: measure idle CPU), PREFILL (1: precondition each target
 # with one sequential write pass before its run, see prefill()), PORT (4520),
-# SPDK_PORT (4521), OUT; BASE, BASE_TARGET_DIR, MIN_RATIO (0.97) as above.
+# SPDK_PORT (4521), OUT; BASE, BASE_TARGET_DIR, MIN_RATIO (0.97) as above; BASE_BIN, a
+# binary already built from BASE, instead of building it.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
@@ -119,7 +120,16 @@ IDLE_HOSTS=$ROOT/target/release/examples/idle_hosts
 FF_SERVE=(--ram 1G --ram-commit)
 
 # BASE=: farflash at that commit, built in a temporary worktree -> FF_BASE.
-if [[ -n $BASE ]]; then
+if [[ -n $BASE && -n ${BASE_BIN:-} ]]; then
+	# A binary already built from BASE (the caller vouches for its commit).
+	[[ -x $BASE_BIN ]] || die "BASE_BIN=$BASE_BIN is not an executable"
+	FF_BASE=$BASE_BIN
+	echo "== farflash at BASE $BASE_SHORT: $BASE_BIN (not rebuilt)"
+	if ! "$FF_BASE" serve --help | grep -q -- --ram-commit; then
+		FF_SERVE=(--ram 1G)
+		echo "  BASE $BASE_SHORT has no --ram-commit: both farflash targets start without it"
+	fi
+elif [[ -n $BASE ]]; then
 	BASE_WT=$TMP/base-src
 	remove_base_worktree() {
 		[[ ! -d $BASE_WT ]] || git -C "$ROOT" worktree remove --force "$BASE_WT" >/dev/null 2>&1 || true
