@@ -418,7 +418,11 @@ if [[ -n $BASE ]]; then
 			echo
 			run_facts "; SPDK $SPDK_VERSION"
 			echo "- HEAD: the working tree at $HEAD_SHORT; BASE: $(git -C "$ROOT" log -1 --format='%h of %cs' "$BASE_REV"),"
-			echo "  built in a temporary worktree; both \`cargo build --release\`"
+			if [[ -n ${BASE_BIN:-} ]]; then
+				echo "  BASE's binary given (BASE_BIN, \`cargo build --release\` of that commit, not rebuilt by this run)"
+			else
+				echo "  built in a temporary worktree; both \`cargo build --release\`"
+			fi
 			echo "- farflash targets, both started the same way: \`taskset -c 0 farflash serve ${FF_SERVE[*]}\` with"
 			echo "  its defaults otherwise (adaptive polling, one event loop per allowed CPU)"
 			[[ ${FF_SERVE[*]} = *--ram-commit* ]] ||
