@@ -36,6 +36,7 @@ mod admin;
 mod auth;
 mod command;
 mod discovery;
+mod discovery_cache;
 mod exec;
 mod fabrics;
 mod identify;

@@ -38,7 +38,7 @@ pub struct Target {
     /// Discovery log generation counter (GENCTR).
     pub genctr: AtomicU64,
     /// Discovery log pages built for the current GENCTR.
-    pub(crate) discovery_cache: crate::discovery::DiscoveryCache,
+    pub(crate) discovery_cache: crate::discovery_cache::DiscoveryCache,
     /// When the target started (SMART power-on hours).
     pub started: std::time::Instant,
     shutting_down: AtomicBool,
