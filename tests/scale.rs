@@ -168,7 +168,7 @@ fn a_discovery_log_of_1024_subsystems_is_read_whole_and_in_pieces() {
 fn limits_are_refused_by_name_and_nothing_else_moves() {
     let dir = Dir::new("limits");
     let port = free_port();
-    let limits = "max_subsystems = 3\nmax_namespaces_per_subsystem = 4\nmax_namespaces = 7";
+    let limits = "[transport.limits]\nmax_subsystems = 3\nmax_namespaces_per_subsystem = 4\nmax_namespaces = 7";
     let mut text = null_config(port, limits, 2, 2);
     // The verifying host's subsystem, one RAM namespace.
     let _ = write!(
@@ -207,20 +207,20 @@ fn limits_are_refused_by_name_and_nothing_else_moves() {
     let (code, m) = error(&add(&s0));
     assert_eq!(code, LIMIT, "{m}");
     assert!(
-        m.contains("transport.max_namespaces_per_subsystem (4)"),
+        m.contains("transport.limits.max_namespaces_per_subsystem (4)"),
         "{m}"
     );
     // 4 + 2 + 1 = 7 namespaces in all.
     let (code, m) = error(&add(&s1));
     assert_eq!(code, LIMIT, "{m}");
-    assert!(m.contains("transport.max_namespaces (7)"), "{m}");
+    assert!(m.contains("transport.limits.max_namespaces (7)"), "{m}");
     let (code, m) = error(&rpc(
         &sock,
         "subsystem_create",
         json!({"nqn": format!("{PREFIX}x")}),
     ));
     assert_eq!(code, LIMIT, "{m}");
-    assert!(m.contains("transport.max_subsystems (3)"), "{m}");
+    assert!(m.contains("transport.limits.max_subsystems (3)"), "{m}");
     // A configuration over a limit, loaded at run time.
     let over = dir.0.join("over.toml");
     std::fs::write(&over, null_config(port, limits, 1, 5)).unwrap();
@@ -233,7 +233,7 @@ fn limits_are_refused_by_name_and_nothing_else_moves() {
         json!({"toml": null_config(port, "", 4, 1)}),
     ));
     assert_eq!(code, LIMIT, "{m}");
-    assert!(m.contains("transport.max_subsystems (3)"), "{m}");
+    assert!(m.contains("transport.limits.max_subsystems (3)"), "{m}");
 
     // Only the two namespaces that fitted were added.
     let after = ok(&sock, "subsystem_list", json!({}));

@@ -256,7 +256,9 @@ impl VerifiedIo {
                 stats.ops += 1;
                 stats.max_op = stats.max_op.max(t.elapsed());
             };
-            while !st.load(Ordering::Acquire) {
+            // At least one write and read-back, however soon `finish` comes
+            // (a caller asserts the host did I/O beside what it tested).
+            loop {
                 let lba = lba_base + (n * NLB) % (span - NLB + 1);
                 let data: Vec<u8> = (0..back.len() as u64)
                     .map(|i| (i.wrapping_mul(7) ^ n ^ (i >> 8)) as u8)
@@ -273,6 +275,9 @@ impl VerifiedIo {
                     return Err(format!("data mismatch at LBA {lba} (op {n})"));
                 }
                 n += 1;
+                if st.load(Ordering::Acquire) {
+                    break;
+                }
             }
             if let Some(f) = ctrl.keep_alive_failure() {
                 return Err(format!("keep-alive failed: {f}"));

@@ -67,6 +67,16 @@ pub struct TransportConfig {
     /// from one connection per round and unit of its host's QoS weight
     /// before the others get their turn; 0 turns it off.
     pub fair_share_kib: u32,
+    /// How many subsystems and namespaces the target takes
+    /// (`[transport.limits]`).
+    pub limits: Limits,
+}
+
+/// The target's limits on subsystems and namespaces, checked at start, at
+/// every reload and at every management call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
     /// Subsystems the target serves at most (the discovery log lists each
     /// on every listener).
     pub max_subsystems: u32,
@@ -76,11 +86,21 @@ pub struct TransportConfig {
     pub max_namespaces: u32,
 }
 
-/// Default of [`TransportConfig::max_subsystems`].
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_subsystems: DEFAULT_MAX_SUBSYSTEMS,
+            max_namespaces_per_subsystem: DEFAULT_MAX_NAMESPACES_PER_SUBSYSTEM,
+            max_namespaces: DEFAULT_MAX_NAMESPACES,
+        }
+    }
+}
+
+/// Default of [`Limits::max_subsystems`].
 pub const DEFAULT_MAX_SUBSYSTEMS: u32 = 4096;
-/// Default of [`TransportConfig::max_namespaces_per_subsystem`].
+/// Default of [`Limits::max_namespaces_per_subsystem`].
 pub const DEFAULT_MAX_NAMESPACES_PER_SUBSYSTEM: u32 = 4096;
-/// Default of [`TransportConfig::max_namespaces`].
+/// Default of [`Limits::max_namespaces`].
 pub const DEFAULT_MAX_NAMESPACES: u32 = 65536;
 
 /// How an event loop waits for sockets and backend completions.
@@ -151,21 +171,19 @@ impl Default for TransportConfig {
             poll: PollMode::Adaptive,
             poll_idle_us: 100,
             fair_share_kib: 256,
-            max_subsystems: DEFAULT_MAX_SUBSYSTEMS,
-            max_namespaces_per_subsystem: DEFAULT_MAX_NAMESPACES_PER_SUBSYSTEM,
-            max_namespaces: DEFAULT_MAX_NAMESPACES,
+            limits: Limits::default(),
         }
     }
 }
 
-impl TransportConfig {
+impl Limits {
     /// Checks `subsystems` against the limits on subsystems and namespaces
     /// (the error names the setting to raise).
     pub fn check_counts(&self, subsystems: &[SubsystemConfig]) -> Result<(), ConfigError> {
         let over = |m: String| Err(ConfigError::Limit(m));
         if subsystems.len() > self.max_subsystems as usize {
             return over(format!(
-                "{} subsystems: more than transport.max_subsystems ({})",
+                "{} subsystems: more than transport.limits.max_subsystems ({})",
                 subsystems.len(),
                 self.max_subsystems
             ));
@@ -182,7 +200,7 @@ impl TransportConfig {
     pub fn check_subsystem_namespaces(&self, nqn: &str, count: usize) -> Result<(), ConfigError> {
         if count > self.max_namespaces_per_subsystem as usize {
             return Err(ConfigError::Limit(format!(
-                "{nqn}: {count} namespaces: more than transport.max_namespaces_per_subsystem ({})",
+                "{nqn}: {count} namespaces: more than transport.limits.max_namespaces_per_subsystem ({})",
                 self.max_namespaces_per_subsystem
             )));
         }
@@ -193,7 +211,7 @@ impl TransportConfig {
     pub fn check_namespaces(&self, total: usize) -> Result<(), ConfigError> {
         if total > self.max_namespaces as usize {
             return Err(ConfigError::Limit(format!(
-                "{total} namespaces in all subsystems: more than transport.max_namespaces ({})",
+                "{total} namespaces in all subsystems: more than transport.limits.max_namespaces ({})",
                 self.max_namespaces
             )));
         }
@@ -560,11 +578,11 @@ impl Config {
         if t.keep_alive_granularity_ms < 100 || t.keep_alive_granularity_ms > 6_553_500 {
             return bad("keep_alive_granularity_ms must be within 100..=6553500".into());
         }
-        if !(1..=1 << 20).contains(&t.max_subsystems)
-            || !(1..=1 << 20).contains(&t.max_namespaces_per_subsystem)
-            || !(1..=1 << 24).contains(&t.max_namespaces)
+        if !(1..=1 << 20).contains(&t.limits.max_subsystems)
+            || !(1..=1 << 20).contains(&t.limits.max_namespaces_per_subsystem)
+            || !(1..=1 << 24).contains(&t.limits.max_namespaces)
         {
-            return bad("max_subsystems and max_namespaces_per_subsystem must be within 1..=1048576, max_namespaces within 1..=16777216".into());
+            return bad("limits.max_subsystems and limits.max_namespaces_per_subsystem must be within 1..=1048576, max_namespaces within 1..=16777216".into());
         }
         if self.subsystems.is_empty() {
             return bad("at least one subsystem is needed".into());
@@ -576,7 +594,7 @@ impl Config {
             }
             s.validate()?;
         }
-        t.check_counts(&self.subsystems)?;
+        t.limits.check_counts(&self.subsystems)?;
         Ok(())
     }
 }

@@ -60,7 +60,7 @@ pub fn modify_subsystem(
         ));
     }
     sc.validate().map_err(ApplyError::from)?;
-    let limits = &target.transport;
+    let limits = &target.transport.limits;
     limits
         .check_subsystem_namespaces(nqn, sc.namespaces.len())
         .map_err(ApplyError::from)?;
@@ -91,10 +91,10 @@ pub fn create_subsystem(target: &Target, sc: SubsystemConfig) -> Result<ReloadRe
         return Err(ManageError::Exists(format!("subsystem {} exists", sc.nqn)));
     }
     sc.validate().map_err(ApplyError::from)?;
-    let limits = &target.transport;
+    let limits = &target.transport.limits;
     if current.len() >= limits.max_subsystems as usize {
         return Err(ApplyError::from(ConfigError::Limit(format!(
-            "{} subsystems: more than transport.max_subsystems ({})",
+            "{} subsystems: more than transport.limits.max_subsystems ({})",
             current.len() + 1,
             limits.max_subsystems
         )))

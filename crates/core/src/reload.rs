@@ -211,7 +211,7 @@ pub(crate) fn apply_locked(
     let mut report = ReloadReport::default();
     let current = target.subsystems();
     // The running limits (a `[transport]` change needs a restart).
-    target.transport.check_counts(&cfg.subsystems)?;
+    target.transport.limits.check_counts(&cfg.subsystems)?;
     let files = (cfg.subsystems.iter())
         .map(|sc| match current.iter().find(|s| s.nqn == sc.nqn) {
             Some(sub) => files_to_open(sc, &sub.namespaces()),

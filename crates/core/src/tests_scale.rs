@@ -214,39 +214,40 @@ fn limit_message(e: ManageError) -> String {
 #[test]
 fn limits_refuse_with_the_setting_named_and_change_nothing() {
     let mut cfg = config(2, 3);
-    cfg.transport.max_subsystems = 2;
-    cfg.transport.max_namespaces_per_subsystem = 4;
-    cfg.transport.max_namespaces = 7;
+    cfg.transport.limits.max_subsystems = 2;
+    cfg.transport.limits.max_namespaces_per_subsystem = 4;
+    cfg.transport.limits.max_namespaces = 7;
     let t = target_of(&cfg);
 
     // A fourth namespace fits, a fifth does not.
     manage::add_namespace(&t, &nqn(0), null_ns()).unwrap();
     let m = limit_message(manage::add_namespace(&t, &nqn(0), null_ns()).unwrap_err());
     assert!(
-        m.contains("transport.max_namespaces_per_subsystem (4)"),
+        m.contains("transport.limits.max_namespaces_per_subsystem (4)"),
         "{m}"
     );
     // 4 + 3 = 7 in all; an eighth is over max_namespaces.
     let m = limit_message(manage::add_namespace(&t, &nqn(1), null_ns()).unwrap_err());
-    assert!(m.contains("transport.max_namespaces (7)"), "{m}");
+    assert!(m.contains("transport.limits.max_namespaces (7)"), "{m}");
     let sc = SubsystemConfig::new(nqn(5), vec![]);
     let m = limit_message(manage::create_subsystem(&t, sc).unwrap_err());
-    assert!(m.contains("transport.max_subsystems (2)"), "{m}");
+    assert!(m.contains("transport.limits.max_subsystems (2)"), "{m}");
     assert_eq!(t.subsystems().len(), 2);
     assert_eq!(t.subsystem(&nqn(0)).unwrap().namespaces().len(), 4);
     assert_eq!(t.subsystem(&nqn(1)).unwrap().namespaces().len(), 3);
 
     // A configuration over a limit is refused by name: as a file...
     let mut over = config(3, 1);
-    over.transport.max_subsystems = 2;
+    over.transport.limits.max_subsystems = 2;
     let e = over.validate().unwrap_err();
     assert!(matches!(e, ConfigError::Limit(_)), "{e}");
     assert!(
-        e.to_string().contains("transport.max_subsystems (2)"),
+        e.to_string()
+            .contains("transport.limits.max_subsystems (2)"),
         "{e}"
     );
     let mut over = config(1, 5);
-    over.transport.max_namespaces_per_subsystem = 4;
+    over.transport.limits.max_namespaces_per_subsystem = 4;
     let e = over.validate().unwrap_err().to_string();
     assert!(
         e.contains(&nqn(0)) && e.contains("max_namespaces_per_subsystem (4)"),
@@ -255,7 +256,8 @@ fn limits_refuse_with_the_setting_named_and_change_nothing() {
     // ... and as a reload, against the running limits.
     let e = crate::reload::apply(&t, &config(3, 1)).unwrap_err();
     assert!(
-        e.to_string().contains("transport.max_subsystems (2)"),
+        e.to_string()
+            .contains("transport.limits.max_subsystems (2)"),
         "{e}"
     );
     assert_eq!(t.subsystems().len(), 2);

@@ -24,7 +24,7 @@ pub const EXISTS: i64 = -32002;
 pub const INVALID_CONFIG: i64 = -32003;
 /// A backend, a listener or a file could not be opened or written.
 pub const FAILED: i64 = -32004;
-/// A limit would be exceeded (`[transport]` max_subsystems,
+/// A limit would be exceeded (`[transport.limits]` max_subsystems,
 /// max_namespaces_per_subsystem, max_namespaces; RLIMIT_NOFILE for files).
 pub const LIMIT_EXCEEDED: i64 = -32005;
 
