@@ -31,20 +31,16 @@ pub struct Ignored {
     pub verbose: u8,
 }
 
+/// The options both commands take: whose key, which identity, where it
+/// goes, which derivation.
 #[derive(clap::Args, Debug)]
-pub struct GenArgs {
+pub struct KeyArgs {
     /// Host NQN for the retained key (default: $LIBNVME_HOSTNQN or /etc/nvme/hostnqn).
     #[arg(short = 'n', long = "hostnqn")]
     pub hostnqn: Option<String>,
     /// Subsystem NQN for the retained key.
     #[arg(short = 'c', long = "subsysnqn")]
     pub subsysnqn: Option<String>,
-    /// Optional secret (in hexadecimal characters) to be used for the TLS key.
-    #[arg(short = 's', long = "secret")]
-    pub secret: Option<String>,
-    /// HMAC function to use for the retained key (1 = SHA-256, 2 = SHA-384).
-    #[arg(short = 'm', long = "hmac", default_value_t = 1)]
-    pub hmac: u8,
     /// TLS identity version to use (0 = NVMe TCP 1.0c, 1 = NVMe TCP 2.0).
     #[arg(short = 'I', long = "identity", default_value_t = 0)]
     pub identity: u8,
@@ -65,33 +61,24 @@ pub struct GenArgs {
 }
 
 #[derive(clap::Args, Debug)]
+pub struct GenArgs {
+    /// Optional secret (in hexadecimal characters) to be used for the TLS key.
+    #[arg(short = 's', long = "secret")]
+    pub secret: Option<String>,
+    /// HMAC function to use for the retained key (1 = SHA-256, 2 = SHA-384).
+    #[arg(short = 'm', long = "hmac", default_value_t = 1)]
+    pub hmac: u8,
+    #[command(flatten)]
+    pub key: KeyArgs,
+}
+
+#[derive(clap::Args, Debug)]
 pub struct CheckArgs {
-    /// Host NQN for the retained key (default: $LIBNVME_HOSTNQN or /etc/nvme/hostnqn).
-    #[arg(short = 'n', long = "hostnqn")]
-    pub hostnqn: Option<String>,
-    /// Subsystem NQN for the retained key.
-    #[arg(short = 'c', long = "subsysnqn")]
-    pub subsysnqn: Option<String>,
     /// TLS key (in PSK Interchange format) to be validated.
     #[arg(short = 'd', long = "keydata")]
     pub keydata: Option<String>,
-    /// TLS identity version to use (0 = NVMe TCP 1.0c, 1 = NVMe TCP 2.0).
-    #[arg(short = 'I', long = "identity", default_value_t = 0)]
-    pub identity: u8,
-    /// Append the derived TLS PSK and its identity to --keyfile (farflash has no kernel keyring).
-    #[arg(short = 'i', long = "insert")]
-    pub insert: bool,
-    /// Update key file with the derived TLS PSK (with --insert).
-    #[arg(short = 'f', long = "keyfile")]
-    pub keyfile: Option<std::path::PathBuf>,
-    /// Use the non-RFC 8446 derivation of older implementations (nvme-cli 2.16's flag; nvme-cli 2.13's default).
-    #[arg(short = 'C', long = "compat", conflicts_with = "derivation")]
-    pub compat: bool,
-    /// Derivation of the retained and TLS PSKs: rfc8446 (SPDK, nvme-cli >= 2.16), libnvme-1.10 (nvme-cli 2.10-2.15, the default), ...
-    #[arg(long = "derivation", value_parser = derivation)]
-    pub derivation: Option<Derivation>,
     #[command(flatten)]
-    pub ignored: Ignored,
+    pub key: KeyArgs,
 }
 
 fn print(out: keytool::Output) {
@@ -103,12 +90,12 @@ pub fn run_gen(a: GenArgs) -> anyhow::Result<()> {
     let opts = GenTlsKey {
         secret: a.secret,
         hmac: a.hmac,
-        identity: a.identity,
-        hostnqn: a.hostnqn,
-        subsysnqn: a.subsysnqn,
-        insert: a.insert,
-        keyfile: a.keyfile,
-        derivation: a.derivation.unwrap_or(NVME_CLI_2_13),
+        identity: a.key.identity,
+        hostnqn: a.key.hostnqn,
+        subsysnqn: a.key.subsysnqn,
+        insert: a.key.insert,
+        keyfile: a.key.keyfile,
+        derivation: a.key.derivation.unwrap_or(NVME_CLI_2_13),
     };
     let out = keytool::gen_tls_key(&opts, &mut keytool::os_random, &keytool::default_hostnqn)
         .map_err(|e| anyhow!(e))?;
@@ -119,12 +106,12 @@ pub fn run_gen(a: GenArgs) -> anyhow::Result<()> {
 pub fn run_check(a: CheckArgs) -> anyhow::Result<()> {
     let opts = CheckTlsKey {
         keydata: a.keydata,
-        identity: a.identity,
-        hostnqn: a.hostnqn,
-        subsysnqn: a.subsysnqn,
-        insert: a.insert,
-        keyfile: a.keyfile,
-        derivation: a.derivation.unwrap_or(NVME_CLI_2_13),
+        identity: a.key.identity,
+        hostnqn: a.key.hostnqn,
+        subsysnqn: a.key.subsysnqn,
+        insert: a.key.insert,
+        keyfile: a.key.keyfile,
+        derivation: a.key.derivation.unwrap_or(NVME_CLI_2_13),
     };
     let out = keytool::check_tls_key(&opts, &keytool::default_hostnqn).map_err(|e| anyhow!(e))?;
     print(out);
@@ -170,9 +157,9 @@ mod tests {
         .unwrap() else {
             panic!()
         };
-        assert_eq!((g.hmac, g.identity, g.insert), (2, 1, true));
-        assert_eq!(g.hostnqn.as_deref(), Some("h"));
-        assert_eq!(g.subsysnqn.as_deref(), Some("s"));
+        assert_eq!((g.hmac, g.key.identity, g.key.insert), (2, 1, true));
+        assert_eq!(g.key.hostnqn.as_deref(), Some("h"));
+        assert_eq!(g.key.subsysnqn.as_deref(), Some("s"));
         let Cmd::CheckTlsKey(c) = Cmd::try_parse_from([
             "x",
             "check-tls-key",
@@ -184,7 +171,7 @@ mod tests {
         .unwrap() else {
             panic!()
         };
-        assert_eq!(c.derivation, Some(farflash_tls::Derivation::Rfc8446));
+        assert_eq!(c.key.derivation, Some(farflash_tls::Derivation::Rfc8446));
         assert!(
             Cmd::try_parse_from(["x", "check-tls-key", "-C", "--derivation", "rfc8446"]).is_err()
         );
