@@ -6,34 +6,17 @@
 
 mod common;
 
-use common::{eventually, free_port, Serve, VerifiedIo, NQN};
+use common::{eventually, free_port, Serve, TempDir, VerifiedIo, NQN};
 use farflash_host::ConnectOptions;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:manage-test-host";
-
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        let d = std::env::temp_dir().join(format!("ff-manage-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn rpc_raw(sock: &Path, line: &[u8]) -> Value {
     common::rpc_exchange(sock, line).0
@@ -77,7 +60,7 @@ fn verified_io(addr: &str) -> VerifiedIo {
 
 #[test]
 fn live_changes_leave_a_busy_host_alone_and_save_config_restores_the_target() {
-    let dir = Dir::new("live");
+    let dir = TempDir::new("manage-live");
     let sock = dir.0.join("rpc.sock");
     let img = dir.0.join("ns3.img");
     std::fs::File::create(&img)
@@ -251,7 +234,7 @@ fn live_changes_leave_a_busy_host_alone_and_save_config_restores_the_target() {
 
 #[test]
 fn hostile_management_clients_get_errors_and_stall_nothing() {
-    let dir = Dir::new("hostile");
+    let dir = TempDir::new("manage-hostile");
     let sock = dir.0.join("rpc.sock");
     // A stale socket file from a dead process.
     drop(UnixListener::bind(&sock).unwrap());
@@ -418,7 +401,7 @@ fn closed_within(s: &mut std::net::TcpStream, within: Duration) -> bool {
 
 #[test]
 fn removing_a_listener_closes_its_connections_and_sighup_applies_the_file() {
-    let dir = Dir::new("listeners");
+    let dir = TempDir::new("manage-listeners");
     let sock = dir.0.join("rpc.sock");
     let cfg = dir.0.join("c.toml");
     let (p1, p2) = (free_port(), free_port());
@@ -548,7 +531,7 @@ fn removing_a_listener_closes_its_connections_and_sighup_applies_the_file() {
 fn client_subcommands_exit_quietly_into_a_closed_pipe() {
     use std::os::fd::{FromRawFd, OwnedFd};
     use std::os::unix::process::ExitStatusExt;
-    let dir = Dir::new("pipe");
+    let dir = TempDir::new("manage-pipe");
     let sock = dir.0.join("rpc.sock");
     let serve = Serve::start(&["--ram", "16M", "--rpc-socket", sock.to_str().unwrap()]);
     let port = serve.port.to_string();

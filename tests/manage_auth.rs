@@ -6,12 +6,12 @@
 
 mod common;
 
-use common::{Serve, NQN};
+use common::{Serve, TempDir, NQN};
 use farflash_auth::{HashId, Secret};
 use farflash_host::{ConnectOptions, Controller, IoQueueOptions};
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:7d3c1b2a-0000-4000-8000-0000000a17e5";
@@ -56,18 +56,9 @@ fn round_trip(o: &ConnectOptions, lba: u64) -> Result<(), String> {
     ctrl.shutdown().map_err(|e| e.to_string())
 }
 
-struct Dir(PathBuf);
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[test]
 fn host_keys_set_at_run_time_are_required_replaced_and_saved() {
-    let dir = Dir(std::env::temp_dir().join(format!("ff-manage-auth-{}", std::process::id())));
-    let _ = std::fs::remove_dir_all(&dir.0);
-    std::fs::create_dir_all(&dir.0).unwrap();
+    let dir = TempDir::new("manage-auth");
     let sock = dir.0.join("rpc.sock");
     let serve = Serve::start(&["--ram", "16M", "--rpc-socket", sock.to_str().unwrap()]);
     let (hk, ck) = (secret(1, Some(HashId::Sha256)), secret(2, None));

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{eventually, free_port, rpc_exchange, Serve, VerifiedIo};
+use common::{eventually, free_port, rpc_exchange, Serve, TempDir, VerifiedIo};
 use farflash_host::{ConnectOptions, Controller};
 use farflash_wire::discovery::{decode_header, DiscEntry, DISC_ENTRY_LEN, DISC_HEADER_LEN};
 use serde_json::{json, Value};
@@ -17,23 +17,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 const PREFIX: &str = "nqn.2026-11.io.farflash.scale-test:s";
-
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        let d = std::env::temp_dir().join(format!("ff-scale-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn rpc(sock: &Path, method: &str, params: Value) -> Value {
     let req = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
@@ -94,7 +77,7 @@ fn discover_cli(port: u16) -> String {
 
 #[test]
 fn a_discovery_log_of_1024_subsystems_is_read_whole_and_in_pieces() {
-    let dir = Dir::new("disc");
+    let dir = TempDir::new("scale-disc");
     let port = free_port();
     let cfg = dir.0.join("disc.toml");
     std::fs::write(&cfg, null_config(port, "", 1024, 1)).unwrap();
@@ -166,7 +149,7 @@ fn a_discovery_log_of_1024_subsystems_is_read_whole_and_in_pieces() {
 
 #[test]
 fn limits_are_refused_by_name_and_nothing_else_moves() {
-    let dir = Dir::new("limits");
+    let dir = TempDir::new("scale-limits");
     let port = free_port();
     let limits = "[transport.limits]\nmax_subsystems = 3\nmax_namespaces_per_subsystem = 4\nmax_namespaces = 7";
     let mut text = null_config(port, limits, 2, 2);
@@ -316,7 +299,7 @@ fn soft_nofile(pid: u32) -> u64 {
 
 #[test]
 fn file_namespaces_live_within_the_open_file_limit_or_are_refused_by_name() {
-    let dir = Dir::new("nofile");
+    let dir = TempDir::new("scale-nofile");
     let log = dir.0.join("serve.log");
     let sock = dir.0.join("rpc.sock");
 

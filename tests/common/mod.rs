@@ -298,6 +298,25 @@ impl VerifiedIo {
     }
 }
 
+/// A directory of its own for one test, `ff-<name>-<pid>` under the
+/// system's temporary directory: emptied when made, removed when dropped.
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        let d = std::env::temp_dir().join(format!("ff-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        TempDir(d)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A raw NVMe/TCP peer over `std::net`, for crafting exactly the PDUs a
 /// test wants (built with farflash-wire) and parsing what comes back.
 pub mod raw {
