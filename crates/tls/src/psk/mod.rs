@@ -34,8 +34,8 @@ use std::fmt;
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
+use farflash_auth::HashId;
 use hkdf::Hkdf;
-use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Sha256, Sha384};
 use subtle::ConstantTimeEq;
 use zeroize::Zeroizing;
@@ -104,20 +104,13 @@ impl PskHash {
         }
     }
 
-    /// HMAC-H(key, parts[0] || parts[1] || ...).
+    /// HMAC-H(key, parts[0] || parts[1] || ...), DH-HMAC-CHAP's HMAC.
     fn hmac(self, key: &[u8], parts: &[&[u8]]) -> Zeroizing<Vec<u8>> {
-        fn run<M: Mac + KeyInit>(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
-            // HMAC takes keys of any length (RFC 2104 §2): this cannot fail.
-            let mut m = <M as KeyInit>::new_from_slice(key).unwrap_or_else(|_| unreachable!());
-            for p in parts {
-                m.update(p);
-            }
-            m.finalize().into_bytes().to_vec()
-        }
-        Zeroizing::new(match self {
-            PskHash::Sha256 => run::<Hmac<Sha256>>(key, parts),
-            PskHash::Sha384 => run::<Hmac<Sha384>>(key, parts),
-        })
+        let h = match self {
+            PskHash::Sha256 => HashId::Sha256,
+            PskHash::Sha384 => HashId::Sha384,
+        };
+        h.hmac(key, parts)
     }
 
     /// HKDF-Expand(HKDF-Extract(0, ikm), info[0] || info[1] || ..., len)
