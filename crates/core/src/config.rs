@@ -70,6 +70,14 @@ pub struct TransportConfig {
     /// How many subsystems and namespaces the target takes
     /// (`[transport.limits]`).
     pub limits: Limits,
+    /// Secure channel (TLS listeners): a connection whose TLS handshake
+    /// (or, on a `tls-optional` listener, whose first byte) has not come
+    /// within this many milliseconds is closed (default 10000, as Linux
+    /// nvme-tcp's `tls_handshake_timeout` of 10 s).
+    pub tls_handshake_timeout_ms: u32,
+    /// Secure channel: a TLS record begun and not completed within this
+    /// many milliseconds closes the connection (a peer stalled mid-record).
+    pub tls_record_timeout_ms: u32,
 }
 
 /// The target's limits on subsystems and namespaces, checked at start, at
@@ -172,6 +180,8 @@ impl Default for TransportConfig {
             poll_idle_us: 100,
             fair_share_kib: 256,
             limits: Limits::default(),
+            tls_handshake_timeout_ms: 10_000,
+            tls_record_timeout_ms: 10_000,
         }
     }
 }
@@ -607,6 +617,14 @@ impl Config {
         }
         if t.poll_idle_us > 1_000_000 {
             return bad("poll_idle_us must be at most 1000000".into());
+        }
+        for (name, v) in [
+            ("tls_handshake_timeout_ms", t.tls_handshake_timeout_ms),
+            ("tls_record_timeout_ms", t.tls_record_timeout_ms),
+        ] {
+            if !(100..=600_000).contains(&v) {
+                return bad(format!("{name} must be within 100..=600000"));
+            }
         }
         if t.keep_alive_granularity_ms < 100 || t.keep_alive_granularity_ms > 6_553_500 {
             return bad("keep_alive_granularity_ms must be within 100..=6553500".into());

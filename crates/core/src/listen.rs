@@ -194,9 +194,11 @@ impl<'de> Deserialize<'de> for Entry {
                         "address" => address = Some(m.next_value()?),
                         "transport" => transport = Some(m.next_value()?),
                         "secure_channel" => secure = Some(m.next_value()?),
-                        other => return Err(de::Error::custom(format!(
+                        other => {
+                            return Err(de::Error::custom(format!(
                             "listen: unknown field {other:?} (address, transport, secure_channel)"
-                        ))),
+                        )))
+                        }
                     }
                 }
                 let address = address
