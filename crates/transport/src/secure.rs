@@ -187,8 +187,8 @@ impl Secure {
     }
 
     /// Receives: hands plaintext already decrypted to `qp`, then reads
-    /// ciphertext (within `budget`) and hands on what it decrypts. Sets
-    /// `more` when reading stopped because `qp` would take no more.
+    /// ciphertext (within `budget`) and hands on what it decrypts. Returns
+    /// whether reading stopped because `qp` would take no more (`more`).
     pub(crate) fn receive(
         &mut self,
         sock: &mut TcpStream,
@@ -197,12 +197,12 @@ impl Secure {
         now: Instant,
         budget: &mut usize,
         p: &mut Pass,
-        more: &mut bool,
-    ) {
+    ) -> bool {
+        let mut more = false;
         self.deliver(qp, now);
         while !p.failed && !p.eof && p.unread && self.closing.is_none() {
             if !qp.wants_read() {
-                *more = !qp.wants_close();
+                more = !qp.wants_close();
                 break;
             }
             if *budget == 0 {
@@ -230,6 +230,7 @@ impl Secure {
                 Err(_) => p.failed = true,
             }
         }
+        more
     }
 
     /// Follows and feeds the `n` bytes just read into `buf`.
