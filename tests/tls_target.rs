@@ -451,15 +451,65 @@ fn a_rotated_key_applies_to_new_connections_and_keeps_connected_queues() {
     drop(q);
     ctrl.shutdown()
         .expect("shutdown of the controller connected before the rotation");
-    // Removing the PSK: no TLS for that host any more.
+    // `farflash ctl` the same: a key from a 0600 file, then removed.
+    let third = key(PskHash::Sha256, 0x66);
+    let file = f.dir.0.join("h256.psk");
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut w = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .mode(0o600)
+            .open(&file)
+            .unwrap();
+        std::io::Write::write_all(&mut w, format!("{third}\n").as_bytes()).unwrap();
+    }
+    let out = ctl(
+        &f.sock,
+        &[
+            "host",
+            "psk-set",
+            NQN,
+            H256,
+            "--psk",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let (id, psk) = derive(
+        &third,
+        H256,
+        NQN,
+        IdentityVersion::V0,
+        Derivation::Libnvme110,
+    );
+    TlsClient::connect(&f.tls, &id, psk.clone()).expect("the key from the file");
+    let out = ctl(&f.sock, &["host", "psk-remove", NQN, H256]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(TlsClient::connect(&f.tls, &id, psk).is_err());
+    // A key file others can read is refused, naming the file, not the key.
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     let a = rpc(
         &f.sock,
-        "host_psk_remove",
-        json!({"nqn": NQN, "host": H256}),
+        "host_psk_set",
+        json!({"nqn": NQN, "host": H256, "psk": file}),
     );
-    assert!(a.get("error").is_none(), "{a}");
-    let (id, psk) = derive(&new, H256, NQN, IdentityVersion::V1, Derivation::Libnvme110);
-    assert!(TlsClient::connect(&f.tls, &id, psk).is_err());
+    let msg = a["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(msg.contains("chmod 600"), "{a}");
+    assert!(!a.to_string().contains(&third[16..40]), "{a}");
+}
+
+fn ctl(sock: &Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_farflash"))
+        .arg("ctl")
+        .arg("--rpc-socket")
+        .arg(sock)
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 #[test]
