@@ -560,3 +560,35 @@ fn discovery_reports_the_secure_channel_of_each_listener() {
     assert_eq!((opt.sectype, opt.treq & 3), (2, 2), "{opt:?}");
     assert!(t.treq & 4 != 0 && p.treq & 4 != 0);
 }
+
+#[test]
+fn the_connect_must_name_the_host_and_subsystem_of_the_tls_identity() {
+    need_openssl!();
+    let f = Fixture::start("tls-bind", "");
+    let (id, psk) = derive(
+        &k256(),
+        H256,
+        NQN,
+        IdentityVersion::V1,
+        Derivation::Libnvme110,
+    );
+    let connect = |host: &str, sub: &str| {
+        let via = tls_support::proxy(&f.tls, id.clone(), psk.clone()).unwrap();
+        let mut p = Peer::ic(&via, false, false);
+        let d = Peer::connect_data(0xFFFF, sub, host, [7; 16]);
+        p.call(Peer::connect_sqe(0, 31, 0), &d).0.status
+    };
+    // H256's key does not admit a Connect as H384, nor to another subsystem.
+    let s = connect(H384, NQN);
+    assert_eq!((s.sct(), s.sc()), (1, 0x84), "{s:?}");
+    let s = connect(H256, farflash_wire::DISCOVERY_NQN);
+    assert_eq!((s.sct(), s.sc()), (1, 0x82), "{s:?}");
+    assert!(connect(H256, NQN).is_success());
+    // Discovery over TLS: an identity naming the discovery NQN, resolved
+    // with the host's key.
+    let mut o = f.tls_opts(H256, &k256(), IdentityVersion::V1, Derivation::Rfc8446);
+    o.subnqn = farflash_wire::DISCOVERY_NQN.into();
+    let c = Controller::connect(&o).expect("discovery over TLS");
+    let (_, entries) = c.discovery_log().expect("discovery log over TLS");
+    assert!(entries.iter().any(|e| e.subnqn == NQN), "{entries:?}");
+}

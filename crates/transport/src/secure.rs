@@ -75,6 +75,29 @@ pub(crate) enum Detected {
     Refused(&'static str),
 }
 
+/// The handshake completed: logs it and binds the queue to the identity's
+/// host and subsystem (checked at its Connect, `farflash_core` fabrics.rs).
+fn established(peer: SocketAddr, s: &Session, qp: &mut QueuePair) {
+    let id = s
+        .identity()
+        .and_then(|i| farflash_tls::PskIdentity::parse(i).ok());
+    tracing::info!(
+        %peer,
+        suite = ?s.suite(),
+        hostnqn = id.as_ref().map(|i| i.hostnqn()),
+        subnqn = id.as_ref().map(|i| i.subnqn()),
+        version = id.as_ref().map(|i| i.version().number()),
+        "TLS: secure channel established"
+    );
+    let (_, q) = qp.parts_mut();
+    match &id {
+        Some(i) => q.set_tls_identity(i.hostnqn(), i.subnqn()),
+        // The lookup parsed it to choose the key; should it not parse now,
+        // no Connect matches.
+        None => q.set_tls_identity("", ""),
+    }
+}
+
 /// The secure channel of one connection.
 pub(crate) struct Secure {
     mode: SecureChannel,
@@ -276,38 +299,39 @@ impl Secure {
             return;
         };
         let mut failed = None;
+        if !self.logged_established && !s.is_handshaking() && s.error().is_none() {
+            self.logged_established = true;
+            established(self.peer, s, qp);
+        }
         while qp.wants_read() && s.error().is_none() {
             match s.read_plaintext(qp.rx_space()) {
                 Ok(0) => break,
-                Ok(k) => qp.on_received(k),
+                Ok(k) => {
+                    if !self.logged_established {
+                        // The handshake ended inside this read.
+                        self.logged_established = true;
+                        established(self.peer, s, qp);
+                    }
+                    qp.on_received(k)
+                }
                 Err(e) => {
                     failed = Some(e);
                     break;
                 }
             }
         }
-        if !self.logged_established && !s.is_handshaking() && s.error().is_none() {
-            self.logged_established = true;
-            let id = s
-                .identity()
-                .and_then(|i| farflash_tls::PskIdentity::parse(i).ok());
-            tracing::info!(
-                peer = %self.peer,
-                suite = ?s.suite(),
-                hostnqn = id.as_ref().map(|i| i.hostnqn()),
-                subnqn = id.as_ref().map(|i| i.subnqn()),
-                version = id.as_ref().map(|i| i.version().number()),
-                "TLS: secure channel established"
-            );
-        }
         let count = s.post_handshake_messages();
         if let Some(e) = failed {
             self.on_error(&e);
             return;
         }
-        if now.duration_since(self.ku_window.0) >= KEY_UPDATE_WINDOW {
-            self.ku_window = (now, count);
-        } else if count - self.ku_window.1 > MAX_KEY_UPDATES {
+        // Counted before the window moves on, so that a burst after a quiet
+        // window is still seen whole.
+        if count - self.ku_window.1 <= MAX_KEY_UPDATES {
+            if now.duration_since(self.ku_window.0) >= KEY_UPDATE_WINDOW {
+                self.ku_window = (now, count);
+            }
+        } else {
             if let Some(s) = self.session() {
                 s.close();
             }
