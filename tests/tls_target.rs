@@ -458,6 +458,7 @@ fn a_rotated_key_applies_to_new_connections_and_keeps_connected_queues() {
         use std::os::unix::fs::OpenOptionsExt;
         let mut w = std::fs::OpenOptions::new()
             .create(true)
+            .truncate(true)
             .write(true)
             .mode(0o600)
             .open(&file)
