@@ -10,7 +10,6 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod offload;
-mod record;
 mod sched;
 mod secure;
 mod worker;

@@ -29,10 +29,10 @@
 //! queue pair wants to read (the rest waits in OpenSSL's buffer, bounded
 //! by that one read).
 
-use crate::record::{RecordError, RecordScan, TLS_HANDSHAKE_RECORD};
 use crate::sched::Pass;
 use farflash_core::listen::SecureChannel;
 use farflash_tcp::QueuePair;
+use farflash_tls::record::{RecordScan, MAX_RECORD, TLS_HANDSHAKE_RECORD};
 use farflash_tls::{ServerConfig, Session, TlsError};
 use mio::net::TcpStream;
 use std::io::{self, IoSlice, Read, Write};
@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 /// Ciphertext waiting to be sent beyond which no more PDUs are encrypted.
 pub(crate) const OUT_HIGH_WATER: usize = 256 * 1024;
 /// Ciphertext read from the socket at once (four full records).
-pub(crate) const READ_CHUNK: usize = 4 * crate::record::MAX_RECORD;
+pub(crate) const READ_CHUNK: usize = 4 * MAX_RECORD;
 /// KeyUpdate rate cap: at most this many post-handshake messages from the
 /// peer per [`KEY_UPDATE_WINDOW`]. RFC 8446 §5.5 has a sender update its
 /// AES-GCM keys after about 2^24.5 records; a host needs a handful an
@@ -270,12 +270,7 @@ impl Secure {
             return;
         }
         if let Err(e) = scanned {
-            let why = match e {
-                RecordError::Oversized(len) => {
-                    format!("a TLS record of {len} bytes (at most 16640)")
-                }
-                RecordError::ContentType(t) => format!("a record of TLS content type {t}"),
-            };
+            let why = e.to_string();
             if let Some(s) = self.session() {
                 // OpenSSL stopped at the bad header and failed: its alert
                 // is in the output; otherwise end cleanly.
