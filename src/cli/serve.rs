@@ -897,6 +897,50 @@ mod tests {
     }
 
     #[test]
+    fn tls_flags_build_host_keys_beside_dhchap_and_errors_hide_secrets() {
+        let tk = "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:";
+        let dk = "DHHC-1:00:ia6zGodOr4SEG0Zzaw398rpY0wqipUWj4jWjUh4HWUz6aQ2n:";
+        let (t1, t2, d1) = (
+            format!("nqn.a={tk}"),
+            format!("nqn.b={tk}"),
+            format!("nqn.a={dk}"),
+        );
+        let c = parse(&[
+            "--listen",
+            "tls:127.0.0.1:4420",
+            "--dhchap-key",
+            &d1,
+            "--tls-key",
+            &t1,
+            "--tls-key",
+            &t2,
+            "--tls-derivation",
+            "rfc8446",
+        ])
+        .to_config()
+        .unwrap();
+        assert_eq!(c.listen, ["tls:127.0.0.1:4420"]);
+        let hosts = &c.subsystems[0].hosts;
+        assert_eq!(hosts.len(), 2);
+        assert!(
+            hosts[0].nqn == "nqn.a" && hosts[0].dhchap_key.is_some() && hosts[0].tls_key.is_some()
+        );
+        assert!(hosts[1].nqn == "nqn.b" && hosts[1].dhchap_key.is_none());
+        assert_eq!(hosts[1].tls_derivation, ["rfc8446"]);
+        let bad = format!("nqn.a={}", tk.replace("VRLb", "VRLc"));
+        for args in [
+            vec!["--tls-key", bad.as_str()],
+            vec!["--tls-key", t1.as_str(), "--tls-key", t1.as_str()],
+            vec!["--tls-derivation", "rfc8446"],
+            vec!["--tls-key", t1.as_str(), "--tls-derivation", "nope"],
+            vec!["--tls-key", tk],
+        ] {
+            let e = parse(&args).to_config().unwrap_err().to_string();
+            assert!(!e.contains("btnN9AQb"), "{e}");
+        }
+    }
+
+    #[test]
     fn no_flags_is_the_embedded_default() {
         let c = parse(&[]).to_config().unwrap();
         assert_eq!(c, Config::default());
