@@ -24,9 +24,11 @@ const DRAIN: Duration = Duration::from_secs(5);
 
 #[derive(Args, Debug, Default, Clone)]
 pub struct ServeFlags {
-    /// Listen on ADDR:PORT for NVMe/TCP, or rdma:ADDR:PORT for NVMe/RDMA
-    /// (repeatable; default 127.0.0.1:4420). IPv6: [::1]:4420.
-    #[arg(long = "listen", value_name = "[rdma:]ADDR:PORT")]
+    /// Listen on ADDR:PORT for NVMe/TCP, rdma:ADDR:PORT for NVMe/RDMA,
+    /// tls:ADDR:PORT for NVMe/TCP over TLS (required) or
+    /// tls-optional:ADDR:PORT (TLS or plaintext) (repeatable; default
+    /// 127.0.0.1:4420). IPv6: [::1]:4420.
+    #[arg(long = "listen", value_name = "[rdma:|tls:|tls-optional:]ADDR:PORT")]
     pub listen: Vec<String>,
     /// Subsystem NQN for the namespaces given by flags.
     #[arg(long, value_name = "NQN")]
