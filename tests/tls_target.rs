@@ -593,3 +593,66 @@ fn the_connect_must_name_the_host_and_subsystem_of_the_tls_identity() {
     let (_, entries) = c.discovery_log().expect("discovery log over TLS");
     assert!(entries.iter().any(|e| e.subnqn == NQN), "{entries:?}");
 }
+
+#[test]
+fn a_deep_queue_of_large_transfers_over_tls_reads_back_what_it_wrote() {
+    need_openssl!();
+    let f = Fixture::start("tls-deep", "");
+    let o = f.tls_opts(H384, &k384(), IdentityVersion::V1, Derivation::Rfc8446);
+    let c = Controller::connect(&o).expect("connect");
+    const QD: u16 = 16;
+    const BLOCKS: u32 = 256; // 128 KiB: C2HData over several TLS records, H2CData received in place
+    let len = BLOCKS * 512;
+    let mut q = c
+        .io_queue(
+            1,
+            IoQueueOptions {
+                depth: QD,
+                max_io: len,
+            },
+        )
+        .expect("I/O queue");
+    let pattern =
+        |cid: u16, round: u32, i: usize| (i as u32 ^ (cid as u32 * 131) ^ round * 7) as u8;
+    for round in 0..3u32 {
+        for cid in 0..QD {
+            let buf = q.buf_mut(cid).expect("free slot");
+            for (i, b) in buf[..len as usize].iter_mut().enumerate() {
+                *b = pattern(cid, round, i);
+            }
+            q.submit_write(cid, 1, cid as u64 * BLOCKS as u64, BLOCKS, len)
+                .expect("submit write");
+        }
+        let mut done = Vec::new();
+        while done.len() < QD as usize {
+            q.wait(&mut done, Duration::from_secs(10))
+                .expect("write completions");
+        }
+        for d in &done {
+            d.check().unwrap_or_else(|e| panic!("write {}: {e}", d.cid));
+        }
+        for cid in 0..QD {
+            q.submit_read(cid, 1, cid as u64 * BLOCKS as u64, BLOCKS, len)
+                .expect("submit read");
+        }
+        let mut done = Vec::new();
+        while done.len() < QD as usize {
+            q.wait(&mut done, Duration::from_secs(10))
+                .expect("read completions");
+        }
+        for d in &done {
+            d.check().unwrap_or_else(|e| panic!("read {}: {e}", d.cid));
+            let buf = q.buf_mut(d.cid).expect("slot back");
+            assert!(
+                buf[..len as usize]
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &b)| b == pattern(d.cid, round, i)),
+                "round {round}: CID {} read back different",
+                d.cid
+            );
+        }
+    }
+    drop(q);
+    c.shutdown().expect("shutdown");
+}
