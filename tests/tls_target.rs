@@ -382,8 +382,13 @@ fn cut_stalled_garbled_and_flooding_tls_peers_are_closed_in_bounded_time() {
     c.flush();
     c.expect_end(Duration::from_secs(5))
         .expect("KeyUpdate flood");
-    // A plaintext ICReq inside TLS works (the framing is the plaintext
-    // path's): done above; the others never noticed any of it.
+    // close_notify is answered with close_notify, then the close.
+    let mut c = TlsClient::connect(&f.tls, &id, psk.clone()).unwrap();
+    c.s.close();
+    c.flush();
+    let why = c.expect_end(Duration::from_secs(5)).expect("close_notify");
+    assert_eq!(why, "close_notify");
+    // The others never noticed any of it.
     let s = io
         .finish()
         .expect("plaintext host beside the hostile peers");

@@ -315,6 +315,11 @@ impl Secure {
                 }
             }
         }
+        if s.peer_closed() {
+            // RFC 8446 §6.1: close_notify is answered with close_notify
+            // (sent with this pass's output), then the connection closes.
+            s.close();
+        }
         let count = s.post_handshake_messages();
         if let Some(e) = failed {
             self.on_error(&e);
@@ -356,19 +361,21 @@ impl Secure {
                     let mut iov = [IoSlice::new(&[]); IOV];
                     let n = qp.output_slices(&mut iov);
                     let mut taken = 0;
-                    for sl in &iov[..n] {
+                    for sl in iov[..n].iter().filter(|sl| !sl.is_empty()) {
                         if s.ciphertext().len() >= OUT_HIGH_WATER {
                             break;
                         }
                         match s.write_plaintext(sl) {
-                            Ok(k) => taken += k,
+                            // All of it (OpenSSL without partial writes).
+                            Ok(k) if k == sl.len() => taken += k,
+                            Ok(k) => {
+                                taken += k;
+                                break;
+                            }
                             Err(e) => {
                                 failed = Some(e);
                                 break;
                             }
-                        }
-                        if taken == 0 {
-                            break;
                         }
                     }
                     taken
