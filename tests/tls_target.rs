@@ -618,7 +618,7 @@ fn a_deep_queue_of_large_transfers_over_tls_reads_back_what_it_wrote() {
         )
         .expect("I/O queue");
     let pattern =
-        |cid: u16, round: u32, i: usize| (i as u32 ^ (cid as u32 * 131) ^ round * 7) as u8;
+        |cid: u16, round: u32, i: usize| (i as u32 ^ (cid as u32 * 131) ^ (round * 7)) as u8;
     for round in 0..3u32 {
         for cid in 0..QD {
             let buf = q.buf_mut(cid).expect("free slot");
