@@ -557,7 +557,7 @@ fn discovery_reports_the_secure_channel_of_each_listener() {
             .unwrap_or_else(|| panic!("no entry for {addr}: {entries:?}"))
             .clone()
     };
-    // TSAS SECTYPE (TCP §4.1 / Linux NVMF_TCP_SECTYPE_*): 0 none, 2 TLS 1.3;
+    // TSAS SECTYPE (TCP §3.6.1.1 / Linux NVMF_TCP_SECTYPE_*): 0 none, 2 TLS 1.3;
     // TREQ bits 1:0: 00 not specified, 01 required, 10 not required;
     // bit 2: SQ flow control disable supported.
     let (t, p, opt) = (find(&f.tls), find(&f.plain), find(&f.optional));
