@@ -165,12 +165,16 @@ impl Secure {
             }
         };
         if first != TLS_HANDSHAKE_RECORD {
-            // Linux nvmet-tcp peeks the same way on a port whose TSAS is
-            // TLS 1.3 (nvmet_tcp_try_peek_pdu) and goes on in plaintext
-            // for an ICReq; with TREQ "required" (TCP §3.6.1: the host
-            // must set up a secure channel) farflash refuses at once,
-            // with a close: the peer speaks no TLS to send an alert in,
-            // and no NVMe/TCP is spoken on this listener.
+            // Linux nvmet-tcp (nvmet_tcp_try_peek_pdu): with TREQ "not
+            // required" it peeks for an ICReq's common header (type 0,
+            // HLEN and PLEN 128) and goes on in plaintext for one, TLS
+            // otherwise; with TREQ "required" it does not peek and hands
+            // the socket to tlshd, whose handshake fails on plaintext, and
+            // closes. farflash decides by the TLS record type instead (a
+            // ClientHello's record starts 16h; anything else goes to the
+            // NVMe/TCP framing, which judges it), and on a required
+            // listener closes at once: the peer speaks no TLS to send an
+            // alert in, and no NVMe/TCP is spoken there (TCP §3.6.1.1).
             return match self.mode {
                 SecureChannel::Optional => Detected::Plain,
                 _ => Detected::Refused(
