@@ -74,7 +74,7 @@ tls_key = "{}"
 {extra_hosts}
 [[subsystem.namespace]]
 backend = "ram"
-size = "8M"
+size = "32M"
 block_size = 512
 "#,
             k256(),
@@ -102,6 +102,7 @@ block_size = 512
             key: key.into(),
             version: v,
             derivation: d,
+            paused: None,
         }));
         o
     }
@@ -657,6 +658,87 @@ fn a_deep_queue_of_large_transfers_over_tls_reads_back_what_it_wrote() {
                 d.cid
             );
         }
+    }
+    drop(q);
+    c.shutdown().expect("shutdown");
+}
+
+#[test]
+fn a_host_that_stops_reading_backs_up_its_own_queue_only() {
+    need_openssl!();
+    let f = Fixture::start("tls-backpressure", "");
+    let paused = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut o = f.tls_opts(H256, &k256(), IdentityVersion::V1, Derivation::Libnvme110);
+    o.connector = Some(Arc::new(TlsConnector {
+        key: k256(),
+        version: IdentityVersion::V1,
+        derivation: Derivation::Libnvme110,
+        paused: Some(paused.clone()),
+    }));
+    let c = Controller::connect(&o).expect("connect");
+    // 64 × 256 KiB = 16 MiB of reads: more than the sockets hold between
+    // them (a receive buffer grows only as its reader reads; tcp_wmem
+    // allows a sender 4 MiB by default).
+    const QD: u16 = 64;
+    const BLOCKS: u32 = 512;
+    let len = BLOCKS * 512;
+    let mut q = c
+        .io_queue(
+            1,
+            IoQueueOptions {
+                depth: QD,
+                max_io: len,
+            },
+        )
+        .expect("I/O queue");
+    // Known data, written before the host stops reading.
+    for cid in 0..QD {
+        let buf = q.buf_mut(cid).expect("slot");
+        buf[..len as usize].fill(cid as u8 ^ 0x5a);
+        q.submit_write(cid, 1, cid as u64 * BLOCKS as u64, BLOCKS, len)
+            .expect("write");
+    }
+    let mut done = Vec::new();
+    while done.len() < QD as usize {
+        q.wait(&mut done, Duration::from_secs(10)).expect("writes");
+    }
+    // 16 MiB of reads while the host reads nothing: the target's output
+    // backs up to its high-water marks and the socket's buffers.
+    paused.store(true, std::sync::atomic::Ordering::Release);
+    for cid in 0..QD {
+        q.submit_read(cid, 1, cid as u64 * BLOCKS as u64, BLOCKS, len)
+            .expect("read");
+    }
+    q.send_queued().expect("send the reads");
+    let serve_pid = f._serve.child.id();
+    let rss0 = common::rss_kib(serve_pid);
+    // Meanwhile another TLS host on the same (single) event loop and a
+    // plaintext one do verified I/O.
+    verified_io(
+        &f.tls_opts(H384, &k384(), IdentityVersion::V0, Derivation::Libnvme110),
+        40000,
+    )
+    .expect("another TLS host while one does not read");
+    verified_io(&f.plain_opts(), 50000).expect("a plaintext host while one does not read");
+    let rss1 = common::rss_kib(serve_pid);
+    assert!(
+        rss1 < rss0 + 32 * 1024,
+        "the target grew from {rss0} to {rss1} KiB while a host did not read"
+    );
+    // The host reads again: every read completes with its data.
+    paused.store(false, std::sync::atomic::Ordering::Release);
+    let mut done = Vec::new();
+    while done.len() < QD as usize {
+        q.wait(&mut done, Duration::from_secs(10)).expect("reads");
+    }
+    for d in &done {
+        d.check().unwrap_or_else(|e| panic!("read {}: {e}", d.cid));
+        let buf = q.buf_mut(d.cid).expect("slot");
+        assert!(
+            buf[..len as usize].iter().all(|&b| b == d.cid as u8 ^ 0x5a),
+            "CID {} read back different",
+            d.cid
+        );
     }
     drop(q);
     c.shutdown().expect("shutdown");
