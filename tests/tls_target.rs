@@ -23,7 +23,9 @@ const NQN: &str = "nqn.2026-11.io.farflash:tls";
 const H256: &str = "nqn.2014-08.org.nvmexpress:uuid:tls-host-sha256";
 const H384: &str = "nqn.2014-08.org.nvmexpress:uuid:tls-host-sha384";
 const HAUTH: &str = "nqn.2014-08.org.nvmexpress:uuid:tls-and-dhchap";
-/// The deadlines the hostile cases are configured with.
+/// The deadlines the hostile cases are configured with. Closes are awaited
+/// up to 9 s past them (a loaded machine's ticks come late); they come
+/// within 100 ms on a quiet one.
 const HANDSHAKE_MS: u64 = 1000;
 const RECORD_MS: u64 = 1000;
 
@@ -271,7 +273,7 @@ fn wrong_keys_unknown_identities_and_the_wrong_listener_are_refused() {
         dgst: 0,
         maxr2t: 0,
     }));
-    p.expect_closed(Duration::from_secs(5))
+    p.expect_closed(Duration::from_secs(10))
         .expect("plaintext ICReq to a TLS listener");
     // TLS to the plaintext listener: the target takes the record header
     // for a PDU header, answers with a C2HTermReq and closes; the client's
@@ -315,7 +317,7 @@ fn cut_stalled_garbled_and_flooding_tls_peers_are_closed_in_bounded_time() {
         let mut s = farflash_tls::Session::client(&cfg, &id, psk.clone()).unwrap();
         s.ciphertext().to_vec()
     };
-    let bound = Duration::from_millis(HANDSHAKE_MS + 2000);
+    let bound = Duration::from_millis(HANDSHAKE_MS + 9000);
     // The ClientHello cut at several places, then closed, then stalled.
     for cut in [1, 5, 6, hello.len() / 2, hello.len() - 1] {
         let mut p = Peer::connect(&f.tls);
@@ -340,7 +342,7 @@ fn cut_stalled_garbled_and_flooding_tls_peers_are_closed_in_bounded_time() {
     let mut c = TlsClient::connect(&f.tls, &id, psk.clone()).unwrap();
     c.send_raw(&[23, 3, 3]);
     let t0 = Instant::now();
-    c.expect_end(Duration::from_millis(RECORD_MS + 2000))
+    c.expect_end(Duration::from_millis(RECORD_MS + 9000))
         .expect("stalled mid-record");
     assert!(t0.elapsed() >= Duration::from_millis(RECORD_MS / 2));
     // A record longer than TLS allows: record_overflow, close.
@@ -348,19 +350,19 @@ fn cut_stalled_garbled_and_flooding_tls_peers_are_closed_in_bounded_time() {
     c.send_raw(&[23, 3, 3, 0x41, 0x01]);
     c.send_raw(&[0u8; 64]);
     let why = c
-        .expect_end(Duration::from_secs(5))
+        .expect_end(Duration::from_secs(10))
         .expect("oversized record");
     assert!(!why.contains("still open"), "{why}");
     // Garbage where a record belongs.
     let mut c = TlsClient::connect(&f.tls, &id, psk.clone()).unwrap();
     c.send_raw(&[0x99; 300]);
-    c.expect_end(Duration::from_secs(5)).expect("garbage");
+    c.expect_end(Duration::from_secs(10)).expect("garbage");
     // Garbage inside an application-data record (fails authentication).
     let mut c = TlsClient::connect(&f.tls, &id, psk.clone()).unwrap();
     let mut rec = vec![23, 3, 3, 0, 200];
     rec.extend([0x5a; 200]);
     c.send_raw(&rec);
-    c.expect_end(Duration::from_secs(5))
+    c.expect_end(Duration::from_secs(10))
         .expect("bad record MAC");
     // A KeyUpdate flood: a few are fine, a flood closes.
     let mut c = TlsClient::connect(&f.tls, &id, psk.clone()).unwrap();
@@ -381,13 +383,13 @@ fn cut_stalled_garbled_and_flooding_tls_peers_are_closed_in_bounded_time() {
         c.s.key_update(true).unwrap();
     }
     c.flush();
-    c.expect_end(Duration::from_secs(5))
+    c.expect_end(Duration::from_secs(10))
         .expect("KeyUpdate flood");
     // close_notify is answered with close_notify, then the close.
     let mut c = TlsClient::connect(&f.tls, &id, psk.clone()).unwrap();
     c.s.close();
     c.flush();
-    let why = c.expect_end(Duration::from_secs(5)).expect("close_notify");
+    let why = c.expect_end(Duration::from_secs(10)).expect("close_notify");
     assert_eq!(why, "close_notify");
     // The others never noticed any of it.
     let s = io
