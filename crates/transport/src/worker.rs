@@ -92,6 +92,8 @@ pub(crate) struct Worker {
     rdma: Vec<Option<RdmaConn>>,
     rdma_free: Vec<usize>,
     rdma_rx: Option<Receiver<Accepted>>,
+    /// `farflash_core::controller::changes` at the last scan.
+    changes: u64,
 }
 
 /// Pins the calling thread to one CPU.
@@ -141,6 +143,7 @@ impl Worker {
             rdma: Vec::new(),
             rdma_free: Vec::new(),
             rdma_rx: None,
+            changes: farflash_core::controller::changes(),
         }
     }
 
@@ -241,7 +244,37 @@ impl Worker {
     /// Runs a timer the scheduler says is due.
     fn on_due(&mut self, due: Due, now: Instant) {
         match due {
-            Due::Tick(ConnId::Tcp(i)) => {
+            Due::Tick(id) => self.tick(id, now),
+            Due::Scan => {
+                // Something every queue should see soon changed (a
+                // controller killed, an event, a management change): idle
+                // queues, whose own ticks are a second apart, tick now.
+                let changes = farflash_core::controller::changes();
+                if changes != self.changes {
+                    self.changes = changes;
+                    for i in 0..self.conns.len() {
+                        self.tick(ConnId::Tcp(i), now);
+                    }
+                    for k in 0..self.rdma.len() {
+                        self.tick(ConnId::Rdma(k), now);
+                    }
+                }
+            }
+            Due::Housekeeping => {
+                if self.storage.collect() {
+                    self.sync_storage_fds();
+                }
+                if !self.storage.is_empty() {
+                    self.sched.schedule_housekeeping(now);
+                }
+            }
+        }
+    }
+
+    /// A connection's periodic work (the command layer's `tick`).
+    fn tick(&mut self, id: ConnId, now: Instant) {
+        match id {
+            ConnId::Tcp(i) => {
                 let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
                     return;
                 };
@@ -254,17 +287,9 @@ impl Worker {
                 // QoS limits may have changed.
                 self.sched.set_throttle(i, c.qp.throttle_wake());
             }
-            Due::Tick(ConnId::Rdma(k)) => {
+            ConnId::Rdma(k) => {
                 if let Some(c) = self.rdma.get_mut(k).and_then(Option::as_mut) {
                     c.with_queue(|q| q.tick(now));
-                }
-            }
-            Due::Housekeeping => {
-                if self.storage.collect() {
-                    self.sync_storage_fds();
-                }
-                if !self.storage.is_empty() {
-                    self.sched.schedule_housekeeping(now);
                 }
             }
         }
@@ -313,6 +338,7 @@ impl Worker {
         let now = self.now;
         let mut budget = self.sched.budget(i, contended, c.qp.share_weight());
         let mut p = Pass::starting(state);
+        p.control = c.qp.nvme().qid() == 0;
         loop {
             let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
                 return p.worked;
