@@ -11,6 +11,7 @@
 
 mod offload;
 mod sched;
+mod sleep;
 mod worker;
 
 pub use farflash_core::config::PollMode;

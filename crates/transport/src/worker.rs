@@ -17,8 +17,10 @@
 
 use crate::offload::OffloadPort;
 use crate::sched::{ConnId, Due, Pass, Scheduler, State, Wait};
+use crate::sleep::SleepTimer;
 use crate::LoopOptions;
 use farflash_backend::{IoCompletion, QueueSet};
+use farflash_core::config::PollMode;
 use farflash_core::{Binding, OffloadDone, Target, Transport, TAG_SLOT_BITS};
 use farflash_rdma::queue::Rdma;
 use farflash_rdma_verbs::{Accepted, RdmaConn};
@@ -38,6 +40,8 @@ use std::time::{Duration, Instant};
 pub(crate) const WAKE_TOKEN: Token = Token(usize::MAX);
 /// The eventfds of the worker's storage queues.
 const STORAGE_TOKEN: Token = Token(usize::MAX - 1);
+/// Token of hybrid polling's timer (`sleep.rs`).
+const SLEEP_TOKEN: Token = Token(usize::MAX - 2);
 /// Tokens of the RDMA queues' fds (`RDMA_TOKEN + index`; TCP connections
 /// count from 0).
 const RDMA_TOKEN: usize = 1 << 40;
@@ -94,6 +98,8 @@ pub(crate) struct Worker {
     rdma_rx: Option<Receiver<Accepted>>,
     /// `farflash_core::controller::changes` at the last scan.
     changes: u64,
+    /// Hybrid polling's timer (`--poll hybrid` only).
+    sleep: Option<SleepTimer>,
 }
 
 /// Pins the calling thread to one CPU.
@@ -124,6 +130,14 @@ impl Worker {
         opts: &LoopOptions,
     ) -> Worker {
         let now = Instant::now();
+        let sleep = (opts.poll == PollMode::Hybrid)
+            .then(|| SleepTimer::new(poll.registry(), SLEEP_TOKEN))
+            .and_then(|t| {
+                t.map_err(|e| {
+                    tracing::warn!("hybrid polling without its timer ({e}): polling instead")
+                })
+                .ok()
+            });
         Worker {
             target,
             poll,
@@ -144,6 +158,7 @@ impl Worker {
             rdma_free: Vec::new(),
             rdma_rx: None,
             changes: farflash_core::controller::changes(),
+            sleep,
         }
     }
 
@@ -157,7 +172,27 @@ impl Worker {
         let mut events = Events::with_capacity(256);
         let mut drain_deadline: Option<Instant> = None;
         loop {
-            if let Wait::Poll(timeout) = self.sched.wait(Instant::now()) {
+            let now = Instant::now();
+            let wait = match self.sched.wait(now) {
+                Wait::Sleep(at) => {
+                    // Hybrid polling: until an event or the timer, then poll.
+                    match self
+                        .sleep
+                        .as_ref()
+                        .map(|t| t.arm(at.saturating_duration_since(now)))
+                    {
+                        Some(Ok(())) => Some(
+                            self.sched
+                                .poll_timeout(now)
+                                .map(|t| t.saturating_duration_since(now)),
+                        ),
+                        _ => Some(Some(Duration::ZERO)),
+                    }
+                }
+                Wait::Poll(timeout) => Some(timeout),
+                Wait::Direct => None,
+            };
+            if let Some(timeout) = wait {
                 if let Err(e) = self.poll.poll(&mut events, timeout) {
                     if e.kind() != io::ErrorKind::Interrupted {
                         tracing::error!("poll failed: {e}");
@@ -166,6 +201,8 @@ impl Worker {
                 }
                 // Completions routed from the events are stamped after the wait.
                 self.now = Instant::now();
+                let timer = events.iter().any(|e| e.token() == SLEEP_TOKEN);
+                self.sched.on_woken(self.now, timer);
                 self.take_events(&events);
             }
             let now = Instant::now();
@@ -214,6 +251,9 @@ impl Worker {
     fn take_events(&mut self, events: &Events) {
         for ev in events.iter() {
             let t = ev.token();
+            if t == SLEEP_TOKEN {
+                continue;
+            }
             if t == WAKE_TOKEN {
                 self.accept_new();
                 self.accept_rdma();
