@@ -112,7 +112,7 @@ pub struct ServeFlags {
     /// Pin event loops to these CPUs, e.g. 0-3,6.
     #[arg(long = "cpus-allowed", value_name = "LIST")]
     pub cpus_allowed: Option<String>,
-    /// How event loops wait: adaptive (spin while busy, then sleep), always (busy-poll), never.
+    /// How event loops wait: adaptive (spin while busy, then sleep), always (busy-poll), never, or hybrid (adaptive, sleeping on a precise timer through the part of a gap it expects).
     #[arg(long, value_name = "MODE")]
     pub poll: Option<PollMode>,
     /// Adaptive polling: microseconds of quiet before an event loop sleeps.

@@ -122,6 +122,11 @@ pub enum PollMode {
     Always,
     /// Always sleep in epoll: least CPU.
     Never,
+    /// As adaptive, but in a gap the loop expects to last (learnt from
+    /// the recent gaps between a host's commands) it sleeps on a precise
+    /// timer for the part it can sleep and wakes early enough to poll for
+    /// the rest (the kernel's hybrid polling, for a network queue).
+    Hybrid,
 }
 
 impl std::str::FromStr for PollMode {
@@ -131,7 +136,10 @@ impl std::str::FromStr for PollMode {
             "adaptive" => Ok(PollMode::Adaptive),
             "always" => Ok(PollMode::Always),
             "never" => Ok(PollMode::Never),
-            _ => Err(format!("poll mode {s:?} is not always, adaptive or never")),
+            "hybrid" => Ok(PollMode::Hybrid),
+            _ => Err(format!(
+                "poll mode {s:?} is not always, adaptive, hybrid or never"
+            )),
         }
     }
 }
@@ -794,6 +802,7 @@ mod tests {
         assert!(parse_cpu_list("3-1").is_err());
         assert!(parse_cpu_list("x").is_err());
         assert_eq!("always".parse::<PollMode>(), Ok(PollMode::Always));
+        assert_eq!("hybrid".parse::<PollMode>(), Ok(PollMode::Hybrid));
     }
 
     #[test]

@@ -12,6 +12,7 @@
 mod offload;
 mod sched;
 mod secure;
+mod sleep;
 mod worker;
 
 pub use farflash_core::config::PollMode;
