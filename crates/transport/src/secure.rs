@@ -274,15 +274,17 @@ impl Secure {
             return;
         }
         if let Err(e) = scanned {
-            let why = e.to_string();
-            if let Some(s) = self.session() {
-                // OpenSSL stopped at the bad header and failed: its alert
-                // is in the output; otherwise end cleanly.
+            // The connection ends: OpenSSL reads on to the bad record (the
+            // plaintext before it is dropped with the connection) and fails
+            // with the alert RFC 8446 §5.1/§5.2 prescribe (unexpected_message,
+            // record_overflow), which goes out before the close.
+            if let Phase::Tls(s) = &mut self.phase {
+                while let Ok(1..) = s.read_plaintext(&mut self.buf) {}
                 if s.error().is_none() {
                     s.close();
                 }
             }
-            self.close_because(why);
+            self.close_because(e.to_string());
             return;
         }
         self.mid_record_since = if self.scan.mid_record() {
