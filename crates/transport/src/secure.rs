@@ -111,7 +111,8 @@ pub(crate) struct Secure {
     mid_record_since: Option<Instant>,
     /// Start of the current KeyUpdate window and the session's count then.
     ku_window: (Instant, u64),
-    /// Ciphertext read buffer.
+    /// Ciphertext read buffer ([`READ_CHUNK`] once TLS started; one per
+    /// connection, reused for every read).
     buf: Box<[u8]>,
     /// Set when this side decided to close (logged once).
     closing: Option<String>,
@@ -135,7 +136,9 @@ impl Secure {
             scan: RecordScan::default(),
             mid_record_since: None,
             ku_window: (now, 0),
-            buf: vec![0; READ_CHUNK].into_boxed_slice(),
+            // Allocated when TLS starts (a tls-optional connection that
+            // turns out plaintext never needs it).
+            buf: Box::default(),
             closing: None,
             logged_established: false,
         }
@@ -188,6 +191,7 @@ impl Secure {
         };
         match Session::server(config) {
             Ok(s) => {
+                self.buf = vec![0; READ_CHUNK].into_boxed_slice();
                 self.phase = Phase::Tls(Box::new(s));
                 Detected::Tls
             }
