@@ -464,23 +464,7 @@ impl Worker {
             } else {
                 send_output::<MAX_IOV>(c, &mut p)
             };
-            // Ask epoll for writability only while output is blocked: edge-
-            // triggered EPOLLOUT on every ACK would wake the loop for nothing.
-            if blocked != self.sched.blocked(i) && !p.failed {
-                let interest = if blocked {
-                    Interest::READABLE | Interest::WRITABLE
-                } else {
-                    Interest::READABLE
-                };
-                match self
-                    .poll
-                    .registry()
-                    .reregister(&mut c.sock, Token(i), interest)
-                {
-                    Ok(()) => self.sched.set_blocked(i, blocked),
-                    Err(_) => p.failed = true,
-                }
-            }
+            watch_writable(&self.poll, &mut self.sched, &mut c.sock, i, blocked, &mut p);
             // Sending may have freed buffer budget and started waiting commands.
             let completed = self.pump(i);
             p.worked |= completed;
@@ -570,21 +554,7 @@ impl Worker {
                 return p.worked;
             };
             let blocked = sec.send(&mut c.sock, &mut c.qp, &mut p);
-            if blocked != self.sched.blocked(i) && !p.failed {
-                let interest = if blocked {
-                    Interest::READABLE | Interest::WRITABLE
-                } else {
-                    Interest::READABLE
-                };
-                match self
-                    .poll
-                    .registry()
-                    .reregister(&mut c.sock, Token(i), interest)
-                {
-                    Ok(()) => self.sched.set_blocked(i, blocked),
-                    Err(_) => p.failed = true,
-                }
-            }
+            watch_writable(&self.poll, &mut self.sched, &mut c.sock, i, blocked, &mut p);
             let completed = self.pump(i);
             p.worked |= completed;
             if !(more || completed) || blocked || p.failed || p.yielded {
@@ -831,6 +801,31 @@ impl Worker {
         self.conns[i] = None;
         self.live.fetch_sub(1, Ordering::AcqRel);
         self.free.push(i);
+    }
+}
+
+/// Asks epoll for writability only while output is blocked (edge-triggered
+/// EPOLLOUT on every ACK would wake the loop for nothing); a failure to
+/// change the registration fails the pass.
+fn watch_writable(
+    poll: &Poll,
+    sched: &mut Scheduler,
+    sock: &mut TcpStream,
+    i: usize,
+    blocked: bool,
+    p: &mut Pass,
+) {
+    if blocked == sched.blocked(i) || p.failed {
+        return;
+    }
+    let interest = if blocked {
+        Interest::READABLE | Interest::WRITABLE
+    } else {
+        Interest::READABLE
+    };
+    match poll.registry().reregister(sock, Token(i), interest) {
+        Ok(()) => sched.set_blocked(i, blocked),
+        Err(_) => p.failed = true,
     }
 }
 
