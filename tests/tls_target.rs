@@ -99,7 +99,7 @@ block_size = 512
     fn tls_opts(&self, host: &str, key: &str, v: IdentityVersion, d: Derivation) -> ConnectOptions {
         let mut o = ConnectOptions::new(self.tls.clone(), NQN);
         o.hostnqn = host.into();
-        o.command_timeout = Duration::from_secs(10);
+        o.command_timeout = Duration::from_secs(60);
         o.connector = Some(Arc::new(TlsConnector {
             key: key.into(),
             version: v,
@@ -111,7 +111,7 @@ block_size = 512
 
     fn plain_opts(&self) -> ConnectOptions {
         let mut o = ConnectOptions::new(self.plain.clone(), NQN);
-        o.command_timeout = Duration::from_secs(10);
+        o.command_timeout = Duration::from_secs(60);
         o
     }
 }

@@ -9,6 +9,7 @@
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+mod conn;
 mod offload;
 mod sched;
 mod secure;

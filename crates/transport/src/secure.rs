@@ -29,13 +29,14 @@
 //! queue pair wants to read (the rest waits in OpenSSL's buffer, bounded
 //! by that one read).
 
+use crate::conn::Inbound;
 use crate::sched::Pass;
 use farflash_core::listen::SecureChannel;
 use farflash_tcp::QueuePair;
 use farflash_tls::record::{RecordScan, MAX_RECORD, TLS_HANDSHAKE_RECORD};
 use farflash_tls::{ServerConfig, Session, TlsError};
 use mio::net::TcpStream;
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, IoSlice, Write};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -217,53 +218,6 @@ impl Secure {
         self.close_because(e.to_string());
     }
 
-    /// Receives: hands plaintext already decrypted to `qp`, then reads
-    /// ciphertext (within `budget`) and hands on what it decrypts. Returns
-    /// whether reading stopped because `qp` would take no more (`more`).
-    pub(crate) fn receive(
-        &mut self,
-        sock: &mut TcpStream,
-        qp: &mut QueuePair,
-        hup: bool,
-        now: Instant,
-        budget: &mut usize,
-        p: &mut Pass,
-    ) -> bool {
-        let mut more = false;
-        self.deliver(qp, now);
-        while !p.failed && !p.eof && p.unread && self.closing.is_none() {
-            if !qp.wants_read() {
-                more = !qp.wants_close();
-                break;
-            }
-            if *budget == 0 {
-                p.yielded = true;
-                break;
-            }
-            let room = self.buf.len().min(*budget);
-            match sock.read(&mut self.buf[..room]) {
-                Ok(0) => p.eof = true,
-                Ok(n) => {
-                    *budget -= n;
-                    p.worked = true;
-                    self.take_ciphertext(n, now);
-                    self.deliver(qp, now);
-                    if n < room && !hup {
-                        p.unread = false;
-                        break;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    p.unread = false;
-                    break;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => p.failed = true,
-            }
-        }
-        more
-    }
-
     /// Follows and feeds the `n` bytes just read into `buf`.
     fn take_ciphertext(&mut self, n: usize, now: Instant) {
         let scanned = self.scan.feed(&self.buf[..n]);
@@ -299,7 +253,7 @@ impl Secure {
     }
 
     /// Hands decrypted plaintext to `qp` while it wants to read.
-    fn deliver(&mut self, qp: &mut QueuePair, now: Instant) {
+    pub(crate) fn deliver(&mut self, qp: &mut QueuePair, now: Instant) {
         let Phase::Tls(s) = &mut self.phase else {
             return;
         };
@@ -490,5 +444,22 @@ impl Secure {
             }
         }
         Ok(())
+    }
+}
+
+/// Ciphertext is read into the channel's buffer, fed to the session, and
+/// what it decrypts handed to the queue pair ([`crate::conn::read_loop`]).
+impl Inbound for Secure {
+    fn space<'a>(&'a mut self, _qp: &'a mut QueuePair) -> &'a mut [u8] {
+        &mut self.buf
+    }
+
+    fn received(&mut self, qp: &mut QueuePair, n: usize, now: Instant) {
+        self.take_ciphertext(n, now);
+        self.deliver(qp, now);
+    }
+
+    fn stopped(&self) -> bool {
+        self.closing.is_some()
     }
 }

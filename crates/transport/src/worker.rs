@@ -15,6 +15,7 @@
 //! zombie (socket shut down) until they have completed, so its index is
 //! never reused while a completion may still name it.
 
+use crate::conn::Conn;
 use crate::offload::OffloadPort;
 use crate::sched::{ConnId, Due, Pass, Scheduler, State, Wait};
 use crate::secure::{Detected, Secure};
@@ -31,7 +32,7 @@ use farflash_tls::ServerConfig;
 use mio::net::TcpStream;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
-use std::io::{self, IoSlice, Read, Write};
+use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -51,26 +52,11 @@ const RDMA_TOKEN: usize = 1 << 40;
 /// Depth the shared storage queues are opened with (io_uring rings of this
 /// many entries; requests beyond it wait in the queue's overflow list).
 const STORAGE_DEPTH: u32 = 1024;
-/// `iovec`s per `writev`: a small array on the stack for the usual pass, up
-/// to Linux's IOV_MAX when a deep queue's batch is waiting.
-const SMALL_IOV: usize = 64;
-const MAX_IOV: usize = 1024;
 
 pub(crate) struct NewConn {
     pub sock: TcpStream,
     pub local: SocketAddr,
     pub peer: SocketAddr,
-}
-
-/// A TCP connection's I/O half (its scheduling state is the scheduler's).
-struct Conn {
-    sock: TcpStream,
-    qp: QueuePair,
-    /// epoll reported the peer's half-close (EPOLLRDHUP).
-    hup: bool,
-    /// The secure channel of a connection on a TLS listener (None: plaintext).
-    secure: Option<Box<Secure>>,
-    peer: SocketAddr,
 }
 
 pub(crate) struct Worker {
@@ -391,6 +377,7 @@ impl Worker {
     /// Moves a connection forward as far as it goes without blocking (with
     /// fair sharing: as far as its budget for this round); returns whether
     /// anything moved. `contended`: [`Round::contended`](crate::sched::Round::contended).
+    /// Plaintext and TLS take the same pass (`conn.rs`).
     fn drive(&mut self, i: usize, contended: bool) -> bool {
         let (Some(c), Some(state)) = (
             self.conns.get(i).and_then(Option::as_ref),
@@ -403,9 +390,12 @@ impl Worker {
             self.close(i);
             return false;
         }
-        if c.secure.is_some() {
-            return self.drive_secure(i, contended, state);
+        if c.secure.as_ref().is_some_and(|s| s.detecting()) && !self.detect_secure(i, state) {
+            return false;
         }
+        let Some(c) = self.conns.get(i).and_then(Option::as_ref) else {
+            return false;
+        };
         let now = self.now;
         let mut budget = self.sched.budget(i, contended, c.qp.share_weight());
         let mut p = Pass::starting(state);
@@ -417,53 +407,12 @@ impl Worker {
             c.qp.set_now(now);
             p.worked |= c.qp.resume_throttled();
             // Receive: everything the socket has, PDUs processed as they complete.
-            // `more` is set when a read filled the buffer (the socket may hold more)
-            // or when reading stopped because our output backed up.
-            let mut more = false;
-            while !p.failed && !p.eof && p.unread {
-                if !c.qp.wants_read() {
-                    more = !c.qp.wants_close();
-                    break;
-                }
-                if budget == 0 {
-                    // This round's share was read: the rest waits for the next round.
-                    p.yielded = true;
-                    break;
-                }
-                let space = c.qp.rx_space();
-                let room = space.len().min(budget);
-                match c.sock.read(&mut space[..room]) {
-                    Ok(0) => p.eof = true,
-                    Ok(n) => {
-                        c.qp.on_received(n);
-                        budget -= n;
-                        p.worked = true;
-                        // A short read drained the socket: skip the read that
-                        // would only say EAGAIN (epoll reports the next arrival).
-                        if n < room && !c.hup {
-                            p.unread = false;
-                            break;
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        p.unread = false;
-                        break;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(_) => p.failed = true,
-                }
-            }
+            let more = c.receive(now, &mut budget, &mut p);
             p.worked |= self.pump(i);
             let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
                 return p.worked;
             };
-            // Send: all PDUs this pass produced, in as few writes as the socket
-            // takes (a deep queue's batch needs more iovecs than a shallow one's).
-            let blocked = if c.qp.output_segments() <= SMALL_IOV {
-                send_output::<SMALL_IOV>(c, &mut p)
-            } else {
-                send_output::<MAX_IOV>(c, &mut p)
-            };
+            let blocked = c.send(&mut p);
             watch_writable(&self.poll, &mut self.sched, &mut c.sock, i, blocked, &mut p);
             // Sending may have freed buffer budget and started waiting commands.
             let completed = self.pump(i);
@@ -479,8 +428,7 @@ impl Worker {
             return p.worked;
         };
         self.sched.on_driven(i, p, now);
-        let drained = c.qp.output_len() == 0 && c.qp.in_flight() == 0;
-        if p.failed || c.qp.finished() || (p.eof && drained) {
+        if c.done(&p) {
             self.close(i);
         } else {
             self.sched.set_throttle(i, c.qp.throttle_wake());
@@ -488,95 +436,49 @@ impl Worker {
         p.worked
     }
 
-    /// [`Worker::drive`] for a connection with a secure channel: the first
-    /// byte decides TLS or plaintext (`secure.rs`), then the same round as
-    /// the plaintext path with the session between socket and queue pair.
-    fn drive_secure(&mut self, i: usize, contended: bool, state: State) -> bool {
-        let now = self.now;
+    /// A connection on a TLS listener, before its first byte: TLS or
+    /// plaintext (`secure.rs`). Returns whether the pass goes on (TLS
+    /// started, or plaintext on a `tls-optional` listener).
+    fn detect_secure(&mut self, i: usize, state: State) -> bool {
         let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
             return false;
         };
         let Some(sec) = c.secure.as_mut() else {
-            return false;
+            return true;
         };
-        if sec.detecting() {
-            let target = &self.target;
-            let config = self.tls.get_or_insert_with(|| {
-                let t = target.clone();
-                ServerConfig::new(move |id: &[u8]| t.tls_psk(id)).map_err(|e| {
-                    tracing::error!("TLS listeners cannot work: {e}");
-                    e.to_string()
-                })
-            });
-            match sec.detect(&c.sock, config.as_ref().map_err(String::as_str)) {
-                Detected::Pending => {
-                    let p = Pass {
-                        unread: false,
-                        ..Pass::starting(state)
-                    };
-                    self.sched.on_driven(i, p, now);
-                    return false;
-                }
-                Detected::Eof => {
-                    self.close(i);
-                    return false;
-                }
-                Detected::Refused(why) => {
-                    tracing::warn!(peer = %c.peer, "TLS: connection refused: {why}");
-                    self.close(i);
-                    return false;
-                }
-                Detected::Plain => {
-                    tracing::debug!(peer = %c.peer, "tls-optional listener: plaintext NVMe/TCP");
-                    c.secure = None;
-                    return self.drive(i, contended);
-                }
-                Detected::Tls => {}
+        let target = &self.target;
+        let config = self.tls.get_or_insert_with(|| {
+            let t = target.clone();
+            ServerConfig::new(move |id: &[u8]| t.tls_psk(id)).map_err(|e| {
+                tracing::error!("TLS listeners cannot work: {e}");
+                e.to_string()
+            })
+        });
+        match sec.detect(&c.sock, config.as_ref().map_err(String::as_str)) {
+            Detected::Pending => {
+                let p = Pass {
+                    unread: false,
+                    ..Pass::starting(state)
+                };
+                self.sched.on_driven(i, p, self.now);
+                false
             }
-        }
-        let mut budget = self.sched.budget(i, contended, c.qp.share_weight());
-        let mut p = Pass::starting(state);
-        loop {
-            let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
-                return p.worked;
-            };
-            let Some(sec) = c.secure.as_mut() else {
-                return p.worked;
-            };
-            c.qp.set_now(now);
-            p.worked |= c.qp.resume_throttled();
-            let more = sec.receive(&mut c.sock, &mut c.qp, c.hup, now, &mut budget, &mut p);
-            p.worked |= self.pump(i);
-            let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
-                return p.worked;
-            };
-            let Some(sec) = c.secure.as_mut() else {
-                return p.worked;
-            };
-            let blocked = sec.send(&mut c.sock, &mut c.qp, &mut p);
-            watch_writable(&self.poll, &mut self.sched, &mut c.sock, i, blocked, &mut p);
-            let completed = self.pump(i);
-            p.worked |= completed;
-            if !(more || completed) || blocked || p.failed || p.yielded {
-                break;
+            Detected::Eof => {
+                self.close(i);
+                false
             }
-            p.unread = true;
+            Detected::Refused(why) => {
+                tracing::warn!(peer = %c.peer, "TLS: connection refused: {why}");
+                self.close(i);
+                false
+            }
+            Detected::Plain => {
+                tracing::debug!(peer = %c.peer, "tls-optional listener: plaintext NVMe/TCP");
+                c.secure = None;
+                true
+            }
+            Detected::Tls => true,
         }
-        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
-            return p.worked;
-        };
-        self.sched.on_driven(i, p, now);
-        let (tls_done, tls_pending) = match c.secure.as_mut() {
-            Some(s) => (s.wants_close(), s.has_output()),
-            None => (false, false),
-        };
-        let drained = c.qp.output_len() == 0 && c.qp.in_flight() == 0 && !tls_pending;
-        if p.failed || tls_done || (c.qp.finished() && !tls_pending) || (p.eof && drained) {
-            self.close(i);
-        } else {
-            self.sched.set_throttle(i, c.qp.throttle_wake());
-        }
-        p.worked
     }
 
     /// Hands connection `i`'s storage requests to the worker's queues and
@@ -827,30 +729,6 @@ fn watch_writable(
         Ok(()) => sched.set_blocked(i, blocked),
         Err(_) => p.failed = true,
     }
-}
-
-/// Writes the connection's output with `writev`s of up to `N` segments until
-/// it is all sent or the socket is full; returns whether it blocked.
-fn send_output<const N: usize>(c: &mut Conn, p: &mut Pass) -> bool {
-    while c.qp.output_len() > 0 && !p.failed {
-        let mut iov = [IoSlice::new(&[]); N];
-        let n = c.qp.output_slices(&mut iov);
-        let queued: usize = iov[..n].iter().map(|s| s.len()).sum();
-        match c.sock.write_vectored(&iov[..n]) {
-            Ok(0) => p.failed = true,
-            Ok(n) => {
-                c.qp.consume_output(n);
-                p.worked = true;
-                if n < queued {
-                    return true; // the socket buffer is full
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => p.failed = true,
-        }
-    }
-    false
 }
 
 // ---- routing: a connection's work out, its completions back ---------------
