@@ -39,6 +39,12 @@ impl Pacer {
         }
     }
 
+    /// Measuring starts at `now`: I/Os that fell behind during the ramp are
+    /// forgotten, so the measured interval offers the rate and no more.
+    fn restart(&mut self, now: Instant) {
+        self.next = self.next.max(now);
+    }
+
     /// Whether an I/O may go at `now`; if so, the next is due an interval later.
     fn take(&mut self, now: Instant) -> bool {
         if now < self.next {
@@ -288,6 +294,9 @@ impl JobRun<'_> {
                 st.measuring = true;
                 st.measure_start = now;
                 st.cpu0 = thread_rusage();
+                if let Some(p) = pacer.as_mut() {
+                    p.restart(now);
+                }
             }
             if n == 0 {
                 continue;
@@ -393,6 +402,12 @@ mod tests {
         assert_eq!(burst, 11, "I/Os due at 200..=1200 µs");
         assert!(!p.take(late + 99 * us));
         assert!(p.take(late + 100 * us));
+        // The ramp's backlog is not carried into the measured interval.
+        let mut r = Pacer::new(1000, t0);
+        assert!(r.take(t0));
+        let start = t0 + Duration::from_millis(50);
+        r.restart(start);
+        assert!(r.take(start) && !r.take(start), "one I/O, not the 50 missed");
         // A rate over a million a second still advances.
         let mut fast = Pacer::new(u32::MAX, t0);
         assert!(fast.take(t0) && fast.take(t0 + us));
