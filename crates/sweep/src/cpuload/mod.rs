@@ -286,16 +286,22 @@ pub fn run(o: &CpuLoadOptions) -> Result<PathBuf> {
     Ok(dir)
 }
 
+impl crate::output::Study for CpuLoadResults {
+    fn write_data(&self, dir: &Path) -> Result<()> {
+        self.write(dir)
+    }
+    fn write_plots(&self, dir: &Path) -> Result<()> {
+        crate::plot::write_cpu_load(self, dir)
+    }
+    fn report(&self, plots: bool) -> String {
+        report::markdown(self, plots)
+    }
+}
+
 /// Writes results.json, results.schema.json, results.csv, the plots (when
 /// `plots`) and report.md.
 pub fn write_folder(r: &CpuLoadResults, dir: &Path, plots: bool) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    r.write(dir)?;
-    if plots {
-        crate::plot::write_cpu_load(r, dir)?;
-    }
-    std::fs::write(dir.join("report.md"), report::markdown(r, plots))?;
-    Ok(())
+    crate::output::write_study(r, dir, plots)
 }
 
 /// Checks a results.json text against the study's schema and reads it.
