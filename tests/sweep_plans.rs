@@ -935,14 +935,16 @@ fn check_cpu_load(dir: &Path) -> farflash_sweep::cpuload::results::CpuLoadResult
                 let offered = run.offered_iops.unwrap();
                 assert_eq!(offered, offered_rate(sat, p), "{what}");
                 assert_eq!(opts["rate_iops"].as_u64(), Some(offered), "{what}");
-                // Paced: at most what was offered, plus 2 % and one queue's
-                // worth of I/Os that fell behind during the ramp.
-                let bound = offered as f64 * 1.02 + run.iodepth as f64 / runtime + 1.0;
-                assert!(
-                    run.iops <= bound,
-                    "{what}: {} IOPS, offered {offered}",
-                    run.iops
-                );
+                // Paced: perf issued at most the offered rate over its whole
+                // run (ramp + runtime; its pacer starts when the job does),
+                // 2 % for the clocks and a queue's worth. Inside the measured
+                // interval alone it may make up what fell behind in the
+                // ramp (docs/sweep.md), so that is not bounded as tightly.
+                let ramp_ios = run.perf["aggregate"]["ramp_ios"].as_u64().unwrap();
+                let issued = (run.total_ios + ramp_ios) as f64;
+                let allowed = offered as f64 * (runtime + r.settings.ramp_s);
+                let bound = allowed * 1.02 + run.iodepth as f64 + 1.0;
+                assert!(issued <= bound, "{what}: {issued} I/Os, {allowed} offered");
                 assert!(run.command.contains(&format!("--rate_iops {offered}")));
             }
         }
@@ -1105,4 +1107,19 @@ fn sweep_cpu_vs_load_plan_end_to_end() {
         &[&c[..], &["--targets", "spdk", "--spdk-dir", "/nonexistent"]].concat(),
         Some("build/bin/nvmf_tgt"),
     );
+}
+
+/// `docs/sweep/cpu-vs-load/`: the built-in study with SPDK's target, from
+/// the shared development VM, labelled as such.
+#[test]
+fn sweep_committed_cpu_vs_load_results_are_complete() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/sweep/cpu-vs-load");
+    let r = check_cpu_load(&root);
+    assert_eq!(
+        r.plan,
+        farflash_sweep::cpuload::plan::CpuLoadPlan::builtin(true)
+    );
+    assert!(r.settings.runtime_s >= 2.0, "a real run, not a test run");
+    let note = r.settings.note.as_deref().unwrap_or_default();
+    assert!(note.contains("shared") && note.contains("rerun"), "{note}");
 }
