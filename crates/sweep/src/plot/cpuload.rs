@@ -180,14 +180,15 @@ impl Figure for LoadFig<'_> {
         let qds = &r.plan.iodepths;
         let panels = body.split_evenly((self.rows.len(), qds.len().max(1)));
         for (ri, m) in self.rows.iter().enumerate() {
-            // One y range per row, so panels of a row compare.
-            let top = qds
-                .iter()
-                .flat_map(|&q| ts.iter().flat_map(move |&t| points(r, t, q, m)))
-                .fold(m.floor, |a, (_, v)| a.max(v));
-            let ymax = nice_max(top);
             for (ci, &qd) in qds.iter().enumerate() {
                 let area = &panels[ri * qds.len() + ci];
+                // Each panel its own y range (IOPS per CPU-% grows tenfold
+                // from QD 1 to QD 32); CPU panels all reach 100 %.
+                let ymax = nice_max(
+                    ts.iter()
+                        .flat_map(|&t| points(r, t, qd, m))
+                        .fold(m.floor, |a, (_, v)| a.max(v)),
+                );
                 let mut c = ChartBuilder::on(area)
                     .caption(format!("QD {qd}: {}", m.title), (FAMILY, 20))
                     .margin(10)
