@@ -886,3 +886,240 @@ fn sweep_committed_tenants_results_are_complete() {
     let r = check_tenants(&root, &[1, 2, 4], true);
     assert!(r.plan.file_size >= 64 << 20, "a real run, not a test run");
 }
+
+/// Checks a cpu-vs-load results folder: schema, one run per step of the
+/// plan with the rate its saturation run set (and perf was given), figures
+/// from each run's own perf JSON, achieved IOPS not above the offered rate
+/// by more than what a ramp can leave behind, CPU within the machine, the
+/// CSV, figures and report.
+fn check_cpu_load(dir: &Path) -> farflash_sweep::cpuload::results::CpuLoadResults {
+    use farflash_sweep::cpuload::plan::offered_rate;
+    use farflash_sweep::cpuload::results::CPU_LOAD_CSV_HEADER;
+    let text = std::fs::read_to_string(dir.join("results.json")).unwrap();
+    let r = farflash_sweep::cpuload::load(&text).unwrap();
+    let schema = std::fs::read_to_string(dir.join("results.schema.json")).unwrap();
+    assert_eq!(
+        schema,
+        farflash_sweep::cpuload::results::CPU_LOAD_SCHEMA_JSON
+    );
+    let steps = r.plan.steps();
+    assert_eq!(r.runs.len(), steps.len(), "one run per step");
+    let cores = r.environment.nproc as f64;
+    let runtime = r.settings.runtime_s;
+    let mut sat = 0.0;
+    for (run, step) in r.runs.iter().zip(&steps) {
+        assert_eq!(
+            (run.target, run.iodepth, run.load_pct),
+            (step.target, step.iodepth, step.load_pct)
+        );
+        let what = format!(
+            "{} QD {} {:?}",
+            run.target.name(),
+            run.iodepth,
+            run.load_pct
+        );
+        let agg = &run.perf["aggregate"]["read"];
+        assert!(close(run.iops, agg["iops"].as_f64().unwrap()), "{what}");
+        let p50 = agg["lat_ns"]["percentile"]["50.000000"].as_f64().unwrap() / 1e3;
+        assert!(close(run.lat_us.p50, p50), "{what}");
+        assert!(run.lat_us.p50 <= run.lat_us.p99, "{what}");
+        let opts = &run.perf["options"];
+        assert_eq!(opts["iodepth"].as_u64(), Some(run.iodepth), "{what}");
+        match run.load_pct {
+            None => {
+                assert!(run.iops > 0.0, "{what}: the saturation run did I/O");
+                assert!(run.offered_iops.is_none() && opts["rate_iops"].as_u64().is_none());
+                sat = run.iops;
+            }
+            Some(p) => {
+                let offered = run.offered_iops.unwrap();
+                assert_eq!(offered, offered_rate(sat, p), "{what}");
+                assert_eq!(opts["rate_iops"].as_u64(), Some(offered), "{what}");
+                // Paced: perf issued at most the offered rate over its whole
+                // run (ramp + runtime; its pacer starts when the job does),
+                // 2 % for the clocks and a queue's worth. Inside the measured
+                // interval alone it may make up what fell behind in the
+                // ramp (docs/sweep.md), so that is not bounded as tightly.
+                let ramp_ios = run.perf["aggregate"]["ramp_ios"].as_u64().unwrap();
+                let issued = (run.total_ios + ramp_ios) as f64;
+                let allowed = offered as f64 * (runtime + r.settings.ramp_s);
+                let bound = allowed * 1.02 + run.iodepth as f64 + 1.0;
+                assert!(issued <= bound, "{what}: {issued} I/Os, {allowed} offered");
+                assert!(run.command.contains(&format!("--rate_iops {offered}")));
+            }
+        }
+        let t = run.target_cpu_pct.expect("the target's CPU was read");
+        for c in [t, run.host_cpu_pct] {
+            assert!((0.0..=100.0 * cores + 1.0).contains(&c), "{what}: CPU {c}");
+        }
+        let (u, s) = (run.target_usr_pct.unwrap(), run.target_sys_pct.unwrap());
+        assert!(close(u + s, t), "{what}");
+        let host = opts_cpu(&run.perf);
+        assert!(close(run.host_cpu_pct, host), "{what}");
+        if t > 0.0 {
+            assert!(close(run.iops_per_target_cpu_pct.unwrap(), run.iops / t));
+        }
+        assert!(run.command.contains("--cpus-allowed") && run.window.end > run.window.start);
+    }
+    // The lowest load is far below saturation: a loaded machine reaches it.
+    let lo = r.plan.loads_pct[0];
+    for t in r.targets() {
+        for &qd in &r.plan.iodepths {
+            let x = r.at(t, qd, lo).unwrap();
+            assert!(
+                x.iops >= 0.5 * x.offered_iops.unwrap() as f64,
+                "{lo} % load reached"
+            );
+        }
+    }
+    let csv = std::fs::read_to_string(dir.join("results.csv")).unwrap();
+    let rows: Vec<&str> = csv.lines().collect();
+    assert_eq!(rows[0], CPU_LOAD_CSV_HEADER);
+    assert_eq!(rows.len(), r.runs.len() + 1);
+    for (row, run) in rows[1..].iter().zip(&r.runs) {
+        let f: Vec<&str> = row.split(',').collect();
+        assert_eq!(f.len(), CPU_LOAD_CSV_HEADER.split(',').count());
+        assert_eq!(f[0], run.target.name());
+        assert!((f[4].parse::<f64>().unwrap() - run.iops).abs() <= 0.001);
+    }
+    for stem in farflash_sweep::plot::CPU_LOAD_PLOTS {
+        let png = std::fs::read(dir.join(format!("{stem}.png"))).unwrap();
+        assert!(
+            png.len() > 10_000 && png.starts_with(b"\x89PNG"),
+            "{stem}.png"
+        );
+        let svg = std::fs::read_to_string(dir.join(format!("{stem}.svg"))).unwrap();
+        assert!(
+            svg.contains("<svg") && svg.contains("offered load"),
+            "{stem}.svg"
+        );
+    }
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    for &qd in &r.plan.iodepths {
+        assert!(
+            report.contains(&format!("- **QD {qd}**: target CPU")),
+            "summary of QD {qd}"
+        );
+    }
+    assert_eq!(
+        report.matches("\n| farflash --poll ").count() + report.matches("\n| SPDK ").count(),
+        r.runs.len() + r.runs.iter().filter(|x| x.load_pct.is_none()).count(),
+        "a row per run and one per saturation run"
+    );
+    assert!(report.contains(&r.environment.commit));
+    r
+}
+
+/// perf's own CPU (usr + sys, % of one core).
+fn opts_cpu(perf: &Value) -> f64 {
+    perf["cpu"]["usr_pct"].as_f64().unwrap() + perf["cpu"]["sys_pct"].as_f64().unwrap()
+}
+
+/// `--plan cpu-vs-load`, tiny: farflash adaptive only, QD 1, two loads, 1 s
+/// a run (the target's CPU time comes in 10 ms ticks); then `--replot` and
+/// the refusals.
+#[test]
+fn sweep_cpu_vs_load_plan_end_to_end() {
+    use farflash_sweep::cpuload::plan::TargetKind;
+    let s = Scratch::new("cpuload");
+    let out = s.0.join("out");
+    let o = Command::new(env!("CARGO_BIN_EXE_farflash"))
+        .env_remove("SPDK_DIR")
+        .args(["sweep", "--plan", "cpu-vs-load", "--targets", "adaptive"])
+        .args(["--iodepths", "1", "--loads", "10,50", "--runtime", "1"])
+        .args(["--ramp", "0.2", "--note", "a test run"])
+        .arg("--out")
+        .arg(&out)
+        .arg("--dir")
+        .arg(&s.0)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let dir = out.join("cpu-vs-load");
+    let r = check_cpu_load(&dir);
+    assert_eq!(r.plan.targets, vec![TargetKind::Adaptive]);
+    assert_eq!(r.runs.len(), 3);
+    let cmd = &r.settings.targets[0].command;
+    assert!(cmd.contains("--null 1G") && cmd.contains("--threads 1 --cpus-allowed 0"));
+    assert!(cmd.contains("--poll adaptive"), "{cmd}");
+    assert_eq!(
+        r.settings.spdk_skipped.as_deref(),
+        Some("no SPDK build given (SPDK_DIR)")
+    );
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(report.contains("**Note:** a test run"));
+    // --replot rebuilds the figures and report from results.json alone.
+    for f in ["report.md", "cpu.png", "results.csv"] {
+        std::fs::remove_file(dir.join(f)).unwrap();
+    }
+    sweep(&[
+        "--plan",
+        "cpu-vs-load",
+        "--replot",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    check_cpu_load(&dir);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("report.md")).unwrap(),
+        report
+    );
+    // Refused before anything starts.
+    let c = ["--plan", "cpu-vs-load"];
+    refused(
+        &s,
+        &[&c[..], &["--loads", "50,10"]].concat(),
+        Some("ascend"),
+    );
+    refused(
+        &s,
+        &[&c[..], &["--targets", "sometimes"]].concat(),
+        Some("sometimes"),
+    );
+    refused(
+        &s,
+        &[&c[..], &["--iodepths", "0"]].concat(),
+        Some("queue depth 0"),
+    );
+    refused(
+        &s,
+        &[&c[..], &["--transport", "rdma"]].concat(),
+        Some("--transport"),
+    );
+    let o = Command::new(env!("CARGO_BIN_EXE_farflash"))
+        .env_remove("SPDK_DIR")
+        .args([
+            "sweep",
+            "--plan",
+            "cpu-vs-load",
+            "--targets",
+            "spdk",
+            "--out",
+        ])
+        .arg(s.0.join("bad"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("SPDK_DIR"));
+    // With a folder that is no SPDK build, it says what is missing.
+    refused(
+        &s,
+        &[&c[..], &["--targets", "spdk", "--spdk-dir", "/nonexistent"]].concat(),
+        Some("build/bin/nvmf_tgt"),
+    );
+}
+
+/// `docs/sweep/cpu-vs-load/`: the built-in study with SPDK's target, from
+/// the shared development VM, labelled as such.
+#[test]
+fn sweep_committed_cpu_vs_load_results_are_complete() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/sweep/cpu-vs-load");
+    let r = check_cpu_load(&root);
+    assert_eq!(
+        r.plan,
+        farflash_sweep::cpuload::plan::CpuLoadPlan::builtin(true)
+    );
+    assert!(r.settings.runtime_s >= 2.0, "a real run, not a test run");
+    let note = r.settings.note.as_deref().unwrap_or_default();
+    assert!(note.contains("shared") && note.contains("rerun"), "{note}");
+}

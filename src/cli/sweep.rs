@@ -4,6 +4,9 @@
 
 use anyhow::{bail, Context};
 use farflash_bench::size::parse_size;
+use farflash_sweep::cpuload::plan::{parse_list, CpuLoadPlan, TargetKind, NAME as CPU_LOAD};
+use farflash_sweep::cpuload::CpuLoadOptions;
+use farflash_sweep::spdk::SpdkBuild;
 use farflash_sweep::target::RemoteAddr;
 use farflash_sweep::tenants::plan::{parse_counts, TenantsPlan};
 use farflash_sweep::tenants::TenantsOptions;
@@ -14,7 +17,7 @@ use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
 pub struct SweepArgs {
-    /// Plan: request-size, parallelism, cpu-cost, queue-depth, all (those four), tenants, or a TOML plan file (repeatable).
+    /// Plan: request-size, parallelism, cpu-cost, queue-depth, all (those four), tenants, cpu-vs-load, or a TOML plan file (repeatable).
     #[arg(
         long = "plan",
         value_name = "NAME|FILE",
@@ -98,6 +101,24 @@ pub struct SweepArgs {
     /// device's interface; default 127.0.0.1).
     #[arg(long = "address", value_name = "ADDR")]
     pub address: Option<String>,
+    /// cpu-vs-load plan: the targets, each alone on one core (adaptive,
+    /// always, never, hybrid: farflash serve --poll; spdk: SPDK's nvmf_tgt).
+    /// Default: the four farflash modes, and spdk when SPDK_DIR is set.
+    #[arg(long = "targets", value_name = "T,T,..")]
+    pub targets: Option<String>,
+    /// cpu-vs-load plan: queue depths.
+    #[arg(long = "iodepths", value_name = "N,N,..", default_value = "1,4,32")]
+    pub iodepths: String,
+    /// cpu-vs-load plan: offered loads, % of the saturation measured first.
+    #[arg(
+        long = "loads",
+        value_name = "PCT,PCT,..",
+        default_value = "5,10,25,50,75,90,100"
+    )]
+    pub loads: String,
+    /// cpu-vs-load plan: an SPDK build with build/bin/nvmf_tgt (default: $SPDK_DIR).
+    #[arg(long = "spdk-dir", value_name = "DIR")]
+    pub spdk_dir: Option<PathBuf>,
     /// Redo only the plots and report of existing results folders (OUT/<plan>/results.json).
     #[arg(long = "replot")]
     pub replot: bool,
@@ -153,11 +174,69 @@ fn plans(names: &[String]) -> anyhow::Result<Vec<Plan>> {
     Ok(v)
 }
 
+/// The cpu-vs-load study's options (`--plan cpu-vs-load`).
+fn cpu_load_options(a: &SweepArgs, farflash: &std::path::Path) -> anyhow::Result<CpuLoadOptions> {
+    if a.target.is_some() || a.filename.is_some() || a.only.is_some() || a.address.is_some() {
+        bail!("--plan cpu-vs-load starts its own targets on null namespaces over NVMe/TCP on 127.0.0.1: --target, --filename, --only and --address do not apply");
+    }
+    if a.transport != "tcp" || a.serve_poll.is_some() {
+        bail!("--plan cpu-vs-load runs over NVMe/TCP and sets each target's polling itself (--targets): --transport and --serve-poll do not apply");
+    }
+    let spdk_dir = a.spdk_dir.clone().or_else(|| {
+        std::env::var_os("SPDK_DIR")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    });
+    let mut plan = CpuLoadPlan::builtin(spdk_dir.is_some());
+    if let Some(t) = &a.targets {
+        plan.targets = t
+            .split(',')
+            .map(TargetKind::parse)
+            .collect::<anyhow::Result<_>>()
+            .with_context(|| format!("--targets {t:?}"))?;
+    }
+    plan.iodepths = parse_list("--iodepths", &a.iodepths)?;
+    plan.loads_pct = parse_list("--loads", &a.loads)?;
+    plan.validate()?;
+    let wants_spdk = plan.targets.contains(&TargetKind::Spdk);
+    let (spdk, spdk_skipped) = match (&spdk_dir, wants_spdk) {
+        (Some(d), true) => (Some(SpdkBuild::find(d)?), None),
+        (None, true) => bail!("--targets spdk needs an SPDK build: set SPDK_DIR or --spdk-dir"),
+        (Some(_), false) => (None, Some("not in --targets".to_string())),
+        (None, false) => (None, Some("no SPDK build given (SPDK_DIR)".to_string())),
+    };
+    Ok(CpuLoadOptions {
+        farflash: farflash.to_owned(),
+        plan,
+        out: a.out.clone(),
+        work_dir: a.dir.clone().unwrap_or_else(std::env::temp_dir),
+        runtime_s: seconds(&a.runtime)?,
+        ramp_s: seconds(&a.ramp)?,
+        perf_poll: a.perf_poll.clone(),
+        spdk,
+        spdk_skipped,
+        progress_bar: std::io::stderr().is_terminal(),
+        plots: !a.no_plots,
+        note: a.note.clone(),
+    })
+}
+
 pub fn run(a: SweepArgs) -> anyhow::Result<()> {
     let tenants = a.plan.iter().any(|p| p == "tenants");
-    let others: Vec<String> = a.plan.iter().filter(|p| *p != "tenants").cloned().collect();
+    let cpu_load = a.plan.iter().any(|p| p == CPU_LOAD);
+    let others: Vec<String> = a
+        .plan
+        .iter()
+        .filter(|p| *p != "tenants" && *p != CPU_LOAD)
+        .cloned()
+        .collect();
     let plans = plans(&others)?;
     if a.replot {
+        if cpu_load {
+            let dir = a.out.join(CPU_LOAD);
+            farflash_sweep::cpuload::replot(&dir)?;
+            println!("{}", dir.display());
+        }
         if tenants {
             let dir = a.out.join("tenants");
             farflash_sweep::tenants::replot(&dir)?;
@@ -189,6 +268,11 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
         _ => None,
     };
     let farflash = std::env::current_exe().context("locating the farflash binary")?;
+    let cpu_load = if cpu_load {
+        Some(cpu_load_options(&a, &farflash)?)
+    } else {
+        None
+    };
     let dir = a.dir.clone().unwrap_or_else(std::env::temp_dir);
     let tenants = if tenants {
         if a.target.is_some() || a.filename.is_some() || a.only.is_some() {
@@ -264,6 +348,10 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
     }
     if let Some(t) = tenants {
         let d = farflash_sweep::tenants::run(&t)?;
+        println!("{}", d.join("report.md").display());
+    }
+    if let Some(c) = cpu_load {
+        let d = farflash_sweep::cpuload::run(&c)?;
         println!("{}", d.join("report.md").display());
     }
     Ok(())

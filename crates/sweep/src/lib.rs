@@ -13,6 +13,7 @@
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod cpuload;
 pub mod env;
 pub mod output;
 pub mod perfjson;
@@ -24,6 +25,7 @@ pub mod report;
 pub mod results;
 pub mod runner;
 pub mod schema;
+pub mod spdk;
 pub mod summary;
 pub mod sweep;
 pub mod target;

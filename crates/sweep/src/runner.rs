@@ -155,6 +155,42 @@ pub(crate) fn run_perf(
     Ok((out, end, samples))
 }
 
+/// One perf run measured: its JSON report, figures, measured interval
+/// and CPU split.
+pub struct Measured {
+    pub perf: serde_json::Value,
+    pub figures: Figures,
+    pub window: Window,
+    pub cpu: Cpu,
+}
+
+/// Runs perf with `args` (a JSON report), sampling `/proc` and the target
+/// process `target_pid`, and cuts the CPU split out of the measured interval;
+/// `write` picks the direction whose latency is reported.
+pub fn measure(
+    s: &RunSettings,
+    args: &[String],
+    target_pid: Option<u32>,
+    write: bool,
+) -> Result<Measured> {
+    let limit = Duration::from_secs_f64(s.runtime_s + s.ramp_s + 60.0);
+    let (out, end, samples) = run_perf(&s.farflash, args, target_pid, limit)?;
+    let perf: serde_json::Value =
+        serde_json::from_str(&out).context("perf printed no JSON document")?;
+    let figures = figures(&perf, write)?;
+    // The measured interval ends at the last completion, just before perf
+    // disconnects and prints: take the runtime back from perf's exit.
+    let start = end - figures.runtime_ms as f64 / 1e3;
+    let window = Window { start, end };
+    let cpu = cpu_split(&figures, &samples, window, target_pid.is_some());
+    Ok(Measured {
+        perf,
+        figures,
+        window,
+        cpu,
+    })
+}
+
 /// Runs one point and assembles its record.
 pub fn run_point(
     plan: &Plan,
@@ -169,17 +205,13 @@ pub fn run_point(
         Where::Local(_) => (None, None, None),
     };
     let before = remote.map(SmartCounters::read).transpose()?;
-    let limit = Duration::from_secs_f64(s.runtime_s + s.ramp_s + 60.0);
-    let (out, end, samples) = run_perf(&s.farflash, &args, target_pid, limit)?;
+    let Measured {
+        perf,
+        figures: f,
+        window,
+        cpu,
+    } = measure(s, &args, target_pid, plan.writes())?;
     let after = remote.map(SmartCounters::read).transpose()?;
-    let perf: serde_json::Value =
-        serde_json::from_str(&out).context("perf printed no JSON document")?;
-    let f = figures(&perf, plan.writes())?;
-    // The measured interval ends at the last completion, just before perf
-    // disconnects and prints: take the runtime back from perf's exit.
-    let start = end - f.runtime_ms as f64 / 1e3;
-    let window = Window { start, end };
-    let cpu = cpu_split(&f, &samples, window, target_pid.is_some());
     let busy = cpu.host.busy + cpu.target.map(|t| t.busy).unwrap_or(0.0);
     let iops_per_cpu_pct =
         (busy > 0.0 && (remote.is_none() || cpu.target.is_some())).then(|| f.iops / busy);

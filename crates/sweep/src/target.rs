@@ -75,6 +75,13 @@ impl Serve {
     /// `cfg.rdma`, an RDMA listener on another) and waits (up to 30 s) for
     /// `listening on`.
     pub fn start(farflash: &Path, backing: &Path, cfg: &ServeConfig) -> Result<Serve> {
+        let ns = ["--file".to_string(), backing.display().to_string()];
+        Serve::start_with(farflash, &ns, cfg)
+    }
+
+    /// [`Serve::start`] with other namespace options than `--file PATH`
+    /// (e.g. `--null 1G`).
+    pub fn start_with(farflash: &Path, namespace: &[String], cfg: &ServeConfig) -> Result<Serve> {
         let ip: IpAddr = cfg
             .address
             .as_deref()
@@ -102,14 +109,9 @@ impl Serve {
         } else {
             None
         };
-        args.extend([
-            "--nqn".into(),
-            SWEEP_NQN.into(),
-            "--file".into(),
-            backing.display().to_string(),
-            "--log-level".into(),
-            "warn".into(),
-        ]);
+        args.extend(["--nqn".into(), SWEEP_NQN.into()]);
+        args.extend_from_slice(namespace);
+        args.extend(["--log-level".into(), "warn".into()]);
         if let Some(t) = cfg.threads {
             args.extend(["--threads".into(), t.to_string()]);
         }

@@ -6,6 +6,7 @@
 //! squares (or mid-gray hatched bars), so they stay apart in grayscale.
 
 mod charts;
+mod cpuload;
 mod panels;
 mod tenants;
 
@@ -77,4 +78,26 @@ pub fn write_all(r: &Results, dir: &Path) -> Result<()> {
 /// Writes the tenants study's figure (`tenants.svg`, `tenants.png`).
 pub fn write_tenants(r: &crate::tenants::results::TenantsResults, dir: &Path) -> Result<()> {
     save(dir, "tenants", &tenants::TenantsFig(r))
+}
+
+/// The cpu-vs-load study's figures (file stems).
+pub const CPU_LOAD_PLOTS: [&str; 3] = ["cpu", "efficiency", "latency"];
+
+/// Writes the cpu-vs-load study's figures ([`CPU_LOAD_PLOTS`]).
+pub fn write_cpu_load(r: &crate::cpuload::results::CpuLoadResults, dir: &Path) -> Result<()> {
+    let figs = [
+        (
+            "target and host CPU against offered load",
+            &cpuload::CPU_ROWS[..],
+        ),
+        (
+            "IOPS per CPU-% against offered load",
+            &cpuload::EFFICIENCY_ROWS[..],
+        ),
+        ("latency against offered load", &cpuload::LATENCY_ROWS[..]),
+    ];
+    for (stem, (title, rows)) in CPU_LOAD_PLOTS.iter().zip(figs) {
+        save(dir, stem, &cpuload::LoadFig { r, title, rows })?;
+    }
+    Ok(())
 }

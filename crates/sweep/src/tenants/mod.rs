@@ -398,15 +398,21 @@ pub fn run(o: &TenantsOptions) -> Result<PathBuf> {
     Ok(dir)
 }
 
+impl crate::output::Study for TenantsResults {
+    fn write_data(&self, dir: &Path) -> Result<()> {
+        self.write(dir)
+    }
+    fn write_plots(&self, dir: &Path) -> Result<()> {
+        crate::plot::write_tenants(self, dir)
+    }
+    fn report(&self, plots: bool) -> String {
+        report::markdown(self, plots)
+    }
+}
+
 /// Writes results.json, results.csv, the plots (when `plots`) and report.md.
 pub fn write_folder(r: &TenantsResults, dir: &Path, plots: bool) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    r.write(dir)?;
-    if plots {
-        crate::plot::write_tenants(r, dir)?;
-    }
-    std::fs::write(dir.join("report.md"), report::markdown(r, plots))?;
-    Ok(())
+    crate::output::write_study(r, dir, plots)
 }
 
 /// Rebuilds the plots and report of `dir/results.json`.
