@@ -407,7 +407,10 @@ mod tests {
         assert!(r.take(t0));
         let start = t0 + Duration::from_millis(50);
         r.restart(start);
-        assert!(r.take(start) && !r.take(start), "one I/O, not the 50 missed");
+        assert!(
+            r.take(start) && !r.take(start),
+            "one I/O, not the 50 missed"
+        );
         // A rate over a million a second still advances.
         let mut fast = Pacer::new(u32::MAX, t0);
         assert!(fast.take(t0) && fast.take(t0 + us));
