@@ -34,6 +34,16 @@
 #                      bidirectional authentication when the host asks
 #   SERVE_DHCHAP_HASH  hmac(sha256) (default), hmac(sha384) or hmac(sha512)
 #   SERVE_DHCHAP_DHGROUP  null (default), ffdhe2048 ... ffdhe8192
+#   SERVE_TLS          1: every port requires TLS 1.3 (addr_tsas tls1.3,
+#                      addr_treq required; an image made with run-linux-host
+#                      --tls, a 6.12 kernel); tlshd is started, logging to
+#                      /run/tlshd.log
+#   SERVE_TLS_KEYS     configured PSKs (NVMeTLSkey-1:HH:...:), space separated:
+#                      each is inserted into the .nvme keyring with nvme-cli
+#                      2.13's check-tls-key --insert (its derivation) for every
+#                      host of SERVE_TLS_HOSTS, for NQN and the discovery NQN,
+#                      with identities of versions 0 and 1
+#   SERVE_TLS_HOSTS    host NQNs of those keys (default SERVE_ALLOW_HOSTS)
 set -euo pipefail
 
 NQN=${NQN:-nqn.2014-08.io.farflash:kernel-target}
@@ -47,6 +57,10 @@ SERVE_DHCHAP_KEY=${SERVE_DHCHAP_KEY:-}
 SERVE_DHCHAP_CTRL_KEY=${SERVE_DHCHAP_CTRL_KEY:-}
 SERVE_DHCHAP_HASH=${SERVE_DHCHAP_HASH:-}
 SERVE_DHCHAP_DHGROUP=${SERVE_DHCHAP_DHGROUP:-}
+SERVE_TLS=${SERVE_TLS:-0}
+SERVE_TLS_KEYS=${SERVE_TLS_KEYS:-}
+SERVE_TLS_HOSTS=${SERVE_TLS_HOSTS:-$SERVE_ALLOW_HOSTS}
+DISCOVERY_NQN=nqn.2014-08.org.nvmexpress.discovery
 
 CFG=/sys/kernel/config/nvmet
 SUB=$CFG/subsystems/$NQN
@@ -100,6 +114,53 @@ loop_dev() { # INDEX MIB -> prints the loop device over a sparse tmpfs file
 	echo "$dev"
 }
 
+# tlshd, the kernel's TLS handshake agent, with the .nvme keyring, and the
+# keys. tlshd 1.0 is ready once it has printed its last priority string
+# (after linking the keyring, before listening for handshake requests).
+tls_setup() {
+	local m key host sub v i=0
+	command -v tlshd >/dev/null || die "SERVE_TLS needs an image made with run-linux-host --tls"
+	for m in aesni_intel gcm ghash_generic ccm tls nvme-keyring; do
+		modprobe "$m" 2>/dev/null || grep -q "/${m//-/_}.ko" <(tr - _ </lib/modules/"$(uname -r)"/modules.builtin) ||
+			die "cannot load kernel module $m"
+	done
+	grep -q '\.nvme' /proc/keys || die "no .nvme keyring (nvme-keyring)"
+	cat >/etc/tlshd.conf <<-EOF
+		[debug]
+		loglevel=6
+		tls=0
+		nl=0
+		[authenticate]
+		keyrings=.nvme
+		[authenticate.client]
+		[authenticate.server]
+	EOF
+	tlshd -c /etc/tlshd.conf -s >/run/tlshd.log 2>&1 &
+	echo "pid $!" >>"$STATE"
+	while ! grep -q "PSK SHA384 priority string" /run/tlshd.log 2>/dev/null; do
+		i=$((i + 1))
+		[[ $i -lt 300 ]] || die "tlshd did not start: $(cat /run/tlshd.log)"
+		kill -0 "$(awk '$1 == "pid" { p = $2 } END { print p }' "$STATE")" 2>/dev/null ||
+			die "tlshd exited: $(cat /run/tlshd.log)"
+		sleep 0.1
+	done
+	[[ -z $SERVE_TLS_KEYS || -n $SERVE_TLS_HOSTS ]] || die "SERVE_TLS_KEYS needs SERVE_TLS_HOSTS or SERVE_ALLOW_HOSTS"
+	for key in $SERVE_TLS_KEYS; do
+		for host in $SERVE_TLS_HOSTS; do
+			for sub in "$NQN" "$DISCOVERY_NQN"; do
+				for v in 0 1; do
+					nvme-tls check-tls-key --keydata="$key" --hostnqn="$host" --subsysnqn="$sub" \
+						--identity=$v --insert >/dev/null || die "nvme check-tls-key --insert failed for $host $sub v$v"
+				done
+			done
+		done
+	done
+	# tlshd's lines (each handshake's identity and result) on stderr
+	tail -n +1 -f /run/tlshd.log | while IFS= read -r l; do echo "[guest] $l"; done >&2 &
+	echo "pid $!" >>"$STATE"
+	echo "TLS-KEYS $(grep -c ' psk .*NVMe[01]R0' /proc/keys || true) in .nvme: $(grep -o 'NVMe[01]R0[12] [^ ]* [^ ]*' /proc/keys | sort | uniq -c | paste -sd';')"
+}
+
 setup() {
 	local nsid=0 spec kind mib dev i=0 port host brd_used=0 nullb=0
 	[[ $SERVE_BLOCK_SIZE = 512 || $SERVE_BLOCK_SIZE = 4096 ]] || die "SERVE_BLOCK_SIZE must be 512 or 4096"
@@ -107,6 +168,7 @@ setup() {
 	modprobe nvmet
 	modprobe nvmet-tcp
 	: >"$STATE"
+	[[ $SERVE_TLS = 0 ]] || tls_setup
 	mkdir "$SUB"
 	echo "subsystem $SUB" >>"$STATE"
 	for spec in $SERVE_NAMESPACES; do
@@ -169,6 +231,11 @@ setup() {
 		echo tcp >"$p/addr_trtype"
 		echo "$SERVE_ADDR" >"$p/addr_traddr"
 		echo "$port" >"$p/addr_trsvcid"
+		if [[ $SERVE_TLS = 1 ]]; then
+			[[ -e $p/addr_tsas ]] || die "this kernel's nvmet has no TLS (addr_tsas)"
+			echo tls1.3 >"$p/addr_tsas"
+			echo required >"$p/addr_treq"
+		fi
 		echo "port $p" >>"$STATE"
 		ln -s "$SUB" "$p/subsystems/$NQN"
 		echo "link $p/subsystems/$NQN" >>"$STATE"
@@ -176,7 +243,8 @@ setup() {
 	echo "TARGET-READY nqn=$NQN addr=$SERVE_ADDR ports=${SERVE_PORTS// /,}" \
 		"namespaces=${SERVE_NAMESPACES// /,} block_size=$SERVE_BLOCK_SIZE" \
 		"allow_hosts=${SERVE_ALLOW_HOSTS:-any}" \
-		"dhchap=${SERVE_DHCHAP_KEY:+${SERVE_DHCHAP_HASH:-hmac(sha256)}/${SERVE_DHCHAP_DHGROUP:-null}${SERVE_DHCHAP_CTRL_KEY:+/bidirectional}}"
+		"dhchap=${SERVE_DHCHAP_KEY:+${SERVE_DHCHAP_HASH:-hmac(sha256)}/${SERVE_DHCHAP_DHGROUP:-null}${SERVE_DHCHAP_CTRL_KEY:+/bidirectional}}" \
+		"tls=$([[ $SERVE_TLS = 1 ]] && echo "tls1.3/required" || echo none)"
 }
 
 teardown() { # undo what setup recorded, newest first
@@ -186,6 +254,7 @@ teardown() { # undo what setup recorded, newest first
 	while read -r kind path extra; do
 		case $kind in
 		link) rm -f "$path" ;;
+		pid) kill "$path" 2>/dev/null || true ;;
 		port | host | subsystem) rmdir "$path" ;;
 		namespace)
 			echo 0 >"$path/enable"
