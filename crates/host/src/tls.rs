@@ -145,6 +145,10 @@ pub fn handshake_failure(e: &TlsError, identity: &str) -> String {
             "the target did not take the PSK identity '{identity}' and offered a certificate \
              instead (NVMe/TCP uses PSKs only)"
         ),
+        TlsError::Protocol(_) => format!(
+            "TLS handshake offering the PSK identity '{identity}' failed: {e} (the target \
+             answered with something that is not TLS: a port without TLS?)"
+        ),
         other => format!("TLS handshake offering the PSK identity '{identity}' failed: {other}"),
     }
 }
