@@ -11,6 +11,7 @@ use farflash_core::config::{
 };
 use farflash_core::listen::{split_listen, ListenTransport};
 use farflash_core::subsystem::{build_subsystems, human};
+use farflash_core::tls_key::TlsKey;
 use farflash_core::Target;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::PathBuf;
@@ -78,6 +79,16 @@ pub struct ServeFlags {
     /// (null, ffdhe2048 ... ffdhe8192; default null first, then all).
     #[arg(long = "dhchap-dhgroup", value_name = "LIST", value_delimiter = ',')]
     pub dhchap_dhgroup: Vec<String>,
+    /// TLS: HOSTNQN's configured PSK (`NVMeTLSkey-1:0x:...:`, from
+    /// gen-tls-key, or a 0600 file holding it) for NVMe/TCP listeners with a
+    /// secure channel (`--listen tls:ADDR:PORT` required,
+    /// `tls-optional:ADDR:PORT` not required) (repeatable).
+    #[arg(long = "tls-key", value_name = "HOSTNQN=KEY|FILE")]
+    pub tls_key: Vec<String>,
+    /// TLS PSK derivations accepted for the --tls-key hosts, in order
+    /// (default libnvme-1.10,rfc8446; docs/tls.md).
+    #[arg(long = "tls-derivation", value_name = "LIST", value_delimiter = ',')]
+    pub tls_derivation: Vec<String>,
     /// Refuse hosts without a --dhchap-key (Connect Invalid Host).
     #[arg(long = "require-auth")]
     pub require_auth: bool,
@@ -250,7 +261,7 @@ impl ServeArgs {
             if touches_subsystem {
                 // Flags describe one more subsystem beside the file's.
                 if flag_ns.is_empty() {
-                    bail!("with --config, --nqn/--allow-host/--block-size/--dhchap-*/--qos need namespaces (--ram/--file/--null/--rbd)");
+                    bail!("with --config, --nqn/--allow-host/--block-size/--dhchap-*/--tls-key/--qos need namespaces (--ram/--file/--null/--rbd)");
                 }
                 let mut sub = SubsystemConfig::new(
                     f.nqn.clone().unwrap_or_else(|| DEFAULT_NQN.to_owned()),
@@ -301,12 +312,32 @@ fn host_keys(f: &ServeFlags) -> Result<Vec<HostAuthConfig>> {
             bail!("--dhchap-key for {nqn} is given twice");
         }
         hosts.push(HostAuthConfig {
-            nqn,
-            dhchap_key: key,
-            dhchap_ctrl_key: None,
+            dhchap_key: Some(key),
             dhchap_hash: f.dhchap_hash.clone(),
             dhchap_dhgroup: f.dhchap_dhgroup.clone(),
+            ..HostAuthConfig::new(nqn)
         });
+    }
+    for v in &f.tls_key {
+        let Some((nqn, text)) = v.split_once('=') else {
+            bail!("--tls-key takes HOSTNQN=KEY or HOSTNQN=FILE");
+        };
+        // The error names the host and what is wrong, never the key.
+        let key = TlsKey::parse(text).map_err(|e| anyhow::anyhow!("--tls-key for {nqn}: {e}"))?;
+        let h = match hosts.iter_mut().find(|h| h.nqn == nqn) {
+            Some(h) if h.tls_key.is_some() => bail!("--tls-key for {nqn} is given twice"),
+            Some(h) => h,
+            None => {
+                hosts.push(HostAuthConfig::new(nqn));
+                let n = hosts.len() - 1;
+                &mut hosts[n]
+            }
+        };
+        h.tls_key = Some(key);
+        h.tls_derivation = f.tls_derivation.clone();
+    }
+    if f.tls_key.is_empty() && !f.tls_derivation.is_empty() {
+        bail!("--tls-derivation needs a --tls-key");
     }
     for v in &f.dhchap_ctrl_key {
         let (nqn, key) = split("--dhchap-ctrl-key", v)?;

@@ -202,11 +202,11 @@ mod tests {
             SubsystemConfig::new(NQN, vec![NamespaceConfig::sized(BackendKind::Ram, 1 << 20)]);
         sub.require_auth = require;
         sub.hosts = vec![HostAuthConfig {
-            nqn: HOST.into(),
-            dhchap_key: DhchapKey(key(1)),
+            dhchap_key: Some(DhchapKey(key(1))),
             dhchap_ctrl_key: ctrl_key.then(|| DhchapKey(key(2))),
             dhchap_hash: vec!["hmac(sha384)".into()],
             dhchap_dhgroup: groups.iter().map(|g| g.to_string()).collect(),
+            ..HostAuthConfig::new(HOST)
         }];
         let cfg = Config {
             listen: vec!["127.0.0.1:4420".into()],
@@ -466,7 +466,7 @@ mod tests {
         assert_eq!(authenticate(&mut q, key(1), None, 1), HostStep::Done(None));
         // The host's key changes (SIGHUP, load_config or host_allow).
         let mut cfg = crate::reload::current_config(&t);
-        cfg.subsystems[0].hosts[0].dhchap_key = DhchapKey(key(7));
+        cfg.subsystems[0].hosts[0].dhchap_key = Some(DhchapKey(key(7)));
         let report = crate::reload::apply(&t, &cfg).expect("apply the new key");
         assert_eq!(report.hosts_changed, vec![NQN.to_owned()]);
         assert_eq!(report.disconnected, 0, "a keyed host stays connected");

@@ -70,6 +70,14 @@ pub struct TransportConfig {
     /// How many subsystems and namespaces the target takes
     /// (`[transport.limits]`).
     pub limits: Limits,
+    /// Secure channel (TLS listeners): a connection whose TLS handshake
+    /// (or, on a `tls-optional` listener, whose first byte) has not come
+    /// within this many milliseconds is closed (default 10000, as Linux
+    /// nvme-tcp's `tls_handshake_timeout` of 10 s).
+    pub tls_handshake_timeout_ms: u32,
+    /// Secure channel: a TLS record begun and not completed within this
+    /// many milliseconds closes the connection (a peer stalled mid-record).
+    pub tls_record_timeout_ms: u32,
 }
 
 /// The target's limits on subsystems and namespaces, checked at start, at
@@ -172,6 +180,8 @@ impl Default for TransportConfig {
             poll_idle_us: 100,
             fair_share_kib: 256,
             limits: Limits::default(),
+            tls_handshake_timeout_ms: 10_000,
+            tls_record_timeout_ms: 10_000,
         }
     }
 }
@@ -241,6 +251,7 @@ pub struct SubsystemConfig {
     #[serde(default, rename = "host", skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<HostAuthConfig>,
     /// Refuse hosts that have no `dhchap_key` here (Connect Invalid Host).
+    /// A host with only a `tls_key` is not authenticated in band.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub require_auth: bool,
     #[serde(default, rename = "namespace")]
@@ -256,29 +267,61 @@ pub struct SubsystemConfig {
 }
 
 /// DH-HMAC-CHAP settings of one host (Base 2.0 §8.13.5), named as Linux's
-/// nvmet configfs names them (`hosts/<NQN>/dhchap_key` etc.).
+/// nvmet configfs names them (`hosts/<NQN>/dhchap_key` etc.), and its TLS
+/// pre-shared key (NVMe/TCP 1.0 §3.6.1, `crate::tls_key`). At least one of
+/// `dhchap_key` and `tls_key`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostAuthConfig {
     /// The host NQN.
     pub nqn: String,
     /// The host's secret, `DHHC-1:0X:<base64>:` (`nvme gen-dhchap-key`).
-    pub dhchap_key: DhchapKey,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhchap_key: Option<DhchapKey>,
     /// The controller's secret for bidirectional authentication.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dhchap_ctrl_key: Option<DhchapKey>,
     /// Hashes the controller may select, preferred first: "sha256",
     /// "sha384", "sha512" (also "hmac(sha256)" as configfs spells them).
     /// Empty: all, SHA-256 first (as Linux's default).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dhchap_hash: Vec<String>,
     /// DH groups, preferred first: "null", "ffdhe2048" … "ffdhe8192".
     /// Empty: all, null first (Linux nvmet's default group).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dhchap_dhgroup: Vec<String>,
+    /// The host's configured TLS PSK: `NVMeTLSkey-1:0x:<base64>:` (`nvme
+    /// gen-tls-key`, `farflash gen-tls-key`) or the path of a file (mode
+    /// 0600) holding it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<crate::tls_key::TlsKey>,
+    /// Derivation layouts accepted for `tls_key`, tried in order
+    /// (`farflash_tls::Derivation` names; empty: "libnvme-1.10",
+    /// "rfc8446"). A version 1 identity picks the one its digest matches,
+    /// a version 0 identity the first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tls_derivation: Vec<String>,
 }
 
 impl HostAuthConfig {
+    /// A host with neither key, to fill in.
+    pub fn new(nqn: impl Into<String>) -> HostAuthConfig {
+        HostAuthConfig {
+            nqn: nqn.into(),
+            dhchap_key: None,
+            dhchap_ctrl_key: None,
+            dhchap_hash: Vec::new(),
+            dhchap_dhgroup: Vec::new(),
+            tls_key: None,
+            tls_derivation: Vec::new(),
+        }
+    }
+
+    /// The derivations accepted for `tls_key`, in order.
+    pub fn derivations(&self) -> Result<Vec<farflash_tls::Derivation>, String> {
+        crate::tls_key::derivations(&self.tls_derivation)
+    }
+
     /// The hashes, preferred first.
     pub fn hashes(&self) -> Result<Vec<HashId>, String> {
         if self.dhchap_hash.is_empty() {
@@ -575,6 +618,14 @@ impl Config {
         if t.poll_idle_us > 1_000_000 {
             return bad("poll_idle_us must be at most 1000000".into());
         }
+        for (name, v) in [
+            ("tls_handshake_timeout_ms", t.tls_handshake_timeout_ms),
+            ("tls_record_timeout_ms", t.tls_record_timeout_ms),
+        ] {
+            if !(100..=600_000).contains(&v) {
+                return bad(format!("{name} must be within 100..=600000"));
+            }
+        }
         if t.keep_alive_granularity_ms < 100 || t.keep_alive_granularity_ms > 6_553_500 {
             return bad("keep_alive_granularity_ms must be within 100..=6553500".into());
         }
@@ -622,10 +673,34 @@ impl SubsystemConfig {
             }
             if !self.allowed_hosts.is_empty() && !self.allowed_hosts.contains(&h.nqn) {
                 return bad(format!(
-                    "{}: host {} has a dhchap_key but is not in allowed_hosts",
+                    "{}: host {} has a key but is not in allowed_hosts",
                     self.nqn, h.nqn
                 ));
             }
+            if h.dhchap_key.is_none() && h.tls_key.is_none() {
+                return bad(format!(
+                    "{}: host {} needs a dhchap_key or a tls_key",
+                    self.nqn, h.nqn
+                ));
+            }
+            if h.dhchap_key.is_none()
+                && (h.dhchap_ctrl_key.is_some()
+                    || !h.dhchap_hash.is_empty()
+                    || !h.dhchap_dhgroup.is_empty())
+            {
+                return bad(format!(
+                    "{}: host {}: dhchap_ctrl_key, dhchap_hash and dhchap_dhgroup need a dhchap_key",
+                    self.nqn, h.nqn
+                ));
+            }
+            if h.tls_key.is_none() && !h.tls_derivation.is_empty() {
+                return bad(format!(
+                    "{}: host {}: tls_derivation needs a tls_key",
+                    self.nqn, h.nqn
+                ));
+            }
+            h.derivations()
+                .map_err(|e| ConfigError::Invalid(format!("{}: host {}: {e}", self.nqn, h.nqn)))?;
             let hashes = h.hashes().map_err(ConfigError::Invalid)?;
             let groups = h.groups().map_err(ConfigError::Invalid)?;
             if hashes.is_empty() || groups.is_empty() {

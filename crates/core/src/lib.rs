@@ -31,6 +31,7 @@ pub mod resv;
 pub mod stats;
 pub mod subsystem;
 pub mod target;
+pub mod tls_key;
 
 mod admin;
 mod auth;

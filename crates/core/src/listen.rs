@@ -3,6 +3,13 @@
 //! the table `{ address = "ADDR:PORT", transport = "rdma" }`, which is
 //! stored as the prefixed string so that every other place (reload,
 //! management, `save_config`) keeps handling one string per listener.
+//!
+//! NVMe/TCP's secure channel (TCP Transport Specification 1.0 §3.6.1, TP
+//! 8011) is a property of the listener, as Linux nvmet's `addr_treq` is of
+//! its port: `tls:ADDR:PORT` requires TLS, `tls-optional:ADDR:PORT` takes
+//! TLS and plaintext on one port (the first byte decides), and in TOML
+//! `{ address = "ADDR:PORT", secure_channel = "required" | "optional" |
+//! "none" }`.
 
 use serde::de::{self, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
@@ -50,22 +57,88 @@ impl ListenTransport {
     }
 }
 
+/// Whether a TCP listener runs NVMe/TCP over TLS (TCP §3.6.1; the
+/// discovery log's TREQ secure channel field, Fabrics "TREQ" bits 1:0).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum SecureChannel {
+    /// Plaintext only (TREQ 00b "not specified", SECTYPE none); a TLS
+    /// ClientHello is refused with a close.
+    #[default]
+    None,
+    /// TLS or plaintext, told apart by the first byte (TREQ 10b "not
+    /// required", SECTYPE TLS 1.3), as Linux nvmet-tcp does for a port
+    /// whose `addr_treq` is "not required".
+    Optional,
+    /// TLS only (TREQ 01b "required", SECTYPE TLS 1.3); a plaintext ICReq
+    /// is refused with a close.
+    Required,
+}
+
+impl SecureChannel {
+    /// The listener-string prefix (`tls:`, `tls-optional:`), none for plaintext.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            SecureChannel::None => "",
+            SecureChannel::Optional => "tls-optional:",
+            SecureChannel::Required => "tls:",
+        }
+    }
+
+    /// The TOML / management name.
+    pub fn name(self) -> &'static str {
+        match self {
+            SecureChannel::None => "none",
+            SecureChannel::Optional => "optional",
+            SecureChannel::Required => "required",
+        }
+    }
+
+    /// By [`SecureChannel::name`]; also nvmet's `addr_treq` spellings.
+    pub fn from_name(s: &str) -> Option<SecureChannel> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "none" | "not specified" | "not-specified" => Some(SecureChannel::None),
+            "optional" | "not required" | "not-required" => Some(SecureChannel::Optional),
+            "required" => Some(SecureChannel::Required),
+            _ => None,
+        }
+    }
+}
+
 /// Splits a configured listener into its transport and `ADDR:PORT`. A
-/// leading `NAME:` of letters before an address that has a port is a
-/// transport name (an IPv6 address is bracketed, a host name alone has no
-/// second colon); an unknown one is an error naming it.
+/// leading `NAME:` of letters (and `-`) before an address that has a port
+/// is a transport name (an IPv6 address is bracketed, a host name alone
+/// has no second colon); an unknown one is an error naming it. `tls` and
+/// `tls-optional` are NVMe/TCP with a secure channel ([`listen_secure`]).
 pub fn split_listen(s: &str) -> Result<(ListenTransport, &str), String> {
+    listen_parts(s).map(|(t, _, a)| (t, a))
+}
+
+/// The secure channel of a configured listener (`tls:`, `tls-optional:`
+/// prefixes); plaintext for anything else, RDMA included.
+pub fn listen_secure(s: &str) -> SecureChannel {
+    listen_parts(s).map_or(SecureChannel::None, |(_, sc, _)| sc)
+}
+
+fn listen_parts(s: &str) -> Result<(ListenTransport, SecureChannel, &str), String> {
     if let Some((name, rest)) = s.split_once(':') {
-        if !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphabetic()) && rest.contains(':') {
-            return match ListenTransport::from_name(&name.to_ascii_lowercase()) {
-                Some(t) => Ok((t, rest)),
-                None => Err(format!(
-                    "listen {s:?}: transport {name:?} is not tcp or rdma"
-                )),
+        if !name.is_empty()
+            && name.bytes().all(|b| b.is_ascii_alphabetic() || b == b'-')
+            && rest.contains(':')
+        {
+            let lower = name.to_ascii_lowercase();
+            return match lower.as_str() {
+                "tls" => Ok((ListenTransport::Tcp, SecureChannel::Required, rest)),
+                "tls-optional" => Ok((ListenTransport::Tcp, SecureChannel::Optional, rest)),
+                _ => match ListenTransport::from_name(&lower) {
+                    Some(t) => Ok((t, SecureChannel::None, rest)),
+                    None => Err(format!(
+                        "listen {s:?}: transport {name:?} is not tcp, rdma, tls or tls-optional"
+                    )),
+                },
             };
         }
     }
-    Ok((ListenTransport::Tcp, s))
+    Ok((ListenTransport::Tcp, SecureChannel::None, s))
 }
 
 /// The string form of a listener: plain `ADDR:PORT` for TCP.
@@ -74,6 +147,11 @@ pub fn join_listen(t: ListenTransport, addr: &str) -> String {
         ListenTransport::Tcp => addr.to_owned(),
         ListenTransport::Rdma => format!("rdma:{addr}"),
     }
+}
+
+/// The string form of a TCP listener with its secure channel.
+pub fn join_listen_secure(sc: SecureChannel, addr: &str) -> String {
+    format!("{}{addr}", sc.prefix())
 }
 
 /// `listen = [...]`: strings, or tables with `address` and `transport`.
@@ -110,14 +188,16 @@ impl<'de> Deserialize<'de> for Entry {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Entry, A::Error> {
                 let (mut address, mut transport) = (None::<String>, None::<String>);
+                let mut secure = None::<String>;
                 while let Some(k) = m.next_key::<String>()? {
                     match k.as_str() {
                         "address" => address = Some(m.next_value()?),
                         "transport" => transport = Some(m.next_value()?),
+                        "secure_channel" => secure = Some(m.next_value()?),
                         other => {
                             return Err(de::Error::custom(format!(
-                                "listen: unknown field {other:?} (address, transport)"
-                            )))
+                            "listen: unknown field {other:?} (address, transport, secure_channel)"
+                        )))
                         }
                     }
                 }
@@ -129,6 +209,22 @@ impl<'de> Deserialize<'de> for Entry {
                         de::Error::custom(format!("listen: transport {n:?} is not tcp or rdma"))
                     })?,
                 };
+                let sc = match secure.as_deref() {
+                    None => SecureChannel::None,
+                    Some(n) => SecureChannel::from_name(n).ok_or_else(|| {
+                        de::Error::custom(format!(
+                            "listen: secure_channel {n:?} is not none, optional or required"
+                        ))
+                    })?,
+                };
+                if sc != SecureChannel::None {
+                    if t != ListenTransport::Tcp {
+                        return Err(de::Error::custom(
+                            "listen: a secure_channel is NVMe/TCP's (TLS); not for rdma",
+                        ));
+                    }
+                    return Ok(Entry(join_listen_secure(sc, &address)));
+                }
                 Ok(Entry(join_listen(t, &address)))
             }
         }
@@ -168,6 +264,23 @@ mod tests {
         assert_eq!(
             join_listen(ListenTransport::Rdma, "1.2.3.4:1"),
             "rdma:1.2.3.4:1"
+        );
+        assert_eq!(
+            split_listen("tls:10.0.2.15:4420"),
+            Ok((ListenTransport::Tcp, "10.0.2.15:4420"))
+        );
+        assert_eq!(listen_secure("tls:[::1]:4420"), SecureChannel::Required);
+        assert_eq!(
+            listen_secure("TLS-optional:1.2.3.4:1"),
+            SecureChannel::Optional
+        );
+        assert_eq!(listen_secure("rdma:1.2.3.4:1"), SecureChannel::None);
+        assert_eq!(listen_secure("1.2.3.4:1"), SecureChannel::None);
+        let e = split_listen("tls-maybe:10.0.2.15:4420").unwrap_err();
+        assert!(e.contains("tls-maybe"), "{e}");
+        assert_eq!(
+            join_listen_secure(SecureChannel::Optional, "1.2.3.4:1"),
+            "tls-optional:1.2.3.4:1"
         );
         assert_eq!(ListenTransport::Rdma.trtype(), 1);
         assert_eq!(ListenTransport::Tcp.trtype(), 3);

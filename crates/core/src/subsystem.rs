@@ -108,7 +108,10 @@ impl Subsystem {
     pub fn host_allowed(&self, hostnqn: &str) -> bool {
         let a = self.access.read().unwrap_or_else(|p| p.into_inner());
         (a.allowed_hosts.is_empty() || a.allowed_hosts.iter().any(|h| h == hostnqn))
-            && (!a.require_auth || a.hosts.iter().any(|h| h.nqn == hostnqn))
+            && (!a.require_auth
+                || a.hosts
+                    .iter()
+                    .any(|h| h.nqn == hostnqn && h.dhchap_key.is_some()))
     }
     /// The allowed host NQNs (empty: any host).
     pub fn allowed_hosts(&self) -> Vec<String> {
@@ -138,12 +141,33 @@ impl Subsystem {
         Some(farflash_auth::CtrlConfig {
             subsys_nqn: self.nqn.clone(),
             host_nqn: h.nqn.clone(),
-            host_secret: h.dhchap_key.0.clone(),
+            host_secret: h.dhchap_key.as_ref()?.0.clone(),
             ctrl_secret: h.dhchap_ctrl_key.as_ref().map(|k| k.0.clone()),
             // Config::validate checked the names.
             hashes: h.hashes().unwrap_or_default(),
             groups: h.groups().unwrap_or_default(),
         })
+    }
+
+    /// The TLS PSK for `identity` (a ClientHello's, naming this subsystem),
+    /// if its host has a `tls_key` here that resolves it
+    /// (`crate::tls_key`). Read at each handshake: a key replaced by a
+    /// reload or the management API applies to the next connection.
+    pub fn tls_psk_for(
+        &self,
+        identity: &farflash_tls::PskIdentity,
+    ) -> Option<farflash_tls::PskChoice> {
+        let a = self.access.read().unwrap_or_else(|p| p.into_inner());
+        let hostnqn = identity.hostnqn();
+        if !a.allowed_hosts.is_empty() && !a.allowed_hosts.iter().any(|h| h == hostnqn) {
+            return None;
+        }
+        let h = a.hosts.iter().find(|h| h.nqn == hostnqn)?;
+        let key = h.tls_key.as_ref()?;
+        // Config::validate checked the names.
+        let ds = h.derivations().unwrap_or_default();
+        let psk = crate::tls_key::choose(key, &ds, identity)?;
+        Some(crate::tls_key::choice(key, psk))
     }
 
     /// The configuration that rebuilds this subsystem as it is now

@@ -174,6 +174,32 @@ impl Target {
         self.listeners_gen.load(Ordering::Acquire)
     }
 
+    /// The secure channel of the TCP listener a connection reached at
+    /// `local` (`tls:` / `tls-optional:` listeners; a listener bound to an
+    /// unspecified address matches any local address of its port).
+    pub fn secure_channel(&self, local: &SocketAddr) -> crate::listen::SecureChannel {
+        let ls = self.listeners();
+        let tcp = |l: &&Listener| l.transport == ListenTransport::Tcp;
+        let l = (ls.iter().filter(tcp).find(|l| l.addr == *local)).or_else(|| {
+            ls.iter()
+                .filter(tcp)
+                .find(|l| l.addr.ip().is_unspecified() && l.addr.port() == local.port())
+        });
+        l.map_or(crate::listen::SecureChannel::None, |l| {
+            crate::listen::listen_secure(&l.config)
+        })
+    }
+
+    /// The TLS PSK for the identity a ClientHello offers (raw bytes): the
+    /// `tls_key` of the identity's host in the identity's subsystem, if the
+    /// host may connect there and its key resolves the identity
+    /// (`crate::tls_key`). None for anything else, malformed identities
+    /// included. Read per handshake: rotated keys apply to new connections.
+    pub fn tls_psk(&self, identity: &[u8]) -> Option<farflash_tls::PskChoice> {
+        let id = farflash_tls::PskIdentity::parse(identity).ok()?;
+        self.subsystem(id.subnqn())?.tls_psk_for(&id)
+    }
+
     /// Whether a TCP connection that reached `local` still has its listener.
     pub fn serves(&self, local: &SocketAddr) -> bool {
         self.serves_on(farflash_wire::discovery::TRTYPE_TCP, local)

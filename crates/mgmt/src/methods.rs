@@ -12,6 +12,7 @@ use farflash_core::manage::{self, ManageError};
 use farflash_core::qos::QosConfig;
 use farflash_core::reload::{self, ApplyError, ListenerControl, ReloadReport};
 use farflash_core::subsystem::BuildError;
+use farflash_core::tls_key::TlsKey;
 use farflash_core::Target;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -205,6 +206,14 @@ struct HostRef {
     dhchap_hash: Vec<String>,
     #[serde(default)]
     dhchap_dhgroup: Vec<String>,
+    /// The host's configured TLS PSK (`NVMeTLSkey-1:0x:...:` or a key
+    /// file's path; SPDK's `nvmf_subsystem_add_host` calls it `psk`);
+    /// parsed here, never logged or echoed.
+    #[serde(default)]
+    psk: Option<TlsKey>,
+    /// Derivation layouts accepted for `psk` (empty: libnvme-1.10, rfc8446).
+    #[serde(default)]
+    tls_derivation: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -308,24 +317,27 @@ impl Api {
             }
             "host_allow" => {
                 let a: HostRef = params(p)?;
-                let keys = match a.dhchap_key {
-                    Some(key) => Some(HostAuthConfig {
-                        nqn: a.host.clone(),
-                        dhchap_key: key,
-                        dhchap_ctrl_key: a.dhchap_ctrl_key,
-                        dhchap_hash: a.dhchap_hash,
-                        dhchap_dhgroup: a.dhchap_dhgroup,
-                    }),
-                    None if a.dhchap_ctrl_key.is_some()
+                if a.dhchap_key.is_none()
+                    && (a.dhchap_ctrl_key.is_some()
                         || !a.dhchap_hash.is_empty()
-                        || !a.dhchap_dhgroup.is_empty() =>
-                    {
-                        return Err(RpcError::params(
-                            "dhchap_ctrl_key, dhchap_hash and dhchap_dhgroup need dhchap_key",
-                        ));
-                    }
-                    None => None,
-                };
+                        || !a.dhchap_dhgroup.is_empty())
+                {
+                    return Err(RpcError::params(
+                        "dhchap_ctrl_key, dhchap_hash and dhchap_dhgroup need dhchap_key",
+                    ));
+                }
+                if a.psk.is_none() && !a.tls_derivation.is_empty() {
+                    return Err(RpcError::params("tls_derivation needs psk"));
+                }
+                let keys = (a.dhchap_key.is_some() || a.psk.is_some()).then(|| HostAuthConfig {
+                    dhchap_key: a.dhchap_key,
+                    dhchap_ctrl_key: a.dhchap_ctrl_key,
+                    dhchap_hash: a.dhchap_hash,
+                    dhchap_dhgroup: a.dhchap_dhgroup,
+                    tls_key: a.psk,
+                    tls_derivation: a.tls_derivation,
+                    ..HostAuthConfig::new(a.host.clone())
+                });
                 rep(manage::allow_host(t, &a.nqn, &a.host, keys))
             }
             "host_disallow" => {
@@ -556,17 +568,23 @@ impl Api {
         // Belt and braces: whatever layout the TOML writer chose, no key's
         // base64 may be left in the answer.
         let leaked = cfg.subsystems.iter().flat_map(|s| &s.hosts).any(|h| {
-            std::iter::once(&h.dhchap_key)
+            let dhchap = (h.dhchap_key.iter())
                 .chain(h.dhchap_ctrl_key.as_ref())
                 .any(|k| {
                     let dhhc = k.0.to_dhhc();
                     let b64 = dhhc.trim_end_matches(':').rsplit(':').next().unwrap_or("");
                     !b64.is_empty() && shown.contains(b64)
-                })
+                });
+            let psk = h.tls_key.as_ref().is_some_and(|k| {
+                let text = k.key().to_interchange();
+                let b64 = text.trim_end_matches(':').rsplit(':').next().unwrap_or("");
+                !b64.is_empty() && shown.contains(b64)
+            });
+            dhchap || psk
         });
         if leaked {
             shown =
-                "# DH-HMAC-CHAP secrets redacted: the configuration is in the saved file only\n"
+                "# secrets (DH-HMAC-CHAP, TLS PSK) redacted: the configuration is in the saved file only\n"
                     .to_owned();
         }
         Ok(json!({"toml": shown, "path": path, "secrets_redacted": redacted || leaked}))
@@ -580,7 +598,8 @@ fn redact_secrets(text: &str) -> (String, bool) {
     let mut any = false;
     for line in text.lines() {
         let key = line.trim_start().split('=').next().unwrap_or("").trim();
-        if (key == "dhchap_key" || key == "dhchap_ctrl_key") && line.contains('=') {
+        let secret = matches!(key, "dhchap_key" | "dhchap_ctrl_key" | "tls_key");
+        if secret && line.contains('=') {
             any = true;
             out.push_str(key);
             out.push_str(" = \"<redacted: written to the saved file only>\"");

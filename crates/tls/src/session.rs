@@ -353,6 +353,14 @@ struct Shared {
     client: Option<(Vec<u8>, TlsPsk)>,
     alert_sent: Option<u8>,
     alert_received: Option<u8>,
+    /// Set once the handshake completed: handshake messages after it are
+    /// post-handshake ones.
+    established: bool,
+    /// Inside SSL_read (so an exchange that ends is the peer's).
+    reading: bool,
+    /// Post-handshake messages received (with external PSKs and no
+    /// tickets a server only receives KeyUpdate; RFC 8446 §4.6).
+    post_handshake: u64,
 }
 
 /// Where a session is.
@@ -403,6 +411,9 @@ impl Session {
             client: None,
             alert_sent: None,
             alert_received: None,
+            established: false,
+            reading: false,
+            post_handshake: 0,
         };
         Session::new(&config.ctx, Role::Server, shared)
     }
@@ -430,6 +441,9 @@ impl Session {
             client: Some((identity.to_vec(), psk)),
             alert_sent: None,
             alert_received: None,
+            established: false,
+            reading: false,
+            post_handshake: 0,
         };
         let mut s = Session::new(&config.ctx, Role::Client, shared)?;
         // SAFETY: s.ssl is live; suite is NUL-terminated.
@@ -512,6 +526,18 @@ impl Session {
         // (hence no callback writing to it) runs while this borrow lives,
         // as every method takes &self or &mut self for the whole call.
         unsafe { &*self.shared }
+    }
+
+    fn shared_mut(&mut self) -> &mut Shared {
+        // SAFETY: as in shared(); &mut self excludes any other borrow, and
+        // no OpenSSL call runs while this one lives.
+        unsafe { &mut *self.shared }
+    }
+
+    /// How many post-handshake messages (KeyUpdate: RFC 8446 §4.6.3) the
+    /// peer's records carried so far, for a caller that caps their rate.
+    pub fn post_handshake_messages(&self) -> u64 {
+        self.shared().post_handshake
     }
 
     /// Which end this is.
@@ -651,6 +677,7 @@ impl Session {
                 return Err(self.fail_with(TlsError::NotPsk));
             }
             self.state = State::Established;
+            self.shared_mut().established = true;
             self.collect();
             return Ok(());
         }
@@ -763,8 +790,10 @@ impl Session {
         }
         clear_errors();
         let mut n = 0usize;
+        self.shared_mut().reading = true;
         // SAFETY: ssl is live; buf is writable for its length.
         let r = unsafe { sys::SSL_read_ex(self.ssl, buf.as_mut_ptr().cast(), buf.len(), &mut n) };
+        self.shared_mut().reading = false;
         if r == 1 {
             self.collect();
             return Ok(n);
@@ -1117,7 +1146,22 @@ unsafe extern "C" fn use_session_cb(
 
 /// Records the alerts sent and received. Never unwinds.
 unsafe extern "C" fn info_cb(ssl: *const sys::SSL, where_: c_int, ret: c_int) {
-    if where_ as u32 & sys::SSL_CB_ALERT == 0 {
+    let w = where_ as u32;
+    if w & sys::SSL_CB_EXIT != 0 && ret == 1 {
+        // The end of a handshake-message exchange: after the handshake,
+        // while reading, that is one post-handshake message of the peer's
+        // handled (OpenSSL 3 runs each KeyUpdate as such an exchange).
+        let _ = catch_unwind(|| {
+            // SAFETY: OpenSSL calls this with the SSL object of a Session.
+            if let Some(sh) = unsafe { shared_of(ssl) } {
+                if sh.established && sh.reading {
+                    sh.post_handshake += 1;
+                }
+            }
+        });
+        return;
+    }
+    if w & sys::SSL_CB_ALERT == 0 {
         return;
     }
     let _ = catch_unwind(|| {
@@ -1149,6 +1193,9 @@ pub fn psk_session_pem(psk: &TlsPsk) -> Result<Zeroizing<String>, TlsError> {
             client: None,
             alert_sent: None,
             alert_received: None,
+            established: false,
+            reading: false,
+            post_handshake: 0,
         },
     )?;
     // SAFETY: s.ssl is live.

@@ -17,12 +17,15 @@
 
 use crate::offload::OffloadPort;
 use crate::sched::{ConnId, Due, Pass, Scheduler, State, Wait};
+use crate::secure::{Detected, Secure};
 use crate::LoopOptions;
 use farflash_backend::{IoCompletion, QueueSet};
+use farflash_core::listen::SecureChannel;
 use farflash_core::{Binding, OffloadDone, Target, Transport, TAG_SLOT_BITS};
 use farflash_rdma::queue::Rdma;
 use farflash_rdma_verbs::{Accepted, RdmaConn};
 use farflash_tcp::{QueuePair, Tcp};
+use farflash_tls::ServerConfig;
 use mio::net::TcpStream;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
@@ -61,6 +64,9 @@ struct Conn {
     qp: QueuePair,
     /// epoll reported the peer's half-close (EPOLLRDHUP).
     hup: bool,
+    /// The secure channel of a connection on a TLS listener (None: plaintext).
+    secure: Option<Box<Secure>>,
+    peer: SocketAddr,
 }
 
 pub(crate) struct Worker {
@@ -92,6 +98,9 @@ pub(crate) struct Worker {
     rdma: Vec<Option<RdmaConn>>,
     rdma_free: Vec<usize>,
     rdma_rx: Option<Receiver<Accepted>>,
+    /// TLS server configuration, made at the first TLS connection (Err:
+    /// OpenSSL 3 could not be loaded; said once).
+    tls: Option<Result<ServerConfig, String>>,
 }
 
 /// Pins the calling thread to one CPU.
@@ -141,6 +150,7 @@ impl Worker {
             rdma: Vec::new(),
             rdma_free: Vec::new(),
             rdma_rx: None,
+            tls: None,
         }
     }
 
@@ -245,6 +255,13 @@ impl Worker {
                 let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
                     return;
                 };
+                if let Some(s) = c.secure.as_mut() {
+                    if let Err(why) = s.check_deadlines(now) {
+                        tracing::warn!(peer = %c.peer, "TLS: closing the connection: {why}");
+                        self.close(i);
+                        return;
+                    }
+                }
                 c.qp.tick(now);
                 // Only connections the tick gave work (an AEN to send, a
                 // close) need a pass; the rest wait for epoll.
@@ -286,10 +303,21 @@ impl Worker {
             }
             tracing::debug!(peer = %nc.peer, local = %nc.local, "connection accepted");
             let qp = QueuePair::new(self.target.clone(), nc.local, nc.peer);
+            let secure = match self.target.secure_channel(&nc.local) {
+                SecureChannel::None => None,
+                mode => Some(Box::new(Secure::new(
+                    mode,
+                    nc.peer,
+                    self.now,
+                    &self.target.transport,
+                ))),
+            };
             self.conns[i] = Some(Conn {
                 sock,
                 qp,
                 hup: false,
+                secure,
+                peer: nc.peer,
             });
             self.sched.add(ConnId::Tcp(i), self.now);
         }
@@ -309,6 +337,9 @@ impl Worker {
             self.pump(i);
             self.close(i);
             return false;
+        }
+        if c.secure.is_some() {
+            return self.drive_secure(i, contended, state);
         }
         let now = self.now;
         let mut budget = self.sched.budget(i, contended, c.qp.share_weight());
@@ -400,6 +431,120 @@ impl Worker {
         self.sched.on_driven(i, p, now);
         let drained = c.qp.output_len() == 0 && c.qp.in_flight() == 0;
         if p.failed || c.qp.finished() || (p.eof && drained) {
+            self.close(i);
+        } else {
+            self.sched.set_throttle(i, c.qp.throttle_wake());
+        }
+        p.worked
+    }
+
+    /// [`Worker::drive`] for a connection with a secure channel: the first
+    /// byte decides TLS or plaintext (`secure.rs`), then the same round as
+    /// the plaintext path with the session between socket and queue pair.
+    fn drive_secure(&mut self, i: usize, contended: bool, state: State) -> bool {
+        let now = self.now;
+        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+            return false;
+        };
+        let Some(sec) = c.secure.as_mut() else {
+            return false;
+        };
+        if sec.detecting() {
+            let target = &self.target;
+            let config = self.tls.get_or_insert_with(|| {
+                let t = target.clone();
+                ServerConfig::new(move |id: &[u8]| t.tls_psk(id)).map_err(|e| {
+                    tracing::error!("TLS listeners cannot work: {e}");
+                    e.to_string()
+                })
+            });
+            match sec.detect(&c.sock, config.as_ref().map_err(String::as_str)) {
+                Detected::Pending => {
+                    let p = Pass {
+                        unread: false,
+                        ..Pass::starting(state)
+                    };
+                    self.sched.on_driven(i, p, now);
+                    return false;
+                }
+                Detected::Eof => {
+                    self.close(i);
+                    return false;
+                }
+                Detected::Refused(why) => {
+                    tracing::warn!(peer = %c.peer, "TLS: connection refused: {why}");
+                    self.close(i);
+                    return false;
+                }
+                Detected::Plain => {
+                    tracing::debug!(peer = %c.peer, "tls-optional listener: plaintext NVMe/TCP");
+                    c.secure = None;
+                    return self.drive(i, contended);
+                }
+                Detected::Tls => {}
+            }
+        }
+        let mut budget = self.sched.budget(i, contended, c.qp.share_weight());
+        let mut p = Pass::starting(state);
+        loop {
+            let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+                return p.worked;
+            };
+            let Some(sec) = c.secure.as_mut() else {
+                return p.worked;
+            };
+            c.qp.set_now(now);
+            p.worked |= c.qp.resume_throttled();
+            let mut more = false;
+            sec.receive(
+                &mut c.sock,
+                &mut c.qp,
+                c.hup,
+                now,
+                &mut budget,
+                &mut p,
+                &mut more,
+            );
+            p.worked |= self.pump(i);
+            let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+                return p.worked;
+            };
+            let Some(sec) = c.secure.as_mut() else {
+                return p.worked;
+            };
+            let blocked = sec.send(&mut c.sock, &mut c.qp, &mut p);
+            if blocked != self.sched.blocked(i) && !p.failed {
+                let interest = if blocked {
+                    Interest::READABLE | Interest::WRITABLE
+                } else {
+                    Interest::READABLE
+                };
+                match self
+                    .poll
+                    .registry()
+                    .reregister(&mut c.sock, Token(i), interest)
+                {
+                    Ok(()) => self.sched.set_blocked(i, blocked),
+                    Err(_) => p.failed = true,
+                }
+            }
+            let completed = self.pump(i);
+            p.worked |= completed;
+            if !(more || completed) || blocked || p.failed || p.yielded {
+                break;
+            }
+            p.unread = true;
+        }
+        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+            return p.worked;
+        };
+        self.sched.on_driven(i, p, now);
+        let (tls_done, tls_pending) = match c.secure.as_mut() {
+            Some(s) => (s.wants_close(), s.has_output()),
+            None => (false, false),
+        };
+        let drained = c.qp.output_len() == 0 && c.qp.in_flight() == 0 && !tls_pending;
+        if p.failed || tls_done || (c.qp.finished() && !tls_pending) || (p.eof && drained) {
             self.close(i);
         } else {
             self.sched.set_throttle(i, c.qp.throttle_wake());

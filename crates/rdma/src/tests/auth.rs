@@ -39,11 +39,9 @@ fn auth_target() -> Arc<Target> {
     let mut sc = SubsystemConfig::new(NQN, vec![ns]);
     sc.require_auth = true;
     sc.hosts = vec![HostAuthConfig {
-        nqn: HOST.into(),
-        dhchap_key: DhchapKey(key(1)),
-        dhchap_ctrl_key: None,
-        dhchap_hash: vec![],
+        dhchap_key: Some(DhchapKey(key(1))),
         dhchap_dhgroup: vec!["ffdhe2048".into()],
+        ..HostAuthConfig::new(HOST)
     }];
     let cfg = Config {
         listen: vec!["127.0.0.1:4420".into()],

@@ -443,13 +443,18 @@ fn key_update_both_ways_and_data_keeps_flowing() {
         pump(&mut c, &mut s);
         assert_eq!(read_all(&mut c).unwrap(), b"");
     }
-    // A flood of updates is processed, not refused.
+    let before = s.post_handshake_messages();
+    assert!((5..=10).contains(&before), "{before}");
+    // A flood of updates is processed, not refused (the caller caps the
+    // rate by the count).
     for _ in 0..200 {
         c.key_update(true).unwrap();
     }
     c.write_plaintext(b"after the flood").unwrap();
     pump(&mut c, &mut s);
     assert_eq!(read_all(&mut s).unwrap(), b"after the flood");
+    let flood = s.post_handshake_messages() - before;
+    assert!((200..=400).contains(&flood), "{flood}");
     s.write_plaintext(b"ok").unwrap();
     pump(&mut c, &mut s);
     assert_eq!(read_all(&mut c).unwrap(), b"ok");
