@@ -36,8 +36,8 @@
 #   SERVE_DHCHAP_DHGROUP  null (default), ffdhe2048 ... ffdhe8192
 #   SERVE_TLS          1: every port requires TLS 1.3 (addr_tsas tls1.3,
 #                      addr_treq required; an image made with run-linux-host
-#                      --tls, a 6.12 kernel); tlshd is started, logging to
-#                      /run/tlshd.log
+#                      --tls, a 6.12 kernel, and -f .../guest/tls-lib.sh);
+#                      tlshd is started, its log copied to stderr
 #   SERVE_TLS_KEYS     configured PSKs (NVMeTLSkey-1:HH:...:), space separated:
 #                      each is inserted into the .nvme keyring with nvme-cli
 #                      2.13's check-tls-key --insert (its derivation) for every
@@ -114,51 +114,25 @@ loop_dev() { # INDEX MIB -> prints the loop device over a sparse tmpfs file
 	echo "$dev"
 }
 
-# tlshd, the kernel's TLS handshake agent, with the .nvme keyring, and the
-# keys. tlshd 1.0 is ready once it has printed its last priority string
-# (after linking the keyring, before listening for handshake requests).
+# tlshd with the .nvme keyring (tls-lib.sh, passed with -f), and the keys.
 tls_setup() {
-	local m key host sub v i=0
-	command -v tlshd >/dev/null || die "SERVE_TLS needs an image made with run-linux-host --tls"
-	for m in aesni_intel gcm ghash_generic ccm tls nvme-keyring; do
-		modprobe "$m" 2>/dev/null || grep -q "/${m//-/_}.ko" <(tr - _ </lib/modules/"$(uname -r)"/modules.builtin) ||
-			die "cannot load kernel module $m"
-	done
-	grep -q '\.nvme' /proc/keys || die "no .nvme keyring (nvme-keyring)"
-	cat >/etc/tlshd.conf <<-EOF
-		[debug]
-		loglevel=6
-		tls=0
-		nl=0
-		[authenticate]
-		keyrings=.nvme
-		[authenticate.client]
-		[authenticate.server]
-	EOF
-	tlshd -c /etc/tlshd.conf -s >/run/tlshd.log 2>&1 &
-	echo "pid $!" >>"$STATE"
-	while ! grep -q "PSK SHA384 priority string" /run/tlshd.log 2>/dev/null; do
-		i=$((i + 1))
-		[[ $i -lt 300 ]] || die "tlshd did not start: $(cat /run/tlshd.log)"
-		kill -0 "$(awk '$1 == "pid" { p = $2 } END { print p }' "$STATE")" 2>/dev/null ||
-			die "tlshd exited: $(cat /run/tlshd.log)"
-		sleep 0.1
-	done
+	local key host sub v
+	# shellcheck source=tls-lib.sh
+	. "${GUEST_FILES:-/guest/files}/tls-lib.sh" || die "SERVE_TLS needs -f tests/linux-host/guest/tls-lib.sh"
+	tls_start
+	echo "pid $TLSHD_PID" >>"$STATE"
+	echo "pid $TLSHD_TAIL" >>"$STATE"
 	[[ -z $SERVE_TLS_KEYS || -n $SERVE_TLS_HOSTS ]] || die "SERVE_TLS_KEYS needs SERVE_TLS_HOSTS or SERVE_ALLOW_HOSTS"
 	for key in $SERVE_TLS_KEYS; do
 		for host in $SERVE_TLS_HOSTS; do
 			for sub in "$NQN" "$DISCOVERY_NQN"; do
 				for v in 0 1; do
-					nvme-tls check-tls-key --keydata="$key" --hostnqn="$host" --subsysnqn="$sub" \
-						--identity=$v --insert >/dev/null || die "nvme check-tls-key --insert failed for $host $sub v$v"
+					tls_insert "$key" "$host" "$sub" "$v" >/dev/null
 				done
 			done
 		done
 	done
-	# tlshd's lines (each handshake's identity and result) on stderr
-	tail -n +1 -f /run/tlshd.log | while IFS= read -r l; do echo "[guest] $l"; done >&2 &
-	echo "pid $!" >>"$STATE"
-	echo "TLS-KEYS $(grep -c ' psk .*NVMe[01]R0' /proc/keys || true) in .nvme: $(grep -o 'NVMe[01]R0[12] [^ ]* [^ ]*' /proc/keys | sort | uniq -c | paste -sd';')"
+	echo "TLS-KEYS $(grep -c ' psk .*NVMe[01]R0' /proc/keys || true) in .nvme"
 }
 
 setup() {
