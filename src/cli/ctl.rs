@@ -138,6 +138,43 @@ pub enum HostVerb {
         nqn: String,
         host: String,
     },
+    /// Set or replace a host's TLS PSK (rotation: connected queues keep
+    /// running, new connections use the new key); its DH-HMAC-CHAP keys stay.
+    PskSet {
+        nqn: String,
+        host: String,
+        /// `NVMeTLSkey-1:0x:...:`, or the path of a 0600 file holding it as
+        /// the target reads it (better: a command line is visible to
+        /// other users in /proc).
+        #[arg(long, value_name = "KEY|FILE")]
+        psk: SecretArg,
+        /// Derivation layouts accepted, in order (default
+        /// libnvme-1.10,rfc8446; docs/tls.md).
+        #[arg(long = "tls-derivation", value_name = "LIST", value_delimiter = ',')]
+        tls_derivation: Vec<String>,
+    },
+    /// Remove a host's TLS PSK (its DH-HMAC-CHAP keys stay).
+    PskRemove {
+        nqn: String,
+        host: String,
+    },
+}
+
+/// A command-line secret: `Debug` prints no key material.
+#[derive(Clone)]
+pub struct SecretArg(zeroize::Zeroizing<String>);
+
+impl std::str::FromStr for SecretArg {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<SecretArg, Self::Err> {
+        Ok(SecretArg(zeroize::Zeroizing::new(s.to_owned())))
+    }
+}
+
+impl std::fmt::Debug for SecretArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SecretArg(<redacted>)")
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -291,6 +328,18 @@ pub fn run(a: CtlArgs) -> Result<()> {
         ),
         Verb::Host(HostVerb::Allow { nqn, host }) => {
             ("host_allow", json!({"nqn": nqn, "host": host}))
+        }
+        Verb::Host(HostVerb::PskSet {
+            nqn,
+            host,
+            psk,
+            tls_derivation,
+        }) => (
+            "host_psk_set",
+            json!({"nqn": nqn, "host": host, "psk": psk.0.as_str(), "tls_derivation": tls_derivation}),
+        ),
+        Verb::Host(HostVerb::PskRemove { nqn, host }) => {
+            ("host_psk_remove", json!({"nqn": nqn, "host": host}))
         }
         Verb::Host(HostVerb::Disallow { nqn, host }) => {
             ("host_disallow", json!({"nqn": nqn, "host": host}))

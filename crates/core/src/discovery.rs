@@ -3,7 +3,7 @@
 //! listener, plus the discovery subsystem itself on each listener.
 
 use crate::controller::Controller;
-use crate::listen::ListenTransport;
+use crate::listen::{ListenTransport, SecureChannel};
 use crate::queue::NvmeQueue;
 use crate::subsystem::Subsystem;
 use crate::target::{Listener, Target};
@@ -14,6 +14,14 @@ use std::sync::Arc;
 fn entry(l: &Listener, portid: u16, subtype: u8, nqn: &str, asqsz: u16) -> DiscEntry {
     let addr = &l.addr;
     let rdma = l.transport == ListenTransport::Rdma;
+    // The secure channel of a TCP listener (TCP §3.6.1, §4.1): SECTYPE
+    // TLS 1.3 and TREQ "required" or "not required", as Linux nvmet fills
+    // them from a port's addr_tsas and addr_treq.
+    let (sectype, secure) = match crate::listen::listen_secure(&l.config) {
+        SecureChannel::None => (d::TCP_SECTYPE_NONE, d::TREQ_NOT_SPECIFIED),
+        SecureChannel::Optional => (d::TCP_SECTYPE_TLS13, d::TREQ_SECURE_CHANNEL_NOT_REQUIRED),
+        SecureChannel::Required => (d::TCP_SECTYPE_TLS13, d::TREQ_SECURE_CHANNEL_REQUIRED),
+    };
     DiscEntry {
         trtype: l.transport.trtype(),
         adrfam: if addr.is_ipv4() {
@@ -22,7 +30,7 @@ fn entry(l: &Listener, portid: u16, subtype: u8, nqn: &str, asqsz: u16) -> DiscE
             d::ADRFAM_IPV6
         },
         subtype,
-        treq: d::TREQ_NOT_SPECIFIED | d::TREQ_DISABLE_SQFLOW,
+        treq: secure | d::TREQ_DISABLE_SQFLOW,
         portid,
         cntlid: 0xFFFF,
         asqsz,
@@ -30,9 +38,13 @@ fn entry(l: &Listener, portid: u16, subtype: u8, nqn: &str, asqsz: u16) -> DiscE
         trsvcid: addr.port().to_string(),
         subnqn: nqn.to_owned(),
         traddr: addr.ip().to_string(),
-        // TSAS: TCP SECTYPE none; RDMA (Fabrics "RDMA Transport Specific
+        // TSAS: TCP SECTYPE as above; RDMA (Fabrics "RDMA Transport Specific
         // Address Subtype") reliable connected, provider not specified, rdma_cm.
-        sectype: if rdma { d::RDMA_QPTYPE_CONNECTED } else { 0 },
+        sectype: if rdma {
+            d::RDMA_QPTYPE_CONNECTED
+        } else {
+            sectype
+        },
         rdma_prtype: if rdma {
             d::RDMA_PRTYPE_NOT_SPECIFIED
         } else {
@@ -125,5 +137,21 @@ mod tests {
         r.encode(&mut b);
         assert_eq!((b[0], b[768], b[769], b[770]), (1, 1, 1, 1));
         assert_eq!(d::DiscEntry::decode(&b), r);
+    }
+
+    #[test]
+    fn tls_listeners_carry_sectype_and_treq() {
+        for (l, sectype, treq) in [
+            ("10.0.2.15:4420", 0, 0b100),
+            ("tls:10.0.2.15:4420", 2, 0b101),
+            ("tls-optional:10.0.2.15:4420", 2, 0b110),
+        ] {
+            let e = entry(&listener(l), 1, d::SUBTYPE_NVM, "nqn.x", 32);
+            assert_eq!((e.sectype, e.treq), (sectype, treq), "{l}");
+            let mut b = [0u8; d::DISC_ENTRY_LEN];
+            e.encode(&mut b);
+            // TREQ byte 3, TSAS SECTYPE byte 768.
+            assert_eq!((b[3], b[768]), (treq, sectype), "{l}");
+        }
     }
 }

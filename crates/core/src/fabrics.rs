@@ -85,6 +85,19 @@ fn connect(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
         // IPO names the one at fault (was: always SUBNQN).
         Err(off) => return invalid(true, off),
     };
+    if let Some(id) = &q.via.tls {
+        // TCP §3.6.1.3: the PSK identity names the host and the subsystem
+        // the secure channel was set up for; the association is bound to
+        // them (a key of one host does not admit another host's Connect).
+        if id.0 != data.hostnqn {
+            tracing::warn!(peer = %q.via.peer, hostnqn = %data.hostnqn, tls_hostnqn = %id.0, "connect refused: not the host of the TLS PSK identity");
+            return Outcome::Done(Status::CONNECT_INVALID_HOST.dnr(), 0);
+        }
+        if id.1 != data.subnqn {
+            tracing::warn!(peer = %q.via.peer, subnqn = %data.subnqn, tls_subnqn = %id.1, "connect refused: not the subsystem of the TLS PSK identity");
+            return invalid(true, doff::SUBNQN);
+        }
+    }
     let t = q.target.clone();
     let discovery = data.subnqn == DISCOVERY_NQN;
     let sub = if discovery {

@@ -246,6 +246,68 @@ pub fn allow_host(
     })
 }
 
+/// Sets (adds or replaces) `host`'s TLS PSK and its accepted derivations
+/// (`crate::tls_key`), keeping its DH-HMAC-CHAP settings. Queues connected
+/// with the old key keep running (their TLS sessions hold their own keys);
+/// the next handshake uses the new one (SPDK cannot do this: ceph-nvmeof
+/// issue 1885). A subsystem with an allowed-hosts list must list the host.
+pub fn set_host_psk(
+    target: &Target,
+    nqn: &str,
+    host: &str,
+    key: crate::tls_key::TlsKey,
+    derivation: Vec<String>,
+) -> Result<ReloadReport, ManageError> {
+    check_nqn(host)?;
+    crate::tls_key::derivations(&derivation).map_err(ManageError::Invalid)?;
+    modify_subsystem(target, nqn, |s| {
+        if !s.allowed_hosts.is_empty() && !s.allowed_hosts.iter().any(|h| h == host) {
+            return Err(ManageError::NotFound(format!(
+                "{nqn}: {host} is not in the allowed hosts (host_allow it first)"
+            )));
+        }
+        match s.hosts.iter_mut().find(|h| h.nqn == host) {
+            Some(h) => {
+                h.tls_key = Some(key);
+                h.tls_derivation = derivation;
+            }
+            None => s.hosts.push(HostAuthConfig {
+                tls_key: Some(key),
+                tls_derivation: derivation,
+                ..HostAuthConfig::new(host)
+            }),
+        }
+        Ok(())
+    })
+}
+
+/// Removes `host`'s TLS PSK (its DH-HMAC-CHAP settings stay); connected
+/// queues keep running, new TLS handshakes for it fail.
+pub fn remove_host_psk(
+    target: &Target,
+    nqn: &str,
+    host: &str,
+) -> Result<ReloadReport, ManageError> {
+    modify_subsystem(target, nqn, |s| {
+        let Some(i) = s
+            .hosts
+            .iter()
+            .position(|h| h.nqn == host && h.tls_key.is_some())
+        else {
+            return Err(ManageError::NotFound(format!(
+                "{nqn}: {host} has no TLS PSK"
+            )));
+        };
+        if s.hosts[i].dhchap_key.is_some() {
+            s.hosts[i].tls_key = None;
+            s.hosts[i].tls_derivation.clear();
+        } else {
+            s.hosts.remove(i);
+        }
+        Ok(())
+    })
+}
+
 /// Removes `host` from the allowed hosts; its controllers are disconnected.
 /// A subsystem open to any host has no list to remove it from.
 pub fn disallow_host(target: &Target, nqn: &str, host: &str) -> Result<ReloadReport, ManageError> {

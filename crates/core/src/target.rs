@@ -195,8 +195,15 @@ impl Target {
     /// host may connect there and its key resolves the identity
     /// (`crate::tls_key`). None for anything else, malformed identities
     /// included. Read per handshake: rotated keys apply to new connections.
+    ///
+    /// An identity naming the discovery NQN (`nvme discover --tls`) is
+    /// resolved with the host's key in any subsystem: the first that
+    /// resolves it (a version 1 identity's digest picks the key).
     pub fn tls_psk(&self, identity: &[u8]) -> Option<farflash_tls::PskChoice> {
         let id = farflash_tls::PskIdentity::parse(identity).ok()?;
+        if id.subnqn() == farflash_wire::DISCOVERY_NQN {
+            return self.subsystems().iter().find_map(|s| s.tls_psk_for(&id));
+        }
         self.subsystem(id.subnqn())?.tls_psk_for(&id)
     }
 

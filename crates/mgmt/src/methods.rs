@@ -31,6 +31,8 @@ pub const METHODS: &[&str] = &[
     "namespace_resize",
     "host_allow",
     "host_disallow",
+    "host_psk_set",
+    "host_psk_remove",
     "qos_set",
     "qos_get",
     "ana_state_set",
@@ -216,6 +218,25 @@ struct HostRef {
     tls_derivation: Vec<String>,
 }
 
+/// `host_psk_set`: a host's TLS PSK alone (its DH-HMAC-CHAP keys stay).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HostPsk {
+    nqn: String,
+    host: String,
+    /// `NVMeTLSkey-1:0x:...:` or a key file's path; never logged or echoed.
+    psk: TlsKey,
+    #[serde(default)]
+    tls_derivation: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HostOnly {
+    nqn: String,
+    host: String,
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Addr {
@@ -343,6 +364,20 @@ impl Api {
             "host_disallow" => {
                 let a: HostRef = params(p)?;
                 rep(manage::disallow_host(t, &a.nqn, &a.host))
+            }
+            "host_psk_set" => {
+                let a: HostPsk = params(p)?;
+                rep(manage::set_host_psk(
+                    t,
+                    &a.nqn,
+                    &a.host,
+                    a.psk,
+                    a.tls_derivation,
+                ))
+            }
+            "host_psk_remove" => {
+                let a: HostOnly = params(p)?;
+                rep(manage::remove_host_psk(t, &a.nqn, &a.host))
             }
             "qos_set" => {
                 // The entry's own fields, beside the subsystem's NQN.

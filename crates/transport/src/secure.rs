@@ -75,6 +75,29 @@ pub(crate) enum Detected {
     Refused(&'static str),
 }
 
+/// The handshake completed: logs it and binds the queue to the identity's
+/// host and subsystem (checked at its Connect, `farflash_core` fabrics.rs).
+fn established(peer: SocketAddr, s: &Session, qp: &mut QueuePair) {
+    let id = s
+        .identity()
+        .and_then(|i| farflash_tls::PskIdentity::parse(i).ok());
+    tracing::info!(
+        %peer,
+        suite = ?s.suite(),
+        hostnqn = id.as_ref().map(|i| i.hostnqn()),
+        subnqn = id.as_ref().map(|i| i.subnqn()),
+        version = id.as_ref().map(|i| i.version().number()),
+        "TLS: secure channel established"
+    );
+    let (_, q) = qp.parts_mut();
+    match &id {
+        Some(i) => q.set_tls_identity(i.hostnqn(), i.subnqn()),
+        // The lookup parsed it to choose the key; should it not parse now,
+        // no Connect matches.
+        None => q.set_tls_identity("", ""),
+    }
+}
+
 /// The secure channel of one connection.
 pub(crate) struct Secure {
     mode: SecureChannel,
@@ -187,8 +210,8 @@ impl Secure {
     }
 
     /// Receives: hands plaintext already decrypted to `qp`, then reads
-    /// ciphertext (within `budget`) and hands on what it decrypts. Sets
-    /// `more` when reading stopped because `qp` would take no more.
+    /// ciphertext (within `budget`) and hands on what it decrypts. Returns
+    /// whether reading stopped because `qp` would take no more (`more`).
     pub(crate) fn receive(
         &mut self,
         sock: &mut TcpStream,
@@ -197,12 +220,12 @@ impl Secure {
         now: Instant,
         budget: &mut usize,
         p: &mut Pass,
-        more: &mut bool,
-    ) {
+    ) -> bool {
+        let mut more = false;
         self.deliver(qp, now);
         while !p.failed && !p.eof && p.unread && self.closing.is_none() {
             if !qp.wants_read() {
-                *more = !qp.wants_close();
+                more = !qp.wants_close();
                 break;
             }
             if *budget == 0 {
@@ -230,6 +253,7 @@ impl Secure {
                 Err(_) => p.failed = true,
             }
         }
+        more
     }
 
     /// Follows and feeds the `n` bytes just read into `buf`.
@@ -275,38 +299,39 @@ impl Secure {
             return;
         };
         let mut failed = None;
+        if !self.logged_established && !s.is_handshaking() && s.error().is_none() {
+            self.logged_established = true;
+            established(self.peer, s, qp);
+        }
         while qp.wants_read() && s.error().is_none() {
             match s.read_plaintext(qp.rx_space()) {
                 Ok(0) => break,
-                Ok(k) => qp.on_received(k),
+                Ok(k) => {
+                    if !self.logged_established {
+                        // The handshake ended inside this read.
+                        self.logged_established = true;
+                        established(self.peer, s, qp);
+                    }
+                    qp.on_received(k)
+                }
                 Err(e) => {
                     failed = Some(e);
                     break;
                 }
             }
         }
-        if !self.logged_established && !s.is_handshaking() && s.error().is_none() {
-            self.logged_established = true;
-            let id = s
-                .identity()
-                .and_then(|i| farflash_tls::PskIdentity::parse(i).ok());
-            tracing::info!(
-                peer = %self.peer,
-                suite = ?s.suite(),
-                hostnqn = id.as_ref().map(|i| i.hostnqn()),
-                subnqn = id.as_ref().map(|i| i.subnqn()),
-                version = id.as_ref().map(|i| i.version().number()),
-                "TLS: secure channel established"
-            );
-        }
         let count = s.post_handshake_messages();
         if let Some(e) = failed {
             self.on_error(&e);
             return;
         }
-        if now.duration_since(self.ku_window.0) >= KEY_UPDATE_WINDOW {
-            self.ku_window = (now, count);
-        } else if count - self.ku_window.1 > MAX_KEY_UPDATES {
+        // Counted before the window moves on, so that a burst after a quiet
+        // window is still seen whole.
+        if count - self.ku_window.1 <= MAX_KEY_UPDATES {
+            if now.duration_since(self.ku_window.0) >= KEY_UPDATE_WINDOW {
+                self.ku_window = (now, count);
+            }
+        } else {
             if let Some(s) = self.session() {
                 s.close();
             }

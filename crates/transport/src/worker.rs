@@ -495,16 +495,7 @@ impl Worker {
             };
             c.qp.set_now(now);
             p.worked |= c.qp.resume_throttled();
-            let mut more = false;
-            sec.receive(
-                &mut c.sock,
-                &mut c.qp,
-                c.hup,
-                now,
-                &mut budget,
-                &mut p,
-                &mut more,
-            );
+            let more = sec.receive(&mut c.sock, &mut c.qp, c.hup, now, &mut budget, &mut p);
             p.worked |= self.pump(i);
             let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
                 return p.worked;

@@ -27,6 +27,17 @@ pub const TREQ_NOT_SPECIFIED: u8 = 0;
 /// TREQ bit 2: the controller lets a host disable SQ flow control (Connect
 /// CATTR bit 2); Linux nvmet sets it on every port.
 pub const TREQ_DISABLE_SQFLOW: u8 = 1 << 2;
+/// TREQ bits 1:0, secure channel (Fabrics "TREQ"; Linux include/linux/nvme.h
+/// NVMF_TREQ_REQUIRED / NVMF_TREQ_NOT_REQUIRED, read by libnvme's
+/// `nvmf_treq_str` and nvme-cli's `connect-all`): the host must set up a
+/// secure channel (01b), or may (10b); 00b is "not specified".
+pub const TREQ_SECURE_CHANNEL_REQUIRED: u8 = 1;
+pub const TREQ_SECURE_CHANNEL_NOT_REQUIRED: u8 = 2;
+/// TCP TSAS byte 0, SECTYPE (NVMe TCP Transport Specification 1.0 §4.1,
+/// Linux NVMF_TCP_SECTYPE_*): 0 none, 1 TLS 1.2 (not used by NVMe/TCP
+/// 1.0, which requires TLS 1.3), 2 TLS 1.3.
+pub const TCP_SECTYPE_NONE: u8 = 0;
+pub const TCP_SECTYPE_TLS13: u8 = 2;
 
 /// One Discovery Log Page Entry.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

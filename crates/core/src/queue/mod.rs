@@ -88,6 +88,9 @@ pub(crate) struct Via {
     pub peer: SocketAddr,
     /// Transport type for the Error log (Fabrics TRTYPE).
     pub trtype: u8,
+    /// The host and subsystem NQNs of the TLS PSK identity the secure
+    /// channel was set up with (None: no secure channel).
+    pub tls: Option<Box<(String, String)>>,
 }
 
 /// The command slots, the CIDs in flight and the parked AERs.
@@ -249,6 +252,7 @@ impl NvmeQueue {
                 local,
                 peer,
                 trtype,
+                tls: None,
             },
             qid: 0,
             ctrl: None,
@@ -300,6 +304,12 @@ impl NvmeQueue {
 
     pub fn qid(&self) -> u16 {
         self.qid
+    }
+
+    /// The queue runs over a secure channel set up with a PSK identity
+    /// naming `hostnqn` and `subnqn`: its Connect must name the same.
+    pub fn set_tls_identity(&mut self, hostnqn: &str, subnqn: &str) {
+        self.via.tls = Some(Box::new((hostnqn.to_owned(), subnqn.to_owned())));
     }
 
     /// 0's based queue size.
