@@ -7,7 +7,7 @@
 //! 1 MiB read back), the refusals (wrong key in both forms, plaintext to
 //! the TLS listener), a SHA-384 key (refused: tlshd 1.0's GnuTLS binds
 //! external PSKs to SHA-256, docs/interop.md), and a host's key rotated
-//! through `farflash rpc host_allow` while fio verify runs on a controller
+//! through `farflash ctl host psk-set` while fio verify runs on a controller
 //! of the old key: new connections take the new key only, the old
 //! controller keeps its association and fio never fails.
 
@@ -106,18 +106,16 @@ fn linux_612_host_tls_to_farflash_serve() {
         if !eventually(Duration::from_secs(900), || req.exists()) {
             return;
         }
-        let params = serde_json::json!({
-            "nqn": nqn2, "host": hrot2, "psk": fnew2.display().to_string(),
-        });
         let o = Command::new(bin)
-            .args(["rpc", "-s"])
+            .args(["ctl", "--rpc-socket"])
             .arg(&sock2)
-            .args(["host_allow", &params.to_string()])
+            .args(["host", "psk-set", &nqn2, &hrot2, "--psk"])
+            .arg(&fnew2)
             .output();
         let answer = match o {
             Ok(o) if o.status.success() => "ok".to_string(),
             Ok(o) => format!("failed: {}", String::from_utf8_lossy(&o.stderr).trim()),
-            Err(e) => format!("cannot run farflash rpc: {e}"),
+            Err(e) => format!("cannot run farflash ctl: {e}"),
         };
         eprintln!("[host side] key of {hrot2} rotated: {answer}");
         let _ = std::fs::write(share2.join("rotate.done"), answer);

@@ -21,6 +21,7 @@ pub mod target_cmds;
 pub mod target_conn;
 pub mod target_connection;
 pub mod target_setup;
+pub mod tls_key_file;
 pub mod tls_key_format;
 pub mod tls_record;
 
@@ -45,7 +46,7 @@ pub fn tolerate(name: &str) -> bool {
 /// A harness: runs one input, panics on a finding.
 pub type Harness = fn(&[u8]);
 
-pub const TARGETS: [(&str, Harness); 13] = [
+pub const TARGETS: [(&str, Harness); 14] = [
     ("pdu_framing", pdu_framing::run),
     ("command_decode", command_decode::run),
     ("command_layer", command_layer::run),
@@ -59,4 +60,5 @@ pub const TARGETS: [(&str, Harness); 13] = [
     ("rdma_host", rdma_host::run),
     ("tls_key_format", tls_key_format::run),
     ("tls_record", tls_record::run),
+    ("tls_key_file", tls_key_file::run),
 ];
