@@ -325,10 +325,12 @@ fn farflash_host_tls_to_linux_612_target() {
     let host = "nqn.2014-08.org.nvmexpress:uuid:5e1f0000-0000-4000-8000-00000000715a";
     let nqn = "nqn.2014-08.io.farflash:kernel-target-tls";
     let port = free_port();
+    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/linux-host/guest/tls-lib.sh");
     let mut extra: Vec<String> = ["--kernel", "6.12", "--tls", "--append", "cryptomgr.notests"]
         .iter()
         .map(|s| s.to_string())
         .collect();
+    extra.extend(["-f".to_string(), lib.display().to_string()]);
     for e in [
         "SERVE_TLS=1".to_string(),
         format!("SERVE_ALLOW_HOSTS={host}"),

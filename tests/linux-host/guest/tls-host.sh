@@ -134,7 +134,7 @@ done <<<"$TLS_CASES"
 	cntlid=$(cat "$a/cntlid")
 	inst=${a##*/nvme}
 	wait_for 300 "no namespace for $a" test -b "/dev/nvme${inst}n1"
-	fio_loop_start "/dev/nvme${inst}n1"
+	fio_loop_start "/dev/nvme${inst}n1" --size=1m
 	progress "before the rotation"
 	echo rotate >"$SHARE_DIR/.rotate" && mv "$SHARE_DIR/.rotate" "$SHARE_DIR/rotate"
 	wait_for 300 "the host side did not rotate the key" test -f "$SHARE_DIR/rotate.done"
