@@ -99,41 +99,24 @@ impl Conn {
 
     /// The TLS handshake, bounded by its timeout; nothing to do without TLS.
     fn handshake(&mut self) -> Result<()> {
-        let Some(t) = self.tls.as_deref() else {
+        let Some(timeout) = self.tls.as_deref().map(TlsLink::handshake_timeout) else {
             return Ok(());
         };
-        let deadline = Instant::now() + t.handshake_timeout();
-        while self.tls.as_deref().is_some_and(TlsLink::is_handshaking) {
+        let deadline = Instant::now() + timeout;
+        let handshaking = |c: &Conn| c.tls.as_deref().is_some_and(TlsLink::is_handshaking);
+        while handshaking(self) {
             self.flush()?;
-            match self.wait_io(deadline, "the TLS handshake") {
-                Err(HostError::Timeout(_)) => {
-                    let t = self.tls.as_deref().map_or("", TlsLink::identity);
-                    return Err(HostError::Transport(TransportError::Tls(format!(
-                        "no TLS handshake with the target within {:?} (offering the PSK \
-                         identity '{t}'; last step: {})",
-                        self.tls
-                            .as_deref()
-                            .map_or(Duration::ZERO, TlsLink::handshake_timeout),
-                        self.tls
-                            .as_deref()
-                            .map_or(String::new(), |t| t.session().handshake_step()),
-                    ))));
-                }
-                r => r?,
-            }
-            match self.recv() {
-                Err(HostError::Transport(TransportError::Closed)) | Err(HostError::Io(_))
-                    if self.tls.as_deref().is_some_and(TlsLink::is_handshaking) =>
+            let r = self
+                .wait_io(deadline, "the TLS handshake")
+                .and_then(|_| self.recv());
+            match (r, self.tls.as_deref()) {
+                (Err(HostError::Timeout(_)), Some(t)) => return Err(t.stalled()),
+                (Err(HostError::Transport(TransportError::Closed) | HostError::Io(_)), Some(t))
+                    if t.is_handshaking() =>
                 {
-                    let t = self.tls.as_deref().map_or("", TlsLink::identity);
-                    return Err(HostError::Transport(TransportError::Tls(format!(
-                        "the target closed the connection during the TLS handshake, after our \
-                         ClientHello offering the PSK identity '{t}': it has no key for that \
-                         identity, its key differs, it cannot use that key's cipher suite, \
-                         or the port does not speak TLS"
-                    ))));
+                    return Err(t.closed())
                 }
-                r => r?,
+                (r, _) => r?,
             };
         }
         self.flush()?;

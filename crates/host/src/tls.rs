@@ -1,7 +1,7 @@
 //! The host's secure channel (NVMe/TCP 1.0 §3.6.1, TP 8011): TLS 1.3 with
 //! a pre-shared key, set up on each queue's TCP connection before the
-//! ICReq (§3.6.1.1: the TLS handshake precedes the connection's first
-//! PDU). The records themselves are moved by [`crate::socket::Conn`].
+//! ICReq (§3.6.1: TLS is set up once the TCP connection is, before the
+//! connection's first PDU). The records are moved by [`crate::socket::Conn`].
 //!
 //! [`TlsOptions`] holds what `--tls-key` gave (a configured PSK, or key
 //! file lines with TLS PSKs already derived), the identity version and the
@@ -47,9 +47,16 @@ impl fmt::Debug for TlsOptions {
 
 /// One queue's client session, and the identity it offers (for messages).
 pub struct ClientSession {
-    pub session: Session,
-    pub identity: String,
-    pub timeout: Duration,
+    session: Session,
+    identity: String,
+    timeout: Duration,
+}
+
+impl ClientSession {
+    /// The identity offered.
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
 }
 
 impl TlsOptions {
@@ -188,9 +195,6 @@ impl TlsLink {
     pub(crate) fn handshake_timeout(&self) -> Duration {
         self.timeout
     }
-    pub(crate) fn identity(&self) -> &str {
-        &self.identity
-    }
     pub(crate) fn is_handshaking(&self) -> bool {
         self.session.is_handshaking()
     }
@@ -199,8 +203,27 @@ impl TlsLink {
     pub(crate) fn wants_write(&self, qp_pending: usize) -> bool {
         self.unsent > 0 || (qp_pending > 0 && !self.session.is_handshaking())
     }
-    pub(crate) fn session(&self) -> &Session {
-        &self.session
+
+    /// The error of a handshake that did not end within its bound.
+    pub(crate) fn stalled(&self) -> HostError {
+        HostError::Transport(TransportError::Tls(format!(
+            "no TLS handshake with the target within {:?} (offering the PSK identity '{}'; \
+             last step: {})",
+            self.timeout,
+            self.identity,
+            self.session.handshake_step()
+        )))
+    }
+
+    /// The error of a connection the target closed mid-handshake (tlshd
+    /// does so, without an alert, on any refusal).
+    pub(crate) fn closed(&self) -> HostError {
+        HostError::Transport(TransportError::Tls(format!(
+            "the target closed the connection during the TLS handshake, after our ClientHello \
+             offering the PSK identity '{}': it has no key for that identity, its key differs, \
+             it cannot use that key's cipher suite, or the port does not speak TLS",
+            self.identity
+        )))
     }
 
     fn fail(&self, e: TlsError) -> HostError {
@@ -339,7 +362,7 @@ mod tests {
             alert: 40,
             description: "handshake failure".into(),
         };
-        let m = handshake_failure(&e, &s.identity);
+        let m = handshake_failure(&e, s.identity());
         assert!(
             m.contains("refused the PSK identity 'NVMe1R01 nqn.h nqn.s "),
             "{m}"
