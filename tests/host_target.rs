@@ -336,6 +336,57 @@ fn perf_counts_match_the_targets_smart_log() {
     }
 }
 
+/// `--rate_iops` (fio's option): each job issues at most that many I/Os a
+/// second; the target counts exactly what perf reports. Only the upper
+/// bound is exact (a loaded machine may fall short of the rate).
+#[test]
+fn perf_rate_iops_caps_each_job() {
+    let s = Serve::start("16M", &[]);
+    let port = s.port.to_string();
+    let before = smart(&s);
+    let v = json(&cli_ok(&[
+        "perf",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &port,
+        "-n",
+        &s.nqn,
+        "--rw",
+        "randread",
+        "--bs",
+        "4k",
+        "--iodepth",
+        "4",
+        "--numjobs",
+        "2",
+        "--runtime",
+        "1",
+        "--rate_iops",
+        "300",
+        "--poll",
+        "block",
+        "-o",
+        "json",
+    ]));
+    let after = smart(&s);
+    assert_eq!(v["options"]["rate_iops"], 300);
+    let ios = v["aggregate"]["read"]["total_ios"].as_u64().unwrap();
+    // Job runtimes in ms (fio's); the pacer starts just before measuring.
+    let ms = (0..2)
+        .map(|j| v["jobs"][j]["job_runtime"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    let secs = ms.max(1000) as f64 / 1000.0 + 0.05;
+    // Per job: one at the start, then one per 1/300 s.
+    let most = 2.0 * (300.0 * secs + 1.0);
+    assert!(
+        ios > 0 && ios as f64 <= most,
+        "{ios} I/Os in {secs} s, at most {most}"
+    );
+    assert_eq!(after.host_read_commands - before.host_read_commands, ios);
+}
+
 #[test]
 fn perf_rejects_bad_arguments_without_panicking() {
     let s = Serve::start("16M", &[]);
@@ -346,6 +397,7 @@ fn perf_rejects_bad_arguments_without_panicking() {
         vec!["--iodepth", "60000"],
         vec!["--rw", "sideways"],
         vec!["--nsid", "9"],
+        vec!["--rate_iops", "0"],
     ] {
         let mut args = vec![
             "perf",

@@ -36,6 +36,7 @@ impl Drop for Scratch {
 
 fn spec(t: &IscsiTarget, rw: Rw, verify: bool) -> JobSpec {
     JobSpec {
+        rate_iops: None,
         target: Target::Iscsi(t.clone()),
         rw,
         rwmixread: 50,

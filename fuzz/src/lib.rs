@@ -24,6 +24,7 @@ pub mod target_setup;
 pub mod tls_key_file;
 pub mod tls_key_format;
 pub mod tls_record;
+pub mod tls_record_scan;
 
 /// Whether the known bug `name` is to be tolerated in this run:
 /// `FUZZ_TOLERATE=name,name` lets a long run look past bugs already
@@ -46,7 +47,7 @@ pub fn tolerate(name: &str) -> bool {
 /// A harness: runs one input, panics on a finding.
 pub type Harness = fn(&[u8]);
 
-pub const TARGETS: [(&str, Harness); 14] = [
+pub const TARGETS: [(&str, Harness); 15] = [
     ("pdu_framing", pdu_framing::run),
     ("command_decode", command_decode::run),
     ("command_layer", command_layer::run),
@@ -61,4 +62,5 @@ pub const TARGETS: [(&str, Harness); 14] = [
     ("tls_key_format", tls_key_format::run),
     ("tls_record", tls_record::run),
     ("tls_key_file", tls_key_file::run),
+    ("tls_record_scan", tls_record_scan::run),
 ];

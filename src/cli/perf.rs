@@ -60,6 +60,10 @@ pub struct PerfArgs {
     /// Accepted for fio compatibility: --runtime always means time-based here.
     #[arg(long = "time_based", alias = "time-based")]
     pub time_based: bool,
+    /// At most this many I/Os a second per job, evenly spaced (fio's
+    /// `rate_iops`; offers a load below saturation).
+    #[arg(long = "rate_iops", alias = "rate-iops")]
+    pub rate_iops: Option<u32>,
     /// Run this long before measuring.
     #[arg(long = "ramp_time", alias = "ramp-time")]
     pub ramp_time: Option<String>,
@@ -157,6 +161,9 @@ fn spec(a: &PerfArgs) -> anyhow::Result<JobSpec> {
     if a.rwmixread > 100 {
         bail!("--rwmixread must be 0..=100");
     }
+    if a.rate_iops == Some(0) {
+        bail!("--rate_iops must be at least 1");
+    }
     Ok(JobSpec {
         target,
         rw,
@@ -184,6 +191,7 @@ fn spec(a: &PerfArgs) -> anyhow::Result<JobSpec> {
             "block" => PollMode::Block,
             p => bail!("--poll={p}: expected spin or block"),
         },
+        rate_iops: a.rate_iops,
         seed: a.randseed.unwrap_or_else(farflash_bench::rng::time_seed),
         progress: a.output_format == OutputFormat::Normal && std::io::stdout().is_terminal(),
     })

@@ -24,9 +24,11 @@ const DRAIN: Duration = Duration::from_secs(5);
 
 #[derive(Args, Debug, Default, Clone)]
 pub struct ServeFlags {
-    /// Listen on ADDR:PORT for NVMe/TCP, or rdma:ADDR:PORT for NVMe/RDMA
-    /// (repeatable; default 127.0.0.1:4420). IPv6: [::1]:4420.
-    #[arg(long = "listen", value_name = "[rdma:]ADDR:PORT")]
+    /// Listen on ADDR:PORT for NVMe/TCP, rdma:ADDR:PORT for NVMe/RDMA,
+    /// tls:ADDR:PORT for NVMe/TCP over TLS (required) or
+    /// tls-optional:ADDR:PORT (TLS or plaintext) (repeatable; default
+    /// 127.0.0.1:4420). IPv6: [::1]:4420.
+    #[arg(long = "listen", value_name = "[rdma:|tls:|tls-optional:]ADDR:PORT")]
     pub listen: Vec<String>,
     /// Subsystem NQN for the namespaces given by flags.
     #[arg(long, value_name = "NQN")]
@@ -110,7 +112,7 @@ pub struct ServeFlags {
     /// Pin event loops to these CPUs, e.g. 0-3,6.
     #[arg(long = "cpus-allowed", value_name = "LIST")]
     pub cpus_allowed: Option<String>,
-    /// How event loops wait: adaptive (spin while busy, then sleep), always (busy-poll), never.
+    /// How event loops wait: adaptive (spin while busy, then sleep), always (busy-poll), never, or hybrid (adaptive, sleeping on a precise timer through the part of a gap it expects).
     #[arg(long, value_name = "MODE")]
     pub poll: Option<PollMode>,
     /// Adaptive polling: microseconds of quiet before an event loop sleeps.
@@ -893,6 +895,50 @@ mod tests {
         ] {
             let e = parse(&args).to_config().unwrap_err().to_string();
             assert!(!e.contains("6zGod"), "{e}");
+        }
+    }
+
+    #[test]
+    fn tls_flags_build_host_keys_beside_dhchap_and_errors_hide_secrets() {
+        let tk = "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:";
+        let dk = "DHHC-1:00:ia6zGodOr4SEG0Zzaw398rpY0wqipUWj4jWjUh4HWUz6aQ2n:";
+        let (t1, t2, d1) = (
+            format!("nqn.a={tk}"),
+            format!("nqn.b={tk}"),
+            format!("nqn.a={dk}"),
+        );
+        let c = parse(&[
+            "--listen",
+            "tls:127.0.0.1:4420",
+            "--dhchap-key",
+            &d1,
+            "--tls-key",
+            &t1,
+            "--tls-key",
+            &t2,
+            "--tls-derivation",
+            "rfc8446",
+        ])
+        .to_config()
+        .unwrap();
+        assert_eq!(c.listen, ["tls:127.0.0.1:4420"]);
+        let hosts = &c.subsystems[0].hosts;
+        assert_eq!(hosts.len(), 2);
+        assert!(
+            hosts[0].nqn == "nqn.a" && hosts[0].dhchap_key.is_some() && hosts[0].tls_key.is_some()
+        );
+        assert!(hosts[1].nqn == "nqn.b" && hosts[1].dhchap_key.is_none());
+        assert_eq!(hosts[1].tls_derivation, ["rfc8446"]);
+        let bad = format!("nqn.a={}", tk.replace("VRLb", "VRLc"));
+        for args in [
+            vec!["--tls-key", bad.as_str()],
+            vec!["--tls-key", t1.as_str(), "--tls-key", t1.as_str()],
+            vec!["--tls-derivation", "rfc8446"],
+            vec!["--tls-key", t1.as_str(), "--tls-derivation", "nope"],
+            vec!["--tls-key", tk],
+        ] {
+            let e = parse(&args).to_config().unwrap_err().to_string();
+            assert!(!e.contains("btnN9AQb"), "{e}");
         }
     }
 

@@ -14,6 +14,8 @@ use farflash_tls::{
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub const WAIT: Duration = Duration::from_secs(10);
@@ -206,6 +208,17 @@ impl TlsClient {
 /// carries it over TLS (`identity`, `psk`) to `target`; returns its
 /// address. The thread ends when either side closes.
 pub fn proxy(target: &str, identity: Vec<u8>, psk: TlsPsk) -> std::io::Result<String> {
+    proxy_pausable(target, identity, psk, None)
+}
+
+/// [`proxy`], which stops reading from the target while `paused` is set
+/// (a host that does not read: the target's output backs up).
+pub fn proxy_pausable(
+    target: &str,
+    identity: Vec<u8>,
+    psk: TlsPsk,
+    paused: Option<Arc<AtomicBool>>,
+) -> std::io::Result<String> {
     let l = TcpListener::bind("127.0.0.1:0")?;
     let addr = l.local_addr()?.to_string();
     let target = target.to_owned();
@@ -214,12 +227,12 @@ pub fn proxy(target: &str, identity: Vec<u8>, psk: TlsPsk) -> std::io::Result<St
         let Ok(mut c) = TlsClient::connect(&target, &identity, psk) else {
             return;
         };
-        relay(plain, &mut c);
+        relay(plain, &mut c, paused);
     });
     Ok(addr)
 }
 
-fn poll2(a: &TcpStream, b: &TcpStream, b_out: bool) -> (bool, bool, bool) {
+fn poll2(a: &TcpStream, b: &TcpStream, b_in: bool, b_out: bool) -> (bool, bool, bool) {
     let mut fds = [
         libc::pollfd {
             fd: a.as_raw_fd(),
@@ -228,7 +241,7 @@ fn poll2(a: &TcpStream, b: &TcpStream, b_out: bool) -> (bool, bool, bool) {
         },
         libc::pollfd {
             fd: b.as_raw_fd(),
-            events: libc::POLLIN | if b_out { libc::POLLOUT } else { 0 },
+            events: if b_in { libc::POLLIN } else { 0 } | if b_out { libc::POLLOUT } else { 0 },
             revents: 0,
         },
     ];
@@ -242,7 +255,7 @@ fn poll2(a: &TcpStream, b: &TcpStream, b_out: bool) -> (bool, bool, bool) {
     )
 }
 
-fn relay(mut plain: TcpStream, c: &mut TlsClient) {
+fn relay(mut plain: TcpStream, c: &mut TlsClient, paused: Option<Arc<AtomicBool>>) {
     let _ = plain.set_nodelay(true);
     let _ = plain.set_nonblocking(true);
     let _ = c.sock.set_nonblocking(true);
@@ -251,7 +264,9 @@ fn relay(mut plain: TcpStream, c: &mut TlsClient) {
     loop {
         // Plaintext host -> TLS.
         let pending = !c.s.ciphertext().is_empty();
-        let (pr, tr, _) = poll2(&plain, &c.sock, pending);
+        let reading = !paused.as_ref().is_some_and(|p| p.load(Ordering::Acquire));
+        let (pr, tr, _) = poll2(&plain, &c.sock, reading, pending);
+        let tr = tr && reading;
         if pr {
             match plain.read(&mut buf) {
                 Ok(0) => {
@@ -336,6 +351,8 @@ pub struct TlsConnector {
     pub key: String,
     pub version: IdentityVersion,
     pub derivation: Derivation,
+    /// Set: every queue's proxy stops reading from the target.
+    pub paused: Option<Arc<AtomicBool>>,
 }
 
 impl Connector for TlsConnector {
@@ -356,7 +373,7 @@ impl Connector for TlsConnector {
             self.version,
             self.derivation,
         );
-        let addr = proxy(&opts.addr, id, psk)?;
+        let addr = proxy_pausable(&opts.addr, id, psk, self.paused.clone())?;
         let mut o = opts.clone();
         o.addr = addr;
         o.connector = None;

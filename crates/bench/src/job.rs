@@ -21,6 +21,34 @@ pub struct Progress {
     pub write_bytes: AtomicU64,
 }
 
+/// Spaces a job's I/Os `1 / rate` apart (fio's `rate_iops` with
+/// `rate_process=linear`): the k-th I/O goes no earlier than the start
+/// plus k intervals. A job that fell behind (the target stalled) issues
+/// what is due at once, as fio does, up to its iodepth.
+#[derive(Clone, Copy, Debug)]
+struct Pacer {
+    interval: Duration,
+    next: Instant,
+}
+
+impl Pacer {
+    fn new(rate_iops: u32, start: Instant) -> Pacer {
+        Pacer {
+            interval: Duration::from_secs(1) / rate_iops.max(1),
+            next: start,
+        }
+    }
+
+    /// Whether an I/O may go at `now`; if so, the next is due an interval later.
+    fn take(&mut self, now: Instant) -> bool {
+        if now < self.next {
+            return false;
+        }
+        self.next += self.interval;
+        true
+    }
+}
+
 /// Empty busy polls between clock reads.
 const IDLE_POLLS_PER_CLOCK: u32 = 16;
 
@@ -184,11 +212,15 @@ impl JobRun<'_> {
         let mut inflight = 0usize;
         let mut idle = 0u32;
         let mut now = Instant::now();
+        let mut pacer = spec.rate_iops.map(|r| Pacer::new(r, now));
         loop {
             // One clock read stamps the whole refill: the commands of a
             // batch are prepared within nanoseconds of each other.
             let mut prepared = None;
             while inflight < depth && src.has_more(now) {
+                if pacer.as_mut().is_some_and(|p| !p.take(now)) {
+                    break;
+                }
                 let Some(slot) = e.alloc_slot() else { break };
                 let (write, offset, len) = src.next();
                 if write && spec.verify {
@@ -223,6 +255,16 @@ impl JobRun<'_> {
             if inflight == 0 && !src.has_more(now) {
                 return Ok(());
             }
+            if let Some(p) = pacer.filter(|_| inflight == 0) {
+                // Nothing in flight: wait for the next I/O's time, asleep
+                // when blocking (the host's CPU follows the offered load),
+                // reading the clock when spinning.
+                if spec.poll == PollMode::Block {
+                    std::thread::sleep(p.next.saturating_duration_since(now));
+                }
+                now = Instant::now();
+                continue;
+            }
             let n = if spec.poll == PollMode::Block {
                 e.wait(&mut st.done)?
             } else {
@@ -232,7 +274,10 @@ impl JobRun<'_> {
                 // Busy-polling: read the clock (for the end of the run)
                 // only every few empty polls.
                 idle += 1;
-                if spec.poll != PollMode::Block && !idle.is_multiple_of(IDLE_POLLS_PER_CLOCK) {
+                if spec.poll != PollMode::Block
+                    && pacer.is_none()
+                    && !idle.is_multiple_of(IDLE_POLLS_PER_CLOCK)
+                {
                     continue;
                 }
             } else {
@@ -326,3 +371,30 @@ impl JobRun<'_> {
 
 /// How long to sleep between progress lines.
 pub const PROGRESS_PERIOD: Duration = Duration::from_secs(1);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pacer_spaces_ios_evenly_and_catches_up_after_a_stall() {
+        let t0 = Instant::now();
+        let us = Duration::from_micros(1);
+        let mut p = Pacer::new(10_000, t0); // one per 100 µs
+        assert!(p.take(t0), "the first goes at once");
+        assert!(!p.take(t0 + 99 * us), "the second not before 100 µs");
+        assert!(p.take(t0 + 100 * us));
+        // Late by 1 ms (a stall): what was due goes at once, then the pace resumes.
+        let late = t0 + 1200 * us;
+        let mut burst = 0;
+        while p.take(late) {
+            burst += 1;
+        }
+        assert_eq!(burst, 11, "I/Os due at 200..=1200 µs");
+        assert!(!p.take(late + 99 * us));
+        assert!(p.take(late + 100 * us));
+        // A rate over a million a second still advances.
+        let mut fast = Pacer::new(u32::MAX, t0);
+        assert!(fast.take(t0) && fast.take(t0 + us));
+    }
+}

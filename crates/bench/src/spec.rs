@@ -94,6 +94,10 @@ pub struct JobSpec {
     /// CPUs the job threads may run on.
     pub cpus_allowed: Option<Vec<usize>>,
     pub poll: PollMode,
+    /// fio's `rate_iops`: at most this many I/Os a second per job, issued
+    /// evenly spaced (fio's default `rate_process=linear`); None: as fast
+    /// as completions allow.
+    pub rate_iops: Option<u32>,
     pub seed: u64,
     /// Print a live progress line (stdout is a terminal and output is not JSON).
     pub progress: bool,

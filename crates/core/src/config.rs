@@ -122,6 +122,11 @@ pub enum PollMode {
     Always,
     /// Always sleep in epoll: least CPU.
     Never,
+    /// As adaptive, but in a gap the loop expects to last (learnt from
+    /// the recent gaps between a host's commands) it sleeps on a precise
+    /// timer for the part it can sleep and wakes early enough to poll for
+    /// the rest (the kernel's hybrid polling, for a network queue).
+    Hybrid,
 }
 
 impl std::str::FromStr for PollMode {
@@ -131,7 +136,10 @@ impl std::str::FromStr for PollMode {
             "adaptive" => Ok(PollMode::Adaptive),
             "always" => Ok(PollMode::Always),
             "never" => Ok(PollMode::Never),
-            _ => Err(format!("poll mode {s:?} is not always, adaptive or never")),
+            "hybrid" => Ok(PollMode::Hybrid),
+            _ => Err(format!(
+                "poll mode {s:?} is not always, adaptive, hybrid or never"
+            )),
         }
     }
 }
@@ -794,6 +802,77 @@ mod tests {
         assert!(parse_cpu_list("3-1").is_err());
         assert!(parse_cpu_list("x").is_err());
         assert_eq!("always".parse::<PollMode>(), Ok(PollMode::Always));
+        assert_eq!("hybrid".parse::<PollMode>(), Ok(PollMode::Hybrid));
+    }
+
+    #[test]
+    fn tls_listeners_and_host_keys() {
+        use crate::listen::{listen_secure, SecureChannel};
+        const KEY: &str = "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:";
+        let sub = |host: &str| {
+            format!("\n[[subsystem]]\nnqn = 'nqn.t:a'\n[[subsystem.host]]\nnqn = 'nqn.h'\n{host}\n[[subsystem.namespace]]\nbackend = 'null'\nsize = '1M'\n")
+        };
+        let from = |l: &str, host: &str| Config::from_toml(&format!("{l}{}", sub(host)), "t");
+        let c = from(
+            "listen = ['tls:127.0.0.1:1', { address = '127.0.0.1:2', secure_channel = 'optional' }, \
+             { address = '127.0.0.1:3', secure_channel = 'none' }, 'tls-optional:[::1]:4']",
+            &format!("tls_key = '{KEY}'"),
+        )
+        .unwrap();
+        let sc: Vec<SecureChannel> = c.listen.iter().map(|l| listen_secure(l)).collect();
+        assert_eq!(
+            sc,
+            [
+                SecureChannel::Required,
+                SecureChannel::Optional,
+                SecureChannel::None,
+                SecureChannel::Optional
+            ]
+        );
+        let h = &c.subsystems[0].hosts[0];
+        assert!(h.dhchap_key.is_none() && h.tls_key.is_some());
+        assert_eq!(
+            h.derivations().unwrap(),
+            crate::tls_key::DEFAULT_DERIVATIONS.to_vec()
+        );
+        // The key survives a round trip; Debug shows none of it.
+        let text = toml::to_string(&c).unwrap();
+        assert!(text.contains(KEY), "{text}");
+        assert!(!format!("{c:?}").contains("VRLbtn"));
+        assert_eq!(Config::from_toml(&text, "t").unwrap(), c);
+        let err = |l: &str, host: &str| from(l, host).unwrap_err().to_string();
+        let e = err(
+            "listen = [{ address = '127.0.0.1:1', transport = 'rdma', secure_channel = 'required' }]",
+            &format!("tls_key = '{KEY}'"),
+        );
+        assert!(e.contains("secure_channel"), "{e}");
+        let e = err(
+            "listen = [{ address = '127.0.0.1:1', secure_channel = 'maybe' }]",
+            &format!("tls_key = '{KEY}'"),
+        );
+        assert!(e.contains("\"maybe\""), "{e}");
+        let e = err("listen = ['127.0.0.1:1']", "");
+        assert!(e.contains("needs a dhchap_key or a tls_key"), "{e}");
+        let e = err(
+            "listen = ['127.0.0.1:1']",
+            &format!("tls_key = '{KEY}'\ntls_derivation = ['rfc9999']"),
+        );
+        assert!(e.contains("rfc9999") && e.contains("nqn.h"), "{e}");
+        let dh = farflash_auth::Secret::new(&[5u8; 32], None)
+            .unwrap()
+            .to_dhhc();
+        let e = err(
+            "listen = ['127.0.0.1:1']",
+            &format!(
+                "tls_derivation = ['rfc8446']\ndhchap_key = '{}'",
+                dh.as_str()
+            ),
+        );
+        assert!(e.contains("tls_derivation needs a tls_key"), "{e}");
+        // A bad key: the field named, the key not repeated.
+        let bad = "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrY:";
+        let e = err("listen = ['127.0.0.1:1']", &format!("tls_key = '{bad}'"));
+        assert!(e.contains("tls_key") && !e.contains("VRLbtn"), "{e}");
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use crate::subsystem::Subsystem;
 use farflash_wire::log::ErrorEntry;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Error Log entries kept (ELPE + 1).
@@ -157,6 +157,7 @@ impl Controller {
     /// A controller reset: the I/O queues of the association go away.
     pub fn reset_io_queues(&self, st: &mut CtrlState) {
         self.epoch.fetch_add(1, Ordering::AcqRel);
+        note_change();
         st.io_qids.clear();
         st.io_queues_set = false;
     }
@@ -164,6 +165,7 @@ impl Controller {
     /// Ends the association: every queue of this controller closes at its next tick.
     pub fn kill(&self) {
         self.alive.store(false, Ordering::Release);
+        note_change();
     }
 
     pub fn subsystem(&self) -> Option<&Arc<Subsystem>> {
@@ -185,6 +187,24 @@ impl Controller {
         st.errors.push_front(e);
         st.errors.truncate(ERROR_LOG_ENTRIES);
     }
+}
+
+/// Moves on with every event an idle queue's tick must see within a tick
+/// (a controller killed or reset, an asynchronous event queued, a
+/// management change). Event loops compare it every tick period and then
+/// tick all their queues, so that queues without work can tick rarely.
+/// Process-wide: several targets in one process (tests) only cause extra
+/// scans.
+static CHANGES: AtomicU64 = AtomicU64::new(0);
+
+/// The current value of the change counter ([`note_change`]).
+pub fn changes() -> u64 {
+    CHANGES.load(Ordering::Acquire)
+}
+
+/// Something every queue's next tick should see happened.
+pub fn note_change() {
+    CHANGES.fetch_add(1, Ordering::AcqRel);
 }
 
 #[cfg(test)]

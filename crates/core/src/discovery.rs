@@ -14,9 +14,10 @@ use std::sync::Arc;
 fn entry(l: &Listener, portid: u16, subtype: u8, nqn: &str, asqsz: u16) -> DiscEntry {
     let addr = &l.addr;
     let rdma = l.transport == ListenTransport::Rdma;
-    // The secure channel of a TCP listener (TCP §3.6.1, §4.1): SECTYPE
+    // The secure channel of a TCP listener (TCP §3.6.1.1): SECTYPE
     // TLS 1.3 and TREQ "required" or "not required", as Linux nvmet fills
-    // them from a port's addr_tsas and addr_treq.
+    // them from a port's addr_tsas and addr_treq (its configfs refuses
+    // treq "not specified" with tsas tls1.3).
     let (sectype, secure) = match crate::listen::listen_secure(&l.config) {
         SecureChannel::None => (d::TCP_SECTYPE_NONE, d::TREQ_NOT_SPECIFIED),
         SecureChannel::Optional => (d::TCP_SECTYPE_TLS13, d::TREQ_SECURE_CHANNEL_NOT_REQUIRED),

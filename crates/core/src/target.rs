@@ -166,6 +166,7 @@ impl Target {
         };
         if removed {
             self.listeners_gen.fetch_add(1, Ordering::AcqRel);
+            crate::controller::note_change();
         }
     }
 
@@ -232,9 +233,12 @@ impl Target {
         self.latency_timing.load(Ordering::Relaxed)
     }
 
-    /// Held by every management change, so two never interleave.
-    pub fn manage_lock(&self) -> MutexGuard<'_, ()> {
-        self.manage.lock().unwrap_or_else(|p| p.into_inner())
+    /// Held by every management change, so two never interleave; when it
+    /// is released, event loops tick their queues (which see the change).
+    pub fn manage_lock(&self) -> ManageGuard<'_> {
+        ManageGuard {
+            _serial: self.manage.lock().unwrap_or_else(|p| p.into_inner()),
+        }
     }
 
     /// Creates a controller with a CNTLID no live controller has, within
@@ -303,6 +307,7 @@ impl Target {
                 st.events.push_back(AEN_NS_ATTR_CHANGED);
             }
         }
+        crate::controller::note_change();
     }
 
     /// The ANA states of `sub` changed: every I/O controller of it that
@@ -320,6 +325,7 @@ impl Target {
                 st.events.push_back(crate::ana::AEN_ANA_CHANGE);
             }
         }
+        crate::controller::note_change();
     }
 
     /// Reservation notices of namespace `nsid` of `sub` (`crate::resv`):
@@ -356,6 +362,7 @@ impl Target {
                 }
             }
         }
+        crate::controller::note_change();
     }
 
     fn all_controllers(&self) -> Vec<Arc<Controller>> {
@@ -431,6 +438,7 @@ impl Target {
                 st.events.push_back(AEN_DISCOVERY_CHANGED);
             }
         }
+        crate::controller::note_change();
     }
 
     pub fn live_controllers(&self) -> usize {
@@ -476,6 +484,18 @@ fn note_changed(list: &mut Vec<u32>, nsids: &[u32]) {
                 list.push(id);
             }
         }
+    }
+}
+
+/// [`Target::manage_lock`]'s guard: the change is noted when it is dropped
+/// ([`crate::controller::note_change`]).
+pub struct ManageGuard<'a> {
+    _serial: MutexGuard<'a, ()>,
+}
+
+impl Drop for ManageGuard<'_> {
+    fn drop(&mut self) {
+        crate::controller::note_change();
     }
 }
 

@@ -11,6 +11,8 @@
 //!   time from `libssl.so.3`): external PSKs only, TLS_AES_128_GCM_SHA256
 //!   and TLS_AES_256_GCM_SHA384 by the key's hash, (EC)DHE always; the
 //!   server picks the key by the client's identity through a callback.
+//! - [`record`]: record headers followed without decrypting (oversized
+//!   records, unknown types, a peer stalled mid-record).
 //!
 //! Secrets live in zeroize-on-drop buffers and print (`Debug`) as their
 //! kind and length only.
@@ -20,6 +22,7 @@
 pub mod keyfile;
 pub mod keytool;
 pub mod psk;
+pub mod record;
 pub mod session;
 
 pub use psk::{

@@ -10,9 +10,9 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod offload;
-mod record;
 mod sched;
 mod secure;
+mod sleep;
 mod worker;
 
 pub use farflash_core::config::PollMode;

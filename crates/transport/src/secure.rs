@@ -29,10 +29,10 @@
 //! queue pair wants to read (the rest waits in OpenSSL's buffer, bounded
 //! by that one read).
 
-use crate::record::{RecordError, RecordScan, TLS_HANDSHAKE_RECORD};
 use crate::sched::Pass;
 use farflash_core::listen::SecureChannel;
 use farflash_tcp::QueuePair;
+use farflash_tls::record::{RecordScan, MAX_RECORD, TLS_HANDSHAKE_RECORD};
 use farflash_tls::{ServerConfig, Session, TlsError};
 use mio::net::TcpStream;
 use std::io::{self, IoSlice, Read, Write};
@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 /// Ciphertext waiting to be sent beyond which no more PDUs are encrypted.
 pub(crate) const OUT_HIGH_WATER: usize = 256 * 1024;
 /// Ciphertext read from the socket at once (four full records).
-pub(crate) const READ_CHUNK: usize = 4 * crate::record::MAX_RECORD;
+pub(crate) const READ_CHUNK: usize = 4 * MAX_RECORD;
 /// KeyUpdate rate cap: at most this many post-handshake messages from the
 /// peer per [`KEY_UPDATE_WINDOW`]. RFC 8446 §5.5 has a sender update its
 /// AES-GCM keys after about 2^24.5 records; a host needs a handful an
@@ -165,12 +165,16 @@ impl Secure {
             }
         };
         if first != TLS_HANDSHAKE_RECORD {
-            // Linux nvmet-tcp peeks the same way on a port whose TSAS is
-            // TLS 1.3 (nvmet_tcp_try_peek_pdu) and goes on in plaintext
-            // for an ICReq; with TREQ "required" (TCP §3.6.1: the host
-            // must set up a secure channel) farflash refuses at once,
-            // with a close: the peer speaks no TLS to send an alert in,
-            // and no NVMe/TCP is spoken on this listener.
+            // Linux nvmet-tcp (nvmet_tcp_try_peek_pdu): with TREQ "not
+            // required" it peeks for an ICReq's common header (type 0,
+            // HLEN and PLEN 128) and goes on in plaintext for one, TLS
+            // otherwise; with TREQ "required" it does not peek and hands
+            // the socket to tlshd, whose handshake fails on plaintext, and
+            // closes. farflash decides by the TLS record type instead (a
+            // ClientHello's record starts 16h; anything else goes to the
+            // NVMe/TCP framing, which judges it), and on a required
+            // listener closes at once: the peer speaks no TLS to send an
+            // alert in, and no NVMe/TCP is spoken there (TCP §3.6.1.1).
             return match self.mode {
                 SecureChannel::Optional => Detected::Plain,
                 _ => Detected::Refused(
@@ -270,12 +274,7 @@ impl Secure {
             return;
         }
         if let Err(e) = scanned {
-            let why = match e {
-                RecordError::Oversized(len) => {
-                    format!("a TLS record of {len} bytes (at most 16640)")
-                }
-                RecordError::ContentType(t) => format!("a record of TLS content type {t}"),
-            };
+            let why = e.to_string();
             if let Some(s) = self.session() {
                 // OpenSSL stopped at the bad header and failed: its alert
                 // is in the output; otherwise end cleanly.
@@ -320,6 +319,11 @@ impl Secure {
                 }
             }
         }
+        if s.peer_closed() {
+            // RFC 8446 §6.1: close_notify is answered with close_notify
+            // (sent with this pass's output), then the connection closes.
+            s.close();
+        }
         let count = s.post_handshake_messages();
         if let Some(e) = failed {
             self.on_error(&e);
@@ -361,19 +365,21 @@ impl Secure {
                     let mut iov = [IoSlice::new(&[]); IOV];
                     let n = qp.output_slices(&mut iov);
                     let mut taken = 0;
-                    for sl in &iov[..n] {
+                    for sl in iov[..n].iter().filter(|sl| !sl.is_empty()) {
                         if s.ciphertext().len() >= OUT_HIGH_WATER {
                             break;
                         }
                         match s.write_plaintext(sl) {
-                            Ok(k) => taken += k,
+                            // All of it (OpenSSL without partial writes).
+                            Ok(k) if k == sl.len() => taken += k,
+                            Ok(k) => {
+                                taken += k;
+                                break;
+                            }
                             Err(e) => {
                                 failed = Some(e);
                                 break;
                             }
-                        }
-                        if taken == 0 {
-                            break;
                         }
                     }
                     taken

@@ -18,8 +18,10 @@
 use crate::offload::OffloadPort;
 use crate::sched::{ConnId, Due, Pass, Scheduler, State, Wait};
 use crate::secure::{Detected, Secure};
+use crate::sleep::SleepTimer;
 use crate::LoopOptions;
 use farflash_backend::{IoCompletion, QueueSet};
+use farflash_core::config::PollMode;
 use farflash_core::listen::SecureChannel;
 use farflash_core::{Binding, OffloadDone, Target, Transport, TAG_SLOT_BITS};
 use farflash_rdma::queue::Rdma;
@@ -41,6 +43,8 @@ use std::time::{Duration, Instant};
 pub(crate) const WAKE_TOKEN: Token = Token(usize::MAX);
 /// The eventfds of the worker's storage queues.
 const STORAGE_TOKEN: Token = Token(usize::MAX - 1);
+/// Token of hybrid polling's timer (`sleep.rs`).
+const SLEEP_TOKEN: Token = Token(usize::MAX - 2);
 /// Tokens of the RDMA queues' fds (`RDMA_TOKEN + index`; TCP connections
 /// count from 0).
 const RDMA_TOKEN: usize = 1 << 40;
@@ -101,6 +105,10 @@ pub(crate) struct Worker {
     /// TLS server configuration, made at the first TLS connection (Err:
     /// OpenSSL 3 could not be loaded; said once).
     tls: Option<Result<ServerConfig, String>>,
+    /// `farflash_core::controller::changes` at the last scan.
+    changes: u64,
+    /// Hybrid polling's timer (`--poll hybrid` only).
+    sleep: Option<SleepTimer>,
 }
 
 /// Pins the calling thread to one CPU.
@@ -131,6 +139,14 @@ impl Worker {
         opts: &LoopOptions,
     ) -> Worker {
         let now = Instant::now();
+        let sleep = (opts.poll == PollMode::Hybrid)
+            .then(|| SleepTimer::new(poll.registry(), SLEEP_TOKEN))
+            .and_then(|t| {
+                t.map_err(|e| {
+                    tracing::warn!("hybrid polling without its timer ({e}): polling instead")
+                })
+                .ok()
+            });
         Worker {
             target,
             poll,
@@ -151,6 +167,8 @@ impl Worker {
             rdma_free: Vec::new(),
             rdma_rx: None,
             tls: None,
+            changes: farflash_core::controller::changes(),
+            sleep,
         }
     }
 
@@ -164,7 +182,27 @@ impl Worker {
         let mut events = Events::with_capacity(256);
         let mut drain_deadline: Option<Instant> = None;
         loop {
-            if let Wait::Poll(timeout) = self.sched.wait(Instant::now()) {
+            let now = Instant::now();
+            let wait = match self.sched.wait(now) {
+                Wait::Sleep(at) => {
+                    // Hybrid polling: until an event or the timer, then poll.
+                    match self
+                        .sleep
+                        .as_ref()
+                        .map(|t| t.arm(at.saturating_duration_since(now)))
+                    {
+                        Some(Ok(())) => Some(
+                            self.sched
+                                .poll_timeout(now)
+                                .map(|t| t.saturating_duration_since(now)),
+                        ),
+                        _ => Some(Some(Duration::ZERO)),
+                    }
+                }
+                Wait::Poll(timeout) => Some(timeout),
+                Wait::Direct => None,
+            };
+            if let Some(timeout) = wait {
                 if let Err(e) = self.poll.poll(&mut events, timeout) {
                     if e.kind() != io::ErrorKind::Interrupted {
                         tracing::error!("poll failed: {e}");
@@ -173,6 +211,8 @@ impl Worker {
                 }
                 // Completions routed from the events are stamped after the wait.
                 self.now = Instant::now();
+                let timer = events.iter().any(|e| e.token() == SLEEP_TOKEN);
+                self.sched.on_woken(self.now, timer);
                 self.take_events(&events);
             }
             let now = Instant::now();
@@ -221,6 +261,9 @@ impl Worker {
     fn take_events(&mut self, events: &Events) {
         for ev in events.iter() {
             let t = ev.token();
+            if t == SLEEP_TOKEN {
+                continue;
+            }
             if t == WAKE_TOKEN {
                 self.accept_new();
                 self.accept_rdma();
@@ -251,7 +294,37 @@ impl Worker {
     /// Runs a timer the scheduler says is due.
     fn on_due(&mut self, due: Due, now: Instant) {
         match due {
-            Due::Tick(ConnId::Tcp(i)) => {
+            Due::Tick(id) => self.tick(id, now),
+            Due::Scan => {
+                // Something every queue should see soon changed (a
+                // controller killed, an event, a management change): idle
+                // queues, whose own ticks are a second apart, tick now.
+                let changes = farflash_core::controller::changes();
+                if changes != self.changes {
+                    self.changes = changes;
+                    for i in 0..self.conns.len() {
+                        self.tick(ConnId::Tcp(i), now);
+                    }
+                    for k in 0..self.rdma.len() {
+                        self.tick(ConnId::Rdma(k), now);
+                    }
+                }
+            }
+            Due::Housekeeping => {
+                if self.storage.collect() {
+                    self.sync_storage_fds();
+                }
+                if !self.storage.is_empty() {
+                    self.sched.schedule_housekeeping(now);
+                }
+            }
+        }
+    }
+
+    /// A connection's periodic work (the command layer's `tick`).
+    fn tick(&mut self, id: ConnId, now: Instant) {
+        match id {
+            ConnId::Tcp(i) => {
                 let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
                     return;
                 };
@@ -271,17 +344,9 @@ impl Worker {
                 // QoS limits may have changed.
                 self.sched.set_throttle(i, c.qp.throttle_wake());
             }
-            Due::Tick(ConnId::Rdma(k)) => {
+            ConnId::Rdma(k) => {
                 if let Some(c) = self.rdma.get_mut(k).and_then(Option::as_mut) {
                     c.with_queue(|q| q.tick(now));
-                }
-            }
-            Due::Housekeeping => {
-                if self.storage.collect() {
-                    self.sync_storage_fds();
-                }
-                if !self.storage.is_empty() {
-                    self.sched.schedule_housekeeping(now);
                 }
             }
         }
@@ -344,6 +409,7 @@ impl Worker {
         let now = self.now;
         let mut budget = self.sched.budget(i, contended, c.qp.share_weight());
         let mut p = Pass::starting(state);
+        p.control = c.qp.nvme().qid() == 0;
         loop {
             let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
                 return p.worked;

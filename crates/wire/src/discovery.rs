@@ -33,7 +33,7 @@ pub const TREQ_DISABLE_SQFLOW: u8 = 1 << 2;
 /// secure channel (01b), or may (10b); 00b is "not specified".
 pub const TREQ_SECURE_CHANNEL_REQUIRED: u8 = 1;
 pub const TREQ_SECURE_CHANNEL_NOT_REQUIRED: u8 = 2;
-/// TCP TSAS byte 0, SECTYPE (NVMe TCP Transport Specification 1.0 §4.1,
+/// TCP TSAS byte 0, SECTYPE (NVMe TCP Transport Specification 1.0 §3.6.1.1, as
 /// Linux NVMF_TCP_SECTYPE_*): 0 none, 1 TLS 1.2 (not used by NVMe/TCP
 /// 1.0, which requires TLS 1.3), 2 TLS 1.3.
 pub const TCP_SECTYPE_NONE: u8 = 0;

@@ -114,6 +114,7 @@ pub fn report(spec: &JobSpec, r: &RunResult) -> Value {
             "offset": spec.offset,
             "verify": if spec.verify { "crc32c" } else { "none" },
             "cpus_allowed": spec.cpus_allowed,
+            "rate_iops": spec.rate_iops,
         },
         "jobs": jobs,
         "aggregate": total,

@@ -83,6 +83,9 @@ pub fn report(spec: &JobSpec, r: &RunResult) -> String {
         r.capacity,
         r.block_size
     );
+    if let Some(rate) = spec.rate_iops {
+        let _ = writeln!(out, "  offered: rate_iops={rate} per job");
+    }
     for (i, j) in r.jobs.iter().enumerate() {
         job(&mut out, &format!("job{i}"), j);
     }

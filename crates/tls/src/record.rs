@@ -2,8 +2,9 @@
 //! `TLSPlaintext` / §5.2 `TLSCiphertext` headers: type, legacy version,
 //! length), without decrypting anything: enough to refuse a record that
 //! is too long or of no TLS 1.3 type before it is buffered, and to know
-//! when a peer stalls inside a record. OpenSSL checks the same again
-//! when it decrypts.
+//! when a peer stalls inside a record (an event loop driving a
+//! [`crate::Session`] follows what it feeds). OpenSSL checks the same
+//! again when it decrypts.
 
 /// Content types a TLS 1.3 peer sends (RFC 8446 §5.1, §D.4 for
 /// change_cipher_spec in middlebox compatibility mode).
@@ -14,24 +15,26 @@ const APPLICATION_DATA: u8 = 23;
 /// RFC 8446 §5.2: "The length MUST NOT exceed 2^14 + 256 bytes. An
 /// endpoint that receives a record that exceeds this length MUST
 /// terminate the connection with a "record_overflow" alert."
-pub(crate) const MAX_RECORD: usize = (1 << 14) + 256;
+pub const MAX_RECORD: usize = (1 << 14) + 256;
 /// The first byte of a ClientHello's record (TLS handshake record): how a
 /// `tls-optional` listener tells TLS from an NVMe/TCP ICReq (PDU type 0).
-pub(crate) const TLS_HANDSHAKE_RECORD: u8 = HANDSHAKE;
+pub const TLS_HANDSHAKE_RECORD: u8 = HANDSHAKE;
 
 /// Why a record header was refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum RecordError {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
     /// Longer than [`MAX_RECORD`] (record_overflow).
+    #[error("a TLS record of {0} bytes (at most 16640)")]
     Oversized(usize),
     /// Not a TLS 1.3 content type (unexpected_message).
+    #[error("a record of TLS content type {0}")]
     ContentType(u8),
 }
 
 /// The scanner: inside a header (`got` of its 5 bytes) or a body (`left`
 /// bytes to come).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct RecordScan {
+pub struct RecordScan {
     hdr: [u8; 5],
     got: u8,
     left: usize,
@@ -41,7 +44,7 @@ pub(crate) struct RecordScan {
 impl RecordScan {
     /// Follows `bytes` (the next bytes of the stream). After an error the
     /// scanner stays where it was: the connection is to be closed.
-    pub(crate) fn feed(&mut self, mut bytes: &[u8]) -> Result<(), RecordError> {
+    pub fn feed(&mut self, mut bytes: &[u8]) -> Result<(), RecordError> {
         while !bytes.is_empty() {
             if self.left > 0 {
                 let n = self.left.min(bytes.len());
@@ -81,13 +84,12 @@ impl RecordScan {
     }
 
     /// Part of a record (header or body) has arrived and the rest not.
-    pub(crate) fn mid_record(&self) -> bool {
+    pub fn mid_record(&self) -> bool {
         self.got > 0 || self.left > 0
     }
 
     /// Whole records seen.
-    #[cfg(test)]
-    pub(crate) fn records(&self) -> u64 {
+    pub fn records(&self) -> u64 {
         self.records
     }
 }
@@ -112,8 +114,13 @@ mod tests {
             let mut s = RecordScan::default();
             let (a, b) = stream.split_at(cut.min(stream.len()));
             s.feed(a).unwrap();
-            if cut < stream.len() {
+            // 305: the end of the first record.
+            if cut < stream.len() && cut != 305 {
                 assert!(s.mid_record(), "cut at {cut}");
+            }
+            if cut == 305 {
+                assert!(!s.mid_record());
+                assert_eq!(s.records(), 1);
             }
             s.feed(b).unwrap();
             assert!(!s.mid_record());
