@@ -117,7 +117,7 @@ loop_dev() { # INDEX MIB -> prints the loop device over a sparse tmpfs file
 # tlshd with the .nvme keyring (tls-lib.sh, passed with -f), and the keys.
 tls_setup() {
 	local key host sub v
-	# shellcheck source=tls-lib.sh
+	# shellcheck source-path=SCRIPTDIR source=tls-lib.sh
 	. "${GUEST_FILES:-/guest/files}/tls-lib.sh" || die "SERVE_TLS needs -f tests/linux-host/guest/tls-lib.sh"
 	tls_start
 	echo "pid $TLSHD_PID" >>"$STATE"

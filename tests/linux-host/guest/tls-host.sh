@@ -29,9 +29,9 @@ fail() {
 	echo "FAIL: ${CASE:-setup}: $*"
 	exit 1
 }
-# shellcheck source=tls-lib.sh
+# shellcheck source-path=SCRIPTDIR source=tls-lib.sh
 . "$GUEST_FILES/tls-lib.sh"
-# shellcheck source=lib.sh
+# shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$GUEST_FILES/lib.sh"
 tls_start
 

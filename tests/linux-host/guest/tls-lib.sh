@@ -40,6 +40,7 @@ tls_start() {
 		sleep 0.1
 	done
 	tail -n +1 -f /run/tlshd.log | while IFS= read -r l; do echo "[guest] $l"; done >&2 &
+	# shellcheck disable=SC2034  # (for the scripts that source this)
 	TLSHD_TAIL=$!
 }
 
