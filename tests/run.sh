@@ -20,7 +20,10 @@
 #      and against farflash serve; see tests/linux-host/README.md). Debian
 #      12's 6.1 kernel for most; the newest 6.12 kernel Debian 12 ships
 #      (linux-image-6.12.N+deb12-amd64, downloaded by the harness with
-#      apt-get download) for in-band authentication, which 6.1 lacks.
+#      apt-get download) for in-band authentication, which 6.1 lacks, and,
+#      with Debian 13's tlshd and nvme-cli 2.13 added (run-linux-host
+#      --tls), for NVMe/TCP over TLS both ways (tests/interop_tls.rs,
+#      host_kernel_target's farflash_host_tls_to_linux_612_target).
 # Every step runs even if an earlier one failed; the exit status is non-zero
 # if any step failed.  A summary with timings is printed at the end.
 #
@@ -196,8 +199,12 @@ else
 		tests/linux-host/run-linux-host --build-only
 	step "Linux 6.12 host VM image (tests/linux-host/run-linux-host --kernel 6.12 --build-only)" 900 \
 		tests/linux-host/run-linux-host --kernel 6.12 --build-only
-	step "cargo test --test interop_linux --test host_kernel_target -- --ignored --test-threads=1 --nocapture" 2400 \
-		cargo test --test interop_linux --test host_kernel_target -- --ignored --test-threads=1 --nocapture
+	# NVMe/TCP over TLS (issue 32): Debian 13's tlshd and nvme-cli 2.13 in the
+	# 6.12 image (tests/linux-host/tls-userland.sh, from Debian's registry)
+	step "Linux 6.12 host VM image with TLS (tests/linux-host/run-linux-host --kernel 6.12 --tls --build-only)" 900 \
+		tests/linux-host/run-linux-host --kernel 6.12 --tls --build-only
+	step "cargo test --test interop_linux --test host_kernel_target --test interop_tls -- --ignored --test-threads=1 --nocapture" 2400 \
+		cargo test --test interop_linux --test host_kernel_target --test interop_tls -- --ignored --test-threads=1 --nocapture
 	step "differential conformance against Linux nvmet (cargo test --test differential -- --ignored)" 900 \
 		cargo test --test differential -- --ignored --test-threads=1 --nocapture
 	step "Linux multipath over two farflash targets (cargo test --test interop_ha -- --ignored)" 900 \

@@ -21,6 +21,7 @@ pub mod target_cmds;
 pub mod target_conn;
 pub mod target_connection;
 pub mod target_setup;
+pub mod tls_key_file;
 pub mod tls_key_format;
 pub mod tls_record;
 pub mod tls_record_scan;
@@ -46,7 +47,7 @@ pub fn tolerate(name: &str) -> bool {
 /// A harness: runs one input, panics on a finding.
 pub type Harness = fn(&[u8]);
 
-pub const TARGETS: [(&str, Harness); 14] = [
+pub const TARGETS: [(&str, Harness); 15] = [
     ("pdu_framing", pdu_framing::run),
     ("command_decode", command_decode::run),
     ("command_layer", command_layer::run),
@@ -60,5 +61,6 @@ pub const TARGETS: [(&str, Harness); 14] = [
     ("rdma_host", rdma_host::run),
     ("tls_key_format", tls_key_format::run),
     ("tls_record", tls_record::run),
+    ("tls_key_file", tls_key_file::run),
     ("tls_record_scan", tls_record_scan::run),
 ];

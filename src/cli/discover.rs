@@ -54,6 +54,22 @@ pub struct FabricsArgs {
     /// (bidirectional authentication), else the connect fails.
     #[arg(short = 'C', long = "dhchap-ctrl-secret", value_name = "SECRET")]
     pub dhchap_ctrl_secret: Option<SecretArg>,
+    /// NVMe/TCP over TLS 1.3 with a pre-shared key (needs --tls-key).
+    #[arg(long = "tls")]
+    pub tls: bool,
+    /// The PSK: a configured key `NVMeTLSkey-1:HH:...:`, or a file holding
+    /// one, or nvme-cli --keyfile lines (`<identity> NVMeTLSkey-<v>:HH:...:`).
+    #[arg(long = "tls-key", alias = "tls_key", value_name = "KEY|FILE")]
+    pub tls_key: Option<SecretArg>,
+    /// PSK identity version: 0 (`NVMe0R0h host subsys`, nvme-cli's default)
+    /// or 1 (`NVMe1R0h host subsys digest`).
+    #[arg(long = "tls-identity", value_name = "0|1", default_value_t = 0)]
+    pub tls_identity: u8,
+    /// Derivation of the retained and TLS PSKs from a configured key:
+    /// libnvme-1.10 (nvme-cli 2.10-2.15, the default), rfc8446 (SPDK,
+    /// nvme-cli >= 2.16), ... (docs/tls.md).
+    #[arg(long = "tls-derivation", value_name = "NAME", value_parser = crate::cli::tls::derivation)]
+    pub tls_derivation: Option<farflash_tls::Derivation>,
 }
 
 /// A secret as given on the command line: parsed only in
@@ -136,8 +152,57 @@ impl FabricsArgs {
         if let Some(k) = self.keep_alive_tmo {
             o.kato_ms = k.saturating_mul(1000);
         }
+        o.tls = self.tls_options(o.connector.is_some())?;
         Ok(o)
     }
+
+    /// `--tls`, `--tls-key`, `--tls-identity`, `--tls-derivation`.
+    fn tls_options(
+        &self,
+        rdma: bool,
+    ) -> anyhow::Result<Option<std::sync::Arc<farflash_host::tls::TlsOptions>>> {
+        use farflash_host::tls::{TlsOptions, DEFAULT_DERIVATION};
+        if !self.tls {
+            if self.tls_key.is_some() || self.tls_derivation.is_some() {
+                bail!("--tls-key and --tls-derivation need --tls");
+            }
+            return Ok(None);
+        }
+        if rdma {
+            bail!("--tls is an NVMe/TCP option; RDMA has no secure channel");
+        }
+        let Some(k) = &self.tls_key else {
+            bail!("--tls needs --tls-key (a NVMeTLSkey-1:HH:...: key, or a file of keys)");
+        };
+        let version = farflash_tls::IdentityVersion::from_number(self.tls_identity)
+            .with_context(|| format!("--tls-identity {} (0 or 1)", self.tls_identity))?;
+        let key = read_tls_key(&k.0)?;
+        let t = TlsOptions::new(
+            key,
+            version,
+            self.tls_derivation.unwrap_or(DEFAULT_DERIVATION),
+        )?;
+        Ok(Some(std::sync::Arc::new(t)))
+    }
+}
+
+/// The `--tls-key` value: a key string, or the file it names. No error
+/// repeats the text.
+fn read_tls_key(v: &str) -> anyhow::Result<farflash_tls::keyfile::HostKey> {
+    use farflash_tls::keyfile::{HostKey, MAX_TEXT};
+    use std::io::Read;
+    let v = v.trim();
+    if v.starts_with("NVMeTLSkey-") {
+        return HostKey::parse(v).map_err(|e| anyhow::anyhow!("--tls-key: {e}"));
+    }
+    let f = std::fs::File::open(v).with_context(|| {
+        "--tls-key: neither a key (NVMeTLSkey-1:HH:...:) nor a readable file".to_string()
+    })?;
+    let mut text = zeroize::Zeroizing::new(String::new());
+    f.take(MAX_TEXT as u64 + 1)
+        .read_to_string(&mut text)
+        .with_context(|| format!("--tls-key: reading {v}"))?;
+    HostKey::parse(&text).map_err(|e| anyhow::anyhow!("--tls-key {v}: {e}"))
 }
 
 /// `normal` (text) or `json`, like nvme-cli's `-o`.

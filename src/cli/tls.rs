@@ -6,7 +6,7 @@ use anyhow::anyhow;
 use farflash_tls::keytool::{self, CheckTlsKey, GenTlsKey, NVME_CLI_2_13};
 use farflash_tls::Derivation;
 
-fn derivation(name: &str) -> Result<Derivation, String> {
+pub fn derivation(name: &str) -> Result<Derivation, String> {
     Derivation::from_name(name).ok_or_else(|| {
         let names: Vec<&str> = Derivation::ALL.iter().map(|d| d.name()).collect();
         format!("one of {} (or spdk, compat)", names.join(", "))

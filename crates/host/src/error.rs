@@ -28,6 +28,11 @@ pub enum TransportError {
     /// The controller closed the connection.
     #[error("connection closed by the controller")]
     Closed,
+    /// The TLS secure channel failed (TCP §3.6.1): the handshake (the
+    /// message names the identity offered and what the target did) or a
+    /// record (bad MAC, alert, close mid-record).
+    #[error("{0}")]
+    Tls(String),
     /// A queue pair of another binding (RDMA) failed: a failed work
     /// completion, a disconnect, a response that breaks the binding's rules.
     #[error("RDMA: {0}")]

@@ -65,6 +65,7 @@ pub mod options;
 pub mod queue;
 pub mod slot;
 pub mod socket;
+pub mod tls;
 pub mod transport;
 mod tx;
 

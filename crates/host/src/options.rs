@@ -40,6 +40,9 @@ pub struct ConnectOptions {
     /// The transport binding that opens the queues: `None` is NVMe/TCP
     /// (built in); RDMA is `farflash_rdma_verbs::RdmaConnector`.
     pub connector: Option<std::sync::Arc<dyn Connector>>,
+    /// NVMe/TCP over TLS 1.3 with a PSK (`--tls`, TCP §3.6.1): each queue's
+    /// handshake runs before its ICReq.
+    pub tls: Option<std::sync::Arc<crate::tls::TlsOptions>>,
 }
 
 /// Linux's default KATO for I/O controllers (`NVME_DEFAULT_KATO`, 5 s).
@@ -63,6 +66,7 @@ impl ConnectOptions {
             dhchap_secret: None,
             dhchap_ctrl_secret: None,
             connector: None,
+            tls: None,
         }
     }
 
@@ -168,12 +172,19 @@ impl ConnectOptions {
     pub fn open_queue(&self, qid: u16, cfg: QueueConfig) -> Result<Box<dyn HostTransport>> {
         match &self.connector {
             Some(c) => c.open(self, qid, cfg),
-            None => Ok(Box::new(crate::socket::Conn::open(
-                &self.addr,
-                cfg,
-                self.connect_timeout,
-                self.command_timeout,
-            )?)),
+            None => {
+                let tls = match &self.tls {
+                    Some(t) => Some(t.session(&self.hostnqn, &self.subnqn)?),
+                    None => None,
+                };
+                Ok(Box::new(crate::socket::Conn::open(
+                    &self.addr,
+                    cfg,
+                    self.connect_timeout,
+                    self.command_timeout,
+                    tls,
+                )?))
+            }
         }
     }
 }

@@ -2,10 +2,16 @@
 //! queued PDUs go out in one `writev`; received bytes are fed to the state
 //! machine, large C2HData payloads straight into the read's buffer.
 //! Every wait is bounded by a deadline (`poll(2)`).
+//!
+//! With TLS (TCP §3.6.1), the same loop carries records: the handshake
+//! runs before the ICReq, PDUs are encrypted into the session's output and
+//! that is written in one `write`, received ciphertext is decrypted into
+//! the state machine ([`crate::tls`]). One branch on each path; no thread.
 
 use crate::error::{HostError, Result, TransportError};
 use crate::queue::{QueueConfig, QueuePair};
 use crate::slot::Completion;
+use crate::tls::{ClientSession, TlsLink};
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
@@ -23,6 +29,7 @@ pub struct Conn {
     stream: TcpStream,
     pub qp: QueuePair,
     staging: Vec<u8>,
+    tls: Option<Box<TlsLink>>,
 }
 
 /// Resolves `addr` (`host:port`), loopback or otherwise, to socket addresses.
@@ -40,12 +47,14 @@ pub fn resolve(addr: &str) -> Result<Vec<SocketAddr>> {
 }
 
 impl Conn {
-    /// Connects, sends the ICReq and waits for a valid ICResp.
+    /// Connects, runs the TLS handshake when given a session, sends the
+    /// ICReq and waits for a valid ICResp.
     pub fn open(
         addr: &str,
         cfg: QueueConfig,
         connect_timeout: Duration,
         timeout: Duration,
+        tls: Option<ClientSession>,
     ) -> Result<Conn> {
         let mut last = None;
         let mut stream = None;
@@ -72,7 +81,9 @@ impl Conn {
             stream,
             qp: QueuePair::new(cfg),
             staging: vec![0; STAGING],
+            tls: tls.map(|t| Box::new(TlsLink::new(t))),
         };
+        c.handshake()?;
         let deadline = Instant::now() + timeout;
         while !c.qp.is_ready() {
             c.flush()?;
@@ -86,9 +97,68 @@ impl Conn {
         &self.stream
     }
 
+    /// The TLS handshake, bounded by its timeout; nothing to do without TLS.
+    fn handshake(&mut self) -> Result<()> {
+        let Some(timeout) = self.tls.as_deref().map(TlsLink::handshake_timeout) else {
+            return Ok(());
+        };
+        let deadline = Instant::now() + timeout;
+        let handshaking = |c: &Conn| c.tls.as_deref().is_some_and(TlsLink::is_handshaking);
+        while handshaking(self) {
+            self.flush()?;
+            let r = self
+                .wait_io(deadline, "the TLS handshake")
+                .and_then(|_| self.recv());
+            match (r, self.tls.as_deref()) {
+                (Err(HostError::Timeout(_)), Some(t)) => return Err(t.stalled()),
+                (Err(HostError::Transport(TransportError::Closed) | HostError::Io(_)), Some(t))
+                    if t.is_handshaking() =>
+                {
+                    return Err(t.closed())
+                }
+                (r, _) => r?,
+            };
+        }
+        self.flush()?;
+        Ok(())
+    }
+
+    /// TLS: encrypts what is queued and writes the records (one `write`
+    /// of the session's output at a time).
+    fn flush_tls(&mut self) -> Result<bool> {
+        let Some(t) = self.tls.as_deref_mut() else {
+            return Ok(true);
+        };
+        loop {
+            t.encrypt(&mut self.qp)?;
+            let c = t.ciphertext();
+            if c.is_empty() {
+                return Ok(self.qp.tx_pending() == 0);
+            }
+            match (&self.stream).write(c) {
+                Ok(0) => return Err(HostError::Transport(self.qp.closed())),
+                Ok(w) => t.sent(w),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Bytes (plaintext PDUs or ciphertext) still to be written.
+    fn out_pending(&self) -> bool {
+        match self.tls.as_deref() {
+            None => self.qp.tx_pending() > 0,
+            Some(t) => t.wants_write(self.qp.tx_pending()),
+        }
+    }
+
     /// Writes as much of the queued bytes as the socket takes now, in
     /// `writev` batches. Returns true when everything was sent.
     pub fn flush(&mut self) -> Result<bool> {
+        if self.tls.is_some() {
+            return self.flush_tls();
+        }
         while self.qp.tx_pending() > 0 {
             let mut iov = [IoSlice::new(&[]); IOV_BATCH];
             let n = self.qp.tx_iovecs(&mut iov);
@@ -111,6 +181,16 @@ impl Conn {
     /// One non-blocking receive: (bytes taken, whether the read came back
     /// short, i.e. the socket is probably drained).
     fn recv_once(&mut self) -> Result<(usize, bool)> {
+        if let Some(t) = self.tls.as_deref_mut() {
+            return match (&self.stream).read(&mut self.staging) {
+                Ok(0) => Err(HostError::Transport(self.qp.closed())),
+                Ok(n) => {
+                    t.receive(&self.staging[..n], &mut self.qp)?;
+                    Ok((n, n < self.staging.len()))
+                }
+                Err(e) => self.recv_error(e).map(|n| (n, true)),
+            };
+        }
         if let Some(dst) = self.qp.rx_direct() {
             if dst.len() >= DIRECT_MIN {
                 let want = dst.len();
@@ -182,7 +262,7 @@ impl Conn {
     /// `poll(2)` on the socket for up to `ms` milliseconds; true when ready.
     pub fn poll_fd(&self, ms: i32) -> Result<bool> {
         let mut events = libc::POLLIN;
-        if self.qp.tx_pending() > 0 {
+        if self.out_pending() {
             events |= libc::POLLOUT;
         }
         self.poll_events(events, ms)
@@ -213,7 +293,10 @@ impl Conn {
     /// `timeout`, then shuts the socket down.
     pub fn close(&mut self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
-        while self.qp.tx_pending() > 0 {
+        if let Some(t) = self.tls.as_deref_mut() {
+            t.close();
+        }
+        while self.out_pending() {
             match self.flush() {
                 Ok(true) | Err(_) => break,
                 Ok(false) => {

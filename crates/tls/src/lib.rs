@@ -19,6 +19,7 @@
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod keyfile;
 pub mod keytool;
 pub mod psk;
 pub mod record;

@@ -34,6 +34,16 @@
 #                      bidirectional authentication when the host asks
 #   SERVE_DHCHAP_HASH  hmac(sha256) (default), hmac(sha384) or hmac(sha512)
 #   SERVE_DHCHAP_DHGROUP  null (default), ffdhe2048 ... ffdhe8192
+#   SERVE_TLS          1: every port requires TLS 1.3 (addr_tsas tls1.3,
+#                      addr_treq required; an image made with run-linux-host
+#                      --tls, a 6.12 kernel, and -f .../guest/tls-lib.sh);
+#                      tlshd is started, its log copied to stderr
+#   SERVE_TLS_KEYS     configured PSKs (NVMeTLSkey-1:HH:...:), space separated:
+#                      each is inserted into the .nvme keyring with nvme-cli
+#                      2.13's check-tls-key --insert (its derivation) for every
+#                      host of SERVE_TLS_HOSTS, for NQN and the discovery NQN,
+#                      with identities of versions 0 and 1
+#   SERVE_TLS_HOSTS    host NQNs of those keys (default SERVE_ALLOW_HOSTS)
 set -euo pipefail
 
 NQN=${NQN:-nqn.2014-08.io.farflash:kernel-target}
@@ -47,6 +57,10 @@ SERVE_DHCHAP_KEY=${SERVE_DHCHAP_KEY:-}
 SERVE_DHCHAP_CTRL_KEY=${SERVE_DHCHAP_CTRL_KEY:-}
 SERVE_DHCHAP_HASH=${SERVE_DHCHAP_HASH:-}
 SERVE_DHCHAP_DHGROUP=${SERVE_DHCHAP_DHGROUP:-}
+SERVE_TLS=${SERVE_TLS:-0}
+SERVE_TLS_KEYS=${SERVE_TLS_KEYS:-}
+SERVE_TLS_HOSTS=${SERVE_TLS_HOSTS:-$SERVE_ALLOW_HOSTS}
+DISCOVERY_NQN=nqn.2014-08.org.nvmexpress.discovery
 
 CFG=/sys/kernel/config/nvmet
 SUB=$CFG/subsystems/$NQN
@@ -100,6 +114,27 @@ loop_dev() { # INDEX MIB -> prints the loop device over a sparse tmpfs file
 	echo "$dev"
 }
 
+# tlshd with the .nvme keyring (tls-lib.sh, passed with -f), and the keys.
+tls_setup() {
+	local key host sub v
+	# shellcheck source-path=SCRIPTDIR source=tls-lib.sh
+	. "${GUEST_FILES:-/guest/files}/tls-lib.sh" || die "SERVE_TLS needs -f tests/linux-host/guest/tls-lib.sh"
+	tls_start
+	echo "pid $TLSHD_PID" >>"$STATE"
+	echo "pid $TLSHD_TAIL" >>"$STATE"
+	[[ -z $SERVE_TLS_KEYS || -n $SERVE_TLS_HOSTS ]] || die "SERVE_TLS_KEYS needs SERVE_TLS_HOSTS or SERVE_ALLOW_HOSTS"
+	for key in $SERVE_TLS_KEYS; do
+		for host in $SERVE_TLS_HOSTS; do
+			for sub in "$NQN" "$DISCOVERY_NQN"; do
+				for v in 0 1; do
+					tls_insert "$key" "$host" "$sub" "$v" >/dev/null
+				done
+			done
+		done
+	done
+	echo "TLS-KEYS $(grep -c ' psk .*NVMe[01]R0' /proc/keys || true) in .nvme"
+}
+
 setup() {
 	local nsid=0 spec kind mib dev i=0 port host brd_used=0 nullb=0
 	[[ $SERVE_BLOCK_SIZE = 512 || $SERVE_BLOCK_SIZE = 4096 ]] || die "SERVE_BLOCK_SIZE must be 512 or 4096"
@@ -107,6 +142,7 @@ setup() {
 	modprobe nvmet
 	modprobe nvmet-tcp
 	: >"$STATE"
+	[[ $SERVE_TLS = 0 ]] || tls_setup
 	mkdir "$SUB"
 	echo "subsystem $SUB" >>"$STATE"
 	for spec in $SERVE_NAMESPACES; do
@@ -169,6 +205,11 @@ setup() {
 		echo tcp >"$p/addr_trtype"
 		echo "$SERVE_ADDR" >"$p/addr_traddr"
 		echo "$port" >"$p/addr_trsvcid"
+		if [[ $SERVE_TLS = 1 ]]; then
+			[[ -e $p/addr_tsas ]] || die "this kernel's nvmet has no TLS (addr_tsas)"
+			echo tls1.3 >"$p/addr_tsas"
+			echo required >"$p/addr_treq"
+		fi
 		echo "port $p" >>"$STATE"
 		ln -s "$SUB" "$p/subsystems/$NQN"
 		echo "link $p/subsystems/$NQN" >>"$STATE"
@@ -176,7 +217,8 @@ setup() {
 	echo "TARGET-READY nqn=$NQN addr=$SERVE_ADDR ports=${SERVE_PORTS// /,}" \
 		"namespaces=${SERVE_NAMESPACES// /,} block_size=$SERVE_BLOCK_SIZE" \
 		"allow_hosts=${SERVE_ALLOW_HOSTS:-any}" \
-		"dhchap=${SERVE_DHCHAP_KEY:+${SERVE_DHCHAP_HASH:-hmac(sha256)}/${SERVE_DHCHAP_DHGROUP:-null}${SERVE_DHCHAP_CTRL_KEY:+/bidirectional}}"
+		"dhchap=${SERVE_DHCHAP_KEY:+${SERVE_DHCHAP_HASH:-hmac(sha256)}/${SERVE_DHCHAP_DHGROUP:-null}${SERVE_DHCHAP_CTRL_KEY:+/bidirectional}}" \
+		"tls=$([[ $SERVE_TLS = 1 ]] && echo "tls1.3/required" || echo none)"
 }
 
 teardown() { # undo what setup recorded, newest first
@@ -186,6 +228,7 @@ teardown() { # undo what setup recorded, newest first
 	while read -r kind path extra; do
 		case $kind in
 		link) rm -f "$path" ;;
+		pid) kill "$path" 2>/dev/null || true ;;
 		port | host | subsystem) rmdir "$path" ;;
 		namespace)
 			echo 0 >"$path/enable"
