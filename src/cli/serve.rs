@@ -795,13 +795,22 @@ fn print_banner(target: &Target, addrs: &[SocketAddr], lo: &farflash_transport::
         } else {
             access.allowed_hosts.join(", ")
         };
-        let auth = match (access.hosts.len(), access.require_auth) {
+        let dhchap = access
+            .hosts
+            .iter()
+            .filter(|h| h.dhchap_key.is_some())
+            .count();
+        let psk = access.hosts.iter().filter(|h| h.tls_key.is_some()).count();
+        let mut auth = match (dhchap, access.require_auth) {
             (0, false) => String::new(),
             (n, req) => format!(
                 "; DH-HMAC-CHAP keys for {n} host(s){}",
                 if req { ", required" } else { "" }
             ),
         };
+        if psk > 0 {
+            auth.push_str(&format!("; TLS PSKs for {psk} host(s)"));
+        }
         let _ = writeln!(out, "subsystem {} (allowed: {hosts}{auth})", sub.nqn);
         let list = sub.namespaces();
         for ns in list.iter().take(BANNER_NAMESPACES) {
