@@ -30,10 +30,23 @@
 # loaded null target: VmRSS per idle queue, the target's CPU over IDLE_S
 # seconds (default 30), keep-alive expiries (must stay 0), and
 # examples/connect_time's connect (admin + 2 I/O queues) beside them.
+# Keep-alives beside slow work (KA_SLOW=1, default; 0 skips; needs CTRLS >
+# 0): examples/ka_probe connects CTRLS controllers (admin + 2 I/O queues,
+# KATO 5 s) and times every Keep Alive on the host (each controller every
+# 2.5 s) while the target runs, KA_WINDOW_S (10) seconds each, one after
+# another: nothing; save_config of the null configuration, repeated; a burst
+# of namespace_add into the controllers' subsystem, then namespace_remove of
+# each;
+# connects with DH-HMAC-CHAP ffdhe8192 (the DH runs on the offload thread);
+# KA_DIRTY (256 KiB) written into each of KA_FILES (1024) files behind file
+# namespaces, then a Flush of each (examples/flush_all), repeated. Per
+# window: Keep Alive round trip p50/p99/max, the latest completion after its
+# due time, failures, and the target's keep_alive_expiries (must stay 0).
 #
 # Writes its section of docs/benchmarks.md (OUT= to change, empty to skip).
 # Environment: BIN (target/release/farflash; BUILD=0 skips the build), SUBS
-# (256), NSPER (64), FILES (4096), ADDS (1000), DSUBS (1024), CTRLS (1024), ROUNDS (3:
+# (256), NSPER (64), FILES (4096), ADDS (1000), DSUBS (1024), CTRLS (1024), KA_SLOW (1),
+# KA_WINDOW_S (10), KA_FILES (1024), KA_DIRTY (262144), ROUNDS (3:
 # starts per configuration, medians), IDLE_S (30), BUILD_BUDGET (120), PORT
 # (4550), TIMEOUT (120, seconds a start may take).
 set -euo pipefail
@@ -54,6 +67,10 @@ IDLE_S=${IDLE_S:-30}
 BUILD_BUDGET=${BUILD_BUDGET:-120}
 PORT=${PORT:-4550}
 TIMEOUT=${TIMEOUT:-120}
+KA_SLOW=${KA_SLOW:-1}
+KA_WINDOW_S=${KA_WINDOW_S:-10}
+KA_FILES=${KA_FILES:-1024}
+KA_DIRTY=${KA_DIRTY:-262144}
 OUT=${OUT-docs/benchmarks.md}
 NULLS=$((SUBS * NSPER))
 SOCK=$TMP/rpc.sock
@@ -61,7 +78,8 @@ PY=("python3" "$ROOT/benches/scale.py")
 EX=$ROOT/target/release/examples
 
 if [[ ${BUILD:-1} = 1 ]]; then
-	(cd "$ROOT" && cargo build -q --release --bin farflash --example idle_hosts --example connect_time)
+	(cd "$ROOT" && cargo build -q --release --bin farflash --example idle_hosts --example connect_time \
+		--example ka_probe --example flush_all)
 fi
 [[ -x $BIN ]] || die "$BIN is not an executable"
 
@@ -193,6 +211,110 @@ if ((CTRLS > 0)); then
 fi
 stop
 
+KA_ROWS=()
+if [[ $KA_SLOW = 1 ]] && ((CTRLS > 0)); then
+	echo "== keep-alives of $CTRLS controllers beside slow work" >&2
+	# The null configuration, a subsystem whose one host must authenticate
+	# with ffdhe8192, and one of KA_FILES file namespaces.
+	AUTH_HOST=nqn.2014-08.org.nvmexpress:uuid:a0c0b0e0-0000-4000-8000-0000000033a0
+	AUTH_NQN=nqn.2026-11.io.farflash.scale:auth
+	FILES_NQN=nqn.2026-11.io.farflash.scale:f00000
+	SECRET=$("$BIN" gen-dhchap-key -m 1 -n "$AUTH_HOST")
+	"${PY[@]}" gen-file "$TMP/kafiles.toml" "$TMP/kafiles" "$KA_FILES" "$KA_FILES" "$PORT"
+	{
+		cat "$TMP/null.toml"
+		echo
+		echo "[[subsystem]]"
+		echo "nqn = '$AUTH_NQN'"
+		echo "[[subsystem.host]]"
+		echo "nqn = '$AUTH_HOST'"
+		echo "dhchap_key = '$SECRET'"
+		echo "dhchap_hash = ['sha512']"
+		echo "dhchap_dhgroup = ['ffdhe8192']"
+		echo "[[subsystem.namespace]]"
+		echo "backend = 'null'"
+		echo "size = '1G'"
+		tail -n +2 "$TMP/kafiles.toml" | sed "s/nqn.2026-11.io.farflash.scale:s00000/$FILES_NQN/"
+	} >"$TMP/ka.toml"
+	start "$TMP/ka.toml" || die "the target did not start: $(tail -5 "$TMP/serve.log")"
+	NQN0="nqn.2026-11.io.farflash.scale:s00000"
+	rm -f "$TMP/ka.in"
+	mkfifo "$TMP/ka.in"
+	"$EX/ka_probe" "127.0.0.1:$PORT" "$NQN0" "$CTRLS" 2 16 <"$TMP/ka.in" >"$TMP/ka.out" 2>"$TMP/ka.err" &
+	KPID=$!
+	PIDS+=("$KPID")
+	exec 5>"$TMP/ka.in"
+	until grep -q connected "$TMP/ka.out"; do
+		kill -0 "$KPID" 2>/dev/null || die "ka_probe failed: $(cat "$TMP/ka.err")"
+		sleep 0.1
+	done
+	expiries() { "${PY[@]}" field "$SOCK" stats keep_alive_expiries; }
+	# window NAME WHAT: closes the window before it (the probe prints its line)
+	# and opens NAME, whose slow work WHAT describes (for the row).
+	KA_NAMES=() KA_WHAT=() KA_EXP=()
+	window() {
+		echo "mark $1" >&5
+		KA_NAMES+=("$1") KA_EXP+=("$(expiries)")
+	}
+	window idle
+	sleep "$KA_WINDOW_S"
+	KA_WHAT+=("none ($KA_WINDOW_S s)")
+
+	window save_config
+	t0=$(now_ns) saves=()
+	while (($(now_ns) - t0 < KA_WINDOW_S * 1000000000)); do
+		saves+=("$(rpc_ms save_config "{\"path\": \"$TMP/kasaved.toml\"}")")
+	done
+	KA_WHAT+=("${#saves[@]} save_config of the $NULLS-namespace target, one after another: median $(py "print('%.1f' % $(median "${saves[@]}"))") ms, longest $(printf '%s\n' "${saves[@]}" | sort -g | tail -1) ms")
+
+	window namespace_add
+	read -r b_n b_s b_max < <("${PY[@]}" burst-add "$SOCK" "$NQN0" "$KA_WINDOW_S" 4000 "$TMP/burst.nsids")
+	KA_WHAT+=("$b_n namespace_add (null), one after another, into the controllers' subsystem (a namespace-change AEN to each of its $CTRLS controllers) in $b_s s; slowest call $b_max ms")
+
+	window namespace_remove
+	read -r b_n b_s b_max < <("${PY[@]}" burst-remove "$SOCK" "$NQN0" "$TMP/burst.nsids")
+	KA_WHAT+=("namespace_remove of those $b_n, one after another, in $b_s s; slowest call $b_max ms")
+
+	window auth
+	t0=$(now_ns) a_n=0 a_p50=()
+	while (($(now_ns) - t0 < KA_WINDOW_S * 1000000000)); do
+		"$EX/connect_time" "127.0.0.1:$PORT" "$AUTH_NQN" "$AUTH_HOST" "$SECRET" - 4 2 >"$TMP/ct1" 2>&1 &
+		c1=$!
+		"$EX/connect_time" "127.0.0.1:$PORT" "$AUTH_NQN" "$AUTH_HOST" "$SECRET" - 4 2 >"$TMP/ct2" 2>&1 ||
+			die "connect_time: $(cat "$TMP/ct2")"
+		wait "$c1" || die "connect_time: $(cat "$TMP/ct1")"
+		a_n=$((a_n + 8))
+		r2=$(cat "$TMP/ct2")
+		a_p50+=("$(sed -n 's/.*p50_ms=\([0-9.]*\).*/\1/p' <<<"$r2")")
+	done
+	KA_WHAT+=("$a_n connects with DH-HMAC-CHAP (SHA-512, ffdhe8192; admin + 2 I/O queues, each authenticated), two processes at a time: median of the connect p50s $(median "${a_p50[@]}") ms")
+
+	window flush
+	t0=$(now_ns) f_n=0 f_max=0
+	while (($(now_ns) - t0 < KA_WINDOW_S * 1000000000)); do
+		"${PY[@]}" dirty "$TMP/kafiles" "$KA_DIRTY"
+		r=$("$EX/flush_all" "127.0.0.1:$PORT" "$FILES_NQN" 32 1) || die "flush_all failed"
+		f_n=$((f_n + 1))
+		m=$(sed -n 's/.*max_ms=\([0-9.]*\).*/\1/p' <<<"$r")
+		f_max=$(py "print(max($f_max, $m))")
+	done
+	KA_WHAT+=("$f_n passes of: $((KA_DIRTY / 1024)) KiB written into each of the $KA_FILES files (page cache, no sync), then a Flush of each of the $KA_FILES file namespaces, 32 at a time; slowest Flush $f_max ms")
+	echo "end" >&5
+	exec 5>&-
+	KA_EXP+=("$(expiries)")
+	wait "$KPID" || echo "  ka_probe reported failed Keep Alives: $(grep -h 'failures=[1-9]' "$TMP/ka.out" | head -3)" >&2
+	for i in "${!KA_NAMES[@]}"; do
+		n=${KA_NAMES[$i]}
+		line=$(sed -n "s/^window $n: //p" "$TMP/ka.out")
+		[[ -n $line ]] || die "ka_probe printed no window $n: $(cat "$TMP/ka.out" "$TMP/ka.err")"
+		exp=$((KA_EXP[i + 1] - KA_EXP[i]))
+		echo "  $n: ${KA_WHAT[$i]}; Keep Alives: $line; target keep-alive expiries: $exp" >&2
+		kv() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" <<<"$line"; }
+		KA_ROWS+=("| $n | ${KA_WHAT[$i]} | $(kv kas) | $(kv p50_ms) | $(kv p99_ms) | $(kv max_ms) | $(kv late_max_ms) | $(kv failures) | $exp |")
+	done
+	stop
+fi
+
 echo "== discovery of $DSUBS subsystems (one null namespace each)" >&2
 "${PY[@]}" gen-null "$TMP/disc.toml" "$DSUBS" 1 "$PORT"
 start "$TMP/disc.toml" || die "the target did not start: $(tail -5 "$TMP/serve.log")"
@@ -286,6 +408,20 @@ mib() { py "print('%.1f' % ($1 / 1024))"; }
 		echo "| controllers | memory | idle CPU | keep-alive | connect |"
 		echo "|---|---|---|---|---|"
 		echo "$CTRL_LINE"
+	fi
+	if ((${#KA_ROWS[@]} > 0)); then
+		echo
+		echo "Keep-alives beside slow work: $CTRLS controllers x 3 queues (KATO 5 s) on one subsystem of the"
+		echo "$NULLS-namespace target (plus a subsystem whose host authenticates with ffdhe8192 and one of"
+		echo "$KA_FILES file namespaces), each sending its own Keep Alive every 2.5 s from examples/ka_probe"
+		echo "(16 threads, phases spread over the period), every Keep Alive timed on the host: round trip"
+		echo "(send to completion) and late = completion - when it was due; failures: Keep Alives answered"
+		echo "with an error or not within 10 s; expiries: the target's keep_alive_expiries (\`stats\`) over"
+		echo "the window. Each kind of slow work runs for about $KA_WINDOW_S s, one after another:"
+		echo
+		echo "| window | slow work on the target | Keep Alives | p50 (ms) | p99 (ms) | max (ms) | late, max (ms) | failures | target keep-alive expiries |"
+		echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
+		printf '%s\n' "${KA_ROWS[@]}"
 	fi
 	echo
 	echo "This is a shared 2-core VM whose speed changes by up to 2x from one minute to the next"

@@ -90,6 +90,27 @@ impl NsTable {
         self.tombstones = self.entries.iter().any(|e| !e.live && e.ns.is_some());
     }
 
+    /// Makes tombstones of the namespaces that left their subsystem
+    /// ([`Namespace::has_left`]) without reloading the list: a flag read per
+    /// entry, no search, no allocation (an idle queue's tick, thousands of
+    /// queues). The generation stays: the next command still loads the
+    /// list. Returns whether any left.
+    pub fn release_left(&mut self) -> bool {
+        let mut any = false;
+        for e in &mut self.entries {
+            if e.live && e.ns.as_ref().is_some_and(|n| n.has_left()) {
+                e.live = false;
+                any = true;
+            }
+        }
+        if any {
+            let entries = &self.entries;
+            self.index.retain(|&(_, k)| entries[k].live);
+            self.tombstones = true;
+        }
+        any
+    }
+
     /// Releases tombstones (call when no emitted request names them).
     pub fn collect(&mut self) {
         if !std::mem::take(&mut self.tombstones) {

@@ -9,7 +9,7 @@ use farflash_backend::{
     open_file, open_null, open_ram, open_ram_committed, open_rbd, FileOptions, RbdOptions,
     SharedBackend,
 };
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// One namespace: an NSID, its identifiers and its storage.
@@ -32,6 +32,9 @@ pub struct Namespace {
     /// Reservations (`crate::resv`), shared by every controller of the
     /// subsystem in this process.
     pub resv: Arc<crate::resv::NsResv>,
+    /// It left its subsystem's list (removed or replaced): queues holding
+    /// it let it go at their next tick (`NsTable::release_left`).
+    left: AtomicBool,
 }
 
 impl Namespace {
@@ -50,7 +53,13 @@ impl Namespace {
             describe: describe.to_owned(),
             config: old.config.clone(),
             resv: old.resv.clone(),
+            left: AtomicBool::new(false),
         }
+    }
+
+    /// Whether it left its subsystem's namespace list.
+    pub fn has_left(&self) -> bool {
+        self.left.load(Ordering::Acquire)
     }
 }
 
@@ -91,6 +100,10 @@ pub struct Subsystem {
     namespaces: RwLock<Arc<Vec<Arc<Namespace>>>>,
     /// Bumped at every namespace change; queues compare it with their copy.
     generation: AtomicU64,
+    /// Bumped when a namespace leaves the list (removed or replaced): idle
+    /// queues then let theirs go (other changes wait for a queue's next
+    /// command).
+    releases: AtomicU64,
     /// Limits and weights (`crate::qos`); replaced whole by a reload or the
     /// management API, limiters of unchanged keys kept.
     qos: RwLock<Arc<QosTable>>,
@@ -254,6 +267,10 @@ impl Subsystem {
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
+    /// How many namespace lists dropped a namespace (see `releases`).
+    pub fn releases(&self) -> u64 {
+        self.releases.load(Ordering::Acquire)
+    }
     pub fn namespace(&self, nsid: u32) -> Option<Arc<Namespace>> {
         let list = self.namespaces();
         list.binary_search_by_key(&nsid, |n| n.nsid)
@@ -271,22 +288,29 @@ impl Subsystem {
         let mut g = self.namespaces.write().unwrap_or_else(|p| p.into_inner());
         // Both lists are sorted by NSID: one merge, not a search per namespace.
         let mut changed: Vec<u32> = Vec::new();
+        let mut released = false;
         let (mut old, mut new) = (g.iter().peekable(), list.iter().peekable());
         loop {
             match (old.peek(), new.peek()) {
                 (Some(o), Some(n)) if o.nsid == n.nsid => {
                     if !Arc::ptr_eq(o, n) {
                         changed.push(n.nsid);
+                        o.left.store(true, Ordering::Release);
+                        released = true;
                     }
                     old.next();
                     new.next();
                 }
                 (Some(o), Some(n)) if o.nsid < n.nsid => {
                     changed.push(o.nsid);
+                    o.left.store(true, Ordering::Release);
+                    released = true;
                     old.next();
                 }
                 (Some(o), None) => {
                     changed.push(o.nsid);
+                    o.left.store(true, Ordering::Release);
+                    released = true;
                     old.next();
                 }
                 (_, Some(n)) => {
@@ -299,6 +323,9 @@ impl Subsystem {
         if !changed.is_empty() {
             *g = Arc::new(list);
             self.generation.fetch_add(1, Ordering::AcqRel);
+            if released {
+                self.releases.fetch_add(1, Ordering::AcqRel);
+            }
         }
         changed
     }
@@ -472,6 +499,7 @@ pub fn build_namespace(
             nsid: Some(nsid),
             ..nc.clone()
         },
+        left: AtomicBool::new(false),
     })
 }
 
@@ -529,6 +557,7 @@ pub fn build_subsystem(sc: &SubsystemConfig, index: u8) -> Result<Arc<Subsystem>
         access: RwLock::new(HostAccess::of(sc)),
         namespaces: RwLock::new(Arc::new(namespaces)),
         generation: AtomicU64::new(1),
+        releases: AtomicU64::new(0),
         qos: RwLock::new(Arc::new(QosTable::build(&sc.qos, None))),
         qos_generation: AtomicU64::new(1),
         ana: RwLock::new(Arc::new(AnaTable::build(&sc.ana))),

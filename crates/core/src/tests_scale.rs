@@ -280,3 +280,39 @@ fn the_changed_namespace_list_of_a_live_controller_stays_bounded() {
         "more than 1024: the log's overflow mark"
     );
 }
+
+#[test]
+fn an_idle_queue_lets_a_removed_namespace_go_at_a_tick_without_reloading_its_list() {
+    let t = target_of(&config(1, 100));
+    let mut admin = queue(&t);
+    let c = connect_to(&mut admin, &nqn(0), HOST, 0, CNTLID_DYNAMIC);
+    assert_eq!(c.status, Status::SUCCESS);
+    let gone = Arc::downgrade(&t.subsystem(&nqn(0)).unwrap().namespace(7).unwrap());
+    let loaded = admin.ns.generation();
+    let t0 = std::time::Instant::now();
+    admin.tick(t0);
+    // An addition moves the generation; ticks leave the table alone (the
+    // next command loads the list).
+    manage::add_namespace(&t, &nqn(0), null_ns()).unwrap();
+    admin.tick(t0 + std::time::Duration::from_millis(1100));
+    assert_eq!(admin.ns.generation(), loaded);
+    assert!(admin.ns.key(101).is_none());
+    // A removal: the next tick lets the namespace go, without reloading
+    // the list; another removal waits for a second after that look.
+    manage::remove_namespace(&t, &nqn(0), 7).unwrap();
+    admin.tick(t0 + std::time::Duration::from_millis(1200));
+    assert!(admin.ns.key(7).is_none());
+    assert!(admin.ns.key(8).is_some());
+    manage::remove_namespace(&t, &nqn(0), 8).unwrap();
+    admin.tick(t0 + std::time::Duration::from_millis(1300));
+    assert!(admin.ns.key(8).is_some(), "at most one look a second");
+    admin.tick(t0 + std::time::Duration::from_millis(2200));
+    assert!(admin.ns.key(8).is_none());
+    assert!(admin.ns.key(9).is_some());
+    assert_eq!(admin.ns.generation(), loaded);
+    assert!(gone.upgrade().is_none(), "namespace 7 is still held");
+    // The next command loads the whole list: the added namespace appears.
+    admin.refresh_namespaces();
+    assert!(admin.ns.key(101).is_some());
+    assert!(admin.ns.key(7).is_none() && admin.ns.key(8).is_none());
+}

@@ -53,7 +53,7 @@ impl NvmeQueue {
         }
         self.refresh_qos();
         // An idle queue lets removed namespaces (and their storage) go too.
-        self.refresh_namespaces();
+        self.release_removed_namespaces(now);
         if self.qid == 0 {
             let kato = ctrl.lock().kato_ms;
             // Base §3.9: no Keep Alive within KATO ends the association. A

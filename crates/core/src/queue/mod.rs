@@ -45,6 +45,10 @@ pub(crate) fn tag_slot(tag: u64) -> usize {
 /// Slots before Connect tells the queue size.
 const PRE_CONNECT_SLOTS: usize = 4;
 
+/// How often an idle queue's tick may reload its namespace table to let
+/// removed namespaces go ([`NvmeQueue::release_removed_namespaces`]).
+const RELEASE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// One command in flight.
 pub(crate) struct Slot {
     pub sqe: Sqe,
@@ -210,6 +214,10 @@ pub(crate) struct Life {
     /// The tick at or after the last authentication message (or the
     /// Connect): the transaction timeout counts from there.
     pub auth_since: Option<Instant>,
+    /// The subsystem's `releases` when the namespace table was last loaded.
+    ns_releases: u64,
+    /// The last tick that reloaded the table to let removed namespaces go.
+    ns_released_at: Option<Instant>,
 }
 
 pub struct NvmeQueue {
@@ -245,6 +253,8 @@ impl NvmeQueue {
             listeners_gen: target.listeners_generation(),
             auth: None,
             auth_since: None,
+            ns_releases: 0,
+            ns_released_at: None,
         };
         let mut q = NvmeQueue {
             target,
@@ -459,12 +469,13 @@ impl NvmeQueue {
         self.out.sq_flow_control = !disable_sq_flow;
         self.life.epoch = ctrl.epoch();
         if let Some(sub) = ctrl.subsystem() {
+            self.life.ns_releases = sub.releases();
             self.ns.load(&sub.namespaces(), sub.generation());
             self.blocks.ana_blocked = sub.ana().blocked(
                 ListenTransport::from_trtype(self.via.trtype),
                 &self.via.local,
             );
-            self.blocks.resv_block = self.ns.resv_blocked(&ctrl.hostid);
+            self.blocks.resv_block = self.resv_blocked(&ctrl.hostid);
             self.stats = Some(sub.stats.register(&ctrl.hostnqn));
         }
         self.ctrl = Some(ctrl);
@@ -501,6 +512,8 @@ impl NvmeQueue {
         if let Some(sub) = self.ctrl.as_ref().and_then(|c| c.subsystem()) {
             let g = sub.generation();
             if g != self.ns.generation() {
+                // Read before the list: a removal after it is seen next time.
+                self.life.ns_releases = sub.releases();
                 let list = sub.namespaces();
                 self.ns.load(&list, g);
                 if self.out.storage_out.is_empty() {
@@ -515,8 +528,50 @@ impl NvmeQueue {
                     &self.via.local,
                 );
                 let h = self.ctrl.as_ref().map_or([0; 16], |c| c.hostid);
-                self.blocks.resv_block = self.ns.resv_blocked(&h);
+                self.blocks.resv_block = self.resv_blocked(&h);
             }
+        }
+    }
+
+    /// The namespaces whose reservation limits this queue's host; none on
+    /// the admin queue (reservations restrict I/O commands only, NVM Command
+    /// Set 1.0 §7.6 table "Command Behavior in the Presence of a
+    /// Reservation"): no walk of every namespace there.
+    fn resv_blocked(&self, h: &crate::resv::HostId) -> Vec<(usize, crate::resv::Access)> {
+        if self.qid == 0 {
+            return Vec::new();
+        }
+        self.ns.resv_blocked(h)
+    }
+
+    /// At a tick: an idle queue lets namespaces removed from its subsystem
+    /// (and their storage) go, by their flag ([`NsTable::release_left`]),
+    /// not by reloading the list; only when some namespace left since the
+    /// last look, and at most once every [`RELEASE_EVERY`] (counted from the
+    /// queue's first tick, so queues connected at different times look at
+    /// different ticks). A change ticks every queue of an event loop within
+    /// 100 ms: reloading a list of thousands of namespaces on thousands of
+    /// queues at every change held a loop, and its Keep Alives, for over a
+    /// second during bursts of namespace_add and namespace_remove (issue 33,
+    /// benches/scale.sh). Other changes (namespaces added, ANA,
+    /// reservations) wait for the queue's next command, which loads the list
+    /// first.
+    pub(crate) fn release_removed_namespaces(&mut self, now: Instant) {
+        let Some(sub) = self.ctrl.as_ref().and_then(|c| c.subsystem()) else {
+            return;
+        };
+        let releases = sub.releases();
+        let since = self.life.ns_released_at.or(self.life.started);
+        if releases == self.life.ns_releases
+            || since.is_some_and(|t| now.saturating_duration_since(t) < RELEASE_EVERY)
+        {
+            return;
+        }
+        // Read before the flags: a namespace leaving after it is seen next time.
+        self.life.ns_releases = releases;
+        self.life.ns_released_at = Some(now);
+        if self.ns.release_left() && self.out.storage_out.is_empty() {
+            self.ns.collect();
         }
     }
 
