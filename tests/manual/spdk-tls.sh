@@ -47,12 +47,12 @@ FAILED=0
 SUB=nqn.2026-11.io.farflash:spdktls
 host() { echo "nqn.2026-11.io.farflash:host$1"; }
 rpc() { local s=$1; shift; python3 "$SPDK_DIR/scripts/rpc.py" -s "$s" "$@"; }
-wait_sock() { local i; for i in $(seq 100); do [[ -S $1 ]] && return 0; sleep 0.1; done; return 1; }
-wait_port() { local i; for i in $(seq 100); do (: </dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
+wait_sock() { local _; for _ in $(seq 100); do [[ -S $1 ]] && return 0; sleep 0.1; done; return 1; }
+wait_port() { local _; for _ in $(seq 100); do (: </dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
 # result NAME EXPECT(pass|fail) RC LOG PATTERN: one line per check.
 result() {
 	local name=$1 expect=$2 rc=$3 log=$4 pat=$5 why
-	why=$(grep -E -m1 "$pat" "$log" | cut -c1-260)
+	why=$(grep -E -m1 "$pat" "$log" | sed 's/.*transport error: //' | cut -c1-420)
 	if [[ $expect = pass && $rc = 0 ]]; then
 		echo "pass                | $name | $why"
 	elif [[ $expect = fail && $rc != 0 ]]; then
@@ -75,7 +75,7 @@ done
 echo "== 1. SPDK nvmf_tgt (TLS listener 127.0.0.1:$P_SPDK) <- farflash host"
 TS=$TMP/tgt.sock
 "$NVMF_TGT" -m 0x2 "${SPDK_OPTS[@]}" --disable-cpumask-locks -r "$TS" >"$TMP/nvmf_tgt.log" 2>&1 &
-PIDS+=($!)
+PIDS+=("$!")
 TGT_PID=$!
 wait_sock "$TS" || { echo "nvmf_tgt did not start"; cat "$TMP/nvmf_tgt.log"; exit 2; }
 rpc "$TS" nvmf_create_transport -t TCP >/dev/null
@@ -117,10 +117,10 @@ echo "== 2. farflash serve (TLS) <- SPDK spdk_nvme_perf and bdevperf"
 ARGS=(--nqn "$SUB" --ram 64M --threads 1 --cpus-allowed 0)
 for h in 256 384; do ARGS+=(--allow-host "$(host $h)" --tls-key "$(host $h)=$TMP/k$h.psk"); done
 "$FF" serve --listen tls:127.0.0.1:$P_FF_DEFAULT "${ARGS[@]}" --rpc-socket "$TMP/ff1.sock" >"$TMP/serve-default.log" 2>&1 &
-PIDS+=($!)
+PIDS+=("$!")
 "$FF" serve --listen tls:127.0.0.1:$P_FF_RFC "${ARGS[@]}" --tls-derivation rfc8446 \
 	--rpc-socket "$TMP/ff2.sock" >"$TMP/serve-rfc8446.log" 2>&1 &
-PIDS+=($!)
+PIDS+=("$!")
 wait_port $P_FF_DEFAULT && wait_port $P_FF_RFC || { echo "farflash serve did not start"; exit 2; }
 for port in $P_FF_DEFAULT $P_FF_RFC; do
 	expect=fail what="default tls_derivation (libnvme-1.10 first)"
@@ -149,7 +149,7 @@ for run in "256 4096 32" "384 4096 32" "256 32768 8" "384 32768 8"; do
 	"$BPERF" -m 0x2 "${SPDK_OPTS[@]}" --disable-cpumask-locks -z -r "$BS" -q "$q" -o "$o" -w verify -t 3 \
 		>"$TMP/bperf.log" 2>&1 &
 	BP=$!
-	PIDS+=($BP)
+	PIDS+=("$BP")
 	wait_sock "$BS" || { echo "bdevperf did not start"; exit 2; }
 	rpc "$BS" keyring_file_add_key "k$h" "$TMP/k$h.psk"
 	rpc "$BS" bdev_nvme_attach_controller -b "FF$h" -t tcp -a 127.0.0.1 -s $P_FF_RFC -f ipv4 -n "$SUB" \
