@@ -141,6 +141,14 @@ pub fn handshake_failure(e: &TlsError, identity: &str) -> String {
                 // verify), decrypt_error (RFC 8446 §4.2.11), bad_record_mac.
                 47 | 51 | 20 => "its key for that identity is not ours (binder does not verify: another key, hash or derivation)",
                 70 => "it does not speak TLS 1.3",
+                // SPDK v25.09's target fails its PSK lookup of an identity it
+                // does not know with internal_error; it builds version 0
+                // identities only (`nvme_tcp_generate_psk_identity`).
+                80 if identity.starts_with("NVMe1") => {
+                    "it failed the handshake (SPDK's target answers a version 1 identity \
+                     this way: it knows version 0 ones only; try --tls-identity 0 \
+                     --tls-derivation rfc8446)"
+                }
                 _ => "it failed the handshake",
             };
             format!(
@@ -368,6 +376,27 @@ mod tests {
             "{m}"
         );
         assert!(m.contains("no key for that identity"), "{m}");
+    }
+
+    #[test]
+    fn internal_error_to_a_version_1_identity_points_at_spdk() {
+        let e = TlsError::AlertReceived {
+            alert: 80,
+            description: "internal error".into(),
+        };
+        let m = handshake_failure(&e, "NVMe1R01 nqn.h nqn.s ZGlnZXN0");
+        assert!(m.contains("'internal error' (80)"), "{m}");
+        assert!(
+            m.contains("SPDK's target answers a version 1 identity"),
+            "{m}"
+        );
+        assert!(
+            m.contains("--tls-identity 0 --tls-derivation rfc8446"),
+            "{m}"
+        );
+        // To a version 0 identity the alert says nothing more.
+        let m = handshake_failure(&e, "NVMe0R01 nqn.h nqn.s");
+        assert!(m.ends_with("(80): it failed the handshake"), "{m}");
     }
 
     #[test]

@@ -76,6 +76,24 @@ pub(crate) enum Detected {
     Refused(&'static str),
 }
 
+/// For the log of a handshake that failed after the lookup found a key:
+/// the identity offered (NQNs and a digest, no key material) and, for a
+/// version 0 identity (which carries nothing of the key, so the host's
+/// first `tls_derivation` was used), which layout each kind of host needs.
+fn failed_handshake_identity(identity: Option<&[u8]>) -> String {
+    let Some(id) = identity else {
+        return String::new();
+    };
+    let id = String::from_utf8_lossy(id);
+    let v0 = if id.starts_with("NVMe0") {
+        "; a version 0 identity is keyed with the host's first tls_derivation: \
+         SPDK and nvme-cli >= 2.16 hosts need rfc8446, nvme-cli 2.10-2.15 libnvme-1.10"
+    } else {
+        ""
+    };
+    format!(" (PSK identity '{id}'{v0})")
+}
+
 /// The handshake completed: logs it and binds the queue to the identity's
 /// host and subsystem (checked at its Connect, `farflash_core` fabrics.rs).
 fn established(peer: SocketAddr, s: &Session, qp: &mut QueuePair) {
@@ -215,7 +233,11 @@ impl Secure {
     }
 
     fn on_error(&mut self, e: &TlsError) {
-        self.close_because(e.to_string());
+        let offered = match &self.phase {
+            Phase::Tls(s) if s.suite().is_none() => failed_handshake_identity(s.identity()),
+            _ => String::new(),
+        };
+        self.close_because(format!("{e}{offered}"));
     }
 
     /// Follows and feeds the `n` bytes just read into `buf`.
@@ -398,6 +420,9 @@ impl Secure {
             Phase::Tls(s) => {
                 if s.wants_close() && self.closing.is_none() {
                     let why = match s.error() {
+                        Some(e) if s.suite().is_none() => {
+                            format!("{e}{}", failed_handshake_identity(s.identity()))
+                        }
                         Some(e) => e.to_string(),
                         None => "the peer ended the TLS session (close_notify)".to_owned(),
                     };
@@ -461,5 +486,26 @@ impl Inbound for Secure {
 
     fn stopped(&self) -> bool {
         self.closing.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::failed_handshake_identity;
+
+    #[test]
+    fn a_failed_handshake_names_the_identity_and_for_v0_the_layouts() {
+        assert_eq!(failed_handshake_identity(None), "");
+        let m = failed_handshake_identity(Some(b"NVMe0R01 nqn.h nqn.s"));
+        assert!(
+            m.starts_with(" (PSK identity 'NVMe0R01 nqn.h nqn.s'; "),
+            "{m}"
+        );
+        assert!(
+            m.contains("SPDK and nvme-cli >= 2.16 hosts need rfc8446"),
+            "{m}"
+        );
+        let m = failed_handshake_identity(Some(b"NVMe1R02 nqn.h nqn.s ZGln"));
+        assert_eq!(m, " (PSK identity 'NVMe1R02 nqn.h nqn.s ZGln')");
     }
 }
