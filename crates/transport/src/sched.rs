@@ -357,14 +357,18 @@ impl Scheduler {
     /// set if there is room). The first work after a sleep teaches the idle
     /// window the gap.
     pub(crate) fn on_worked(&mut self, id: ConnId, now: Instant) {
-        let gap = now.saturating_duration_since(self.last_work);
-        if std::mem::take(&mut self.slept)
-            && matches!(self.mode, PollMode::Adaptive | PollMode::Hybrid)
-        {
-            self.idle.woke_after(gap);
-        }
-        if self.mode == PollMode::Hybrid {
-            self.gaps.on_gap(gap);
+        // The gap is measured only for the modes that learn from it (the
+        // clock arithmetic is a per-read cost).
+        if matches!(self.mode, PollMode::Adaptive | PollMode::Hybrid) {
+            let gap = now.saturating_duration_since(self.last_work);
+            if std::mem::take(&mut self.slept) {
+                self.idle.woke_after(gap);
+            }
+            if self.mode == PollMode::Hybrid {
+                self.gaps.on_gap(gap);
+            }
+        } else {
+            self.slept = false;
         }
         self.last_work = now;
         let ConnId::Tcp(i) = id else {

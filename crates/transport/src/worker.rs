@@ -169,6 +169,7 @@ impl Worker {
         let mut drain_deadline: Option<Instant> = None;
         loop {
             let now = Instant::now();
+            let mut hybrid_sleep = false;
             let wait = match self.sched.wait(now) {
                 Wait::Sleep(at) => {
                     // Hybrid polling: until an event or the timer, then poll.
@@ -177,11 +178,14 @@ impl Worker {
                         .as_ref()
                         .map(|t| t.arm(at.saturating_duration_since(now)))
                     {
-                        Some(Ok(())) => Some(
-                            self.sched
-                                .poll_timeout(now)
-                                .map(|t| t.saturating_duration_since(now)),
-                        ),
+                        Some(Ok(())) => {
+                            hybrid_sleep = true;
+                            Some(
+                                self.sched
+                                    .poll_timeout(now)
+                                    .map(|t| t.saturating_duration_since(now)),
+                            )
+                        }
                         _ => Some(Some(Duration::ZERO)),
                     }
                 }
@@ -197,8 +201,10 @@ impl Worker {
                 }
                 // Completions routed from the events are stamped after the wait.
                 self.now = Instant::now();
-                let timer = events.iter().any(|e| e.token() == SLEEP_TOKEN);
-                self.sched.on_woken(self.now, timer);
+                if hybrid_sleep {
+                    let timer = events.iter().any(|e| e.token() == SLEEP_TOKEN);
+                    self.sched.on_woken(self.now, timer);
+                }
                 self.take_events(&events);
             }
             let now = Instant::now();
