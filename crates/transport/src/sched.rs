@@ -301,7 +301,10 @@ impl Scheduler {
             });
             self.ready.push(i);
         }
-        if self.timers.is_empty() && self.idle_ticks.is_empty() {
+        // The scan runs while there are connections (re-armed as it fires);
+        // the first connection after none arms it (housekeeping may be
+        // pending then, so look for the scan itself).
+        if !self.timers.iter().any(|&(_, d)| d == Due::Scan) {
             self.schedule(Due::Scan, now, TICK);
         }
         self.schedule(Due::Tick(id), now, TICK);
@@ -981,6 +984,28 @@ mod tests {
         let at = s.poll_timeout(now).unwrap();
         assert_eq!(s.poll_due(at), Some(Due::Scan));
         assert_eq!(s.poll_timeout(at), None);
+    }
+
+    #[test]
+    fn the_scan_is_armed_again_by_a_connection_after_none() {
+        let (mut s, t0) = sched(PollMode::Never, 0);
+        s.add(ConnId::Tcp(0), t0);
+        s.close(ConnId::Tcp(0), false);
+        // The scan fires once more and stops: nothing left to scan.
+        assert_eq!(s.poll_due(t0 + 100 * MS), Some(Due::Scan));
+        assert_eq!(s.poll_timeout(t0 + 100 * MS), None);
+        // Housekeeping pending when the next connection comes: the scan
+        // is armed all the same, once.
+        s.schedule_housekeeping(t0 + 150 * MS);
+        s.add(ConnId::Tcp(0), t0 + 160 * MS);
+        s.add(ConnId::Tcp(1), t0 + 160 * MS);
+        let due: Vec<Due> = std::iter::from_fn(|| s.poll_due(t0 + 260 * MS)).collect();
+        assert_eq!(
+            due.iter().filter(|&&d| d == Due::Scan).count(),
+            1,
+            "{due:?}"
+        );
+        assert!(due.contains(&Due::Housekeeping));
     }
 
     #[test]
