@@ -168,21 +168,20 @@ pub fn handshake_failure(e: &TlsError, identity: &str) -> String {
     }
 }
 
-/// Plaintext gathered into one record before encryption (TLS's largest).
-const RECORD: usize = 16 * 1024;
+/// Plaintext read at once (one record's worth: TLS's largest).
+const RECORD: usize = farflash_tls::session::MAX_PLAINTEXT;
 /// Stop encrypting while this much ciphertext waits for the socket.
 const CIPHERTEXT_HIGH: usize = 256 * 1024;
 /// Receive straight into a read's buffer when this much payload is left.
 const DIRECT_MIN: usize = 8 * 1024;
 
 /// A queue's TLS session on its socket: PDUs in, records out, and back.
-/// Small PDUs (capsules, headers) are gathered into records of up to
-/// 16 KiB; large data goes to OpenSSL as it lies in the slot buffer.
+/// PDUs go out in full records ([`farflash_tls::Session::write_vectored`]): capsules and
+/// headers gathered, large data to OpenSSL as it lies in the slot buffer.
 pub(crate) struct TlsLink {
     session: Session,
     identity: String,
     timeout: Duration,
-    gather: Vec<u8>,
     plain: Box<[u8]>,
     /// Ciphertext not yet written to the socket (for `poll`'s POLLOUT).
     unsent: usize,
@@ -194,7 +193,6 @@ impl TlsLink {
             session: c.session,
             identity: c.identity,
             timeout: c.timeout,
-            gather: Vec::with_capacity(RECORD),
             plain: vec![0; RECORD].into_boxed_slice(),
             unsent: 0,
         }
@@ -243,24 +241,6 @@ impl TlsLink {
         HostError::Transport(TransportError::Tls(m))
     }
 
-    fn write(&mut self, data: &[u8]) -> Result<()> {
-        match self.session.write_plaintext(data) {
-            Ok(_) => Ok(()),
-            Err(e) => Err(self.fail(e)),
-        }
-    }
-
-    fn write_gathered(&mut self) -> Result<()> {
-        if self.gather.is_empty() {
-            return Ok(());
-        }
-        let g = std::mem::take(&mut self.gather);
-        let r = self.write(&g);
-        self.gather = g;
-        self.gather.clear();
-        r
-    }
-
     /// Encrypts what `qp` has queued, until the ciphertext backlog is
     /// large; nothing before the handshake is done.
     pub(crate) fn encrypt(&mut self, qp: &mut QueuePair) -> Result<()> {
@@ -271,19 +251,13 @@ impl TlsLink {
         while qp.tx_pending() > 0 && self.session.ciphertext().len() < CIPHERTEXT_HIGH {
             let mut iov = [IoSlice::new(&[]); 64];
             let n = qp.tx_iovecs(&mut iov);
-            let mut taken = 0;
-            for s in &iov[..n] {
-                if self.gather.len() + s.len() > RECORD {
-                    self.write_gathered()?;
-                }
-                if s.len() >= RECORD {
-                    self.write(s)?;
-                } else {
-                    self.gather.extend_from_slice(s);
-                }
-                taken += s.len();
+            let taken = match self.session.write_vectored(&iov[..n], CIPHERTEXT_HIGH) {
+                Ok(k) => k,
+                Err(e) => return Err(self.fail(e)),
+            };
+            if taken == 0 {
+                break;
             }
-            self.write_gathered()?;
             qp.tx_advance(taken);
         }
         self.unsent = self.session.ciphertext().len();

@@ -4,15 +4,17 @@
 //! A [`Session`] is fed the ciphertext that arrived from the peer
 //! ([`Session::feed`]), hands out the plaintext it decrypted
 //! ([`Session::read_plaintext`]), takes plaintext to send
-//! ([`Session::write_plaintext`]) and holds the ciphertext to write to the
-//! peer ([`Session::ciphertext`], [`Session::consume_ciphertext`]). It never
+//! ([`Session::write_vectored`], [`Session::write_plaintext`]) and holds
+//! the ciphertext to write to the peer ([`Session::ciphertext`],
+//! [`Session::consume_ciphertext`]). It never
 //! blocks and never touches a socket: OpenSSL reads from and writes to two
 //! memory BIOs. An event loop drives it as:
 //!
 //! ```text
 //! on readable:   n = read(fd, buf); s.feed(&buf[..n])?;
 //!                while let k @ 1.. = s.read_plaintext(&mut pt)? { handle(&pt[..k]) }
-//! to send:       s.write_plaintext(pdu)?            (0 while s.is_handshaking())
+//! to send:       s.write_vectored(&pdus, limit)?    (bytes taken, in full records;
+//!                                                    0 while s.is_handshaking())
 //! on writable:   let c = s.ciphertext(); n = write(fd, c); s.consume_ciphertext(n);
 //! after each:    if s.wants_close() && s.ciphertext().is_empty() { close(fd) }
 //! ```
@@ -386,6 +388,8 @@ pub struct Session {
     shared: *mut Shared,
     out: Vec<u8>,
     out_pos: usize,
+    /// Short pieces gathered into one record ([`Session::write_vectored`]).
+    stage: Vec<u8>,
     state: State,
     error: Option<TlsError>,
     close_sent: bool,
@@ -399,6 +403,11 @@ pub struct Session {
 unsafe impl Send for Session {}
 
 const OUT_CAPACITY: usize = 32 * 1024;
+/// The most plaintext one record carries (RFC 8446 §5.1: 2^14 bytes).
+pub const MAX_PLAINTEXT: usize = 16 * 1024;
+/// A run of full records handed to OpenSSL at once by
+/// [`Session::write_vectored`] before the output limit is looked at again.
+const DIRECT_RUN: usize = 4 * MAX_PLAINTEXT;
 
 impl Session {
     /// A server session: waits for a ClientHello.
@@ -487,6 +496,7 @@ impl Session {
             shared: Box::into_raw(Box::new(shared)),
             out: Vec::with_capacity(OUT_CAPACITY),
             out_pos: 0,
+            stage: Vec::new(),
             state: State::Handshaking,
             error: None,
             close_sent: false,
@@ -824,6 +834,85 @@ impl Session {
         }
         self.after_error(r)?;
         Ok(0)
+    }
+
+    /// Encrypts the bytes of `iov`, in order, as application data in as
+    /// few records as they fit: short pieces are gathered into one record
+    /// (a PDU header, its data and the next response in one record rather
+    /// than three: every record costs a header, a tag and a cipher call),
+    /// and a long piece goes to OpenSSL in whole records without a copy.
+    /// Stops taking, at a record boundary, once the ciphertext waiting is
+    /// `out_limit` bytes or more. Returns the bytes taken (0 while the
+    /// handshake runs): the caller drops that many from the front of what
+    /// it sends.
+    pub fn write_vectored(
+        &mut self,
+        iov: &[std::io::IoSlice<'_>],
+        out_limit: usize,
+    ) -> Result<usize, TlsError> {
+        self.check()?;
+        if self.close_sent {
+            return Err(TlsError::Closed);
+        }
+        if self.state == State::Handshaking {
+            return Ok(0);
+        }
+        let mut stage = std::mem::take(&mut self.stage);
+        stage.clear();
+        let r = self.write_records(iov, out_limit, &mut stage);
+        self.stage = stage;
+        r
+    }
+
+    fn write_records(
+        &mut self,
+        iov: &[std::io::IoSlice<'_>],
+        out_limit: usize,
+        stage: &mut Vec<u8>,
+    ) -> Result<usize, TlsError> {
+        let mut taken = 0;
+        for piece in iov {
+            let mut b: &[u8] = piece;
+            while !b.is_empty() {
+                if stage.is_empty() {
+                    if self.out.len() - self.out_pos >= out_limit {
+                        return Ok(taken);
+                    }
+                    if b.len() >= MAX_PLAINTEXT {
+                        let n = (b.len() - b.len() % MAX_PLAINTEXT).min(DIRECT_RUN);
+                        self.write_all(&b[..n])?;
+                        taken += n;
+                        b = &b[n..];
+                        continue;
+                    }
+                }
+                let n = b.len().min(MAX_PLAINTEXT - stage.len());
+                stage.extend_from_slice(&b[..n]);
+                b = &b[n..];
+                if stage.len() == MAX_PLAINTEXT {
+                    self.write_all(stage)?;
+                    taken += stage.len();
+                    stage.clear();
+                }
+            }
+        }
+        if !stage.is_empty() {
+            self.write_all(stage)?;
+            taken += stage.len();
+            stage.clear();
+        }
+        Ok(taken)
+    }
+
+    /// Encrypts all of `data` (established, not closed: checked by the caller).
+    fn write_all(&mut self, data: &[u8]) -> Result<(), TlsError> {
+        match self.write_plaintext(data)? {
+            n if n == data.len() => Ok(()),
+            n => Err(self.fail_with(TlsError::Setup(format!(
+                "OpenSSL took {n} of {} bytes of application data",
+                data.len()
+            )))),
+        }
     }
 
     /// The ciphertext waiting to be sent to the peer (handshake messages,

@@ -343,28 +343,16 @@ impl Secure {
                 && !s.is_handshaking()
                 && !s.wants_close()
             {
-                let taken = {
-                    let mut iov = [IoSlice::new(&[]); IOV];
-                    let n = qp.output_slices(&mut iov);
-                    let mut taken = 0;
-                    for sl in iov[..n].iter().filter(|sl| !sl.is_empty()) {
-                        if s.ciphertext().len() >= OUT_HIGH_WATER {
-                            break;
-                        }
-                        match s.write_plaintext(sl) {
-                            // All of it (OpenSSL without partial writes).
-                            Ok(k) if k == sl.len() => taken += k,
-                            Ok(k) => {
-                                taken += k;
-                                break;
-                            }
-                            Err(e) => {
-                                failed = Some(e);
-                                break;
-                            }
-                        }
+                let mut iov = [IoSlice::new(&[]); IOV];
+                let n = qp.output_slices(&mut iov);
+                // In full records: a response's header, data and capsule
+                // share one.
+                let taken = match s.write_vectored(&iov[..n], OUT_HIGH_WATER) {
+                    Ok(k) => k,
+                    Err(e) => {
+                        failed = Some(e);
+                        0
                     }
-                    taken
                 };
                 if taken == 0 {
                     break;

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::psk::{ConfiguredPsk, Derivation, IdentityVersion, PskIdentity};
+use std::io::IoSlice;
 
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0f8fad5b-d9cb-469f-a165-70867728950e";
 const SUB: &str = "nqn.2026-11.io.farflash:default";
@@ -548,4 +549,67 @@ fn the_session_pem_holds_the_key_and_suite() {
     assert!(pem
         .trim_end()
         .ends_with("-----END SSL SESSION PARAMETERS-----"));
+}
+
+/// The application-data records in `ct`: their ciphertext lengths.
+fn records(ct: &[u8]) -> Vec<usize> {
+    let mut lens = Vec::new();
+    let mut at = 0;
+    while at + 5 <= ct.len() {
+        assert_eq!(ct[at], 0x17, "an application_data record at {at}");
+        let len = u16::from_be_bytes([ct[at + 3], ct[at + 4]]) as usize;
+        lens.push(len);
+        at += 5 + len;
+    }
+    assert_eq!(at, ct.len(), "whole records");
+    lens
+}
+
+#[test]
+fn write_vectored_gathers_short_pieces_and_sends_long_ones_in_full_records() {
+    if !available() {
+        return;
+    }
+    let (mut c, mut s) = established(
+        crate::PskHash::Sha256,
+        IdentityVersion::V1,
+        Derivation::Rfc8446,
+    );
+    let tag = 16 + 1; // AES-GCM tag and the inner content type (RFC 8446 §5.2)
+                      // A C2HData header, 4 KiB of data and a response: one record.
+    let (h, d, r) = ([1u8; 24], [2u8; 4096], [3u8; 16]);
+    let iov = [IoSlice::new(&h), IoSlice::new(&d), IoSlice::new(&r)];
+    assert_eq!(s.write_vectored(&iov, usize::MAX).unwrap(), 4136);
+    assert_eq!(records(s.ciphertext()), [4136 + tag]);
+    pump(&mut c, &mut s);
+    let got = read_all(&mut c).unwrap();
+    assert_eq!(got, [&h[..], &d[..], &r[..]].concat());
+
+    // 40,000 bytes then 10: two full records straight from the piece, the
+    // rest and the 10 bytes in a third.
+    let big: Vec<u8> = (0..40_000u32).map(|i| i as u8).collect();
+    let tail = [9u8; 10];
+    let iov = [IoSlice::new(&big), IoSlice::new(&tail)];
+    assert_eq!(s.write_vectored(&iov, usize::MAX).unwrap(), 40_010);
+    let full = MAX_PLAINTEXT + tag;
+    assert_eq!(
+        records(s.ciphertext()),
+        [full, full, 40_010 - 2 * MAX_PLAINTEXT + tag]
+    );
+    pump(&mut c, &mut s);
+    assert_eq!(read_all(&mut c).unwrap(), [&big[..], &tail[..]].concat());
+
+    // The output limit is looked at on record boundaries: with 1 byte
+    // allowed, one full record goes and the rest is left to the caller.
+    let pieces = [[5u8; 10_000], [6u8; 10_000], [7u8; 10_000]];
+    let iov: Vec<IoSlice> = pieces.iter().map(|p| IoSlice::new(p)).collect();
+    assert_eq!(s.write_vectored(&iov, 1).unwrap(), MAX_PLAINTEXT);
+    assert_eq!(records(s.ciphertext()), [full]);
+    // Nothing more is taken while that is unsent.
+    assert_eq!(s.write_vectored(&iov, 1).unwrap(), 0);
+
+    // Nothing is taken during the handshake.
+    let k = key(crate::PskHash::Sha256);
+    let mut fresh = Session::server(&server_for(k)).unwrap();
+    assert_eq!(fresh.write_vectored(&iov, usize::MAX).unwrap(), 0);
 }
