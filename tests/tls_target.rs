@@ -751,3 +751,70 @@ fn a_host_that_stops_reading_backs_up_its_own_queue_only() {
     drop(q);
     c.shutdown().expect("shutdown");
 }
+
+/// The start-up banner names a TLS listener as such and its connect hint
+/// asks nvme-cli for a secure channel.
+#[test]
+fn the_banner_shows_tls_listeners_and_the_connect_hint_has_tls() {
+    use std::io::BufRead;
+    let port = common::free_port();
+    let dir = TempDir::new("tls-banner");
+    let keyfile = dir.0.join("h.psk");
+    std::fs::write(&keyfile, key(PskHash::Sha256, 0x21)).unwrap();
+    std::fs::set_permissions(
+        &keyfile,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_farflash"))
+        .args([
+            "serve",
+            "--rpc-socket",
+            "none",
+            "--ram",
+            "16M",
+            "--nqn",
+            NQN,
+        ])
+        .args(["--listen", &format!("tls:127.0.0.1:{port}")])
+        .args(["--allow-host", H256, "--tls-key"])
+        .arg(format!("{H256}={}", keyfile.display()))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            let last = line.starts_with("connect with:");
+            if tx.send(line).is_err() || last {
+                break;
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(l) => lines.push(l),
+            Err(_) => break,
+        }
+        if lines.last().is_some_and(|l| l.starts_with("connect with:")) {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = lines.join("\n");
+    assert!(
+        text.contains(&format!("listening on tls:127.0.0.1:{port}")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "connect with: nvme connect -t tcp -a 127.0.0.1 -s {port} -n {NQN} --tls"
+        )),
+        "{text}"
+    );
+}

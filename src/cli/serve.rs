@@ -839,18 +839,28 @@ fn print_banner(target: &Target, addrs: &[SocketAddr], lo: &farflash_transport::
     );
     for (a, l) in addrs.iter().zip(target.listeners().iter()) {
         let _ = match l.transport {
-            ListenTransport::Tcp => writeln!(out, "listening on {a}"),
+            ListenTransport::Tcp => {
+                let sc = farflash_core::listen::listen_secure(&l.config);
+                writeln!(out, "listening on {}{a}", sc.prefix())
+            }
             ListenTransport::Rdma => writeln!(out, "listening on rdma:{a}"),
         };
     }
-    if let (Some(a), Some(sub)) = (addrs.first(), target.subsystems().first().cloned()) {
-        let t = target
-            .listeners()
-            .first()
-            .map_or("tcp", |l| l.transport.name());
+    if let (Some(a), Some(l), Some(sub)) = (
+        addrs.first(),
+        target.listeners().first(),
+        target.subsystems().first().cloned(),
+    ) {
+        // nvme-cli 2.x: `--tls` asks for a secure channel (the host's PSK
+        // comes from its keyring, `nvme gen-tls-key --insert`).
+        let tls = match farflash_core::listen::listen_secure(&l.config) {
+            farflash_core::listen::SecureChannel::Required => " --tls",
+            _ => "",
+        };
         let _ = writeln!(
             out,
-            "connect with: nvme connect -t {t} -a {} -s {} -n {}",
+            "connect with: nvme connect -t {} -a {} -s {} -n {}{tls}",
+            l.transport.name(),
             a.ip(),
             a.port(),
             sub.nqn
