@@ -241,6 +241,7 @@ pub struct Api {
         usize,
     ),
     pub ERR_get_error: unsafe extern "C" fn() -> ::std::os::raw::c_ulong,
+    pub ERR_peek_error: unsafe extern "C" fn() -> ::std::os::raw::c_ulong,
     pub OpenSSL_version_num: unsafe extern "C" fn() -> ::std::os::raw::c_ulong,
     pub PEM_write_bio_SSL_SESSION: unsafe extern "C" fn(
         *mut BIO,
@@ -316,6 +317,7 @@ pub struct Api {
         ::std::os::raw::c_int,
     ) -> *mut ::std::os::raw::c_void,
     pub SSL_get_shutdown: unsafe extern "C" fn(*const SSL) -> ::std::os::raw::c_int,
+    pub SSL_has_pending: unsafe extern "C" fn(*const SSL) -> ::std::os::raw::c_int,
     pub SSL_is_init_finished: unsafe extern "C" fn(*const SSL) -> ::std::os::raw::c_int,
     pub SSL_key_update: unsafe extern "C" fn(
         *mut SSL,
@@ -441,6 +443,12 @@ impl Api {
                 LIBRARIES[1usize],
                 requirement,
                 "ERR_get_error",
+            )?,
+            ERR_peek_error: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "ERR_peek_error",
             )?,
             OpenSSL_version_num: ::farflash_dynload::symbol(
                 &libs[1usize],
@@ -591,6 +599,12 @@ impl Api {
                 LIBRARIES[0usize],
                 requirement,
                 "SSL_get_shutdown",
+            )?,
+            SSL_has_pending: ::farflash_dynload::symbol(
+                &libs[0usize],
+                LIBRARIES[0usize],
+                requirement,
+                "SSL_has_pending",
             )?,
             SSL_is_init_finished: ::farflash_dynload::symbol(
                 &libs[0usize],
@@ -766,6 +780,11 @@ pub unsafe fn ERR_error_string_n(
 pub unsafe fn ERR_get_error() -> ::std::os::raw::c_ulong {
     (crate::api().ERR_get_error)()
 }
+/// `ERR_peek_error` from `libcrypto.so.3`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn ERR_peek_error() -> ::std::os::raw::c_ulong {
+    (crate::api().ERR_peek_error)()
+}
 /// `OpenSSL_version_num` from `libcrypto.so.3`, resolved at run time: call only after `crate::load()` succeeded.
 #[inline]
 pub unsafe fn OpenSSL_version_num() -> ::std::os::raw::c_ulong {
@@ -940,6 +959,11 @@ pub unsafe fn SSL_get_ex_data(
 #[inline]
 pub unsafe fn SSL_get_shutdown(ssl: *const SSL) -> ::std::os::raw::c_int {
     (crate::api().SSL_get_shutdown)(ssl)
+}
+/// `SSL_has_pending` from `libssl.so.3`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn SSL_has_pending(s: *const SSL) -> ::std::os::raw::c_int {
+    (crate::api().SSL_has_pending)(s)
 }
 /// `SSL_is_init_finished` from `libssl.so.3`, resolved at run time: call only after `crate::load()` succeeded.
 #[inline]

@@ -175,9 +175,15 @@ fn error_queue() -> String {
     }
 }
 
+/// Empties this thread's OpenSSL error queue (SSL_get_error needs it empty
+/// before each call), looking first: clearing walks all its slots, and it
+/// is nearly always empty already (a failure's entries are drained).
 fn clear_errors() {
     // SAFETY: no arguments; the library is loaded.
-    unsafe { sys::ERR_clear_error() };
+    if unsafe { sys::ERR_peek_error() } != 0 {
+        // SAFETY: as above.
+        unsafe { sys::ERR_clear_error() };
+    }
 }
 
 fn alert_name(alert: u8) -> String {
@@ -767,18 +773,23 @@ impl Session {
             self.out_pos = 0;
         }
         let old = self.out.len();
-        self.out.resize(old + pending, 0);
+        self.out.reserve(pending);
+        let spare = self.out.spare_capacity_mut();
         let mut n = 0usize;
-        // SAFETY: out[old..] is writable for `pending` bytes; wbio is live.
-        unsafe {
-            sys::BIO_read_ex(
-                self.wbio,
-                self.out[old..].as_mut_ptr().cast(),
-                pending,
-                &mut n,
-            )
-        };
-        self.out.truncate(old + n);
+        // SAFETY: spare is writable for at least `pending` bytes (reserved
+        // above); wbio is live; BIO_read_ex writes at most `pending`.
+        unsafe { sys::BIO_read_ex(self.wbio, spare.as_mut_ptr().cast(), pending, &mut n) };
+        // SAFETY: BIO_read_ex initialised the first n <= pending bytes of
+        // the spare capacity (n is 0 when it failed).
+        unsafe { self.out.set_len(old + n.min(pending)) };
+    }
+
+    /// Whether anything received is still to be processed: ciphertext in
+    /// the read BIO, or a record (part) or plaintext buffered in OpenSSL.
+    /// When neither, a read can only say "want read": it is skipped.
+    fn has_pending_input(&self) -> bool {
+        // SAFETY: rbio and ssl are live.
+        unsafe { sys::BIO_ctrl_pending(self.rbio) > 0 || sys::SSL_has_pending(self.ssl) == 1 }
     }
 
     /// Decrypts received application data into `buf`: the number of bytes
@@ -795,7 +806,7 @@ impl Session {
                 return Ok(0);
             }
         }
-        if buf.is_empty() || self.peer_closed {
+        if buf.is_empty() || self.peer_closed || !self.has_pending_input() {
             return Ok(0);
         }
         clear_errors();
