@@ -2,7 +2,9 @@
 // /usr/include/openssl/ssl.h, /usr/include/openssl/bio.h, /usr/include/openssl/err.h, /usr/include/openssl/pem.h; do not edit.
 // Checked against the installed headers by this crate's tests/bindings.rs.
 
+pub const BIO_TYPE_SOURCE_SINK: u32 = 1024;
 pub const BIO_CTRL_INFO: u32 = 3;
+pub const BIO_CTRL_FLUSH: u32 = 11;
 pub const BIO_C_SET_BUF_MEM_EOF_RETURN: u32 = 130;
 pub const SSL_MAX_MASTER_KEY_LENGTH: u32 = 48;
 pub const TLS1_3_VERSION: u32 = 772;
@@ -220,6 +222,34 @@ pub struct Api {
     ) -> ::std::os::raw::c_long,
     pub BIO_ctrl_pending: unsafe extern "C" fn(*mut BIO) -> usize,
     pub BIO_free: unsafe extern "C" fn(*mut BIO) -> ::std::os::raw::c_int,
+    pub BIO_get_data: unsafe extern "C" fn(*mut BIO) -> *mut ::std::os::raw::c_void,
+    pub BIO_get_new_index: unsafe extern "C" fn() -> ::std::os::raw::c_int,
+    pub BIO_meth_new: unsafe extern "C" fn(
+        ::std::os::raw::c_int,
+        *const ::std::os::raw::c_char,
+    ) -> *mut BIO_METHOD,
+    pub BIO_meth_set_ctrl: unsafe extern "C" fn(
+        *mut BIO_METHOD,
+        ::std::option::Option<
+            unsafe extern "C" fn(
+                arg1: *mut BIO,
+                arg2: ::std::os::raw::c_int,
+                arg3: ::std::os::raw::c_long,
+                arg4: *mut ::std::os::raw::c_void,
+            ) -> ::std::os::raw::c_long,
+        >,
+    ) -> ::std::os::raw::c_int,
+    pub BIO_meth_set_write_ex: unsafe extern "C" fn(
+        *mut BIO_METHOD,
+        ::std::option::Option<
+            unsafe extern "C" fn(
+                arg1: *mut BIO,
+                arg2: *const ::std::os::raw::c_char,
+                arg3: usize,
+                arg4: *mut usize,
+            ) -> ::std::os::raw::c_int,
+        >,
+    ) -> ::std::os::raw::c_int,
     pub BIO_new: unsafe extern "C" fn(*const BIO_METHOD) -> *mut BIO,
     pub BIO_read_ex: unsafe extern "C" fn(
         *mut BIO,
@@ -228,6 +258,8 @@ pub struct Api {
         *mut usize,
     ) -> ::std::os::raw::c_int,
     pub BIO_s_mem: unsafe extern "C" fn() -> *const BIO_METHOD,
+    pub BIO_set_data: unsafe extern "C" fn(*mut BIO, *mut ::std::os::raw::c_void),
+    pub BIO_set_init: unsafe extern "C" fn(*mut BIO, ::std::os::raw::c_int),
     pub BIO_write_ex: unsafe extern "C" fn(
         *mut BIO,
         *const ::std::os::raw::c_void,
@@ -402,6 +434,36 @@ impl Api {
                 requirement,
                 "BIO_free",
             )?,
+            BIO_get_data: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "BIO_get_data",
+            )?,
+            BIO_get_new_index: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "BIO_get_new_index",
+            )?,
+            BIO_meth_new: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "BIO_meth_new",
+            )?,
+            BIO_meth_set_ctrl: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "BIO_meth_set_ctrl",
+            )?,
+            BIO_meth_set_write_ex: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "BIO_meth_set_write_ex",
+            )?,
             BIO_new: ::farflash_dynload::symbol(
                 &libs[1usize],
                 LIBRARIES[1usize],
@@ -419,6 +481,18 @@ impl Api {
                 LIBRARIES[1usize],
                 requirement,
                 "BIO_s_mem",
+            )?,
+            BIO_set_data: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "BIO_set_data",
+            )?,
+            BIO_set_init: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "BIO_set_init",
             )?,
             BIO_write_ex: ::farflash_dynload::symbol(
                 &libs[1usize],
@@ -731,6 +805,54 @@ pub unsafe fn BIO_ctrl_pending(b: *mut BIO) -> usize {
 pub unsafe fn BIO_free(a: *mut BIO) -> ::std::os::raw::c_int {
     (crate::api().BIO_free)(a)
 }
+/// `BIO_get_data` from `libcrypto.so.3`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn BIO_get_data(a: *mut BIO) -> *mut ::std::os::raw::c_void {
+    (crate::api().BIO_get_data)(a)
+}
+/// `BIO_get_new_index` from `libcrypto.so.3`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn BIO_get_new_index() -> ::std::os::raw::c_int {
+    (crate::api().BIO_get_new_index)()
+}
+/// `BIO_meth_new` from `libcrypto.so.3`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn BIO_meth_new(
+    type_: ::std::os::raw::c_int,
+    name: *const ::std::os::raw::c_char,
+) -> *mut BIO_METHOD {
+    (crate::api().BIO_meth_new)(type_, name)
+}
+/// `BIO_meth_set_ctrl` from `libcrypto.so.3`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn BIO_meth_set_ctrl(
+    biom: *mut BIO_METHOD,
+    ctrl: ::std::option::Option<
+        unsafe extern "C" fn(
+            arg1: *mut BIO,
+            arg2: ::std::os::raw::c_int,
+            arg3: ::std::os::raw::c_long,
+            arg4: *mut ::std::os::raw::c_void,
+        ) -> ::std::os::raw::c_long,
+    >,
+) -> ::std::os::raw::c_int {
+    (crate::api().BIO_meth_set_ctrl)(biom, ctrl)
+}
+/// `BIO_meth_set_write_ex` from `libcrypto.so.3`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn BIO_meth_set_write_ex(
+    biom: *mut BIO_METHOD,
+    bwrite: ::std::option::Option<
+        unsafe extern "C" fn(
+            arg1: *mut BIO,
+            arg2: *const ::std::os::raw::c_char,
+            arg3: usize,
+            arg4: *mut usize,
+        ) -> ::std::os::raw::c_int,
+    >,
+) -> ::std::os::raw::c_int {
+    (crate::api().BIO_meth_set_write_ex)(biom, bwrite)
+}
 /// `BIO_new` from `libcrypto.so.3`, resolved at run time: call only after `crate::load()` succeeded.
 #[inline]
 pub unsafe fn BIO_new(type_: *const BIO_METHOD) -> *mut BIO {
@@ -750,6 +872,16 @@ pub unsafe fn BIO_read_ex(
 #[inline]
 pub unsafe fn BIO_s_mem() -> *const BIO_METHOD {
     (crate::api().BIO_s_mem)()
+}
+/// `BIO_set_data` from `libcrypto.so.3`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn BIO_set_data(a: *mut BIO, ptr: *mut ::std::os::raw::c_void) {
+    (crate::api().BIO_set_data)(a, ptr)
+}
+/// `BIO_set_init` from `libcrypto.so.3`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn BIO_set_init(a: *mut BIO, init: ::std::os::raw::c_int) {
+    (crate::api().BIO_set_init)(a, init)
 }
 /// `BIO_write_ex` from `libcrypto.so.3`, resolved at run time: call only after `crate::load()` succeeded.
 #[inline]

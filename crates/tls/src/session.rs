@@ -390,10 +390,9 @@ pub struct Session {
     role: Role,
     ssl: *mut sys::SSL,
     rbio: *mut sys::BIO,
-    wbio: *mut sys::BIO,
     shared: *mut Shared,
-    out: Vec<u8>,
-    out_pos: usize,
+    /// The ciphertext to send, written there by the write BIO ([`Sink`]).
+    sink: *mut Sink,
     /// Short pieces gathered into one record ([`Session::write_vectored`]).
     stage: Vec<u8>,
     state: State,
@@ -476,13 +475,10 @@ impl Session {
         if ssl.is_null() {
             return Err(TlsError::Setup(error_queue()));
         }
-        // SAFETY: BIO_s_mem returns a static method table.
-        let (rbio, wbio) = unsafe {
-            (
-                sys::BIO_new(sys::BIO_s_mem()),
-                sys::BIO_new(sys::BIO_s_mem()),
-            )
-        };
+        let method = sink_method()?;
+        // SAFETY: BIO_s_mem returns a static method table; `method` is the
+        // process's sink method table, never freed.
+        let (rbio, wbio) = unsafe { (sys::BIO_new(sys::BIO_s_mem()), sys::BIO_new(method)) };
         if rbio.is_null() || wbio.is_null() {
             let e = TlsError::Setup(error_queue());
             // SAFETY: all three are ours alone (the BIOs not yet given to
@@ -498,10 +494,11 @@ impl Session {
             role,
             ssl,
             rbio,
-            wbio,
             shared: Box::into_raw(Box::new(shared)),
-            out: Vec::with_capacity(OUT_CAPACITY),
-            out_pos: 0,
+            sink: Box::into_raw(Box::new(Sink {
+                buf: Vec::with_capacity(OUT_CAPACITY),
+                pos: 0,
+            })),
             stage: Vec::new(),
             state: State::Handshaking,
             error: None,
@@ -510,13 +507,16 @@ impl Session {
         };
         // SAFETY: ssl, rbio and wbio are live; SSL_set_bio takes ownership
         // of both BIOs (freed with the SSL object). An empty memory BIO
-        // reports "retry" rather than end of file. s.shared stays valid
-        // until Session's Drop, which frees the SSL object first, so the
-        // callbacks never see it dangling. The callbacks are extern "C"
-        // functions of the declared types that never unwind.
+        // reports "retry" rather than end of file. The write BIO appends to
+        // s.sink, which, like s.shared, stays valid until Session's Drop,
+        // which frees the SSL object (and with it the BIOs) first, so
+        // neither the BIO nor the callbacks ever see them dangling. The
+        // callbacks are extern "C" functions of the declared types that
+        // never unwind.
         let ok = unsafe {
             sys::BIO_set_mem_eof_return(rbio, -1);
-            sys::BIO_set_mem_eof_return(wbio, -1);
+            sys::BIO_set_data(wbio, s.sink.cast());
+            sys::BIO_set_init(wbio, 1);
             sys::SSL_set_bio(ssl, rbio, wbio);
             sys::SSL_set_info_callback(ssl, Some(info_cb));
             match role {
@@ -694,7 +694,6 @@ impl Session {
             }
             self.state = State::Established;
             self.shared_mut().established = true;
-            self.collect();
             return Ok(());
         }
         self.after_error(r).map(|_| ())
@@ -706,13 +705,9 @@ impl Session {
         // SAFETY: ssl is live; r is the return of the call just made on it.
         let e = unsafe { sys::SSL_get_error(self.ssl, r) } as u32;
         match e {
-            sys::SSL_ERROR_WANT_READ | sys::SSL_ERROR_WANT_WRITE => {
-                self.collect();
-                Ok(false)
-            }
+            sys::SSL_ERROR_WANT_READ | sys::SSL_ERROR_WANT_WRITE => Ok(false),
             sys::SSL_ERROR_ZERO_RETURN if self.state == State::Established => {
                 self.peer_closed = true;
-                self.collect();
                 Ok(false)
             }
             sys::SSL_ERROR_ZERO_RETURN => Err(self.fail_with(TlsError::Protocol(
@@ -752,36 +747,22 @@ impl Session {
 
     fn fail_with(&mut self, err: TlsError) -> TlsError {
         clear_errors();
-        self.collect();
         self.error = Some(err.clone());
         self.state = State::Failed;
         err
     }
 
-    /// Moves what OpenSSL wrote into the output buffer.
-    fn collect(&mut self) {
-        if self.wbio.is_null() {
-            return;
-        }
-        // SAFETY: wbio is live.
-        let pending = unsafe { sys::BIO_ctrl_pending(self.wbio) };
-        if pending == 0 {
-            return;
-        }
-        if self.out_pos > 0 {
-            self.out.drain(..self.out_pos);
-            self.out_pos = 0;
-        }
-        let old = self.out.len();
-        self.out.reserve(pending);
-        let spare = self.out.spare_capacity_mut();
-        let mut n = 0usize;
-        // SAFETY: spare is writable for at least `pending` bytes (reserved
-        // above); wbio is live; BIO_read_ex writes at most `pending`.
-        unsafe { sys::BIO_read_ex(self.wbio, spare.as_mut_ptr().cast(), pending, &mut n) };
-        // SAFETY: BIO_read_ex initialised the first n <= pending bytes of
-        // the spare capacity (n is 0 when it failed).
-        unsafe { self.out.set_len(old + n.min(pending)) };
+    fn sink(&self) -> &Sink {
+        // SAFETY: sink is a live Box (freed only in Drop); the write BIO
+        // appends to it only inside an OpenSSL call, and none runs while
+        // this borrow lives (every method takes &self or &mut self for the
+        // whole call).
+        unsafe { &*self.sink }
+    }
+
+    fn sink_mut(&mut self) -> &mut Sink {
+        // SAFETY: as in sink(); &mut self excludes any other borrow.
+        unsafe { &mut *self.sink }
     }
 
     /// Whether anything received is still to be processed: ciphertext in
@@ -816,7 +797,6 @@ impl Session {
         let r = unsafe { sys::SSL_read_ex(self.ssl, buf.as_mut_ptr().cast(), buf.len(), &mut n) };
         self.shared_mut().reading = false;
         if r == 1 {
-            self.collect();
             return Ok(n);
         }
         self.after_error(r)?;
@@ -840,7 +820,6 @@ impl Session {
         // SAFETY: ssl is live; data is readable for its length.
         let r = unsafe { sys::SSL_write_ex(self.ssl, data.as_ptr().cast(), data.len(), &mut n) };
         if r == 1 {
-            self.collect();
             return Ok(n);
         }
         self.after_error(r)?;
@@ -886,7 +865,7 @@ impl Session {
             let mut b: &[u8] = piece;
             while !b.is_empty() {
                 if stage.is_empty() {
-                    if self.out.len() - self.out_pos >= out_limit {
+                    if self.sink().pending().len() >= out_limit {
                         return Ok(taken);
                     }
                     if b.len() >= MAX_PLAINTEXT {
@@ -929,17 +908,12 @@ impl Session {
     /// The ciphertext waiting to be sent to the peer (handshake messages,
     /// records, alerts).
     pub fn ciphertext(&mut self) -> &[u8] {
-        self.collect();
-        &self.out[self.out_pos..]
+        self.sink().pending()
     }
 
     /// Marks the first `n` bytes of [`Session::ciphertext`] as sent.
     pub fn consume_ciphertext(&mut self, n: usize) {
-        self.out_pos = (self.out_pos + n).min(self.out.len());
-        if self.out_pos == self.out.len() {
-            self.out.clear();
-            self.out_pos = 0;
-        }
+        self.sink_mut().consume(n);
     }
 
     /// Sends a KeyUpdate (RFC 8446 §4.6.3): new traffic keys for what this
@@ -972,7 +946,6 @@ impl Session {
         if r != 1 {
             self.after_error(r)?;
         }
-        self.collect();
         Ok(())
     }
 
@@ -992,19 +965,139 @@ impl Session {
         // SAFETY: ssl is live; the first call writes close_notify to wbio.
         unsafe { sys::SSL_shutdown(self.ssl) };
         clear_errors();
-        self.collect();
     }
+}
+
+/// The ciphertext waiting for the socket. OpenSSL's write BIO is a sink of
+/// our own that appends each record here as it is made (a memory BIO
+/// would hold it for another copy out).
+struct Sink {
+    buf: Vec<u8>,
+    /// Bytes of `buf` already sent.
+    pos: usize,
+}
+
+/// Sent bytes kept at the front of a sink before they are dropped while
+/// more waits behind them.
+const SINK_COMPACT: usize = 64 * 1024;
+
+impl Sink {
+    fn pending(&self) -> &[u8] {
+        &self.buf[self.pos..]
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.pos = self.pos.saturating_add(n).min(self.buf.len());
+        if self.pos == self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+        } else if self.pos >= SINK_COMPACT {
+            self.buf.drain(..self.pos);
+            self.pos = 0;
+        }
+    }
+
+    fn append(&mut self, bytes: &[u8]) {
+        if self.pos == self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+        }
+        self.buf.extend_from_slice(bytes);
+    }
+}
+
+/// The process's method table for [`Sink`] BIOs (made once, never freed,
+/// as OpenSSL's own static tables).
+struct SinkMethod(*mut sys::BIO_METHOD);
+// SAFETY: the table is only read by OpenSSL once made, from any thread.
+unsafe impl Send for SinkMethod {}
+// SAFETY: as above.
+unsafe impl Sync for SinkMethod {}
+
+fn sink_method() -> Result<*mut sys::BIO_METHOD, TlsError> {
+    static METHOD: std::sync::OnceLock<Result<SinkMethod, String>> = std::sync::OnceLock::new();
+    let m = METHOD.get_or_init(|| {
+        // SAFETY: the library is loaded (a context exists); the name is a
+        // static NUL-terminated string; the callbacks match the declared
+        // types and never unwind.
+        unsafe {
+            let index = sys::BIO_get_new_index();
+            if index == -1 {
+                return Err(error_queue());
+            }
+            let m = sys::BIO_meth_new(
+                index | sys::BIO_TYPE_SOURCE_SINK as c_int,
+                c"farflash ciphertext sink".as_ptr(),
+            );
+            if m.is_null()
+                || sys::BIO_meth_set_write_ex(m, Some(sink_write)) != 1
+                || sys::BIO_meth_set_ctrl(m, Some(sink_ctrl)) != 1
+            {
+                return Err(error_queue());
+            }
+            Ok(SinkMethod(m))
+        }
+    });
+    match m {
+        Ok(m) => Ok(m.0),
+        Err(e) => Err(TlsError::Setup(format!(
+            "cannot make the ciphertext BIO: {e}"
+        ))),
+    }
+}
+
+/// The sink BIO's write: appends the record OpenSSL made to the session's
+/// [`Sink`]; never refuses (the event loop bounds what it encrypts).
+unsafe extern "C" fn sink_write(
+    b: *mut sys::BIO,
+    data: *const c_char,
+    len: usize,
+    written: *mut usize,
+) -> c_int {
+    catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: b is a sink BIO whose data is its session's live Sink
+        // (set in Session::new, freed after the BIO); no Rust borrow of it
+        // is held during an OpenSSL call.
+        let sink = unsafe { sys::BIO_get_data(b) }.cast::<Sink>();
+        if sink.is_null() || (data.is_null() && len > 0) {
+            return 0;
+        }
+        if len > 0 {
+            // SAFETY: OpenSSL passes `len` readable bytes at `data`.
+            let bytes = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) };
+            // SAFETY: as above.
+            unsafe { &mut *sink }.append(bytes);
+        }
+        if !written.is_null() {
+            // SAFETY: OpenSSL passes a writable size_t.
+            unsafe { *written = len };
+        }
+        1
+    }))
+    .unwrap_or(0)
+}
+
+/// The sink BIO's control: a flush (after a flight of handshake messages)
+/// succeeds, as nothing is held back; everything else is unsupported (0).
+unsafe extern "C" fn sink_ctrl(
+    _b: *mut sys::BIO,
+    cmd: c_int,
+    _num: std::os::raw::c_long,
+    _ptr: *mut c_void,
+) -> std::os::raw::c_long {
+    (cmd == sys::BIO_CTRL_FLUSH as c_int) as std::os::raw::c_long
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
         // SAFETY: ssl came from SSL_new and is freed once, with the BIOs it
         // owns (the cleanse of the session's key is OpenSSL's); no callback
-        // runs after SSL_free, so Shared is freed after it, once, from the
-        // Box it was made from.
+        // and no BIO write runs after SSL_free, so Shared and the Sink are
+        // freed after it, once each, from the Boxes they were made from.
         unsafe {
             sys::SSL_free(self.ssl);
             drop(Box::from_raw(self.shared));
+            drop(Box::from_raw(self.sink));
         }
     }
 }

@@ -414,7 +414,7 @@ fn output_buffers_are_reused_not_regrown() {
         c.consume_ciphertext(n / 2);
         let rest = c.ciphertext().len();
         c.consume_ciphertext(rest);
-        caps.push(c.out.capacity());
+        caps.push(c.sink().buf.capacity());
     }
     assert!(caps.windows(2).all(|w| w[0] == w[1]), "{caps:?}");
     let _ = &mut s;
@@ -612,4 +612,25 @@ fn write_vectored_gathers_short_pieces_and_sends_long_ones_in_full_records() {
     let k = key(crate::PskHash::Sha256);
     let mut fresh = Session::server(&server_for(k)).unwrap();
     assert_eq!(fresh.write_vectored(&iov, usize::MAX).unwrap(), 0);
+}
+
+#[test]
+fn the_sink_keeps_unsent_bytes_in_order_and_drops_sent_ones() {
+    let mut k = Sink {
+        buf: Vec::new(),
+        pos: 0,
+    };
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    k.append(&data[..100_000]);
+    k.consume(70_000); // past SINK_COMPACT: the sent bytes go
+    assert_eq!(k.pos, 0);
+    assert_eq!(k.pending(), &data[70_000..100_000]);
+    k.append(&data[100_000..]);
+    k.consume(10);
+    assert_eq!(k.pending(), &data[70_010..]);
+    k.consume(usize::MAX);
+    assert!(k.pending().is_empty());
+    assert!(k.buf.is_empty(), "all sent: emptied");
+    k.append(b"x");
+    assert_eq!(k.pending(), b"x");
 }
