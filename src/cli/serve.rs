@@ -22,6 +22,28 @@ use std::time::Duration;
 /// How long shutdown waits for in-flight commands.
 const DRAIN: Duration = Duration::from_secs(5);
 
+/// How long `serve` waits at exit for RBD images still closing (a close
+/// takes round trips to the cluster, each bounded by the monitor and OSD
+/// operation timeouts: 10 s and 20 s unless the ceph.conf sets them).
+const CLOSE_WAIT: Duration = Duration::from_secs(30);
+
+/// Dropped last in [`run`], on every way out: waits for the RBD images
+/// being closed on threads of their own ([`farflash_backend::wait_closed`]),
+/// so that their exclusive locks are released before the process exits,
+/// not left for another gateway to break.
+struct ImagesClosing;
+
+impl Drop for ImagesClosing {
+    fn drop(&mut self) {
+        let left = farflash_backend::wait_closed(CLOSE_WAIT);
+        if left > 0 {
+            tracing::warn!(
+                "{left} RBD images still closing after {CLOSE_WAIT:?}; exiting without them"
+            );
+        }
+    }
+}
+
 #[derive(Args, Debug, Default, Clone)]
 pub struct ServeFlags {
     /// Listen on ADDR:PORT for NVMe/TCP, rdma:ADDR:PORT for NVMe/RDMA,
@@ -397,6 +419,8 @@ fn bind_rdma(addr: &str) -> Result<farflash_transport::RdmaListener> {
 
 pub fn run(args: ServeArgs) -> Result<()> {
     init_logging(&args.flags.log_level)?;
+    // Declared before the namespaces exist, so dropped after them.
+    let _closing = ImagesClosing;
     let cfg = args.to_config()?;
     raise_fd_limit(&cfg);
     let subsystems = build_subsystems(&cfg)?;
@@ -501,7 +525,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
     stop.store(true, std::sync::atomic::Ordering::Release);
     farflash_backend::notify_changed();
     let _ = size_watch.join();
-    reloader.close();
+    // Joined, so that the target (and the images of its namespaces) goes
+    // with this thread's last reference, before `ImagesClosing` waits.
+    reloader.0.close();
+    let _ = reloader.1.join();
     drop(rpc);
     drop(metrics);
     served?;
@@ -641,16 +668,17 @@ fn notify(msg: &str) {
 
 /// On SIGHUP, re-reads the configuration (the file and the flags) and
 /// applies the whole of it to the running target (subsystems, hosts,
-/// namespaces, listeners) through the code `load_config` runs.
+/// namespaces, listeners) through the code `load_config` runs. Returns the
+/// handle that stops it and its thread.
 fn spawn_reloader(
     target: Arc<Target>,
     args: ServeArgs,
     listeners: farflash_transport::ListenerHandle,
-) -> Result<signal_hook::iterator::Handle> {
+) -> Result<(signal_hook::iterator::Handle, std::thread::JoinHandle<()>)> {
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP])
         .context("installing SIGHUP handler")?;
     let handle = signals.handle();
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("farflash-reload".into())
         .spawn(move || {
             for _ in signals.forever() {
@@ -669,7 +697,7 @@ fn spawn_reloader(
                 notify("READY=1");
             }
         })?;
-    Ok(handle)
+    Ok((handle, thread))
 }
 
 /// How long the size check sleeps without a notice from the storage

@@ -2,6 +2,7 @@
 //! librbd through `farflash-rbd-sys`), with errors that name what is wrong:
 //! the ceph.conf, the keyring, the cluster, the pool or the image.
 
+use super::close::{close_elsewhere, Handles};
 use farflash_rbd_sys as sys;
 use std::ffi::{c_char, CString};
 use std::io;
@@ -72,6 +73,10 @@ pub(crate) struct Image {
     /// librbd's update watch on the image header (a resize wakes the
     /// target's size check, `crate::changes`), when registered.
     update_watch: Option<u64>,
+    /// Set once the open succeeded: from then on the last reference may be
+    /// dropped by an event loop, so the close goes to a thread of its own
+    /// (`super::close`). A failed open closes on the opener's thread.
+    opened: bool,
 }
 
 /// librbd's update-watch callback (its own thread): the image header
@@ -104,6 +109,7 @@ impl Image {
             osd_op_timeout: Duration::ZERO,
             lock_owned: AtomicBool::new(false),
             update_watch: None,
+            opened: false,
         };
         // SAFETY: `c_id` is a valid C string; `img.cluster` receives the handle.
         let rc = unsafe { sys::rados_create(&mut img.cluster, c_id.as_ptr()) };
@@ -209,6 +215,7 @@ impl Image {
             ));
         }
         img.update_watch = Some(watch);
+        img.opened = true;
         Ok(img)
     }
 
@@ -271,21 +278,16 @@ impl Image {
 
 impl Drop for Image {
     fn drop(&mut self) {
-        // SAFETY: each handle is closed once, image before pool context
-        // before cluster, and only those that were opened (non-null).
-        unsafe {
-            if let Some(w) = self.update_watch {
-                sys::rbd_update_unwatch(self.handle, w);
-            }
-            if !self.handle.is_null() {
-                sys::rbd_close(self.handle);
-            }
-            if !self.ioctx.is_null() {
-                sys::rados_ioctx_destroy(self.ioctx);
-            }
-            if !self.cluster.is_null() {
-                sys::rados_shutdown(self.cluster);
-            }
+        let h = Handles {
+            cluster: std::mem::replace(&mut self.cluster, ptr::null_mut()),
+            ioctx: std::mem::replace(&mut self.ioctx, ptr::null_mut()),
+            image: std::mem::replace(&mut self.handle, ptr::null_mut()),
+            update_watch: self.update_watch.take(),
+        };
+        if self.opened {
+            close_elsewhere(h);
+        } else {
+            drop(h);
         }
     }
 }

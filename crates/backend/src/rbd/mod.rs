@@ -10,11 +10,17 @@
 //! The gateway keeps no write-back cache (`rbd_cache = false`): a write is
 //! on the OSDs when it completes, so a second gateway on the same image
 //! reads it; Flush and FUA still end in `rbd_aio_flush`.
+//!
+//! An open image is closed on a thread of its own (`close`): the close
+//! takes round trips to the cluster, and the last reference to a removed
+//! namespace's image is usually dropped by an event loop.
 
+mod close;
 mod cluster;
 mod lock;
 mod queue;
 
+pub use close::wait_closed;
 pub use cluster::RbdOptions;
 pub use lock::{is_not_lock_owner, NotLockOwner};
 
