@@ -6,9 +6,10 @@
 # side of issue 32) against each, back to back, in ROUNDS rounds so both
 # see the same machine. Rows: 4 KiB randread QD 1 and QD 32, 128 KiB read
 # QD 8. Per row: median IOPS of each, TLS/plain ratio, and the target's CPU
-# per I/O (user + system ticks of the serve process over the run / I/Os).
-# The initiator's CPU is the perf process's own (`usr_cpu`/`sys_cpu` of its
-# JSON when it reports them).
+# per I/O (user + system ticks of the serve process over the run / I/Os),
+# and the host's: farflash perf's own user + system time over its measured
+# window (`usr_cpu` + `sys_cpu` of its JSON) / I/Os; perf busy-polls, so its
+# figure is its wall time per I/O.
 #
 # Writes its section of docs/benchmarks.md. Run on a quiet machine (it
 # refuses to measure when the 1-minute load is above LOAD_MAX):
@@ -65,7 +66,7 @@ PIDS+=("$TARGET_PID")
 wait_listen "$PORT_PLAIN" "$TARGET_PID" "$TMP/serve.log"
 
 ROWS=("randread 4k 1" "randread 4k 32" "read 128k 8")
-# measure MODE RW BS QD -> "iops target_cpu_us_per_io"
+# measure MODE RW BS QD -> "iops target_cpu_us_per_io host_cpu_us_per_io"
 measure() {
 	local mode=$1 rw=$2 bs=$3 qd=$4 port=$PORT_PLAIN t0 t1 iops
 	local extra=()
@@ -79,11 +80,13 @@ measure() {
 		--output-format=json >"$TMP/perf.json" 2>"$TMP/perf.err" ||
 		die "farflash perf $mode $rw $bs QD $qd failed: $(tail -5 "$TMP/perf.err")"
 	t1=$(cpu_ticks "$TARGET_PID")
-	iops=$(python3 -c "import json; a = json.load(open('$TMP/perf.json'))['aggregate']; print(a['read']['iops'] + a['write']['iops'])")
 	python3 -c "
-iops = float('$iops'); ticks = $t1 - $t0; hz = $(getconf CLK_TCK)
+import json
+a = json.load(open('$TMP/perf.json'))['aggregate']
+iops = a['read']['iops'] + a['write']['iops']; ticks = $t1 - $t0; hz = $(getconf CLK_TCK)
 ios = iops * ($RUNTIME + $WARMUP)
-print('%.0f %.2f' % (iops, 1e6 * ticks / hz / ios if ios else 0))"
+host = 1e6 * (a['usr_cpu'] + a['sys_cpu']) / 100 / iops if iops else 0
+print('%.0f %.2f %.2f' % (iops, 1e6 * ticks / hz / ios if ios else 0, host))"
 }
 
 declare -A V
@@ -93,9 +96,9 @@ for r in $(seq "$ROUNDS"); do
 		# Alternate which goes first, round by round.
 		if ((r % 2)); then order="plain tls"; else order="tls plain"; fi
 		for m in $order; do
-			read -r iops cpu < <(measure "$m" "$rw" "$bs" "$qd")
-			V[$row,$m,$r]=$iops V[$row,$m,cpu,$r]=$cpu
-			echo "round $r $row $m: $iops IOPS, target $cpu µs CPU per I/O" >&2
+			read -r iops cpu hcpu < <(measure "$m" "$rw" "$bs" "$qd")
+			V[$row,$m,$r]=$iops V[$row,$m,cpu,$r]=$cpu V[$row,$m,hcpu,$r]=$hcpu
+			echo "round $r $row $m: $iops IOPS, target $cpu, host $hcpu µs CPU per I/O" >&2
 		done
 	done
 done
@@ -104,19 +107,20 @@ done
 	echo "## NVMe/TCP over TLS against plaintext, same target (benches/tls-target.sh)"
 	echo
 	run_facts
-	echo "- $ROUNDS rounds of ${RUNTIME} s (+${WARMUP} s ramp) per row and mode, order alternating; null namespace; target one event loop on CPU 0, farflash perf on CPU 1; medians"
+	echo "- $ROUNDS rounds of ${RUNTIME} s (+${WARMUP} s ramp) per row and mode, order alternating; null namespace; target one event loop on CPU 0 (adaptive polling), farflash perf on CPU 1 (busy-poll: its CPU per I/O is its wall time per I/O); medians"
 	echo
-	echo "| row | plain IOPS | TLS IOPS | TLS/plain | target CPU µs/I/O plain | TLS |"
-	echo "|---|---|---|---|---|---|"
+	echo "| row | plain IOPS | TLS IOPS | TLS/plain | target CPU µs/I/O plain | TLS | host CPU µs/I/O plain | TLS |"
+	echo "|---|---|---|---|---|---|---|---|"
 	for row in "${ROWS[@]}"; do
-		p=() t=() pc=() tc=()
+		p=() t=() pc=() tc=() ph=() th=()
 		for r in $(seq "$ROUNDS"); do
 			p+=("${V[$row,plain,$r]}") t+=("${V[$row,tls,$r]}")
 			pc+=("${V[$row,plain,cpu,$r]}") tc+=("${V[$row,tls,cpu,$r]}")
+			ph+=("${V[$row,plain,hcpu,$r]}") th+=("${V[$row,tls,hcpu,$r]}")
 		done
 		mp=$(median "${p[@]}") mt=$(median "${t[@]}")
 		ratio=$(python3 -c "print('%.3f' % ($mt / $mp if $mp else 0))")
-		echo "| $row | ${mp%.*} | ${mt%.*} | $ratio | $(median "${pc[@]}") | $(median "${tc[@]}") |"
+		echo "| $row | ${mp%.*} | ${mt%.*} | $ratio | $(median "${pc[@]}") | $(median "${tc[@]}") | $(median "${ph[@]}") | $(median "${th[@]}") |"
 	done
 } | write_section "$OUT" tls-target
 echo "wrote the tls-target section of $OUT" >&2

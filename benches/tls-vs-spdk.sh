@@ -28,10 +28,11 @@
 # Per round and row the four run back to back in an order that rotates from
 # round to round. Ratios are medians of per-round ratios.
 # Target CPU per I/O: its user+system time over warm-up and run divided by
-# the I/Os; SPDK's reactor spins, so its figure is its wall time per I/O.
-# TLS's cost per I/O for a target: its TLS figure less its plaintext figure;
-# meaningful where both targets are saturated (QD 32; at QD 1 SPDK's figure
-# is its spinning).
+# the I/Os; SPDK's reactor spins, so its figure is its wall time per I/O
+# (and farflash's adaptive polling spins between I/Os too). TLS's cost per
+# I/O for a target: its TLS figure less its plaintext figure. Under
+# spdk_nvme_perf -S ssl the initiator limits every TLS row, so both figures
+# include polling (an upper bound of the cost, not its price at saturation).
 #
 # Goals (issue 32): ff-tls / spdk-tls >= 1.2 on every row; TLS costing
 # farflash no more CPU per 4 KiB I/O than it costs SPDK.
@@ -215,7 +216,10 @@ TABLE=$(
 echo
 echo "$TABLE"
 [[ -n $OUT ]] || exit 0
-SPDK_VERSION=$(git -C "$SPDK_DIR" describe --tags 2>/dev/null || echo "unknown version")
+SPDK_VERSION=$(awk '$1 == "#define" && $2 == "SPDK_VERSION_MAJOR" {ma = $3}
+	$1 == "#define" && $2 == "SPDK_VERSION_MINOR" {mi = $3}
+	END {if (ma != "") printf "v%d.%02d", ma, mi}' "$SPDK_DIR/include/spdk/version.h" 2>/dev/null || true)
+[[ -n $SPDK_VERSION ]] || SPDK_VERSION=$(git -C "$SPDK_DIR" describe --tags 2>/dev/null || echo "unknown version")
 {
 	echo "## farflash's TLS target against SPDK's (benches/tls-vs-spdk.sh)"
 	echo
@@ -231,8 +235,10 @@ SPDK_VERSION=$(git -C "$SPDK_DIR" describe --tags 2>/dev/null || echo "unknown v
 	echo "- $RUNS rounds; in a round each row runs the four targets back to back, in an order that rotates"
 	echo "  from round to round; ratios are medians of per-round ratios, rates and CPU medians over rounds"
 	echo "- target CPU per I/O: user+system time over warm-up and run / I/Os; SPDK's reactor spins, so its"
-	echo "  figure is wall time per I/O; TLS's CPU per I/O = TLS less plaintext (meaningful where both"
-	echo "  targets are saturated: QD 32, not QD 1 where SPDK's figure is its spinning)"
+	echo "  figure is wall time per I/O, and farflash's adaptive polling spins between I/Os too; TLS's CPU"
+	echo "  per I/O = TLS less plaintext. farflash's TLS rows are limited by spdk_nvme_perf \`-S ssl\`"
+	echo "  (its target serves several times more TLS reads to farflash perf: benches/tls-target.sh), so"
+	echo "  its figures include polling: an upper bound of what TLS costs it, not its price at saturation"
 	echo
 	echo "$TABLE"
 	echo
