@@ -102,3 +102,18 @@ idle_cpu_pct() {
 	echo "  target CPU: $((t1 - t0)) ticks in 30 s" >&2
 	python3 -c "print('%.2f' % (100.0 * ($t1 - $t0) / $(getconf CLK_TCK) / 30))"
 }
+
+# For scripts that start one target at a time (vs-spdk.sh, tls-vs-spdk.sh):
+# target_started LOG, right after starting it in the background (`... &`),
+# records it as TARGET_PID and waits until it listens on T_PORT; stop_target
+# stops it (SIGTERM) and waits for it.
+target_started() {
+	TARGET_PID=$!
+	PIDS+=("$TARGET_PID")
+	wait_listen "$T_PORT" "$TARGET_PID" "$1"
+}
+stop_target() {
+	kill -TERM "$TARGET_PID" 2>/dev/null || true
+	wait "$TARGET_PID" 2>/dev/null || true
+	TARGET_PID=""
+}

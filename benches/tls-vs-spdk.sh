@@ -122,14 +122,7 @@ start_target() { # spdk-tls|spdk-plain|ff-tls|ff-plain -> TARGET_PID, T_PORT, T_
 		T_PORT=$PORT T_NQN=$FF_NQN
 		;;
 	esac
-	TARGET_PID=$!
-	PIDS+=("$TARGET_PID")
-	wait_listen "$T_PORT" "$TARGET_PID" "$log"
-}
-stop_target() {
-	kill -TERM "$TARGET_PID" 2>/dev/null || true
-	wait "$TARGET_PID" 2>/dev/null || true
-	TARGET_PID=""
+	target_started "$log"
 }
 
 # One measurement: TARGET RW BS QD -> "iops target_cpu_us_per_io" (in a

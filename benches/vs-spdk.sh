@@ -190,14 +190,7 @@ start_target() { # spdk | ff | ffbase | ffalways | ffnull -> TARGET_PID, T_PORT,
 		T_PORT=$PORT T_NQN=$FF_NQN
 		;;
 	esac
-	TARGET_PID=$!
-	PIDS+=("$TARGET_PID")
-	wait_listen "$T_PORT" "$TARGET_PID" "$log"
-}
-stop_target() {
-	kill -TERM "$TARGET_PID" 2>/dev/null || true
-	wait "$TARGET_PID" 2>/dev/null || true
-	TARGET_PID=""
+	target_started "$log"
 }
 
 # ---- initiators -----------------------------------------------------------------
