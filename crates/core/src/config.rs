@@ -577,10 +577,14 @@ impl Config {
 
     pub fn load(path: &std::path::Path) -> Result<Config, ConfigError> {
         let p = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: p.clone(),
-            source,
-        })?;
+        // Inline secrets (dhchap_key, tls_key) are in the text: zeroized
+        // when it goes.
+        let text = zeroize::Zeroizing::new(std::fs::read_to_string(path).map_err(|source| {
+            ConfigError::Read {
+                path: p.clone(),
+                source,
+            }
+        })?);
         Config::from_toml(&text, &p)
     }
 

@@ -3,6 +3,7 @@
 //! Pure functions of bytes: the fuzz target `rpc_request` drives them.
 
 use serde_json::{json, Map, Value};
+use zeroize::Zeroize;
 
 /// Largest request line accepted (bytes, newline excluded).
 pub const MAX_REQUEST: usize = 1 << 20;
@@ -66,14 +67,35 @@ pub enum Incoming {
     Broken(RpcError),
 }
 
-/// Checks one request object (§4).
-fn request(v: Value) -> Result<Request, (Value, RpcError)> {
-    let Value::Object(mut o) = v else {
+/// Overwrites every string in `v`, at any depth, before it is dropped: a
+/// request's params may carry secrets (DH-HMAC-CHAP keys, TLS PSKs, a
+/// configuration's text), which must not stay behind in freed memory.
+pub fn scrub(v: &mut Value) {
+    match v {
+        Value::String(s) => s.zeroize(),
+        Value::Array(a) => a.iter_mut().for_each(scrub),
+        Value::Object(o) => o.values_mut().for_each(scrub),
+        _ => {}
+    }
+}
+
+/// Checks one request object (§4); whatever it does not keep is scrubbed.
+fn request(mut v: Value) -> Result<Request, (Value, RpcError)> {
+    let Value::Object(o) = &mut v else {
+        scrub(&mut v);
         return Err((
             Value::Null,
             RpcError::new(INVALID_REQUEST, "a request is an object"),
         ));
     };
+    let r = request_members(o);
+    scrub(&mut v);
+    r
+}
+
+/// Takes a request's members out of `o` (what is left is scrubbed by the
+/// caller).
+fn request_members(o: &mut Map<String, Value>) -> Result<Request, (Value, RpcError)> {
     let id = o.remove("id");
     let id_for_err = match &id {
         Some(v @ (Value::String(_) | Value::Number(_) | Value::Null)) => v.clone(),
@@ -92,12 +114,16 @@ fn request(v: Value) -> Result<Request, (Value, RpcError)> {
         Some(Value::String(m)) => m,
         _ => return bad("\"method\" must be a string"),
     };
-    let params = match o.remove("params") {
+    let mut params = match o.remove("params") {
         None => Value::Object(Map::new()),
         Some(p @ (Value::Object(_) | Value::Array(_))) => p,
-        Some(_) => return bad("\"params\" must be an object or an array"),
+        Some(mut p) => {
+            scrub(&mut p);
+            return bad("\"params\" must be an object or an array");
+        }
     };
     if let Some(k) = o.keys().next() {
+        scrub(&mut params);
         return bad(&format!("unknown member {k:?}"));
     }
     Ok(Request { id, method, params })
@@ -145,8 +171,9 @@ pub fn handle_line(
 ) -> Option<Value> {
     let mut one = |r: Result<Request, (Value, RpcError)>| -> Option<Value> {
         match r {
-            Ok(req) => {
+            Ok(mut req) => {
                 let out = call(&req);
+                scrub(&mut req.params);
                 let id = req.id?;
                 Some(match out {
                     Ok(v) => success(id, v),
@@ -169,6 +196,20 @@ pub fn handle_line(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scrub_overwrites_every_string_at_any_depth() {
+        let mut v = json!({
+            "nqn": "nqn.x",
+            "psk": "NVMeTLSkey-1:01:secret:",
+            "hosts": [{"dhchap_key": "DHHC-1:00:secret:"}, 7, null, ["a", {"b": "c"}]]
+        });
+        scrub(&mut v);
+        assert_eq!(
+            v,
+            json!({"nqn": "", "psk": "", "hosts": [{"dhchap_key": ""}, 7, null, ["", {"b": ""}]]})
+        );
+    }
 
     fn answer(line: &str) -> Option<Value> {
         handle_line(line.as_bytes(), |r| match r.method.as_str() {

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use zeroize::{Zeroize, Zeroizing};
 
 pub const MAX_CLIENTS: usize = 16;
 pub const IDLE: Duration = Duration::from_secs(60);
@@ -175,13 +176,17 @@ fn accept_loop(listener: UnixListener, api: Arc<Api>, stop: Arc<AtomicBool>) {
 pub fn serve_client(mut s: UnixStream, api: &Api, stop: &AtomicBool) {
     // Short reads so a stop is noticed; idle time is counted across them.
     let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
-    let mut buf: Vec<u8> = Vec::new();
-    let mut chunk = [0u8; 16384];
+    // Requests may carry secrets (DH-HMAC-CHAP keys, TLS PSKs): every buffer
+    // that held one is zeroized before it is freed or reused.
+    let mut buf: Zeroizing<Vec<u8>> = Zeroizing::new(Vec::new());
+    let mut chunk = Zeroizing::new([0u8; 16384]);
     let mut idle = Duration::ZERO;
     loop {
         // Answer every complete line already buffered.
+        let mut took = false;
         while let Some(nl) = buf.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = buf.drain(..=nl).collect();
+            took = true;
+            let line: Zeroizing<Vec<u8>> = Zeroizing::new(buf.drain(..=nl).collect());
             let line = trim(&line[..line.len() - 1]);
             if line.is_empty() {
                 continue;
@@ -191,6 +196,13 @@ pub fn serve_client(mut s: UnixStream, api: &Api, stop: &AtomicBool) {
                     return; // gone, or not reading (write timeout)
                 }
             }
+        }
+        if took {
+            // drain() moved the rest to the front and left the old bytes
+            // past it: keep the rest in a fresh buffer, zeroize the old.
+            let old = std::mem::take(&mut *buf);
+            append_zeroizing(&mut buf, &old);
+            drop(Zeroizing::new(old));
         }
         if buf.len() > MAX_REQUEST {
             let e = jsonrpc::failure(
@@ -206,7 +218,7 @@ pub fn serve_client(mut s: UnixStream, api: &Api, stop: &AtomicBool) {
         if stop.load(Ordering::Acquire) {
             return;
         }
-        match s.read(&mut chunk) {
+        match s.read(&mut chunk[..]) {
             Ok(0) => {
                 // The client closed its side: a last request without a newline still counts.
                 let line = trim(&buf);
@@ -219,7 +231,7 @@ pub fn serve_client(mut s: UnixStream, api: &Api, stop: &AtomicBool) {
             }
             Ok(n) => {
                 idle = Duration::ZERO;
-                buf.extend_from_slice(&chunk[..n]);
+                append_zeroizing(&mut buf, &chunk[..n]);
             }
             Err(e)
                 if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::TimedOut =>
@@ -235,13 +247,39 @@ pub fn serve_client(mut s: UnixStream, api: &Api, stop: &AtomicBool) {
     }
 }
 
+/// Appends `data` to `buf`, moving to a larger allocation by hand when it
+/// must grow so that the old one is zeroized before it is freed (a `Vec`
+/// growing on its own frees the old bytes as they are).
+fn append_zeroizing(buf: &mut Vec<u8>, data: &[u8]) {
+    if buf.capacity() - buf.len() < data.len() {
+        let want = (buf.len() + data.len()).max(2 * buf.capacity()).max(4096);
+        let mut grown = Vec::with_capacity(want);
+        grown.extend_from_slice(buf);
+        std::mem::replace(buf, grown).zeroize();
+    }
+    buf.extend_from_slice(data);
+}
+
 /// Writes `v` and a newline in one `write_all`: `writeln!` on the socket
 /// would make a system call per piece the JSON formatter hands over (one
-/// per escape: tens of thousands for a saved configuration's text).
-fn send_line(s: &mut UnixStream, v: &impl std::fmt::Display) -> io::Result<()> {
-    let mut text = v.to_string();
-    text.push('\n');
-    s.write_all(text.as_bytes())
+/// per escape: tens of thousands for a saved configuration's text). A
+/// client's request may carry a secret, so the text is built in a buffer
+/// that grows by [`append_zeroizing`] and is zeroized when sent.
+fn send_line(s: &mut UnixStream, v: &serde_json::Value) -> io::Result<()> {
+    struct Text(Zeroizing<Vec<u8>>);
+    impl Write for Text {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            append_zeroizing(&mut self.0, b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut text = Text(Zeroizing::new(Vec::with_capacity(4096)));
+    serde_json::to_writer(&mut text, v)?;
+    append_zeroizing(&mut text.0, b"\n");
+    s.write_all(&text.0)
 }
 
 fn trim(b: &[u8]) -> &[u8] {
@@ -265,8 +303,11 @@ pub fn call(path: &Path, method: &str, params: serde_json::Value) -> io::Result<
         )
     })?;
     s.set_read_timeout(Some(Duration::from_secs(120)))?;
-    let req = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    send_line(&mut s, &req)?;
+    let mut req =
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let sent = send_line(&mut s, &req);
+    jsonrpc::scrub(&mut req);
+    sent?;
     let mut out = Vec::new();
     let mut chunk = [0u8; 16384];
     loop {
@@ -284,4 +325,21 @@ pub fn call(path: &Path, method: &str, params: serde_json::Value) -> io::Result<
     }
     serde_json::from_slice(&out)
         .map_err(|e| io::Error::other(format!("bad answer from the target: {e}")))
+}
+
+#[cfg(test)]
+mod zeroizing_tests {
+    use super::append_zeroizing;
+
+    #[test]
+    fn append_zeroizing_grows_and_keeps_the_bytes_in_order() {
+        let mut buf = Vec::new();
+        let mut want = Vec::new();
+        for i in 0..300u32 {
+            let piece: Vec<u8> = (0..(i % 97) as u8).map(|b| b ^ i as u8).collect();
+            append_zeroizing(&mut buf, &piece);
+            want.extend_from_slice(&piece);
+        }
+        assert_eq!(buf, want);
+    }
 }
