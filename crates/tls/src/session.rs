@@ -997,11 +997,8 @@ impl Sink {
         }
     }
 
+    /// (Never after everything was sent: `consume` empties it then.)
     fn append(&mut self, bytes: &[u8]) {
-        if self.pos == self.buf.len() {
-            self.buf.clear();
-            self.pos = 0;
-        }
         self.buf.extend_from_slice(bytes);
     }
 }
