@@ -84,7 +84,9 @@ fn main() -> Res<()> {
         for _ in 0..n {
             let t0 = Instant::now();
             // SAFETY: `spec` is a valid itimerspec; no old value is asked for.
-            check(unsafe { libc::timerfd_settime(tfd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) })?;
+            check(unsafe {
+                libc::timerfd_settime(tfd.as_raw_fd(), 0, &spec, std::ptr::null_mut())
+            })?;
             loop {
                 // SAFETY: `out` has room for the 4 events asked for.
                 let rc = unsafe { libc::epoll_wait(ep.as_raw_fd(), out.as_mut_ptr(), 4, -1) };
