@@ -16,7 +16,7 @@
 #   SPDK:     nvmf_tgt -m 0x1 --no-huge, TCP transport with its defaults, a
 #             1 GiB malloc bdev (its reactor busy-polls at any load)
 #   farflash: taskset -c 0 farflash serve --ram 1G --ram-commit --poll MODE,
-#             for each of MODES (always adaptive hybrid never; adaptive is
+#             for each of MODES (always adaptive hybrid never; hybrid is
 #             the default)
 # Each target is preconditioned (one sequential 128 KiB write pass, farflash
 # perf), then spdk_nvme_perf runs 4 KiB random reads at QD for WARMUP +
@@ -31,7 +31,8 @@
 # Then:
 #   - the host: farflash perf QD 1 against SPDK's target, --poll spin against
 #     --poll block, host CPU (perf's usr_cpu + sys_cpu) and mean latency, paired;
-#   - no bad regimes: STARTS fresh default targets, each QD 128 once;
+#   - no bad regimes: STARTS fresh default targets, each QD 128 once, each
+#     beside a fresh SPDK target (the anchor: what the machine's drift is);
 #   - idle: the default target with 4 idle hosts connected, 30 s;
 #   - the floor: ../shared/limits/tcp_rr (a server that only echoes) at QD 1
 #     and 4, its server busy-polling against blocking in recv, with its CPU;
@@ -167,18 +168,28 @@ done
 stop_target
 
 # ---- no bad regimes: QD 128 over fresh starts -------------------------------------
-echo "== QD 128 over $STARTS fresh starts of the default target"
+echo "== QD 128 over $STARTS fresh starts of the default target, each beside a fresh start of SPDK's"
+# SPDK's target, started the same way right after, is the anchor: how much
+# of the spread is the machine's.
 for s in $(seq "$STARTS"); do
-	taskset -c 0 "$FF" serve --ram 1G --ram-commit --listen "127.0.0.1:$PORT" --rpc-socket none \
-		--log-level warn >"$TMP/target.log" 2>&1 &
-	T_PORT=$PORT T_NQN=$FF_NQN
-	target_started "$TMP/target.log"
-	"$FF" perf -t tcp -a 127.0.0.1 -s "$T_PORT" -n "$T_NQN" --rw write --bs 128k --iodepth 16 \
-		--cpus-allowed 1 --output-format=json >"$TMP/prefill.json" || die "prefill failed"
-	read -r iops lat cpu < <(sperf 128)
-	stop_target
-	printf 'start\t%s\t128\tadaptive\t%s\t%s\t%s\n' "$s" "$iops" "$lat" "$cpu" >>"$RES"
-	echo "  start $s: ${iops%.*} IOPS"
+	line="  start $s:"
+	for w in default spdk; do
+		if [[ $w = spdk ]]; then
+			start_target spdk
+		else
+			taskset -c 0 "$FF" serve --ram 1G --ram-commit --listen "127.0.0.1:$PORT" --rpc-socket none \
+				--log-level warn >"$TMP/target.log" 2>&1 &
+			T_PORT=$PORT T_NQN=$FF_NQN
+			target_started "$TMP/target.log"
+			"$FF" perf -t tcp -a 127.0.0.1 -s "$T_PORT" -n "$T_NQN" --rw write --bs 128k --iodepth 16 \
+				--cpus-allowed 1 --output-format=json >"$TMP/prefill.json" || die "prefill failed"
+		fi
+		read -r iops lat cpu < <(sperf 128)
+		stop_target
+		printf 'start\t%s\t128\t%s\t%s\t%s\t%s\n' "$s" "$w" "$iops" "$lat" "$cpu" >>"$RES"
+		line+=" $w ${iops%.*} IOPS;"
+	done
+	echo "${line%;}"
 done
 
 # ---- idle ---------------------------------------------------------------------------
@@ -187,9 +198,12 @@ taskset -c 0 "$FF" serve --ram 1G --listen "127.0.0.1:$PORT" --rpc-socket none -
 	>"$TMP/target.log" 2>&1 &
 T_PORT=$PORT
 target_started "$TMP/target.log"
+# The default mode, as the banner names it ("..., poll MODE)").
+DEFAULT_POLL=$(sed -n 's/.*poll \([a-z]*\)).*/\1/p' "$TMP/target.log" | head -1)
+[[ -n $DEFAULT_POLL ]] || die "the target's banner names no poll mode: $(head -3 "$TMP/target.log")"
 idle=$(idle_cpu_pct "$TARGET_PID" "$PORT" "$FF_NQN" "$IDLE_HOSTS")
 stop_target
-printf 'idle\t1\t0\tadaptive\t0\t0\t%s\n' "$idle" >>"$RES"
+printf 'idle\t1\t0\tdefault\t0\t0\t%s\n' "$idle" >>"$RES"
 echo "  $idle % of a core"
 
 # ---- the floor ------------------------------------------------------------------------
@@ -220,9 +234,9 @@ while read -r line; do
 done <"$TMP/timer.out"
 
 # ---- report -----------------------------------------------------------------------------
-python3 - "$RES" "$MODES" "$QDS" "$ROUNDS" "$RUNTIME" "$WARMUP" "$STARTS" >"$TMP/report.md" <<'PY'
+python3 - "$RES" "$MODES" "$QDS" "$ROUNDS" "$RUNTIME" "$WARMUP" "$STARTS" "$DEFAULT_POLL" >"$TMP/report.md" <<'PY'
 import collections, statistics, sys
-path, modes, qds, rounds, runtime, warmup, starts = sys.argv[1:]
+path, modes, qds, rounds, runtime, warmup, starts, default = sys.argv[1:]
 modes, qds = modes.split(), [int(q) for q in qds.split()]
 rows = [l.rstrip("\n").split("\t") for l in open(path) if l.strip()]
 R = collections.defaultdict(dict)  # (kind, qd, who) -> round -> (a, b, c)
@@ -253,11 +267,11 @@ for qd in qds:
             vs_a = "%.3f" % med(ratios("tgt", qd, who, "always", lambda x, y: x[0] / y[0]))
             lat_a = "%.3f" % med(ratios("tgt", qd, who, "always", lambda x, y: x[1] / y[1]))
         vs_s = "%.2f" % med(ratios("tgt", qd, who, "spdk", lambda x, y: eff(x) / eff(y)))
-        name = "SPDK" if who == "spdk" else f"farflash `--poll {who}`"
+        name = "SPDK" if who == "spdk" else f"farflash `--poll {who}`" + (" (default)" if who == default else "")
         print(f"| {qd} | {name} | {iops:,.0f} | {lat:.2f} | {cpu:.1f} | {vs_a} | {lat_a} | {vs_s} |")
 print()
 
-# The bars, for each farflash mode (adaptive is the default).
+# The bars, for each farflash mode.
 def bar_rows(mode):
     out = []
     def have(qd):
@@ -297,14 +311,16 @@ if h[0] and h[1]:
     cpu = m("host", 1, "block", 2)
     print(f"| farflash perf QD 1 → SPDK: host CPU ≤ 60 % at latency ≤ 1.10x busy-poll (`--poll block`) | "
           f"{lat:.3f}x, {cpu:.1f} % ({yes(lat <= 1.10 and cpu <= 60)}) |" + " |" * (len(table) - 1))
-s = [v[0] for v in R[("start", 128, "adaptive")].values()]
+s = [v[0] for v in R[("start", 128, "default")].values()]
+sa = [v[0] for v in R[("start", 128, "spdk")].values()]
 if s:
     low = min(s) / med(s)
-    print(f"| QD 128 over {len(s)} fresh starts: lowest ≥ 0.9 of median (default) | {low:.3f} ({yes(low >= 0.9)}) |" + " |" * (len(table) - 1))
-i = R[("idle", 0, "adaptive")]
+    anchor = f"; SPDK's target, started beside each: {min(sa) / med(sa):.3f}" if sa else ""
+    print(f"| QD 128 over {len(s)} fresh starts: lowest ≥ 0.9 of median (default, `{default}`) | {low:.3f} ({yes(low >= 0.9)}{anchor}) |" + " |" * (len(table) - 1))
+i = R[("idle", 0, "default")]
 if i:
     v = next(iter(i.values()))[2]
-    print(f"| idle, 4 hosts connected: < 1 % of a core (default) | {v:.2f} % ({yes(v < 1)}) |" + " |" * (len(table) - 1))
+    print(f"| idle, 4 hosts connected: < 1 % of a core (default, `{default}`) | {v:.2f} % ({yes(v < 1)}) |" + " |" * (len(table) - 1))
 print()
 
 if h[0] and h[1]:
@@ -316,7 +332,9 @@ if h[0] and h[1]:
         print(f"| {p} | {m('host', 1, p, 0):,.0f} | {m('host', 1, p, 1):.2f} | {m('host', 1, p, 2):.1f} |")
     print()
 if s:
-    print(f"QD 128 fresh starts, IOPS: {', '.join('%.0f' % x for x in s)} (median {med(s):,.0f})")
+    print(f"QD 128 fresh starts, IOPS: farflash {', '.join('%.0f' % x for x in s)} (median {med(s):,.0f})")
+    if sa:
+        print(f"; SPDK's target started right after each: {', '.join('%.0f' % x for x in sa)} (median {med(sa):,.0f})")
     print()
 print("The floor: `tcp_rr` (../shared/limits), 72-byte requests, 4,120-byte responses, client busy-polling "
       "on core 1, server on core 0 busy-polling (`SPIN=1`) or blocking in `recv` (`SPIN=0`): a server "

@@ -134,10 +134,10 @@ pub struct ServeFlags {
     /// Pin event loops to these CPUs, e.g. 0-3,6.
     #[arg(long = "cpus-allowed", value_name = "LIST")]
     pub cpus_allowed: Option<String>,
-    /// How event loops wait: adaptive (spin while busy, then sleep), always (busy-poll), never, or hybrid (adaptive, sleeping on a precise timer through the part of a gap it expects).
+    /// How event loops wait: hybrid (the default: adaptive, sleeping on a precise timer through the part of a gap it expects), adaptive (spin while busy, then sleep), always (busy-poll) or never.
     #[arg(long, value_name = "MODE")]
     pub poll: Option<PollMode>,
-    /// Adaptive polling: microseconds of quiet before an event loop sleeps.
+    /// Adaptive and hybrid polling: microseconds of quiet before an event loop sleeps.
     #[arg(long = "poll-idle-us", value_name = "US")]
     pub poll_idle_us: Option<u32>,
     /// Management socket (JSON-RPC 2.0, mode 0600; `farflash ctl`). Default:

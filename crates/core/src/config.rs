@@ -61,7 +61,7 @@ pub struct TransportConfig {
     pub cpus_allowed: String,
     /// How event loops wait for work.
     pub poll: PollMode,
-    /// Adaptive mode: keep spinning this long after the last work, then sleep.
+    /// Adaptive and hybrid modes: keep spinning at least this long after the last work, then sleep.
     pub poll_idle_us: u32,
     /// Fair sharing between the connections of an event loop: KiB read
     /// from one connection per round and unit of its host's QoS weight
@@ -116,7 +116,6 @@ pub const DEFAULT_MAX_NAMESPACES: u32 = 65536;
 #[serde(rename_all = "lowercase")]
 pub enum PollMode {
     /// Spin while work arrives, sleep in epoll after `poll_idle_us` of quiet.
-    #[default]
     Adaptive,
     /// Never sleep: lowest latency, one busy core per event loop.
     Always,
@@ -125,7 +124,10 @@ pub enum PollMode {
     /// As adaptive, but in a gap the loop expects to last (learnt from
     /// the recent gaps between a host's commands) it sleeps on a precise
     /// timer for the part it can sleep and wakes early enough to poll for
-    /// the rest (the kernel's hybrid polling, for a network queue).
+    /// the rest (the kernel's hybrid polling, for a network queue). The
+    /// default: as fast as adaptive at full load, far less CPU below it
+    /// (docs/benchmarks.md, cpu-poll; docs/sweep/cpu-vs-load).
+    #[default]
     Hybrid,
 }
 
@@ -184,7 +186,7 @@ impl Default for TransportConfig {
             max_connections: 4096,
             max_queue_buffer: 8 << 20,
             cpus_allowed: String::new(),
-            poll: PollMode::Adaptive,
+            poll: PollMode::Hybrid,
             poll_idle_us: 100,
             fair_share_kib: 256,
             limits: Limits::default(),
