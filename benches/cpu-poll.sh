@@ -16,7 +16,7 @@
 #   SPDK:     nvmf_tgt -m 0x1 --no-huge, TCP transport with its defaults, a
 #             1 GiB malloc bdev (its reactor busy-polls at any load)
 #   farflash: taskset -c 0 farflash serve --ram 1G --ram-commit --poll MODE,
-#             for each of MODES (always adaptive hybrid never; hybrid is
+#             for each of MODES (always adaptive hybrid never; adaptive is
 #             the default)
 # Each target is preconditioned (one sequential 128 KiB write pass, farflash
 # perf), then spdk_nvme_perf runs 4 KiB random reads at QD for WARMUP +

@@ -116,6 +116,7 @@ pub const DEFAULT_MAX_NAMESPACES: u32 = 65536;
 #[serde(rename_all = "lowercase")]
 pub enum PollMode {
     /// Spin while work arrives, sleep in epoll after `poll_idle_us` of quiet.
+    #[default]
     Adaptive,
     /// Never sleep: lowest latency, one busy core per event loop.
     Always,
@@ -124,10 +125,9 @@ pub enum PollMode {
     /// As adaptive, but in a gap the loop expects to last (learnt from
     /// the recent gaps between a host's commands) it sleeps on a precise
     /// timer for the part it can sleep and wakes early enough to poll for
-    /// the rest (the kernel's hybrid polling, for a network queue). The
-    /// default: as fast as adaptive at full load, far less CPU below it
-    /// (docs/benchmarks.md, cpu-poll; docs/sweep/cpu-vs-load).
-    #[default]
+    /// the rest (the kernel's hybrid polling, for a network queue). Far
+    /// less CPU than adaptive below full load; not the default, as it
+    /// sometimes sleeps at QD 4 full load (docs/performance.md).
     Hybrid,
 }
 
@@ -186,7 +186,7 @@ impl Default for TransportConfig {
             max_connections: 4096,
             max_queue_buffer: 8 << 20,
             cpus_allowed: String::new(),
-            poll: PollMode::Hybrid,
+            poll: PollMode::Adaptive,
             poll_idle_us: 100,
             fair_share_kib: 256,
             limits: Limits::default(),
