@@ -117,3 +117,20 @@ stop_target() {
 	wait "$TARGET_PID" 2>/dev/null || true
 	TARGET_PID=""
 }
+
+# spdk_tcp_config NQN PORT: an nvmf_tgt JSON configuration (stdout) with the
+# TCP transport at its defaults and one subsystem NQN, open to any host, of
+# one 1 GiB malloc bdev (512-byte blocks), listening on 127.0.0.1:PORT.
+spdk_tcp_config() {
+	cat <<EOF
+{"subsystems": [
+ {"subsystem": "bdev", "config": [
+  {"method": "bdev_malloc_create", "params": {"name": "M0", "num_blocks": 2097152, "block_size": 512}}]},
+ {"subsystem": "nvmf", "config": [
+  {"method": "nvmf_create_transport", "params": {"trtype": "TCP"}},
+  {"method": "nvmf_create_subsystem", "params": {"nqn": "$1", "allow_any_host": true, "serial_number": "SPDK0001"}},
+  {"method": "nvmf_subsystem_add_ns", "params": {"nqn": "$1", "namespace": {"bdev_name": "M0"}}},
+  {"method": "nvmf_subsystem_add_listener", "params": {"nqn": "$1",
+    "listen_address": {"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": "$2"}}}]}]}
+EOF
+}

@@ -159,17 +159,7 @@ fi
 py() { python3 -c "$1"; }
 
 # ---- targets ------------------------------------------------------------------
-cat >"$TMP/spdk.json" <<EOF
-{"subsystems": [
- {"subsystem": "bdev", "config": [
-  {"method": "bdev_malloc_create", "params": {"name": "M0", "num_blocks": 2097152, "block_size": 512}}]},
- {"subsystem": "nvmf", "config": [
-  {"method": "nvmf_create_transport", "params": {"trtype": "TCP"}},
-  {"method": "nvmf_create_subsystem", "params": {"nqn": "$SPDK_NQN", "allow_any_host": true, "serial_number": "SPDK0001"}},
-  {"method": "nvmf_subsystem_add_ns", "params": {"nqn": "$SPDK_NQN", "namespace": {"bdev_name": "M0"}}},
-  {"method": "nvmf_subsystem_add_listener", "params": {"nqn": "$SPDK_NQN",
-    "listen_address": {"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": "$SPDK_PORT"}}}]}]}
-EOF
+spdk_tcp_config "$SPDK_NQN" "$SPDK_PORT" >"$TMP/spdk.json"
 
 TARGET_PID=""
 start_target() { # spdk | ff | ffbase | ffalways | ffnull -> TARGET_PID, T_PORT, T_NQN
