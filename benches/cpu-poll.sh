@@ -46,7 +46,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
 cd "$ROOT"
-NAME=cpu-poll.sh
+NAME="cpu-poll.sh"
 SPDK_DIR=${SPDK_DIR:-$ROOT/../anchors/spdk}
 ROUNDS=${ROUNDS:-5} RUNTIME=${RUNTIME:-5} WARMUP=${WARMUP:-2} STARTS=${STARTS:-10}
 QDS=${QDS:-1 4 32 128} MODES=${MODES:-always adaptive hybrid never}
@@ -121,7 +121,8 @@ sperf() {
 py() { python3 -c "$1"; }
 
 # ---- target modes against always-poll and SPDK ------------------------------------
-WHO=(spdk $MODES)
+read -ra MODE_LIST <<<"$MODES"
+WHO=(spdk "${MODE_LIST[@]}")
 for qd in $QDS; do
 	echo "== 4 KiB randread QD $qd"
 	for r in $(seq "$ROUNDS"); do
@@ -219,8 +220,9 @@ for r in $(seq "$ROUNDS"); do
 	done
 done
 taskset -c 0 "$TIMER_COST" >"$TMP/timer.out" || die "timer_cost failed"
-while read -r line; do
-	printf 'timer\t1\t0\t%s\n' "$(sed 's/req_us=\([0-9]*\) p50_us=\([0-9.]*\) p99_us=\([0-9.]*\) cpu_us=\([0-9.]*\)/\1\t\2\t\3\t\4/' <<<"$line")" >>"$RES"
+# Lines "req_us=R p50_us=A p99_us=B cpu_us=C".
+while read -r req p50 p99 cpu; do
+	printf 'timer\t1\t0\t%s\t%s\t%s\t%s\n' "${req#req_us=}" "${p50#p50_us=}" "${p99#p99_us=}" "${cpu#cpu_us=}" >>"$RES"
 done <"$TMP/timer.out"
 
 # ---- report -----------------------------------------------------------------------------
@@ -366,7 +368,7 @@ PY
 	echo
 	echo "Written by \`benches/cpu-poll.sh\`; do not edit by hand. Re-run it to refresh."
 	echo
-	run_facts
+	run_facts ""
 	echo "- targets on core 0 alone: SPDK \`nvmf_tgt -m 0x1 --no-huge\` (malloc bdev), farflash \`serve --ram 1G --ram-commit --poll MODE\`; initiators on core 1"
 	cat "$TMP/report.md"
 } >"$TMP/section.md"
