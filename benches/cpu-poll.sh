@@ -87,13 +87,14 @@ RES=$TMP/results.tsv # kind, round, qd, who, then the figures
 spdk_tcp_config "$SPDK_NQN" "$SPDK_PORT" >"$TMP/spdk.json"
 
 TARGET_PID=""
-start_target() { # spdk | MODE -> TARGET_PID, T_PORT, T_NQN (preconditioned)
-	local log=$TMP/target.log
+start_target() { # spdk | MODE | default -> TARGET_PID, T_PORT, T_NQN (preconditioned)
+	local log=$TMP/target.log poll=()
 	if [[ $1 = spdk ]]; then
 		"$TGT" -m 0x1 --no-huge -s 2048 -r "$TMP/spdk.sock" --json "$TMP/spdk.json" >"$log" 2>&1 &
 		T_PORT=$SPDK_PORT T_NQN=$SPDK_NQN
 	else
-		taskset -c 0 "$FF" serve --ram 1G --ram-commit --poll "$1" --listen "127.0.0.1:$PORT" \
+		[[ $1 = default ]] || poll=(--poll "$1")
+		taskset -c 0 "$FF" serve --ram 1G --ram-commit "${poll[@]}" --listen "127.0.0.1:$PORT" \
 			--rpc-socket none --log-level warn >"$log" 2>&1 &
 		T_PORT=$PORT T_NQN=$FF_NQN
 	fi
@@ -127,9 +128,7 @@ for qd in $QDS; do
 	echo "== 4 KiB randread QD $qd"
 	for r in $(seq "$ROUNDS"); do
 		line="  round $r:"
-		n=${#WHO[@]}
-		for k in $(seq 0 $((n - 1))); do
-			w=${WHO[$(((k + r - 1) % n))]}
+		for w in $(rotated "$r" "${WHO[@]}"); do
 			start_target "$w"
 			read -r iops lat cpu < <(sperf "$qd")
 			stop_target
@@ -165,16 +164,7 @@ echo "== QD 128 over $STARTS fresh starts of the default target, each beside a f
 for s in $(seq "$STARTS"); do
 	line="  start $s:"
 	for w in default spdk; do
-		if [[ $w = spdk ]]; then
-			start_target spdk
-		else
-			taskset -c 0 "$FF" serve --ram 1G --ram-commit --listen "127.0.0.1:$PORT" --rpc-socket none \
-				--log-level warn >"$TMP/target.log" 2>&1 &
-			T_PORT=$PORT T_NQN=$FF_NQN
-			target_started "$TMP/target.log"
-			"$FF" perf -t tcp -a 127.0.0.1 -s "$T_PORT" -n "$T_NQN" --rw write --bs 128k --iodepth 16 \
-				--cpus-allowed 1 --output-format=json >"$TMP/prefill.json" || die "prefill failed"
-		fi
+		start_target "$w"
 		read -r iops lat cpu < <(sperf 128)
 		stop_target
 		printf 'start\t%s\t128\t%s\t%s\t%s\t%s\n' "$s" "$w" "$iops" "$lat" "$cpu" >>"$RES"

@@ -134,3 +134,15 @@ spdk_tcp_config() {
     "listen_address": {"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": "$2"}}}]}]}
 EOF
 }
+
+# rotated ROUND ITEM...: the items, one per line, in the order of round ROUND
+# (1-based): each round starts one further along, so that no configuration
+# always runs first (right after SPDK's target has freed its memory, say).
+rotated() {
+	local r=$1 k
+	shift
+	for k in $(seq 0 $(($# - 1))); do
+		local i=$(((k + r - 1) % $# + 1))
+		echo "${!i}"
+	done
+}

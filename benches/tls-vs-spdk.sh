@@ -43,7 +43,7 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
 cd "$ROOT"
-NAME=tls-vs-spdk.sh
+NAME="tls-vs-spdk.sh"
 # shellcheck source=benches/lib.sh
 source "$ROOT/benches/lib.sh"
 
@@ -169,9 +169,7 @@ for row in $ROWS; do
 	echo "== ${ROW_NAME[$row]}"
 	for r in $(seq "$RUNS"); do
 		line="${ROW_NAME[$row]} round $r:"
-		n=${#COMBOS[@]}
-		for k in $(seq 0 $((n - 1))); do
-			c=${COMBOS[$(((k + r - 1) % n))]}
+		for c in $(rotated "$r" "${COMBOS[@]}"); do
 			read -r iops cpu < <(measure "$c" "$rw" "$bs" "$qd")
 			V[$row,$c,$r]=$iops V[$row,$c,$r,cpu]=$cpu
 			line+=" $c $(rate "$row" "$iops") ($(f2 "$cpu") µs CPU/IO);"

@@ -269,11 +269,9 @@ for row in $ROWS; do
 	declare -A V=()
 	for r in $(seq "$RUNS"); do
 		line="${ROW_NAME[$row]} round $r:" order=()
-		# The order rotates from round to round: no configuration always runs
-		# first (right after SPDK's target has freed its memory, say).
-		n=${#COMBOS[@]}
-		for k in $(seq 0 $((n - 1))); do
-			c=${COMBOS[$(((k + r - 1) % n))]}
+		# The order rotates from round to round (rotated, lib.sh).
+		mapfile -t ordered < <(rotated "$r" "${COMBOS[@]}")
+		for c in "${ordered[@]}"; do
 			read -r tg in <<<"$c"
 			read -r iops cpu < <(measure "$tg" "$in" "$rw" "$bs" "$qd")
 			V[$c,$r]=$iops V[$c,$r,cpu]=$cpu
