@@ -61,7 +61,8 @@ pub struct TransportConfig {
     pub cpus_allowed: String,
     /// How event loops wait for work.
     pub poll: PollMode,
-    /// Adaptive and hybrid modes: keep spinning at least this long after the last work, then sleep.
+    /// Adaptive and hybrid modes: the shortest time the loop stays awake after
+    /// the last work (hybrid may nap on a timer within it), then it sleeps.
     pub poll_idle_us: u32,
     /// Fair sharing between the connections of an event loop: KiB read
     /// from one connection per round and unit of its host's QoS weight
