@@ -56,6 +56,9 @@ pub enum Outcome {
     Pending,
     /// Held until an event (AER).
     Parked,
+    /// Waits, with nothing out, for another command or a range
+    /// (`crate::nvm`: a fused half, a write over a fused pair's range).
+    Held,
 }
 
 /// A finished command, for the binding to send.
@@ -120,6 +123,8 @@ pub(crate) enum IoCmd {
         ns: usize,
         opcode: u8,
     },
+    /// Compare, Verify, Copy, a fused half (`crate::nvm`).
+    Nvm(crate::nvm::NvmCmd),
 }
 
 impl IoCmd {
@@ -134,6 +139,10 @@ impl IoCmd {
 
     /// Whether the command modifies the medium (an EIO is then a write fault).
     pub(crate) fn writes(&self) -> bool {
-        matches!(self, IoCmd::Write { .. } | IoCmd::WriteZeroes { .. })
+        match self {
+            IoCmd::Write { .. } | IoCmd::WriteZeroes { .. } => true,
+            IoCmd::Nvm(c) => c.writes(),
+            _ => false,
+        }
     }
 }

@@ -4,6 +4,7 @@
 //! turns it into backend requests.
 
 use crate::command::{IoCmd, Outcome, Xfer};
+use crate::nvm::Range;
 use crate::queue::NvmeQueue;
 use farflash_backend::{IoOp, IoRequest};
 use farflash_wire::opcode::io as op;
@@ -19,7 +20,12 @@ const DSM_AD: u32 = 1 << 2;
 /// Byte offset and length of an LBA range, checked against the namespace
 /// (NVM Command Set §3.1 Figure "Status Code – Generic Command Status Values": 80h
 /// "LBA Out of Range").
-fn range(q: &NvmeQueue, ns_idx: usize, slba: u64, nlb: u64) -> Result<(u64, u64), Status> {
+pub(crate) fn range(
+    q: &NvmeQueue,
+    ns_idx: usize,
+    slba: u64,
+    nlb: u64,
+) -> Result<(u64, u64), Status> {
     let Some(ns) = q.ns.get(ns_idx) else {
         return Err(Status::INVALID_NAMESPACE.dnr());
     };
@@ -53,6 +59,12 @@ fn ana_check(q: &NvmeQueue, key: usize) -> Result<(), Status> {
     }
 }
 
+/// The host turned the volatile write cache off (Set Features 06h): each
+/// write is durable when it completes, as with FUA.
+pub(crate) fn write_through(q: &NvmeQueue) -> bool {
+    q.ctrl.as_ref().is_some_and(|c| c.write_through())
+}
+
 /// Parses and checks an I/O command before any data moves.
 pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status> {
     match sqe.opcode {
@@ -71,7 +83,7 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status
             Ok(if sqe.opcode == op::READ {
                 (Xfer::C2H(len), IoCmd::Read { ns, offset, len })
             } else {
-                let fua = sqe.fua();
+                let fua = sqe.fua() || write_through(q);
                 (
                     Xfer::H2C(len),
                     IoCmd::Write {
@@ -97,7 +109,7 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status
                 crate::resv_cmd::check_access(q, ns, true)?;
             }
             let (offset, len) = range(q, ns, sqe.slba(), sqe.nlb() as u64 + 1)?;
-            let fua = sqe.fua();
+            let fua = sqe.fua() || write_through(q);
             Ok((
                 Xfer::None,
                 IoCmd::WriteZeroes {
@@ -134,12 +146,48 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status
                 },
             ))
         }
+        op::COMPARE | op::VERIFY | op::COPY => {
+            let ns = ns_index(q, sqe.nsid)?;
+            crate::nvm::classify(q, sqe, ns)
+        }
         _ => Err(Status::INVALID_OPCODE.dnr()),
     }
 }
 
 /// Runs a parsed I/O command: storage requests out, tagged with the slot.
+/// A write first enters its namespace's range exclusion (`crate::nvm`),
+/// and waits while a fused Compare and Write holds its range.
 pub(crate) fn execute(q: &mut NvmeQueue, idx: usize, cmd: IoCmd) -> Outcome {
+    let extent = match cmd {
+        IoCmd::Nvm(c) => return crate::nvm::execute(q, idx, c),
+        IoCmd::Write {
+            ns, offset, len, ..
+        } => Some((ns, Range::new(offset, len as u64))),
+        IoCmd::WriteZeroes {
+            ns, offset, len, ..
+        } => Some((ns, Range::new(offset, len))),
+        IoCmd::Dsm {
+            ns,
+            deallocate: true,
+            ..
+        } => Some((ns, Range::ALL)),
+        _ => None,
+    };
+    let Some((ns, r)) = extent else {
+        return run(q, idx, cmd);
+    };
+    if !crate::nvm::admit(q, idx, ns, r) {
+        return Outcome::Held;
+    }
+    let o = run(q, idx, cmd);
+    if o != Outcome::Pending {
+        // Nothing went out: it is done with its range.
+        crate::nvm::leave(q, idx);
+    }
+    o
+}
+
+fn run(q: &mut NvmeQueue, idx: usize, cmd: IoCmd) -> Outcome {
     let tag = idx as u64;
     let result = match cmd {
         IoCmd::Read { ns, offset, len } => {
@@ -187,6 +235,7 @@ pub(crate) fn execute(q: &mut NvmeQueue, idx: usize, cmd: IoCmd) -> Outcome {
         }
         IoCmd::Dsm { ns, nr, deallocate } => return dsm(q, idx, ns, nr, deallocate),
         IoCmd::Resv { ns, opcode } => return crate::resv_cmd::execute(q, idx, ns, opcode),
+        IoCmd::Nvm(c) => return crate::nvm::execute(q, idx, c),
     };
     match result {
         Ok(()) if q.slots[idx].state().pending() > 0 => Outcome::Pending,

@@ -235,6 +235,8 @@ pub struct NvmeQueue {
     pub(crate) qos: QosState,
     pub(crate) stats: Option<Arc<QueueStats>>,
     pub(crate) life: Life,
+    /// Compare, Verify, Copy and fused pairs in progress (`crate::nvm`).
+    pub(crate) nvm: crate::nvm::NvmState,
 }
 
 impl NvmeQueue {
@@ -295,6 +297,7 @@ impl NvmeQueue {
             },
             stats: None,
             life,
+            nvm: crate::nvm::NvmState::default(),
         };
         q.grow_slots(PRE_CONNECT_SLOTS);
         q

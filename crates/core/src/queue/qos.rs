@@ -17,6 +17,10 @@ fn cost(cmd: IoCmd) -> (Class, u64) {
         IoCmd::Write { len, .. } => (Class::Write, len as u64),
         IoCmd::WriteZeroes { .. } => (Class::Write, 0),
         IoCmd::Flush { .. } | IoCmd::Dsm { .. } | IoCmd::Resv { .. } => (Class::Other, 0),
+        IoCmd::Nvm(c) => match c.cost() {
+            (true, n) => (Class::Write, n),
+            (false, n) => (Class::Read, n),
+        },
     }
 }
 
@@ -91,6 +95,16 @@ impl NvmeQueue {
     /// waits). The event loop wakes then and calls
     /// [`NvmeQueue::resume_throttled`].
     pub fn throttle_wake(&self) -> Option<Instant> {
+        if self.nvm.has_held() {
+            // Commands wait for a fused pair's range (`crate::nvm`): look
+            // again soon; the pair lives on another queue.
+            let now = self
+                .life
+                .now
+                .or(self.life.clock)
+                .unwrap_or_else(Instant::now);
+            return Some(now + crate::nvm::HELD_POLL);
+        }
         let g = self.qos.gate.as_ref()?;
         if g.parked.is_empty() {
             return None;

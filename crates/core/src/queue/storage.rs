@@ -144,7 +144,10 @@ impl NvmeQueue {
             }
             return Outcome::Done(Status::SUCCESS, 0);
         }
-        let st = s.status;
+        if let Some(o) = crate::nvm::stored(self, idx) {
+            return o;
+        }
+        let st = self.slots[idx].status;
         self.account(idx);
         Outcome::Done(st, 0)
     }
