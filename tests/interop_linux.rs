@@ -41,6 +41,7 @@ const SCENARIOS: &[&str] = &[
     "fio-ram",
     "fio-file",
     "flush-zeroes-dsm",
+    "copy-compare-verify",
     "reconnect",
     "digests",
     "sqflow",
