@@ -88,6 +88,9 @@ pub(crate) struct Worker {
     rdma: Vec<Option<RdmaConn>>,
     rdma_free: Vec<usize>,
     rdma_rx: Option<Receiver<Accepted>>,
+    /// The earliest an RDMA queue's held commands (core `nvm`: waiting for
+    /// a fused pair's range) want another look; the wait is cut to it.
+    rdma_wake: Option<Instant>,
     /// TLS server configuration, made at the first TLS connection (Err:
     /// OpenSSL 3 could not be loaded; said once).
     tls: Option<Result<ServerConfig, String>>,
@@ -152,6 +155,7 @@ impl Worker {
             rdma: Vec::new(),
             rdma_free: Vec::new(),
             rdma_rx: None,
+            rdma_wake: None,
             tls: None,
             changes: farflash_core::controller::changes(),
             sleep,
@@ -191,6 +195,13 @@ impl Worker {
                 }
                 Wait::Poll(timeout) => Some(timeout),
                 Wait::Direct => None,
+            };
+            let wait = match (wait, self.rdma_wake.take()) {
+                (Some(t), Some(at)) => {
+                    let held = at.saturating_duration_since(now);
+                    Some(Some(t.map_or(held, |t| t.min(held))))
+                }
+                (w, _) => w,
             };
             if let Some(timeout) = wait {
                 if let Err(e) = self.poll.poll(&mut events, timeout) {
@@ -620,6 +631,12 @@ impl Worker {
                 continue;
             };
             let mut worked = c.drive(now);
+            // Commands held for a fused pair's range (core `nvm`) retry;
+            // while any wait, the worker looks again soon.
+            worked |= c.with_queue(|q| q.resume_throttled());
+            if let Some(at) = c.with_queue(|q| q.throttle_wake()) {
+                self.rdma_wake = Some(self.rdma_wake.map_or(at, |w| w.min(at)));
+            }
             // Authentication's DH and PTPL writes go to the helper thread
             // and storage to the worker's queues, as for TCP.
             let to = Sinks {
