@@ -111,6 +111,28 @@ pub fn rw(write: bool, nsid: u32, slba: u64, nlb: u32) -> Sqe {
     }
 }
 
+/// Compare (NVM §3.2.1) of `nlb` blocks at `slba` with the command's data.
+pub fn compare(nsid: u32, slba: u64, nlb: u32) -> Sqe {
+    Sqe {
+        opcode: io::COMPARE,
+        ..rw(false, nsid, slba, nlb)
+    }
+}
+
+/// CDW0 FUSE (Base §3.4.2): the first half (a Compare) and the second half
+/// (a Write) of a fused Compare and Write, next to each other in one SQ.
+pub const FUSE_FIRST: u8 = 0x01;
+pub const FUSE_SECOND: u8 = 0x02;
+
+/// The two halves of a Compare and Write of `nlb` blocks at `slba`.
+pub fn compare_and_write(nsid: u32, slba: u64, nlb: u32) -> (Sqe, Sqe) {
+    let mut c = compare(nsid, slba, nlb);
+    c.flags |= FUSE_FIRST;
+    let mut w = rw(true, nsid, slba, nlb);
+    w.flags |= FUSE_SECOND;
+    (c, w)
+}
+
 /// Flush (NVM §3.2.2).
 pub fn flush(nsid: u32) -> Sqe {
     Sqe {
