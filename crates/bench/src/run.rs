@@ -36,7 +36,7 @@ pub struct RunResult {
 enum Setup {
     Remote {
         ctrl: Box<Controller>,
-        info: ControllerInfo,
+        info: Box<ControllerInfo>,
         nsid: u32,
         lba: u32,
         capacity: u64,
@@ -76,7 +76,7 @@ fn setup(spec: &JobSpec) -> anyhow::Result<Setup> {
             let lba = 1u32 << ns.lbads;
             Ok(Setup::Remote {
                 ctrl: Box::new(ctrl),
-                info,
+                info: Box::new(info),
                 nsid: *nsid,
                 lba,
                 capacity: ns.nsze.saturating_mul(lba as u64),
