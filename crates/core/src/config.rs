@@ -578,19 +578,6 @@ impl Config {
         Ok(c)
     }
 
-    pub fn load(path: &std::path::Path) -> Result<Config, ConfigError> {
-        let p = path.display().to_string();
-        // Inline secrets (dhchap_key, tls_key) are in the text: zeroized
-        // when it goes.
-        let text = zeroize::Zeroizing::new(std::fs::read_to_string(path).map_err(|source| {
-            ConfigError::Read {
-                path: p.clone(),
-                source,
-            }
-        })?);
-        Config::from_toml(&text, &p)
-    }
-
     /// Checks what the types cannot: limits, duplicates, required fields.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError::Invalid(m));

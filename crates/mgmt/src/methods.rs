@@ -1,16 +1,16 @@
 //! The management API's methods, named after the objects they act on
 //! (`subsystem_create`, `namespace_resize`, ...). The schema is
 //! docs/rpc-schema.json; every change goes through
-//! `farflash_core::manage` (and so through the path `SIGHUP` takes).
+//! `farflash_control::manage` (and so through the path `SIGHUP` takes).
 
 use crate::jsonrpc::{self, Request, RpcError};
+use farflash_control::manage::{self, ManageError};
+use farflash_control::reload::{self, ApplyError, ListenerControl, ReloadReport};
 use farflash_core::config::{
     BackendKind, Config, ConfigError, DhchapKey, HostAuthConfig, NamespaceConfig, RbdConfig, Size,
     SubsystemConfig,
 };
-use farflash_core::manage::{self, ManageError};
 use farflash_core::qos::QosConfig;
-use farflash_core::reload::{self, ApplyError, ListenerControl, ReloadReport};
 use farflash_core::subsystem::BuildError;
 use farflash_core::tls_key::TlsKey;
 use farflash_core::Target;
@@ -488,7 +488,7 @@ impl Api {
             "load_config" => {
                 let a: LoadConfig = params(p)?;
                 let cfg = match (a.path, a.toml) {
-                    (Some(path), None) => Config::load(&path),
+                    (Some(path), None) => farflash_control::config::load(&path),
                     (None, Some(text)) => Config::from_toml(&text, "load_config"),
                     _ => return Err(RpcError::params("give one of \"path\" and \"toml\"")),
                 }
