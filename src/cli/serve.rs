@@ -348,7 +348,10 @@ fn host_keys(f: &ServeFlags) -> Result<Vec<HostAuthConfig>> {
             bail!("--tls-key takes HOSTNQN=KEY or HOSTNQN=FILE");
         };
         // The error names the host and what is wrong, never the key.
-        let key = TlsKey::parse(text).map_err(|e| anyhow::anyhow!("--tls-key for {nqn}: {e}"))?;
+        let mut key =
+            TlsKey::parse(text).map_err(|e| anyhow::anyhow!("--tls-key for {nqn}: {e}"))?;
+        farflash_control::key_files::read(&mut key)
+            .map_err(|e| anyhow::anyhow!("--tls-key for {nqn}: {e}"))?;
         let h = match hosts.iter_mut().find(|h| h.nqn == nqn) {
             Some(h) if h.tls_key.is_some() => bail!("--tls-key for {nqn} is given twice"),
             Some(h) => h,

@@ -4,7 +4,8 @@
 use farflash_core::config::{Config, ConfigError};
 use std::path::Path;
 
-/// Reads and parses the configuration file at `path`.
+/// Reads and parses the configuration file at `path`, and the TLS key
+/// files it names.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
     let p = path.display().to_string();
     // Inline secrets (dhchap_key, tls_key) are in the text: zeroized
@@ -15,7 +16,15 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
             source,
         }
     })?);
-    Config::from_toml(&text, &p)
+    from_toml(&text, &p)
+}
+
+/// Parses configuration `text` (`name` in messages) and reads the TLS key
+/// files it names.
+pub fn from_toml(text: &str, name: &str) -> Result<Config, ConfigError> {
+    let mut cfg = Config::from_toml(text, name)?;
+    crate::key_files::read_all(&mut cfg)?;
+    Ok(cfg)
 }
 
 #[cfg(test)]

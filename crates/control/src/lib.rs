@@ -1,5 +1,6 @@
 //! The farflash control plane, above the command layer (`farflash-core`,
-//! which does no I/O): reading configuration files ([`config`]), building
+//! which does no I/O): reading configuration files ([`config`]) and TLS
+//! key files ([`key_files`]), building
 //! subsystems with their backends and PTPL files opened ([`provision`]),
 //! applying a configuration to a running target ([`reload`]: `SIGHUP`,
 //! `load_config`) and the management operations ([`manage`]).
@@ -7,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
+pub mod key_files;
 pub mod manage;
 pub mod provision;
 pub mod reload;

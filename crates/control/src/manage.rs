@@ -219,9 +219,12 @@ pub fn allow_host(
     target: &Target,
     nqn: &str,
     host: &str,
-    keys: Option<HostAuthConfig>,
+    mut keys: Option<HostAuthConfig>,
 ) -> Result<ReloadReport, ManageError> {
     check_nqn(host)?;
+    if let Some(k) = keys.as_mut().and_then(|h| h.tls_key.as_mut()) {
+        crate::key_files::read(k).map_err(ManageError::Invalid)?;
+    }
     modify_subsystem(target, nqn, |s| {
         let listed = s.allowed_hosts.iter().any(|h| h == host);
         match keys {
@@ -255,10 +258,11 @@ pub fn set_host_psk(
     target: &Target,
     nqn: &str,
     host: &str,
-    key: farflash_core::tls_key::TlsKey,
+    mut key: farflash_core::tls_key::TlsKey,
     derivation: Vec<String>,
 ) -> Result<ReloadReport, ManageError> {
     check_nqn(host)?;
+    crate::key_files::read(&mut key).map_err(ManageError::Invalid)?;
     farflash_core::tls_key::derivations(&derivation).map_err(ManageError::Invalid)?;
     modify_subsystem(target, nqn, |s| {
         if !s.allowed_hosts.is_empty() && !s.allowed_hosts.iter().any(|h| h == host) {

@@ -177,8 +177,7 @@ impl Subsystem {
         let key = h.tls_key.as_ref()?;
         // Config::validate checked the names.
         let ds = h.derivations().unwrap_or_default();
-        let psk = crate::tls_key::choose(key, &ds, identity)?;
-        Some(crate::tls_key::choice(key, psk))
+        crate::tls_key::choice(key, &ds, identity)
     }
 
     /// The configuration that rebuilds this subsystem as it is now
