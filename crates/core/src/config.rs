@@ -307,7 +307,7 @@ pub struct HostAuthConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_key: Option<crate::tls_key::TlsKey>,
     /// Derivation layouts accepted for `tls_key`, tried in order
-    /// (`farflash_tls::Derivation` names; empty: "libnvme-1.10",
+    /// (`farflash_psk::Derivation` names; empty: "libnvme-1.10",
     /// "rfc8446"). A version 1 identity picks the one its digest matches,
     /// a version 0 identity the first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -329,7 +329,7 @@ impl HostAuthConfig {
     }
 
     /// The derivations accepted for `tls_key`, in order.
-    pub fn derivations(&self) -> Result<Vec<farflash_tls::Derivation>, String> {
+    pub fn derivations(&self) -> Result<Vec<farflash_psk::Derivation>, String> {
         crate::tls_key::derivations(&self.tls_derivation)
     }
 

@@ -166,8 +166,8 @@ impl Subsystem {
     /// reload or the management API applies to the next connection.
     pub fn tls_psk_for(
         &self,
-        identity: &farflash_tls::PskIdentity,
-    ) -> Option<farflash_tls::PskChoice> {
+        identity: &farflash_psk::PskIdentity,
+    ) -> Option<farflash_psk::PskChoice> {
         let a = self.access.read().unwrap_or_else(|p| p.into_inner());
         let hostnqn = identity.hostnqn();
         if !a.allowed_hosts.is_empty() && !a.allowed_hosts.iter().any(|h| h == hostnqn) {

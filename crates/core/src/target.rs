@@ -213,8 +213,8 @@ impl Target {
     /// An identity naming the discovery NQN (`nvme discover --tls`) is
     /// resolved with the host's key in any subsystem: the first that
     /// resolves it (a version 1 identity's digest picks the key).
-    pub fn tls_psk(&self, identity: &[u8]) -> Option<farflash_tls::PskChoice> {
-        let id = farflash_tls::PskIdentity::parse(identity).ok()?;
+    pub fn tls_psk(&self, identity: &[u8]) -> Option<farflash_psk::PskChoice> {
+        let id = farflash_psk::PskIdentity::parse(identity).ok()?;
         if id.subnqn() == farflash_wire::DISCOVERY_NQN {
             return self.subsystems().iter().find_map(|s| s.tls_psk_for(&id));
         }

@@ -1,6 +1,6 @@
 //! A host's TLS pre-shared key in the configuration (NVMe/TCP 1.0 §3.6.1.5,
 //! the configured PSK), and which derivation layouts the target accepts
-//! for it (`farflash_tls::Derivation`, docs/tls.md).
+//! for it (`farflash_psk::Derivation`, docs/tls.md).
 //!
 //! `tls_key` under `[[subsystem.host]]` is either the interchange string
 //! `NVMeTLSkey-1:0x:<base64>:` or the path of a file holding one (SPDK's
@@ -12,7 +12,7 @@
 //! (`farflash_control::key_files`, [`TlsKey::load`]); until then the key
 //! resolves no identity.
 
-use farflash_tls::{ConfiguredPsk, Derivation, PskChoice, PskIdentity, TlsPsk};
+use farflash_psk::{ConfiguredPsk, Derivation, PskChoice, PskIdentity, TlsPsk};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -182,7 +182,7 @@ pub fn choice(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use farflash_tls::IdentityVersion;
+    use farflash_psk::IdentityVersion;
 
     const KEY: &str = "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:";
 

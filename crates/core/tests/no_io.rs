@@ -79,8 +79,8 @@ const ALLOWED_DEPS: &[(&str, &str)] = &[
         "DH-HMAC-CHAP state machines; the DH work runs as an offload",
     ),
     (
-        "farflash-tls",
-        "key material only (ConfiguredPsk, PskIdentity, derivations)",
+        "farflash-psk",
+        "TLS key material: pure functions, no OpenSSL",
     ),
     (
         "farflash-backend",
