@@ -114,6 +114,15 @@ impl PoolInner {
         self.commit_to(self.changed.load(Ordering::SeqCst))
     }
 
+    /// Makes every completed write and mapping durable: a commit when
+    /// mappings changed, else a flush of every device.
+    pub(crate) fn make_durable(&self) -> io::Result<()> {
+        match self.dirty() {
+            true => self.commit(),
+            false => self.devs.flush_all(),
+        }
+    }
+
     /// Whether changes wait for a commit.
     pub(crate) fn dirty(&self) -> bool {
         self.changed.load(Ordering::SeqCst) > self.durable.load(Ordering::SeqCst)

@@ -61,9 +61,9 @@ impl Image {
                 for s in 0..len.div_ceil(SECTOR) {
                     if keep(s) {
                         let at = offset + s * SECTOR;
-                        if let Some(pg) = self.pages.get_mut(&(at / PAGE)) {
+                        if self.pages.contains_key(&(at / PAGE)) {
                             let o = (at % PAGE) as usize;
-                            pg[o..o + SECTOR as usize].fill(0);
+                            self.page(at / PAGE)[o..o + SECTOR as usize].fill(0);
                         }
                     }
                 }
