@@ -141,7 +141,9 @@ impl MemDevice {
     fn exec(&self, op: IoOp, buf: &mut IoBuf) -> io::Result<()> {
         let inner = &self.0;
         let ok = |o: u64, l: u64| {
-            o % PAGE == 0 && l % PAGE == 0 && o.checked_add(l).is_some_and(|e| e <= inner.size)
+            o.is_multiple_of(PAGE)
+                && l.is_multiple_of(PAGE)
+                && o.checked_add(l).is_some_and(|e| e <= inner.size)
         };
         let mut img = inner.image.lock().unwrap_or_else(|p| p.into_inner());
         let mut ops = Vec::new();

@@ -278,7 +278,9 @@ impl VolumeQueue {
         let cap = self.handle.size.load(Ordering::SeqCst);
         let bs = u64::from(VOLUME_BLOCK);
         let range = |o: u64, l: u64| {
-            o % bs == 0 && l % bs == 0 && o.checked_add(l).is_some_and(|e| e <= cap)
+            o.is_multiple_of(bs)
+                && l.is_multiple_of(bs)
+                && o.checked_add(l).is_some_and(|e| e <= cap)
         };
         let writes = !matches!(op, IoOp::Read { .. } | IoOp::Flush);
         if writes && self.handle.read_only.load(Ordering::Relaxed) {
