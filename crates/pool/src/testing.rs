@@ -72,6 +72,11 @@ impl Image {
         }
     }
 
+    /// The pages holding data: (byte offset, 4 KiB).
+    pub fn pages(&self) -> impl Iterator<Item = (u64, &[u8])> + '_ {
+        self.pages.iter().map(|(p, b)| (p * PAGE, &b[..]))
+    }
+
     fn read(&self, offset: u64, out: &mut [u8]) {
         for (k, chunk) in out.chunks_mut(PAGE as usize).enumerate() {
             let at = offset + k as u64 * PAGE;
