@@ -10,6 +10,11 @@
 //! or copy the parent's data in) and map it; the mapping is committed at
 //! the next Flush, FUA write or periodic commit, not before the write
 //! completes. Write Zeroes and Deallocate run on the caller's thread.
+//!
+//! Each write also bumps two counters of its layer (issued, completed),
+//! shared by the volume's queues: a snapshot or a layer switch waits on
+//! them for the writes that looked the old map up, and a freed cluster is
+//! reused only once they show no write in flight.
 
 use crate::error::no_space;
 use crate::format::{UNMAPPED, ZERO};
@@ -600,6 +605,20 @@ impl VolumeQueue {
             _ => Err(einval()),
         };
         self.complete(tag, buf, r);
+    }
+}
+
+impl Drop for VolumeQueue {
+    /// Device queues first (they wait for the kernel to finish with every
+    /// buffer), then the writes that were in flight stop counting on
+    /// their layers, so snapshots and frees do not wait for them.
+    fn drop(&mut self) {
+        self.devs.clear();
+        for job in self.jobs.iter_mut().filter_map(Option::take) {
+            if let Some(l) = job.write {
+                l.end_write();
+            }
+        }
     }
 }
 

@@ -224,3 +224,47 @@ fn racing_management_calls_are_serialized() {
     let back: Vec<String> = again.list().into_iter().map(|v| v.name).collect();
     assert_eq!(names, back);
 }
+
+#[test]
+fn a_queue_dropped_with_writes_in_flight_does_not_stall_snapshots() {
+    let dir = std::env::temp_dir().join(format!("farflash-pool-drop-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("dev");
+    std::fs::File::create(&path)
+        .and_then(|f| f.set_len(32 * MIB))
+        .expect("file");
+    let opts = PoolOptions {
+        cluster_size: Some(64 << 10),
+        ..PoolOptions::default()
+    };
+    let pool = LocalPool::create_opts("drop", std::slice::from_ref(&path), &opts).expect("create");
+    pool.create_volume("v", 4 * MIB).expect("volume");
+    let be = pool.open("v").expect("open");
+    {
+        let mut q = be.open_queue(32).expect("queue");
+        write(q.as_mut(), 0, 1, false).expect("allocate");
+        for i in 0..16u64 {
+            let op = IoOp::Write {
+                offset: (i % 8) * BS,
+                len: BS as u32,
+                fua: false,
+            };
+            q.submit(IoRequest {
+                tag: i,
+                op,
+                buf: IoBuf::from_slice(&pattern(2, i % 8)),
+            });
+        }
+        q.commit().expect("commit");
+        // Dropped without reaping.
+    }
+    let t = std::time::Instant::now();
+    pool.snapshot("v", "s").expect("snapshot");
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        t.elapsed()
+    );
+    drop((be, pool));
+    let _ = std::fs::remove_dir_all(&dir);
+}
