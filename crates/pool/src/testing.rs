@@ -88,10 +88,14 @@ impl Image {
     }
 }
 
+/// A log several devices share, each entry tagged with its device.
+type Log = Arc<Mutex<Vec<(usize, Op)>>>;
+
 struct Inner {
     size: u64,
     image: Mutex<Image>,
-    log: Mutex<Vec<Op>>,
+    log: Log,
+    index: usize,
     record: bool,
 }
 
@@ -102,29 +106,50 @@ pub struct MemDevice(Arc<Inner>);
 impl MemDevice {
     /// A zeroed device that records what it is asked to do.
     pub fn recording(size: u64) -> MemDevice {
-        Self::with_image(size, Image::default(), true)
+        Self::with_image(size, Image::default(), true, Log::default(), 0)
+    }
+
+    /// Zeroed devices recording into one log, in order (a flush on one
+    /// device does not flush the others).
+    pub fn recording_group(sizes: &[u64]) -> Vec<MemDevice> {
+        let log = Log::default();
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| Self::with_image(s, Image::default(), true, log.clone(), i))
+            .collect()
     }
 
     /// A device holding `image` (not recording).
     pub fn from_image(size: u64, image: Image) -> MemDevice {
-        Self::with_image(size, image, false)
+        Self::with_image(size, image, false, Log::default(), 0)
     }
 
-    fn with_image(size: u64, image: Image, record: bool) -> MemDevice {
+    fn with_image(size: u64, image: Image, record: bool, log: Log, index: usize) -> MemDevice {
         MemDevice(Arc::new(Inner {
             size,
             image: Mutex::new(image),
-            log: Mutex::new(Vec::new()),
+            log,
+            index,
             record,
         }))
     }
 
-    /// The log so far.
+    /// This device's entries of the log so far.
     pub fn log(&self) -> Vec<Op> {
+        let log = self.0.log.lock().unwrap_or_else(|p| p.into_inner());
+        log.iter()
+            .filter(|(d, _)| *d == self.0.index)
+            .map(|(_, o)| o.clone())
+            .collect()
+    }
+
+    /// The whole (shared) log so far: (device index in its group, op).
+    pub fn group_log(&self) -> Vec<(usize, Op)> {
         self.0.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Entries in the log so far.
+    /// Entries in the (shared) log so far.
     pub fn log_len(&self) -> usize {
         self.0.log.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
@@ -198,11 +223,9 @@ impl MemDevice {
             img.apply(o);
         }
         if inner.record {
-            self.0
-                .log
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .extend(ops);
+            let i = inner.index;
+            let mut log = inner.log.lock().unwrap_or_else(|p| p.into_inner());
+            log.extend(ops.into_iter().map(|o| (i, o)));
         }
         Ok(())
     }

@@ -22,6 +22,8 @@ use farflash_pool::{check_backends, LocalPool, VolumeStore};
 use std::collections::{BTreeMap, HashMap};
 
 const DEV: u64 = 16 << 20;
+/// Two devices, the first small so that clusters land on both.
+const TWO: [u64; 2] = [2 << 20, 16 << 20];
 const KIB: u64 = 1024;
 
 /// A write (or zeroing) of one block, between two log positions.
@@ -41,7 +43,7 @@ struct MVol {
 
 /// The workload and what it expects.
 struct Work {
-    dev: MemDevice,
+    devs: Vec<MemDevice>,
     pool: Option<LocalPool>,
     open: HashMap<String, (SharedBackend, Box<dyn BackendQueue>)>,
     vols: HashMap<String, MVol>,
@@ -57,7 +59,7 @@ struct Work {
 
 impl Work {
     fn pos(&self) -> usize {
-        self.dev.log_len()
+        self.devs[0].log_len()
     }
 
     fn pool(&self) -> &LocalPool {
@@ -216,12 +218,11 @@ impl Work {
     }
 }
 
-fn workload(seed: u64) -> Work {
-    let dev = MemDevice::recording(DEV);
-    let pool =
-        LocalPool::create_with("crash", devs(std::slice::from_ref(&dev)), &opts()).expect("create");
+fn workload(seed: u64, sizes: &[u64]) -> Work {
+    let group = MemDevice::recording_group(sizes);
+    let pool = LocalPool::create_with("crash", devs(&group), &opts()).expect("create");
     let mut w = Work {
-        dev,
+        devs: group,
         pool: Some(pool),
         open: HashMap::new(),
         vols: HashMap::new(),
@@ -303,15 +304,19 @@ fn must_exist(life: &[(usize, usize, bool)], cut: usize) -> Option<bool> {
     state
 }
 
-fn verify(w: &Work, img: Image, cut: usize, what: &str) {
-    let dev = MemDevice::from_image(DEV, img);
-    let report = check_backends(devs(std::slice::from_ref(&dev)));
+fn verify(w: &Work, imgs: &[Image], cut: usize, what: &str) {
+    let group: Vec<MemDevice> = imgs
+        .iter()
+        .zip(&w.devs)
+        .map(|(i, d)| MemDevice::from_image(farflash_backend::Backend::capacity(d), i.clone()))
+        .collect();
+    let report = check_backends(devs(&group));
     assert!(
         report.ok(),
         "cut {cut} ({what}): check: {:?}",
         report.problems
     );
-    let pool = match LocalPool::open_with(devs(std::slice::from_ref(&dev)), &opts()) {
+    let pool = match LocalPool::open_with(devs(&group), &opts()) {
         Ok(p) => p,
         Err(e) => panic!("cut {cut} ({what}): open: {e}"),
     };
@@ -407,28 +412,51 @@ fn data_start(img: &Image) -> u64 {
 
 #[test]
 fn every_cut_point_recovers() {
-    replay_all(0x1234_5678_9abc_def1);
+    replay_all(0x1234_5678_9abc_def1, &[DEV]);
 }
 
 #[test]
 fn every_cut_point_recovers_other_seed() {
-    replay_all(0x0bad_cafe_f00d_1234);
+    replay_all(0x0bad_cafe_f00d_1234, &[DEV]);
 }
 
-fn replay_all(seed: u64) {
-    let mut w = workload(seed);
-    let log = w.dev.log();
+#[test]
+fn every_cut_point_recovers_two_devices() {
+    replay_all(0x5eed_0002_0000_0001, &TWO);
+}
+
+/// Applies `ops` of device `d` from the shared log to `img`.
+fn apply_dev(img: &mut Image, ops: &[(usize, Op)], d: usize) {
+    ops.iter()
+        .filter(|(x, _)| *x == d)
+        .for_each(|(_, o)| img.apply(o));
+}
+
+fn replay_all(seed: u64, sizes: &[u64]) {
+    let mut w = workload(seed, sizes);
+    let log = w.devs[0].group_log();
     w.open.clear();
     // Drop the pool without letting its final commit into the log we test.
     let n = log.len();
     w.pool.take();
-    let meta_below = data_start(&w.dev.image());
+    let meta_below = data_start(&w.devs[0].image());
+    let nd = sizes.len();
+    let data_on = |d: usize| {
+        log.iter()
+            .any(|(x, o)| *x == d && matches!(o, Op::Write { offset, .. } if *offset >= CS))
+    };
+    assert!((0..nd).all(data_on), "data clusters on every device");
     assert!(
-        log.iter().filter(|o| matches!(o, Op::Flush)).count() > 20,
+        log.iter().filter(|o| matches!(o.1, Op::Flush)).count() > 20,
         "a workload with flushes"
     );
-    let mut flushed = Image::default();
-    let mut f; // ops [0, f) are applied to `flushed`
+    // Per device: the image of its ops up to its last flush, and where
+    // that flush is in the log.
+    let mut flushed: Vec<Image> = (0..nd).map(|_| Image::default()).collect();
+    for (d, img) in flushed.iter_mut().enumerate() {
+        apply_dev(img, &log[..w.created], d);
+    }
+    let mut f = vec![w.created; nd];
     let mut rng = seed ^ 0x9e37_79b9_7f4a_7c15;
     let mut next = || {
         rng ^= rng << 13;
@@ -437,50 +465,54 @@ fn replay_all(seed: u64) {
         rng
     };
     let mut cuts = 0;
-    for op in &log[..w.created] {
-        flushed.apply(op);
-    }
-    f = w.created;
     for cut in w.created + 1..=n {
-        if matches!(log[cut - 1], Op::Flush) {
-            for op in &log[f..cut] {
-                flushed.apply(op);
-            }
-            f = cut;
+        if let (d, Op::Flush) = &log[cut - 1] {
+            apply_dev(&mut flushed[*d], &log[f[*d]..cut], *d);
+            f[*d] = cut;
         }
-        let tail = &log[f..cut];
-        let all = tail.iter().fold(flushed.clone(), |mut i, op| {
-            i.apply(op);
-            i
-        });
-        verify(&w, all, cut, "all kept");
+        // Each device's unflushed tail.
+        let tails: Vec<Vec<&Op>> = (0..nd)
+            .map(|d| {
+                log[f[d]..cut]
+                    .iter()
+                    .filter(|(x, _)| *x == d)
+                    .map(|(_, o)| o)
+                    .collect()
+            })
+            .collect();
+        let keep = |pick: &mut dyn FnMut(usize, usize) -> bool| -> Vec<Image> {
+            (0..nd)
+                .map(|d| {
+                    let mut img = flushed[d].clone();
+                    for (k, op) in tails[d].iter().enumerate() {
+                        if pick(d, k) {
+                            img.apply(op);
+                        }
+                    }
+                    img
+                })
+                .collect()
+        };
+        verify(&w, &keep(&mut |_, _| true), cut, "all kept");
         cuts += 1;
-        if tail.is_empty() {
+        if tails.iter().all(Vec::is_empty) {
             continue;
         }
-        verify(&w, flushed.clone(), cut, "none kept");
-        let mut some = flushed.clone();
-        for op in tail {
-            if next() % 2 == 0 {
-                some.apply(op);
-            }
-        }
-        verify(&w, some, cut, "random subset");
-        // A torn metadata write: the last metadata write of the tail keeps
-        // only some of its 512-byte sectors.
-        let last_meta = tail
+        verify(&w, &keep(&mut |_, _| false), cut, "none kept");
+        verify(&w, &keep(&mut |_, _| next() % 2 == 0), cut, "random subset");
+        cuts += 2;
+        // A torn metadata write: the last metadata write of device 0's
+        // tail keeps only some of its 512-byte sectors.
+        let last_meta = tails[0]
             .iter()
             .rposition(|op| matches!(op, Op::Write { offset, .. } if *offset < meta_below));
         if let Some(k) = last_meta {
-            let mut torn = flushed.clone();
-            for op in &tail[..k] {
-                torn.apply(op);
-            }
-            let keep = next();
-            torn.apply_sectors(&tail[k], &mut |s| keep >> (s % 64) & 1 == 1);
-            verify(&w, torn, cut, "torn metadata write");
+            let mut imgs = keep(&mut |d, j| d != 0 || j < k);
+            let bits = next();
+            imgs[0].apply_sectors(tails[0][k], &mut |s| bits >> (s % 64) & 1 == 1);
+            verify(&w, &imgs, cut, "torn metadata write");
+            cuts += 1;
         }
-        cuts += 3;
     }
-    assert!(cuts > 1500, "{cuts} images checked");
+    assert!(cuts > 1200, "{cuts} images checked");
 }
