@@ -123,11 +123,13 @@ use farflash_backend::{DirectMode, FileOptions, SharedBackend};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// A volume's or snapshot's description.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A volume's or snapshot's description (serializes for management
+/// replies; the UUID as its hyphenated string).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct VolumeInfo {
     pub name: String,
     /// Stable and persisted; the namespace's NGUID/UUID derive from it.
+    #[serde(serialize_with = "uuid_string")]
     pub uuid: uuid::Uuid,
     pub size: u64,
     /// Bytes of clusters the volume holds itself.
@@ -144,8 +146,12 @@ pub struct VolumeInfo {
     pub exported: bool,
 }
 
+fn uuid_string<S: serde::Serializer>(u: &uuid::Uuid, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&u.hyphenated())
+}
+
 /// A pool's space.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct PoolStats {
     pub size: u64,
     pub allocated: u64,
@@ -267,6 +273,11 @@ impl LocalPool {
         self.inner
             .commit()
             .map_err(PoolError::io("committing metadata"))
+    }
+
+    /// Whether changes (new mappings, frees) wait for a commit.
+    pub fn uncommitted(&self) -> bool {
+        self.inner.dirty()
     }
 }
 
