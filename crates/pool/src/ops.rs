@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Largest volume (1 PiB: a map's top array stays within 1 MiB).
-const MAX_SIZE: u64 = 1 << 50;
+pub(crate) const MAX_SIZE: u64 = 1 << 50;
 
 /// Volume sizes are multiples of this (the volume block size).
 const SIZE_UNIT: u64 = 4096;

@@ -161,3 +161,22 @@ fn impossible_maps_and_parents_are_named() {
         "{p:?}"
     );
 }
+
+#[test]
+fn absurd_sizes_are_refused_before_any_allocation() {
+    for size in [0, 1000, u64::MAX, (1 << 50) + 4096] {
+        let r = Record::VolPut(VolRecord {
+            id: 3,
+            uuid: [1; 16],
+            size,
+            parent: NO_PARENT,
+            snapshot: false,
+            name: "big".into(),
+        });
+        let p = problems(&[r]);
+        assert!(
+            p.iter().any(|m| m.contains("\"big\" has size")),
+            "{size}: {p:?}"
+        );
+    }
+}
