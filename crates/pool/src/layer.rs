@@ -17,6 +17,17 @@ use std::sync::{Arc, OnceLock};
 /// Entries per leaf (4 KiB of entries).
 pub(crate) const LEAF: u64 = 512;
 
+/// Shards of the in-flight counters: queues spread over them, so the
+/// queues of one volume on different cores rarely share a cache line.
+pub(crate) const SHARDS: usize = 16;
+
+#[derive(Default)]
+#[repr(align(64))]
+struct Shard {
+    issued: AtomicU64,
+    completed: AtomicU64,
+}
+
 type Leaf = Box<[AtomicU64]>;
 type Node = Box<[OnceLock<Leaf>]>;
 
@@ -44,9 +55,8 @@ pub(crate) struct Layer {
     clusters: u64,
     top: Box<[OnceLock<Node>]>,
     pub(crate) parent: Option<Arc<Layer>>,
-    /// Writes issued against this layer and writes completed.
-    issued: AtomicU64,
-    completed: AtomicU64,
+    /// I/O in flight against this layer, counted per queue shard.
+    ops: Box<[Shard]>,
     /// Set (under the state lock) when a newer layer replaced this one:
     /// allocation must not add entries here any more.
     retired: AtomicBool,
@@ -62,8 +72,7 @@ impl Layer {
             clusters,
             top: (0..n).map(|_| OnceLock::new()).collect(),
             parent,
-            issued: AtomicU64::new(0),
-            completed: AtomicU64::new(0),
+            ops: (0..SHARDS).map(|_| Shard::default()).collect(),
             retired: AtomicBool::new(false),
             own: AtomicU64::new(0),
         }
@@ -161,17 +170,28 @@ impl Layer {
         self.own.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn begin_write(&self) {
-        self.issued.fetch_add(1, Ordering::SeqCst);
+    /// Counts an I/O starting on `shard` (a queue's own; see [`SHARDS`]).
+    pub(crate) fn begin(&self, shard: usize) {
+        self.ops[shard % SHARDS]
+            .issued
+            .fetch_add(1, Ordering::SeqCst);
     }
 
-    pub(crate) fn end_write(&self) {
-        self.completed.fetch_add(1, Ordering::SeqCst);
+    /// Counts an I/O of `shard` done.
+    pub(crate) fn end(&self, shard: usize) {
+        self.ops[shard % SHARDS]
+            .completed
+            .fetch_add(1, Ordering::SeqCst);
     }
 
-    /// No write against this layer is in flight right now.
+    /// Every I/O that began on this layer before the call has ended.
+    /// Per shard, `completed` is read before `issued`: equal values mean
+    /// nothing that began before the reads is still running.
     pub(crate) fn quiet(&self) -> bool {
-        self.completed.load(Ordering::SeqCst) == self.issued.load(Ordering::SeqCst)
+        self.ops.iter().all(|s| {
+            let done = s.completed.load(Ordering::SeqCst);
+            done == s.issued.load(Ordering::SeqCst)
+        })
     }
 
     pub(crate) fn retire(&self) {

@@ -62,7 +62,7 @@ fn depth(st: &State, mut id: u32) -> usize {
     d
 }
 
-/// Waits (bounded) until no write is in flight on a replaced layer.
+/// Waits (bounded) until no request is in flight on a replaced layer.
 fn quiesce(old: &Layer) {
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut pause = Duration::from_micros(50);

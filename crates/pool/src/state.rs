@@ -79,7 +79,7 @@ struct PendingFree {
     phys: u64,
     /// Committed once the durable sequence reaches this.
     seq: u64,
-    /// The layer that used it: no write may be in flight on it.
+    /// The layer that used it: nothing may be in flight on it.
     layer: Arc<Layer>,
 }
 
