@@ -107,6 +107,7 @@ mod dev;
 mod error;
 pub mod format;
 mod layer;
+mod lock;
 mod meta;
 mod ops;
 mod pool;
@@ -187,7 +188,9 @@ pub trait VolumeStore: Send + Sync + 'static {
     fn open(&self, name: &str) -> Result<SharedBackend, PoolError>;
 }
 
-/// A pool of thin volumes over local files or block devices.
+/// A pool of thin volumes over local files or block devices. Opened
+/// from paths, it holds an exclusive `flock` on each device while it (or
+/// any volume exported from it) lives.
 pub struct LocalPool {
     inner: Arc<pool::PoolInner>,
 }
@@ -224,7 +227,7 @@ impl LocalPool {
             cluster_size,
             ..PoolOptions::default()
         };
-        Self::create_with(name, open_devices(devices, false)?, &opts)
+        Self::create_opts(name, devices, &opts)
     }
 
     /// Opens the pool on `devices` (any order).
@@ -238,13 +241,19 @@ impl LocalPool {
         devices: &[PathBuf],
         opts: &PoolOptions,
     ) -> Result<LocalPool, PoolError> {
-        Self::create_with(name, open_devices(devices, false)?, opts)
+        let locks = lock::lock_devices(devices, true)?;
+        let pool = Self::create_with(name, open_devices(devices, false)?, opts)?;
+        pool.inner.hold(locks);
+        Ok(pool)
     }
 
     /// [`LocalPool::open`] with options (`cluster_size`, `max_volumes` and
     /// `journal_blocks` are the pool's own and ignored here).
     pub fn open_opts(devices: &[PathBuf], opts: &PoolOptions) -> Result<LocalPool, PoolError> {
-        Self::open_with(open_devices(devices, false)?, opts)
+        let locks = lock::lock_devices(devices, true)?;
+        let pool = Self::open_with(open_devices(devices, false)?, opts)?;
+        pool.inner.hold(locks);
+        Ok(pool)
     }
 
     /// [`LocalPool::create`] over backends, each with a label for errors.
