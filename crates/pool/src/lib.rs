@@ -94,11 +94,40 @@
 //! parent's data copied in). A full pool fails only writes that need a
 //! new cluster, with `ENOSPC` ([`no_space`], NVMe Capacity Exceeded).
 //!
-//! Known limits: cluster preparation (zeroing, copy-on-write), Write
-//! Zeroes, Deallocate and the commit a Flush or FUA write needs run on
-//! the submitting thread (synchronously) rather than through the queue;
-//! freed clusters of a volume under constant writes wait for a moment
-//! without writes in flight on it before reuse.
+//! # Using it
+//!
+//! ```no_run
+//! use farflash_pool::{LocalPool, VolumeStore};
+//! # fn main() -> Result<(), farflash_pool::PoolError> {
+//! let devs = ["/dev/nvme1n1".into(), "/dev/nvme2n1".into()];
+//! let pool = LocalPool::create("fast", &devs, None)?; // 1 MiB clusters
+//! let vol = pool.create_volume("db", 100 << 30)?;      // thin: nothing allocated
+//! let backend = pool.open("db")?;                      // a namespace's SharedBackend
+//! pool.snapshot("db", "db-monday")?;                   // O(1), point in time
+//! pool.clone_volume("db-monday", "db-test")?;
+//! # let _ = (vol, backend); Ok(()) }
+//! ```
+//!
+//! A pool opened from paths holds an exclusive `flock` on every device
+//! while it, or a volume exported from it, lives; [`check`] takes shared
+//! locks, so it reads only a pool nobody has open.
+//!
+//! # Known limits
+//!
+//! * Cluster preparation (zeroing, copy-on-write), Write Zeroes,
+//!   Deallocate, and the commit a Flush or FUA write needs run on the
+//!   submitting thread (synchronously) rather than through the queue; the
+//!   pool's own I/O (metadata, preparation) opens a short-lived device
+//!   queue per request.
+//! * A first write to a cluster zeroes the whole cluster before writing,
+//!   even when the write covers it.
+//! * Freed clusters go back to the pool's allocator but are not punched
+//!   out of the underlying file or device.
+//! * Deleting a snapshot with children is refused (naming them) rather
+//!   than merged into a single child: decouple the children first.
+//! * Metadata lives on device 0 only; other devices carry labels.
+//! * A cluster freed while requests are in flight on its volume's layer
+//!   becomes allocatable at a moment when none are.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
