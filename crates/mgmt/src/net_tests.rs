@@ -288,7 +288,10 @@ fn clients_past_the_limit_are_closed_and_a_freed_place_is_reused() {
         .call("rpc_methods", json!({}))
         .unwrap_err();
     // Closed before its handshake: the client sees the connection end.
-    assert!(e.to_string().contains("end of file") || e.to_string().contains("reset"), "{e}");
+    assert!(
+        e.to_string().contains("end of file") || e.to_string().contains("reset"),
+        "{e}"
+    );
     drop(held.pop());
     // The server sees the close at its next read: retry until the place is free.
     let deadline = Instant::now() + Duration::from_secs(60);
