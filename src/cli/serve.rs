@@ -7,8 +7,8 @@ use anyhow::{bail, Context, Result};
 use clap::{ArgMatches, Args, FromArgMatches};
 use farflash_control::build_subsystems;
 use farflash_core::config::{
-    parse_cpu_list, BackendKind, Config, DhchapKey, HostAuthConfig, NamespaceConfig, PollMode,
-    RbdConfig, Size, SubsystemConfig, DEFAULT_NQN,
+    parse_cpu_list, BackendKind, Config, DhchapKey, HostAuthConfig, ManagementEndpoint,
+    NamespaceConfig, PollMode, RbdConfig, Size, SubsystemConfig, DEFAULT_NQN,
 };
 use farflash_core::listen::{split_listen, ListenTransport};
 use farflash_core::subsystem::human;
@@ -146,6 +146,20 @@ pub struct ServeFlags {
     /// /tmp/farflash-UID.sock otherwise; "none" turns it off.
     #[arg(long = "rpc-socket", value_name = "PATH")]
     pub rpc_socket: Option<PathBuf>,
+    /// The management API over the network too, on ADDR:PORT: TLS 1.3 with
+    /// client certificates, required (needs --rpc-cert, --rpc-key and
+    /// --rpc-client-ca; `[transport.management]` in the file). Off by default.
+    #[arg(long = "rpc-listen", value_name = "ADDR:PORT")]
+    pub rpc_listen: Option<String>,
+    /// The management endpoint's certificate chain (PEM, leaf first).
+    #[arg(long = "rpc-cert", value_name = "FILE")]
+    pub rpc_cert: Option<PathBuf>,
+    /// The management endpoint's private key (PEM).
+    #[arg(long = "rpc-key", value_name = "FILE")]
+    pub rpc_key: Option<PathBuf>,
+    /// The CA certificates (PEM) a management client's certificate must chain to.
+    #[arg(long = "rpc-client-ca", value_name = "FILE")]
+    pub rpc_client_ca: Option<PathBuf>,
     /// Serve Prometheus metrics over HTTP on ADDR:PORT (a bare PORT means
     /// 127.0.0.1:PORT). Off by default.
     #[arg(long, value_name = "ADDR:PORT")]
@@ -245,6 +259,7 @@ impl ServeArgs {
         if let Some(us) = f.poll_idle_us {
             cfg.transport.poll_idle_us = us;
         }
+        management_flags(f, &mut cfg.transport.management)?;
         let bs = f.block_size.as_deref().map(str::parse::<u32>).transpose()?;
         let flag_ns: Vec<NamespaceConfig> = self
             .ns_order
@@ -488,6 +503,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         target: target.clone(),
         listeners: Some(Box::new(listener_ctl.clone())),
     });
+    let rpc_net = start_rpc_net(&target.transport.management, api.clone())?;
     let rpc = start_rpc(&args.flags, api)?;
     let metrics = match &args.flags.metrics {
         Some(a) => {
@@ -509,6 +525,13 @@ pub fn run(args: ServeArgs) -> Result<()> {
         let mut out = std::io::stdout().lock();
         if let Some(r) = &rpc {
             let _ = writeln!(out, "management socket {}", r.path().display());
+        }
+        if let Some(n) = &rpc_net {
+            let _ = writeln!(
+                out,
+                "management endpoint {} (TLS, client certificates required)",
+                n.addr()
+            );
         }
         if let Some(m) = &metrics {
             let _ = writeln!(out, "metrics on http://{}/metrics", m.addr);
@@ -535,6 +558,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     reloader.0.close();
     let _ = reloader.1.join();
     drop(rpc);
+    drop(rpc_net);
     drop(metrics);
     served?;
 
@@ -616,6 +640,49 @@ fn metrics_addr(a: &str) -> Result<SocketAddr> {
         .with_context(|| format!("bad --metrics address {a:?} (want ADDR:PORT or PORT)"))?
         .next()
         .with_context(|| format!("--metrics address {a:?} resolves to nothing"))
+}
+
+/// `--rpc-listen`, `--rpc-cert`, `--rpc-key`, `--rpc-client-ca` over
+/// `[transport.management]`: the endpoint is off or whole.
+fn management_flags(f: &ServeFlags, m: &mut ManagementEndpoint) -> Result<()> {
+    if let Some(l) = &f.rpc_listen {
+        m.listen = Some(l.clone());
+    }
+    if let Some(p) = &f.rpc_cert {
+        m.cert = Some(p.clone());
+    }
+    if let Some(p) = &f.rpc_key {
+        m.key = Some(p.clone());
+    }
+    if let Some(p) = &f.rpc_client_ca {
+        m.client_ca = Some(p.clone());
+    }
+    m.validate().map_err(|e| {
+        anyhow::anyhow!("{e}; as flags: --rpc-listen, --rpc-cert, --rpc-key, --rpc-client-ca")
+    })
+}
+
+/// Starts the management endpoint on the network, when configured.
+fn start_rpc_net(
+    m: &ManagementEndpoint,
+    api: Arc<farflash_mgmt::Api>,
+) -> Result<Option<farflash_mgmt::net::NetServer>> {
+    let (Some(listen), Some(cert), Some(key), Some(ca)) =
+        (&m.listen, &m.cert, &m.key, &m.client_ca)
+    else {
+        return Ok(None);
+    };
+    let tls = farflash_mgmt::net::TlsFiles::new(cert, key, ca)
+        .server_config()
+        .context("management endpoint (--rpc-listen)")?;
+    let sa = listen
+        .to_socket_addrs()
+        .with_context(|| format!("bad --rpc-listen address {listen:?} (want ADDR:PORT)"))?
+        .next()
+        .with_context(|| format!("--rpc-listen address {listen:?} resolves to nothing"))?;
+    farflash_mgmt::net::start(api, sa, tls)
+        .map(Some)
+        .with_context(|| format!("cannot serve the management endpoint on {sa}"))
 }
 
 /// Starts the management socket: at `--rpc-socket` (an error if it cannot

@@ -9,6 +9,7 @@
 pub mod jsonrpc;
 pub mod methods;
 pub mod metrics;
+pub mod net;
 pub mod server;
 
 pub use methods::Api;
