@@ -92,6 +92,14 @@ fn tempdir(_c: &Cluster, spec: &str) -> std::path::PathBuf {
     d
 }
 
+/// Waits for the images dropped so far to be closed (closes run on
+/// threads of their own; until then the image has a watcher and counts as
+/// in use).
+fn closed() {
+    let left = farflash_backend::wait_closed(Duration::from_secs(60));
+    assert_eq!(left, 0, "image closes still running after 60 s");
+}
+
 fn find<'a>(list: &'a [VolumeInfo], name: &str) -> &'a VolumeInfo {
     list.iter()
         .find(|v| v.name == name)
@@ -162,6 +170,7 @@ fn lifecycle(c: &Cluster, pool: &RbdPool) {
     }
     assert_eq!(read(&b, 0, MIB), data);
     drop(b);
+    closed();
     assert!(!pool.get("v1").expect("get").exported);
 
     // Shrink: below the data only with force.
@@ -239,6 +248,7 @@ fn snapshots_clones_and_flatten(c: &Cluster, pool: &RbdPool) {
         r => panic!("delete of a snapshot with a clone: {r:?}"),
     }
     drop(b);
+    closed();
     match pool.delete("base") {
         Err(PoolError::HasClones { name, children }) => {
             assert_eq!((name.as_str(), children.as_str()), ("base", "base@s1: c1"))
@@ -256,6 +266,7 @@ fn snapshots_clones_and_flatten(c: &Cluster, pool: &RbdPool) {
     assert_eq!(read(&cb, 0, MIB), a0, "flattened data");
     assert_eq!(read(&cb, 4 * MIB, MIB), c4);
     drop(cb);
+    closed();
 
     pool.delete("base@s1")
         .expect("delete the snapshot once it has no clone");
@@ -304,6 +315,27 @@ fn refusals(c: &Cluster, pool: &RbdPool) {
     assert!(matches!(pool.open("missing"), Err(PoolError::NotFound(n)) if n == "missing"));
     assert!(matches!(pool.decouple("x"), Err(PoolError::NoParent(n)) if n == "x"));
     assert!(matches!(pool.delete("missing"), Err(PoolError::NotFound(n)) if n == "missing"));
+    // Open read-write by another client (a gateway elsewhere): in use.
+    let elsewhere = farflash_backend::open_rbd(&RbdOptions {
+        image: "x".into(),
+        ..opts(c, "rbd")
+    })
+    .expect("open x outside the pool");
+    assert!(
+        !pool.get("x").expect("get x").exported,
+        "not exported by this pool"
+    );
+    assert!(matches!(pool.delete("x"), Err(PoolError::Exported(n)) if n == "x"));
+    assert!(matches!(pool.rename("x", "x2"), Err(PoolError::Exported(n)) if n == "x"));
+    assert!(matches!(pool.resize("x", 4 * MIB, true), Err(PoolError::Exported(n)) if n == "x"));
+    pool.resize("x", 12 * MIB, false)
+        .expect("grow x while open elsewhere");
+    assert!(
+        pool.get("x@s").is_ok(),
+        "the refused delete kept the snapshot"
+    );
+    drop(elsewhere);
+    closed();
     match pool.rename("x@s", "test@s") {
         Err(PoolError::Invalid { field, .. }) => assert_eq!(field, "new_name"),
         r => panic!("rename a snapshot to another volume: {r:?}"),

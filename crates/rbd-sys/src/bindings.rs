@@ -1390,6 +1390,12 @@ pub struct Api {
         *mut ::std::os::raw::c_int,
         *mut ::std::os::raw::c_int,
     ),
+    pub rbd_watchers_list: unsafe extern "C" fn(
+        rbd_image_t,
+        *mut rbd_image_watcher_t,
+        *mut usize,
+    ) -> ::std::os::raw::c_int,
+    pub rbd_watchers_list_cleanup: unsafe extern "C" fn(*mut rbd_image_watcher_t, usize),
 }
 impl Api {
     /// Resolves every function in `libs`, the opened `LIBRARIES`.
@@ -1761,6 +1767,18 @@ impl Api {
                 LIBRARIES[1usize],
                 requirement,
                 "rbd_version",
+            )?,
+            rbd_watchers_list: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_watchers_list",
+            )?,
+            rbd_watchers_list_cleanup: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_watchers_list_cleanup",
             )?,
         })
     }
@@ -2290,4 +2308,21 @@ pub unsafe fn rbd_version(
     extra: *mut ::std::os::raw::c_int,
 ) {
     (crate::api().rbd_version)(major, minor, extra)
+}
+/// `rbd_watchers_list` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_watchers_list(
+    image: rbd_image_t,
+    watchers: *mut rbd_image_watcher_t,
+    max_watchers: *mut usize,
+) -> ::std::os::raw::c_int {
+    (crate::api().rbd_watchers_list)(image, watchers, max_watchers)
+}
+/// `rbd_watchers_list_cleanup` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_watchers_list_cleanup(
+    watchers: *mut rbd_image_watcher_t,
+    num_watchers: usize,
+) {
+    (crate::api().rbd_watchers_list_cleanup)(watchers, num_watchers)
 }

@@ -79,6 +79,8 @@ pub const RBD: Spec = Spec {
                 "rbd_metadata_get",
                 "rbd_metadata_set",
                 "rbd_metadata_remove",
+                "rbd_watchers_list",
+                "rbd_watchers_list_cleanup",
             ],
         },
     ],

@@ -441,6 +441,29 @@ impl Img {
         Ok(Some(out))
     }
 
+    /// The clients watching the image (each has it open read-write: a
+    /// gateway exporting it, a VM, `rbd map`), by address.
+    pub(super) fn watchers(&self) -> Res<Vec<String>> {
+        let mut max: usize = 8;
+        loop {
+            // SAFETY: plain C data for librbd to fill.
+            let mut v: Vec<sys::rbd_image_watcher_t> = vec![unsafe { std::mem::zeroed() }; max];
+            let mut n = max;
+            // SAFETY: `v` holds `n` entries; librbd fills up to `n`.
+            let rc = unsafe { sys::rbd_watchers_list(self.h, v.as_mut_ptr(), &mut n) };
+            if rc == -libc::ERANGE && n > max {
+                max = n;
+                continue;
+            }
+            check("rbd_watchers_list", rc)?;
+            // SAFETY: librbd filled the first `n` entries.
+            let out = v[..n].iter().map(|w| unsafe { owned(w.addr) }).collect();
+            // SAFETY: filled by rbd_watchers_list, freed once.
+            unsafe { sys::rbd_watchers_list_cleanup(v.as_mut_ptr(), n) };
+            return Ok(out);
+        }
+    }
+
     /// Copies the parent's data in and detaches the clone (synchronous).
     pub(super) fn flatten(&self) -> Res<()> {
         // SAFETY: the image is open read-write.

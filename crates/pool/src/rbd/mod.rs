@@ -31,7 +31,15 @@
 //! not divided by the pool's replication); `cluster_size` is the object
 //! size of new images (4 MiB).
 //!
-//! **Shrinking** is refused while the volume is exported (force or not),
+//! **In use**: a volume is exported while a backend [`RbdPool::open`] gave
+//! is alive, and in use while any client has the image open read-write
+//! (a watcher on its header: another gateway exporting it, a VM, `rbd
+//! map`, or one of this process's closes still running). Delete, rename
+//! and shrink are refused with [`PoolError::Exported`] then (before any
+//! snapshot of a deleted volume is touched); grow, snapshot and flatten
+//! are not (librbd has the lock owner do them).
+//!
+//! **Shrinking** is refused while the volume is in use (force or not),
 //! and below the volume's *used* end unless forced: the end of the last
 //! byte of data at or beyond the new size, own or read from a parent,
 //! found by `rbd_diff_iterate2` over the part that would be cut (byte

@@ -34,6 +34,27 @@ impl RbdPool {
         }
     }
 
+    /// Refuses with [`PoolError::Exported`] while `v` is exported through
+    /// this pool or open read-write by any other client (another gateway,
+    /// a VM, `rbd map`: a watcher on the image header). The image must not
+    /// be open read-write by this call yet (its own watch would count).
+    fn check_idle(&self, v: &str) -> Result<(), PoolError> {
+        if self.exports.is_exported(v) {
+            return Err(PoolError::Exported(v.to_owned()));
+        }
+        let img = Img::open_ro(self.io(), v, None).map_err(self.fail(v))?;
+        let watchers = img.watchers().map_err(self.fail(v))?;
+        if !watchers.is_empty() {
+            tracing::info!(
+                "rbd pool {}: {v:?} is open elsewhere (watchers {})",
+                self.opts.pool,
+                watchers.join(", ")
+            );
+            return Err(PoolError::Exported(v.to_owned()));
+        }
+        Ok(())
+    }
+
     /// Records `uuid` as the image's (with its data prefix, so a clone
     /// made outside farflash, which copies its parent's metadata, is told
     /// apart from the parent). `key` is [`UUID_KEY`] or a snapshot's.
@@ -70,9 +91,7 @@ impl RbdPool {
         match names::parse("name", name)? {
             Name::Volume(v) => {
                 names::check_new("new_name", new_name)?;
-                if self.exports.is_exported(v) {
-                    return Err(PoolError::Exported(v.to_owned()));
-                }
+                self.check_idle(v)?;
                 ffi::rename(self.io(), v, new_name).map_err(|e| match e.code {
                     libc::EEXIST => PoolError::Exists(new_name.to_owned()),
                     _ => self.fail(v)(e),
@@ -106,24 +125,24 @@ impl RbdPool {
     ) -> Result<(), PoolError> {
         let v = names::volume("name", name)?;
         check_size(size)?;
-        let img = Img::open(self.io(), v).map_err(self.fail(v))?;
-        let cur = img.size().map_err(self.fail(v))?;
+        let cur = Img::open_ro(self.io(), v, None)
+            .and_then(|img| img.size())
+            .map_err(self.fail(v))?;
         if size < cur {
-            if self.exports.is_exported(v) {
-                return Err(PoolError::Exported(v.to_owned()));
-            }
-            if !force {
-                // Data (own or the parent's) in the part that would go.
-                let used = img
-                    .extents(None, size, cur - size, true, false)
-                    .map_err(self.fail(v))?;
-                if used.bytes > 0 {
-                    return Err(PoolError::BelowUsed {
-                        name: v.to_owned(),
-                        size,
-                        highest_written: used.end,
-                    });
-                }
+            self.check_idle(v)?;
+        }
+        let img = Img::open(self.io(), v).map_err(self.fail(v))?;
+        if size < cur && !force {
+            // Data (own or the parent's) in the part that would go.
+            let used = img
+                .extents(None, size, cur - size, true, false)
+                .map_err(self.fail(v))?;
+            if used.bytes > 0 {
+                return Err(PoolError::BelowUsed {
+                    name: v.to_owned(),
+                    size,
+                    highest_written: used.end,
+                });
             }
         }
         if size != cur {
@@ -156,9 +175,7 @@ impl RbdPool {
     }
 
     fn delete_volume(&self, v: &str) -> Result<(), PoolError> {
-        if self.exports.is_exported(v) {
-            return Err(PoolError::Exported(v.to_owned()));
-        }
+        self.check_idle(v)?;
         let img = Img::open(self.io(), v).map_err(self.fail(v))?;
         let busy = self.clones_of(&img, v)?;
         if !busy.is_empty() {
