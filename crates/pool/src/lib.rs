@@ -225,7 +225,22 @@ impl LocalPool {
 
     /// Opens the pool on `devices` (any order).
     pub fn open(devices: &[PathBuf]) -> Result<LocalPool, PoolError> {
-        Self::open_with(open_devices(devices, false)?, &PoolOptions::default())
+        Self::open_opts(devices, &PoolOptions::default())
+    }
+
+    /// [`LocalPool::create`] with every option.
+    pub fn create_opts(
+        name: &str,
+        devices: &[PathBuf],
+        opts: &PoolOptions,
+    ) -> Result<LocalPool, PoolError> {
+        Self::create_with(name, open_devices(devices, false)?, opts)
+    }
+
+    /// [`LocalPool::open`] with options (`cluster_size`, `max_volumes` and
+    /// `journal_blocks` are the pool's own and ignored here).
+    pub fn open_opts(devices: &[PathBuf], opts: &PoolOptions) -> Result<LocalPool, PoolError> {
+        Self::open_with(open_devices(devices, false)?, opts)
     }
 
     /// [`LocalPool::create`] over backends, each with a label for errors.

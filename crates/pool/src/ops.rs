@@ -31,7 +31,7 @@ fn check_name(field: &'static str, name: &str) -> Result<(), PoolError> {
 }
 
 fn check_size(size: u64) -> Result<(), PoolError> {
-    match size > 0 && size % SIZE_UNIT == 0 && size <= 1 << 56 {
+    match size > 0 && size.is_multiple_of(SIZE_UNIT) && size <= 1 << 56 {
         true => Ok(()),
         false => Err(PoolError::invalid(
             "size",
@@ -524,7 +524,7 @@ impl PoolInner {
         for i in hide {
             st.set_entry(layer, i, ZERO);
         }
-        if cur % cs != 0 && matches!(layer.resolve(cur / cs), Source::Inherited(_)) {
+        if !cur.is_multiple_of(cs) && matches!(layer.resolve(cur / cs), Source::Inherited(_)) {
             let p = st
                 .alloc(self.durable.load(std::sync::atomic::Ordering::SeqCst))
                 .ok_or_else(|| PoolError::NoSpace(self.name.clone()))?;

@@ -114,6 +114,15 @@ impl PoolInner {
         self.commit_to(self.changed.load(Ordering::SeqCst))
     }
 
+    /// Makes every completed write and mapping durable: a commit when
+    /// mappings changed, else a flush of every device.
+    pub(crate) fn make_durable(&self) -> io::Result<()> {
+        match self.dirty() {
+            true => self.commit(),
+            false => self.devs.flush_all(),
+        }
+    }
+
     /// Whether changes wait for a commit.
     pub(crate) fn dirty(&self) -> bool {
         self.changed.load(Ordering::SeqCst) > self.durable.load(Ordering::SeqCst)
@@ -278,7 +287,7 @@ pub(crate) fn create(
         ));
     }
     for (label, b) in &devices {
-        if BLOCK as u32 % b.block_size() != 0 {
+        if !(BLOCK as u32).is_multiple_of(b.block_size()) {
             return Err(PoolError::invalid(
                 "devices",
                 format!(
@@ -298,9 +307,13 @@ pub(crate) fn create(
             dev_index: i as u32,
             ..sb.clone()
         };
-        // Block 0 cleared (another pool's copy must not win), block 1 the
-        // generation-1 superblock.
-        meta::write_blocks(&devs, i, 0, &[[0; BLOCK], label.encode()])
+        // Both copies: generation 0 in block 0, 1 in block 1 (another
+        // pool's old copy must not survive in either).
+        let zero = Superblock {
+            generation: 0,
+            ..label.clone()
+        };
+        meta::write_blocks(&devs, i, 0, &[zero.encode(), label.encode()])
             .map_err(PoolError::io("writing superblocks"))?;
     }
     devs.flush_all()

@@ -61,15 +61,20 @@ impl Image {
                 for s in 0..len.div_ceil(SECTOR) {
                     if keep(s) {
                         let at = offset + s * SECTOR;
-                        if let Some(pg) = self.pages.get_mut(&(at / PAGE)) {
+                        if self.pages.contains_key(&(at / PAGE)) {
                             let o = (at % PAGE) as usize;
-                            pg[o..o + SECTOR as usize].fill(0);
+                            self.page(at / PAGE)[o..o + SECTOR as usize].fill(0);
                         }
                     }
                 }
             }
             Op::Flush => {}
         }
+    }
+
+    /// The pages holding data: (byte offset, 4 KiB).
+    pub fn pages(&self) -> impl Iterator<Item = (u64, &[u8])> + '_ {
+        self.pages.iter().map(|(p, b)| (p * PAGE, &b[..]))
     }
 
     fn read(&self, offset: u64, out: &mut [u8]) {
@@ -83,10 +88,14 @@ impl Image {
     }
 }
 
+/// A log several devices share, each entry tagged with its device.
+type Log = Arc<Mutex<Vec<(usize, Op)>>>;
+
 struct Inner {
     size: u64,
     image: Mutex<Image>,
-    log: Mutex<Vec<Op>>,
+    log: Log,
+    index: usize,
     record: bool,
 }
 
@@ -97,29 +106,50 @@ pub struct MemDevice(Arc<Inner>);
 impl MemDevice {
     /// A zeroed device that records what it is asked to do.
     pub fn recording(size: u64) -> MemDevice {
-        Self::with_image(size, Image::default(), true)
+        Self::with_image(size, Image::default(), true, Log::default(), 0)
+    }
+
+    /// Zeroed devices recording into one log, in order (a flush on one
+    /// device does not flush the others).
+    pub fn recording_group(sizes: &[u64]) -> Vec<MemDevice> {
+        let log = Log::default();
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| Self::with_image(s, Image::default(), true, log.clone(), i))
+            .collect()
     }
 
     /// A device holding `image` (not recording).
     pub fn from_image(size: u64, image: Image) -> MemDevice {
-        Self::with_image(size, image, false)
+        Self::with_image(size, image, false, Log::default(), 0)
     }
 
-    fn with_image(size: u64, image: Image, record: bool) -> MemDevice {
+    fn with_image(size: u64, image: Image, record: bool, log: Log, index: usize) -> MemDevice {
         MemDevice(Arc::new(Inner {
             size,
             image: Mutex::new(image),
-            log: Mutex::new(Vec::new()),
+            log,
+            index,
             record,
         }))
     }
 
-    /// The log so far.
+    /// This device's entries of the log so far.
     pub fn log(&self) -> Vec<Op> {
+        let log = self.0.log.lock().unwrap_or_else(|p| p.into_inner());
+        log.iter()
+            .filter(|(d, _)| *d == self.0.index)
+            .map(|(_, o)| o.clone())
+            .collect()
+    }
+
+    /// The whole (shared) log so far: (device index in its group, op).
+    pub fn group_log(&self) -> Vec<(usize, Op)> {
         self.0.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Entries in the log so far.
+    /// Entries in the (shared) log so far.
     pub fn log_len(&self) -> usize {
         self.0.log.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
@@ -141,7 +171,9 @@ impl MemDevice {
     fn exec(&self, op: IoOp, buf: &mut IoBuf) -> io::Result<()> {
         let inner = &self.0;
         let ok = |o: u64, l: u64| {
-            o % PAGE == 0 && l % PAGE == 0 && o.checked_add(l).is_some_and(|e| e <= inner.size)
+            o.is_multiple_of(PAGE)
+                && l.is_multiple_of(PAGE)
+                && o.checked_add(l).is_some_and(|e| e <= inner.size)
         };
         let mut img = inner.image.lock().unwrap_or_else(|p| p.into_inner());
         let mut ops = Vec::new();
@@ -191,11 +223,9 @@ impl MemDevice {
             img.apply(o);
         }
         if inner.record {
-            self.0
-                .log
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .extend(ops);
+            let i = inner.index;
+            let mut log = inner.log.lock().unwrap_or_else(|p| p.into_inner());
+            log.extend(ops.into_iter().map(|o| (i, o)));
         }
         Ok(())
     }

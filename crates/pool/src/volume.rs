@@ -10,6 +10,11 @@
 //! or copy the parent's data in) and map it; the mapping is committed at
 //! the next Flush, FUA write or periodic commit, not before the write
 //! completes. Write Zeroes and Deallocate run on the caller's thread.
+//!
+//! Each write also bumps two counters of its layer (issued, completed),
+//! shared by the volume's queues: a snapshot or a layer switch waits on
+//! them for the writes that looked the old map up, and a freed cluster is
+//! reused only once they show no write in flight.
 
 use crate::error::no_space;
 use crate::format::{UNMAPPED, ZERO};
@@ -76,7 +81,7 @@ impl Backend for VolumeBackend {
     }
     fn sync_all(&self) -> io::Result<()> {
         self.pool.devs.flush_all()?;
-        self.pool.commit()
+        self.pool.make_durable()
     }
     fn refresh_capacity(&self) -> io::Result<bool> {
         let now = self.capacity();
@@ -100,8 +105,6 @@ struct Job {
     /// The layer a write counted itself on.
     write: Option<Arc<Layer>>,
     fua: bool,
-    /// The change sequence of mappings this write created.
-    commit_seq: u64,
     segs: Vec<Seg>,
 }
 
@@ -169,6 +172,8 @@ pub(crate) struct VolumeQueue {
     scratch: Vec<IoCompletion>,
     bounce: BufPool,
     notify: Option<Notify>,
+    /// Scratch: the physical clusters of a write's pieces.
+    phys: Vec<u64>,
 }
 
 /// One piece of a request inside one cluster.
@@ -232,6 +237,7 @@ impl VolumeQueue {
             scratch: Vec::with_capacity(depth as usize),
             bounce: BufPool::new(),
             notify,
+            phys: Vec::with_capacity(64),
         })
     }
 
@@ -258,7 +264,6 @@ impl VolumeQueue {
             result: Ok(()),
             write: None,
             fua,
-            commit_seq: 0,
             segs: self.spare_segs.pop().unwrap_or_default(),
         };
         match self.free.pop() {
@@ -278,7 +283,9 @@ impl VolumeQueue {
         let cap = self.handle.size.load(Ordering::SeqCst);
         let bs = u64::from(VOLUME_BLOCK);
         let range = |o: u64, l: u64| {
-            o % bs == 0 && l % bs == 0 && o.checked_add(l).is_some_and(|e| e <= cap)
+            o.is_multiple_of(bs)
+                && l.is_multiple_of(bs)
+                && o.checked_add(l).is_some_and(|e| e <= cap)
         };
         let writes = !matches!(op, IoOp::Read { .. } | IoOp::Flush);
         if writes && self.handle.read_only.load(Ordering::Relaxed) {
@@ -401,22 +408,21 @@ impl VolumeQueue {
             self.layer.end_write();
         };
         let cs = self.pool.cluster_size();
-        let mut commit_seq = 0;
-        let mut phys = Vec::new();
+        let mut phys = std::mem::take(&mut self.phys);
+        phys.clear();
         for p in pieces(offset, len.into(), cs) {
             match layer.resolve(p.index) {
                 Source::Own(q) => phys.push(q),
                 _ => match self.pool.own_cluster(&layer, p.index) {
-                    Ok((q, seq)) => {
-                        commit_seq = commit_seq.max(seq);
-                        phys.push(q);
-                    }
+                    Ok((q, _)) => phys.push(q),
                     Err(Alloc::Retry) => {
                         layer.end_write();
+                        self.phys = phys;
                         return self.start_write(tag, buf, offset, len, fua);
                     }
                     Err(Alloc::Failed(e)) => {
                         layer.end_write();
+                        self.phys = phys;
                         return self.complete(tag, buf, Err(e));
                     }
                 },
@@ -426,10 +432,9 @@ impl VolumeQueue {
         let j = self.new_job(tag, buf, fua);
         if let Some(job) = self.jobs[j].as_mut() {
             job.write = Some(layer);
-            job.commit_seq = commit_seq;
         }
         let mut res = Ok(());
-        for (p, q) in pieces(offset, len.into(), cs).zip(phys) {
+        for (p, &q) in pieces(offset, len.into(), cs).zip(phys.iter()) {
             let op = IoOp::Write {
                 offset: 0,
                 len: 0,
@@ -440,6 +445,7 @@ impl VolumeQueue {
                 break;
             }
         }
+        self.phys = phys;
         self.settle(j, res);
     }
 
@@ -467,11 +473,10 @@ impl VolumeQueue {
         if let Some(l) = job.write.take() {
             l.end_write();
         }
-        if job.result.is_ok()
-            && job.fua
-            && job.commit_seq > self.pool.durable.load(Ordering::SeqCst)
-        {
-            job.result = self.pool.commit_to(job.commit_seq);
+        // FUA: the data is durable (device FUA); its mapping must be too,
+        // whichever write created it, so any pending mapping is committed.
+        if job.result.is_ok() && job.fua && self.pool.dirty() {
+            job.result = self.pool.commit();
         }
         job.segs.clear();
         self.spare_segs.push(std::mem::take(&mut job.segs));
@@ -600,6 +605,20 @@ impl VolumeQueue {
             _ => Err(einval()),
         };
         self.complete(tag, buf, r);
+    }
+}
+
+impl Drop for VolumeQueue {
+    /// Device queues first (they wait for the kernel to finish with every
+    /// buffer), then the writes that were in flight stop counting on
+    /// their layers, so snapshots and frees do not wait for them.
+    fn drop(&mut self) {
+        self.devs.clear();
+        for job in self.jobs.iter_mut().filter_map(Option::take) {
+            if let Some(l) = job.write {
+                l.end_write();
+            }
+        }
     }
 }
 
