@@ -159,14 +159,18 @@ fn lifecycle(c: &Cluster, pool: &RbdPool) {
             "{r:?}"
         );
     }
-    // Growing an exported volume: the namespace follows (librbd's watch).
+    // Growing an exported volume: the namespace follows (librbd's update
+    // watch wakes `wait_changed`, as it wakes the target's size check).
     pool.resize("v1", 96 * MIB, false)
         .expect("grow v1 while exported");
     let deadline = Instant::now() + Duration::from_secs(30);
-    while b.capacity() != 96 * MIB {
-        assert!(Instant::now() < deadline, "capacity {}", b.capacity());
+    loop {
         b.refresh_capacity().expect("refresh");
-        std::thread::yield_now();
+        if b.capacity() == 96 * MIB {
+            break;
+        }
+        assert!(Instant::now() < deadline, "capacity {}", b.capacity());
+        farflash_backend::wait_changed(Duration::from_millis(200));
     }
     assert_eq!(read(&b, 0, MIB), data);
     drop(b);
