@@ -348,6 +348,28 @@ fn refusals(c: &Cluster, pool: &RbdPool) {
     assert_eq!(pool.get("x@t").expect("renamed snapshot").name, "x@t");
     assert!(matches!(pool.rename("x", "test"), Err(PoolError::Exists(n)) if n == "test"));
     pool.delete("x").expect("delete x");
+
+    // A hostile UUID in an image's metadata: named, and only that image
+    // is left out of the list.
+    c.rbd(&[
+        "image-meta",
+        "set",
+        "rbd/test",
+        "farflash.uuid",
+        "not-a-uuid",
+    ]);
+    match pool.get("test") {
+        Err(e @ PoolError::Corrupt { .. }) => {
+            let m = e.to_string();
+            assert!(m.contains("rbd/test") && m.contains("farflash.uuid"), "{m}");
+        }
+        r => panic!("get with a broken UUID: {r:?}"),
+    }
+    pool.create_volume("y", MIB).expect("create y");
+    let names: Vec<String> = pool.list().into_iter().map(|v| v.name).collect();
+    assert_eq!(names, ["y"]);
+    pool.delete("y").expect("delete y");
+    c.rbd(&["image-meta", "remove", "rbd/test", "farflash.uuid"]);
 }
 
 fn uuids_stay(c: &Cluster, pool: RbdPool) {
@@ -369,6 +391,21 @@ fn uuids_stay(c: &Cluster, pool: RbdPool) {
     let meta = c.rbd(&["image-meta", "get", "rbd/test", "farflash.uuid"]);
     let meta = String::from_utf8_lossy(&meta.stdout).into_owned();
     assert!(meta.starts_with(&outside.to_string()), "{meta}");
+
+    // A snapshot made outside farflash: a UUID on first sight, protected
+    // when first cloned.
+    c.rbd(&["snap", "create", "rbd/test@outside"]);
+    let ts = pool.get("test@outside").expect("outside snapshot");
+    assert!(ts.is_snapshot && !all.contains(&ts.uuid));
+    assert_eq!(pool.get("test@outside").expect("again").uuid, ts.uuid);
+    pool.clone_volume("test@outside", "tc")
+        .expect("clone an outside snapshot");
+    let info = c.rbd(&["info", "rbd/test@outside"]);
+    assert!(String::from_utf8_lossy(&info.stdout).contains("protected: True"));
+    assert_eq!(
+        pool.get("tc").expect("tc").parent.as_deref(),
+        Some("test@outside")
+    );
 
     // `rbd clone` copies the parent's metadata: the clone gets its own UUID.
     c.rbd(&["clone", "rbd/u1@s", "rbd/outside"]);
