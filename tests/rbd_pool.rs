@@ -29,7 +29,7 @@ fn opts(c: &Cluster, pool: &str) -> RbdOptions {
     RbdOptions {
         pool: pool.into(),
         image: String::new(),
-        conf: Some(c.conf().to_path_buf()),
+        conf: Some(c.conf().into()),
         id: None,
         keyring: None,
         block_size: 4096,

@@ -2,6 +2,8 @@
 //! monitor, one manager, one OSD, pool `rbd` with image `test`, on
 //! 127.0.0.1 under a temporary directory), stopped when dropped.
 
+#![allow(dead_code)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Instant;
@@ -39,8 +41,24 @@ impl Cluster {
         c
     }
 
-    pub fn conf(&self) -> &Path {
-        &self.conf
+    /// The cluster's ceph.conf (its `[client]` section names the admin keyring).
+    pub fn conf(&self) -> &str {
+        self.conf.to_str().expect("utf-8 path")
+    }
+
+    /// The cluster's directory (daemons' data, logs); tests may put files there.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Stops the OSD only (fault injection); the monitor stays up.
+    pub fn stop_osd(&self) {
+        let st = Command::new("bash")
+            .arg(script())
+            .args(["stop-osd".as_ref(), self.dir.as_os_str()])
+            .status()
+            .expect("stop the OSD");
+        assert!(st.success());
     }
 
     /// `rbd ARGS` on this cluster, which must succeed.
