@@ -286,6 +286,7 @@ mod tests {
             "checkpoint-cycle",
             "checkpoint-beyond",
             "journal-unknown-id",
+            "checkpoint-huge-size",
             "overwrite-superblock",
         ] {
             assert_eq!(opened(refused), None, "{refused}");

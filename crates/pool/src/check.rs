@@ -33,6 +33,10 @@ pub fn check(devices: &[PathBuf]) -> Report {
         create_size: None,
         read_only: true,
     };
+    let _locks = match crate::lock::lock_devices(devices, false) {
+        Ok(l) => l,
+        Err(e) => return Report::from(e),
+    };
     let mut opened = Vec::new();
     for p in devices {
         match farflash_backend::open_file(p, &opts) {

@@ -94,11 +94,40 @@
 //! parent's data copied in). A full pool fails only writes that need a
 //! new cluster, with `ENOSPC` ([`no_space`], NVMe Capacity Exceeded).
 //!
-//! Known limits: cluster preparation (zeroing, copy-on-write), Write
-//! Zeroes, Deallocate and the commit a Flush or FUA write needs run on
-//! the submitting thread (synchronously) rather than through the queue;
-//! freed clusters of a volume under constant writes wait for a moment
-//! without writes in flight on it before reuse.
+//! # Using it
+//!
+//! ```no_run
+//! use farflash_pool::{LocalPool, VolumeStore};
+//! # fn main() -> Result<(), farflash_pool::PoolError> {
+//! let devs = ["/dev/nvme1n1".into(), "/dev/nvme2n1".into()];
+//! let pool = LocalPool::create("fast", &devs, None)?; // 1 MiB clusters
+//! let vol = pool.create_volume("db", 100 << 30)?;      // thin: nothing allocated
+//! let backend = pool.open("db")?;                      // a namespace's SharedBackend
+//! pool.snapshot("db", "db-monday")?;                   // O(1), point in time
+//! pool.clone_volume("db-monday", "db-test")?;
+//! # let _ = (vol, backend); Ok(()) }
+//! ```
+//!
+//! A pool opened from paths holds an exclusive `flock` on every device
+//! while it, or a volume exported from it, lives; [`check`] takes shared
+//! locks, so it reads only a pool nobody has open.
+//!
+//! # Known limits
+//!
+//! * Cluster preparation (zeroing, copy-on-write), Write Zeroes,
+//!   Deallocate, and the commit a Flush or FUA write needs run on the
+//!   submitting thread (synchronously) rather than through the queue; the
+//!   pool's own I/O (metadata, preparation) opens a short-lived device
+//!   queue per request.
+//! * A first write to a cluster zeroes the whole cluster before writing,
+//!   even when the write covers it.
+//! * Freed clusters go back to the pool's allocator but are not punched
+//!   out of the underlying file or device.
+//! * Deleting a snapshot with children is refused (naming them) rather
+//!   than merged into a single child: decouple the children first.
+//! * Metadata lives on device 0 only; other devices carry labels.
+//! * A cluster freed while requests are in flight on its volume's layer
+//!   becomes allocatable at a moment when none are.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -107,6 +136,7 @@ mod dev;
 mod error;
 pub mod format;
 mod layer;
+mod lock;
 mod meta;
 mod ops;
 mod pool;
@@ -125,11 +155,13 @@ use farflash_backend::{DirectMode, FileOptions, SharedBackend};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// A volume's or snapshot's description.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A volume's or snapshot's description (serializes for management
+/// replies; the UUID as its hyphenated string).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct VolumeInfo {
     pub name: String,
     /// Stable and persisted; the namespace's NGUID/UUID derive from it.
+    #[serde(serialize_with = "uuid_string")]
     pub uuid: uuid::Uuid,
     pub size: u64,
     /// Bytes of clusters the volume holds itself.
@@ -146,8 +178,12 @@ pub struct VolumeInfo {
     pub exported: bool,
 }
 
+fn uuid_string<S: serde::Serializer>(u: &uuid::Uuid, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&u.hyphenated())
+}
+
 /// A pool's space.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct PoolStats {
     pub size: u64,
     pub allocated: u64,
@@ -183,7 +219,9 @@ pub trait VolumeStore: Send + Sync + 'static {
     fn open(&self, name: &str) -> Result<SharedBackend, PoolError>;
 }
 
-/// A pool of thin volumes over local files or block devices.
+/// A pool of thin volumes over local files or block devices. Opened
+/// from paths, it holds an exclusive `flock` on each device while it (or
+/// any volume exported from it) lives.
 pub struct LocalPool {
     inner: Arc<pool::PoolInner>,
 }
@@ -220,7 +258,7 @@ impl LocalPool {
             cluster_size,
             ..PoolOptions::default()
         };
-        Self::create_with(name, open_devices(devices, false)?, &opts)
+        Self::create_opts(name, devices, &opts)
     }
 
     /// Opens the pool on `devices` (any order).
@@ -234,13 +272,19 @@ impl LocalPool {
         devices: &[PathBuf],
         opts: &PoolOptions,
     ) -> Result<LocalPool, PoolError> {
-        Self::create_with(name, open_devices(devices, false)?, opts)
+        let locks = lock::lock_devices(devices, true)?;
+        let pool = Self::create_with(name, open_devices(devices, false)?, opts)?;
+        pool.inner.hold(locks);
+        Ok(pool)
     }
 
     /// [`LocalPool::open`] with options (`cluster_size`, `max_volumes` and
     /// `journal_blocks` are the pool's own and ignored here).
     pub fn open_opts(devices: &[PathBuf], opts: &PoolOptions) -> Result<LocalPool, PoolError> {
-        Self::open_with(open_devices(devices, false)?, opts)
+        let locks = lock::lock_devices(devices, true)?;
+        let pool = Self::open_with(open_devices(devices, false)?, opts)?;
+        pool.inner.hold(locks);
+        Ok(pool)
     }
 
     /// [`LocalPool::create`] over backends, each with a label for errors.
@@ -269,6 +313,11 @@ impl LocalPool {
         self.inner
             .commit()
             .map_err(PoolError::io("committing metadata"))
+    }
+
+    /// Whether changes (new mappings, frees) wait for a commit.
+    pub fn uncommitted(&self) -> bool {
+        self.inner.dirty()
     }
 }
 

@@ -17,6 +17,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Largest volume (1 PiB: a map's top array stays within 1 MiB).
+pub(crate) const MAX_SIZE: u64 = 1 << 50;
+
 /// Volume sizes are multiples of this (the volume block size).
 const SIZE_UNIT: u64 = 4096;
 
@@ -31,11 +34,11 @@ fn check_name(field: &'static str, name: &str) -> Result<(), PoolError> {
 }
 
 fn check_size(size: u64) -> Result<(), PoolError> {
-    match size > 0 && size.is_multiple_of(SIZE_UNIT) && size <= 1 << 56 {
+    match size > 0 && size.is_multiple_of(SIZE_UNIT) && size <= MAX_SIZE {
         true => Ok(()),
         false => Err(PoolError::invalid(
             "size",
-            format!("{size} is not a positive multiple of 4096 below 2^56"),
+            format!("{size} is not a positive multiple of 4096 up to 1 PiB"),
         )),
     }
 }
@@ -59,7 +62,7 @@ fn depth(st: &State, mut id: u32) -> usize {
     d
 }
 
-/// Waits (bounded) until no write is in flight on a replaced layer.
+/// Waits (bounded) until no request is in flight on a replaced layer.
 fn quiesce(old: &Layer) {
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut pause = Duration::from_micros(50);

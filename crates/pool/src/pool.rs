@@ -60,6 +60,8 @@ pub(crate) struct PoolInner {
     /// Serializes management calls.
     pub(crate) mgmt: Mutex<()>,
     stop: Arc<(Mutex<bool>, Condvar)>,
+    /// Device locks held while the pool lives (pools opened from paths).
+    locks: Mutex<Vec<std::fs::File>>,
 }
 
 /// Why an allocation did not happen.
@@ -72,6 +74,11 @@ pub(crate) enum Alloc {
 impl PoolInner {
     pub(crate) fn cluster_size(&self) -> u64 {
         self.devs.cluster_size
+    }
+
+    /// Keeps `locks` for the pool's life.
+    pub(crate) fn hold(&self, locks: Vec<std::fs::File>) {
+        lock(&self.locks).extend(locks);
     }
 
     /// Commits every change up to `target` (durable when it returns).
@@ -345,6 +352,7 @@ fn finish(
         durable: AtomicU64::new(0),
         mgmt: Mutex::new(()),
         stop: stop.clone(),
+        locks: Mutex::new(Vec::new()),
     });
     if let Some(every) = opts.commit_interval {
         start_committer(Arc::downgrade(&pool), stop, every);

@@ -6,6 +6,7 @@
 
 use crate::format::{NO_PARENT, ZERO};
 use crate::layer::Layer;
+use crate::ops::MAX_SIZE;
 use crate::state::{Handle, Replay, State, Vol};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,9 +23,21 @@ pub(crate) struct Bounds {
 }
 
 /// Builds the state, appending a sentence per problem to `problems`.
-pub(crate) fn build(rep: Replay, b: &Bounds, problems: &mut Vec<String>) -> State {
+pub(crate) fn build(mut rep: Replay, b: &Bounds, problems: &mut Vec<String>) -> State {
     let mut st = State::new(b.total, b.max_volumes, b.slot_blocks);
     let mut names: HashMap<&str, u32> = HashMap::new();
+    let mut vols = std::mem::take(&mut rep.vols);
+    vols.retain(|_, v| {
+        let ok = v.size > 0 && v.size % 4096 == 0 && v.size <= MAX_SIZE;
+        if !ok {
+            problems.push(format!(
+                "volume {:?} has size {} (not a multiple of 4096 in 4096..=1 PiB)",
+                v.name, v.size
+            ));
+        }
+        ok
+    });
+    rep.vols = vols;
     for v in rep.vols.values() {
         if let Some(other) = names.insert(&v.name, v.id) {
             problems.push(format!(

@@ -79,7 +79,7 @@ struct PendingFree {
     phys: u64,
     /// Committed once the durable sequence reaches this.
     seq: u64,
-    /// The layer that used it: no write may be in flight on it.
+    /// The layer that used it: nothing may be in flight on it.
     layer: Arc<Layer>,
 }
 
@@ -128,12 +128,6 @@ impl State {
         self.used_count
     }
 
-    pub(crate) fn is_used(&self, p: u64) -> bool {
-        self.used
-            .get((p / 64) as usize)
-            .is_some_and(|w| w & (1 << (p % 64)) != 0)
-    }
-
     fn set_used(&mut self, p: u64, on: bool) {
         let Some(w) = self.used.get_mut((p / 64) as usize) else {
             return;
@@ -157,9 +151,17 @@ impl State {
         if self.used_count >= self.total {
             return None;
         }
-        for k in 0..self.total {
-            let p = (self.cursor + k) % self.total;
-            if !self.is_used(p) {
+        // Word by word from the cursor's word, wrapping once.
+        let words = self.used.len();
+        let first = (self.cursor / 64) as usize % words.max(1);
+        for k in 0..=words {
+            let w = (first + k) % words;
+            let free = !self.used[w];
+            if free == 0 {
+                continue;
+            }
+            let p = w as u64 * 64 + u64::from(free.trailing_zeros());
+            if p < self.total {
                 self.set_used(p, true);
                 self.cursor = p + 1;
                 return Some(p);
@@ -346,5 +348,33 @@ impl Replay {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alloc_hands_out_every_cluster_once() {
+        let mut st = State::new(130, 8, 4);
+        let mut got: Vec<u64> = (0..130)
+            .map(|_| st.alloc(0).expect("free cluster"))
+            .collect();
+        assert_eq!(st.alloc(0), None, "full");
+        got.sort();
+        assert_eq!(got, (0..130).collect::<Vec<_>>());
+        st.unalloc(77);
+        assert_eq!((st.used(), st.alloc(0)), (129, Some(77)));
+        let layer = Arc::new(Layer::new(1, 4, None));
+        let seq = st.push(Record::VolDel { id: 1 });
+        st.defer_free(5, &layer);
+        assert_eq!(st.alloc(0), None, "a free waits for its commit");
+        layer.begin(0);
+        st.release_frees(seq);
+        assert_eq!(st.alloc(0), None, "and for the layer's requests in flight");
+        layer.end(0);
+        assert_eq!(st.alloc(0), None, "not committed yet");
+        assert_eq!(st.alloc(seq), Some(5), "committed and quiet");
     }
 }

@@ -11,10 +11,12 @@
 //! the next Flush, FUA write or periodic commit, not before the write
 //! completes. Write Zeroes and Deallocate run on the caller's thread.
 //!
-//! Each write also bumps two counters of its layer (issued, completed),
-//! shared by the volume's queues: a snapshot or a layer switch waits on
-//! them for the writes that looked the old map up, and a freed cluster is
-//! reused only once they show no write in flight.
+//! Each request (read, write, zeroing) also bumps two counters of its
+//! layer (issued, completed), in a cache-line shard of the queue's own
+//! (16 shards per layer): a snapshot or another layer switch waits on
+//! them for the requests that looked the old map up, and a freed cluster
+//! is reused only once they show nothing in flight on the layer that
+//! freed it.
 
 use crate::error::no_space;
 use crate::format::{UNMAPPED, ZERO};
@@ -29,6 +31,8 @@ use std::sync::Arc;
 
 /// Block size volumes expose.
 pub(crate) const VOLUME_BLOCK: u32 = 4096;
+/// Shards handed to queues in turn.
+static NEXT_SHARD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 /// Segment index of a request passed through with the caller's buffer.
 const PASS: u64 = 0xffff;
 
@@ -102,8 +106,8 @@ struct Job {
     buf: Option<IoBuf>,
     pending: u32,
     result: io::Result<()>,
-    /// The layer a write counted itself on.
-    write: Option<Arc<Layer>>,
+    /// The slot of `VolumeQueue::held` whose layer counts this request.
+    held: Option<usize>,
     fua: bool,
     segs: Vec<Seg>,
 }
@@ -174,6 +178,12 @@ pub(crate) struct VolumeQueue {
     notify: Option<Notify>,
     /// Scratch: the physical clusters of a write's pieces.
     phys: Vec<u64>,
+    /// This queue's shard of the layers' in-flight counters.
+    shard: usize,
+    /// Layers with requests of this queue in flight, and how many (the
+    /// current one stays): requests name a slot, not an `Arc`, so the
+    /// I/O path does not touch a shared reference count.
+    held: Vec<Option<(Arc<Layer>, u32)>>,
 }
 
 /// One piece of a request inside one cluster.
@@ -238,6 +248,8 @@ impl VolumeQueue {
             bounce: BufPool::new(),
             notify,
             phys: Vec::with_capacity(64),
+            shard: NEXT_SHARD.fetch_add(1, Ordering::Relaxed),
+            held: Vec::with_capacity(2),
         })
     }
 
@@ -262,7 +274,7 @@ impl VolumeQueue {
             buf: Some(buf),
             pending: 0,
             result: Ok(()),
-            write: None,
+            held: None,
             fua,
             segs: self.spare_segs.pop().unwrap_or_default(),
         };
@@ -369,12 +381,62 @@ impl VolumeQueue {
         Ok(())
     }
 
+    /// Counts a request on the volume's current layer before it looks the
+    /// map up, then checks the epoch: a layer switch (snapshot, resize,
+    /// decouple) either sees the request in flight on the old layer or
+    /// the request sees the new one. Returns the `held` slot.
+    fn enter(&mut self) -> usize {
+        loop {
+            self.refresh();
+            self.layer.begin(self.shard);
+            if self.handle.epoch() == self.epoch {
+                break;
+            }
+            self.layer.end(self.shard);
+        }
+        let same = |h: &Option<(Arc<Layer>, u32)>| {
+            h.as_ref().is_some_and(|(l, _)| Arc::ptr_eq(l, &self.layer))
+        };
+        let i = match self.held.iter().position(same) {
+            Some(i) => i,
+            None => match self.held.iter().position(Option::is_none) {
+                Some(i) => {
+                    self.held[i] = Some((self.layer.clone(), 0));
+                    i
+                }
+                None => {
+                    self.held.push(Some((self.layer.clone(), 0)));
+                    self.held.len() - 1
+                }
+            },
+        };
+        if let Some((_, n)) = self.held[i].as_mut() {
+            *n += 1;
+        }
+        i
+    }
+
+    /// Ends a request counted by [`VolumeQueue::enter`].
+    fn leave(&mut self, i: usize) {
+        let Some((l, n)) = self.held.get_mut(i).and_then(Option::as_mut) else {
+            return;
+        };
+        l.end(self.shard);
+        *n -= 1;
+        if *n == 0 && !Arc::ptr_eq(l, &self.layer) {
+            self.held[i] = None;
+        }
+    }
+
     fn start_read(&mut self, tag: u64, mut buf: IoBuf, offset: u64, len: u32) {
-        self.refresh();
+        let h = self.enter();
         buf.set_len(len as usize);
         let cs = self.pool.cluster_size();
         let one = offset % cs + u64::from(len) <= cs;
         let j = self.new_job(tag, buf, false);
+        if let Some(job) = self.jobs[j].as_mut() {
+            job.held = Some(h);
+        }
         let mut res = Ok(());
         for p in pieces(offset, len.into(), cs) {
             match self.layer.resolve(p.index) {
@@ -396,32 +458,22 @@ impl VolumeQueue {
     }
 
     fn start_write(&mut self, tag: u64, buf: IoBuf, offset: u64, len: u32, fua: bool) {
-        // Count the write on the layer before looking it up, then check
-        // the epoch: a snapshot that switched layers either sees this
-        // write in flight or this write sees the new layer.
-        let layer = loop {
-            self.refresh();
-            self.layer.begin_write();
-            if self.handle.epoch() == self.epoch {
-                break self.layer.clone();
-            }
-            self.layer.end_write();
-        };
+        let h = self.enter();
         let cs = self.pool.cluster_size();
         let mut phys = std::mem::take(&mut self.phys);
         phys.clear();
         for p in pieces(offset, len.into(), cs) {
-            match layer.resolve(p.index) {
+            match self.layer.resolve(p.index) {
                 Source::Own(q) => phys.push(q),
-                _ => match self.pool.own_cluster(&layer, p.index) {
+                _ => match self.pool.own_cluster(&self.layer, p.index) {
                     Ok((q, _)) => phys.push(q),
                     Err(Alloc::Retry) => {
-                        layer.end_write();
+                        self.leave(h);
                         self.phys = phys;
                         return self.start_write(tag, buf, offset, len, fua);
                     }
                     Err(Alloc::Failed(e)) => {
-                        layer.end_write();
+                        self.leave(h);
                         self.phys = phys;
                         return self.complete(tag, buf, Err(e));
                     }
@@ -431,7 +483,7 @@ impl VolumeQueue {
         let one = offset % cs + u64::from(len) <= cs;
         let j = self.new_job(tag, buf, fua);
         if let Some(job) = self.jobs[j].as_mut() {
-            job.write = Some(layer);
+            job.held = Some(h);
         }
         let mut res = Ok(());
         for (p, &q) in pieces(offset, len.into(), cs).zip(phys.iter()) {
@@ -470,8 +522,8 @@ impl VolumeQueue {
             return;
         };
         self.free.push(j);
-        if let Some(l) = job.write.take() {
-            l.end_write();
+        if let Some(h) = job.held.take() {
+            self.leave(h);
         }
         // FUA: the data is durable (device FUA); its mapping must be too,
         // whichever write created it, so any pending mapping is committed.
@@ -535,10 +587,11 @@ impl VolumeQueue {
         let cs = self.pool.cluster_size();
         for p in pieces(offset, len, cs) {
             loop {
-                self.refresh();
-                match self.zero_piece(p, cs)? {
-                    true => break,
-                    false => continue,
+                let h = self.enter();
+                let r = self.zero_piece(p, cs);
+                self.leave(h);
+                if r? {
+                    break;
                 }
             }
         }
@@ -614,10 +667,14 @@ impl Drop for VolumeQueue {
     /// their layers, so snapshots and frees do not wait for them.
     fn drop(&mut self) {
         self.devs.clear();
-        for job in self.jobs.iter_mut().filter_map(Option::take) {
-            if let Some(l) = job.write {
-                l.end_write();
-            }
+        let held: Vec<usize> = self
+            .jobs
+            .iter_mut()
+            .filter_map(Option::take)
+            .filter_map(|j| j.held)
+            .collect();
+        for h in held {
+            self.leave(h);
         }
     }
 }

@@ -164,7 +164,7 @@ fn racing_management_calls_are_serialized() {
             let mut n = 0u64;
             while !stop.load(Ordering::SeqCst) {
                 n += 1;
-                write(q.as_mut(), n % 500, n, n % 7 == 0).expect("hot write");
+                write(q.as_mut(), n % 500, n, n.is_multiple_of(7)).expect("hot write");
             }
         })
     };

@@ -121,9 +121,20 @@ fn files_io_uring_path_reopen_and_check() {
         assert_eq!(decode(&buf[..BS as usize], block), Some(i + 1));
         assert_eq!(decode(&buf[BS as usize..], block + 1), Some(i + 1));
     }
+    // One instance at a time; no offline check of an open pool.
+    let twice = LocalPool::open(&paths)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(twice.contains("in use"), "{twice}");
+    assert!(check(&paths).problems[0].contains("in use"));
     drop(q);
-    drop(be);
     drop(pool);
+    assert!(
+        LocalPool::open(&paths).is_err(),
+        "an exported volume keeps the pool open"
+    );
+    drop(be);
     let r = check(&paths);
     assert!(r.ok(), "{r:?}");
     assert_eq!(r.volumes, 1);

@@ -261,8 +261,12 @@ fn full_pool_fails_only_new_clusters() {
     );
     assert_eq!(read_id(q.as_mut(), total * 16), Some(0));
     flush(q.as_mut());
-    // Freed space comes back once committed.
+    // Freed space comes back once committed, not before (a crash before
+    // the commit would map the cluster twice).
     dealloc(q.as_mut(), 0, 16).unwrap();
+    let e = write(q.as_mut(), total * 16, 9, false).unwrap_err();
+    assert!(is_no_space(&e), "reused before its free was committed");
+    assert_eq!(pool.stats().freeing, CS);
     flush(q.as_mut());
     write(q.as_mut(), total * 16, 9, false).unwrap();
     assert_eq!(pool.stats().free, 0);
@@ -372,4 +376,81 @@ fn multi_device_pool_and_wrong_devices() {
         msg.contains("blank") && msg.contains("no valid superblock"),
         "{msg}"
     );
+}
+
+#[test]
+fn snapshot_writes_the_same_metadata_whatever_the_size() {
+    let (pool, d) = new_pool(&[16 * MIB]);
+    let mut cost = Vec::new();
+    for (name, size) in [("small", MIB), ("huge", 1 << 50)] {
+        pool.create_volume(name, size).unwrap();
+        let be = pool.open(name).unwrap();
+        let mut q = be.open_queue(4).unwrap();
+        for c in 0..8 {
+            write(q.as_mut(), c * 16, 1 + c, false).unwrap();
+        }
+        flush(q.as_mut());
+        let before = d[0].log_len();
+        pool.snapshot(name, &format!("{name}-snap")).unwrap();
+        let ops = d[0].log()[before..].to_vec();
+        let bytes: usize = ops
+            .iter()
+            .map(|o| match o {
+                farflash_pool::testing::Op::Write { data, .. } => data.len(),
+                _ => 0,
+            })
+            .sum();
+        cost.push((ops.len(), bytes));
+        assert_eq!(read_id(q.as_mut(), 16), Some(2));
+    }
+    assert_eq!(
+        cost[0], cost[1],
+        "a 2^50-byte volume's snapshot costs what a 1 MiB one does"
+    );
+}
+
+#[test]
+fn background_commits_make_mappings_durable() {
+    let d = vec![MemDevice::recording(16 * MIB)];
+    let o = farflash_pool::PoolOptions {
+        commit_interval: Some(std::time::Duration::from_millis(20)),
+        ..opts()
+    };
+    let pool = LocalPool::create_with("bg", devs(&d), &o).unwrap();
+    pool.create_volume("v", MIB).unwrap();
+    let be = pool.open("v").unwrap();
+    let mut q = be.open_queue(4).unwrap();
+    write(q.as_mut(), 5, 42, false).unwrap();
+    // No Flush: the committer commits the mapping (and flushes the data).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while pool.uncommitted() {
+        assert!(std::time::Instant::now() < deadline, "no background commit");
+        std::thread::yield_now();
+    }
+    // A crash now keeps what the device had at its last flush.
+    let log = d[0].log();
+    let last = log
+        .iter()
+        .rposition(|o| matches!(o, farflash_pool::testing::Op::Flush))
+        .unwrap();
+    let mut img = farflash_pool::testing::Image::default();
+    log[..=last].iter().for_each(|o| img.apply(o));
+    let crashed = MemDevice::from_image(16 * MIB, img);
+    let again = LocalPool::open_with(devs(&[crashed]), &opts()).unwrap();
+    let be = again.open("v").unwrap();
+    let mut q = be.open_queue(4).unwrap();
+    assert_eq!(read_id(q.as_mut(), 5), Some(42));
+}
+
+#[test]
+fn stores_are_objects_and_infos_serialize() {
+    let (pool, _d) = new_pool(&[8 * MIB]);
+    let store: std::sync::Arc<dyn VolumeStore> = std::sync::Arc::new(pool);
+    let info = store.create_volume("v", MIB).unwrap();
+    assert_eq!((store.kind(), store.name()), ("local", "p"));
+    let j = serde_json::to_value(&info).unwrap();
+    assert_eq!(j["uuid"], info.uuid.hyphenated().to_string());
+    assert_eq!(j["size"], MIB);
+    let s = serde_json::to_value(store.stats()).unwrap();
+    assert_eq!(s["cluster_size"], CS);
 }
