@@ -323,6 +323,7 @@ fn a_pair_excludes_writes_of_another_controller_until_it_is_done() {
         [OpKind::Write],
         "only LBA 41's write"
     );
+    q2.set_now(std::time::Instant::now());
     assert!(
         q2.throttle_wake().is_some(),
         "the held write asks to be woken"

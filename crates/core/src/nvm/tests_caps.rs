@@ -2,7 +2,7 @@
 //! commands is what runs (issue 43: a capability reported is a behaviour).
 
 use crate::config::{BackendKind, Config, NamespaceConfig, SubsystemConfig, TransportConfig};
-use crate::subsystem::build_subsystems;
+use crate::testing::build_subsystems;
 use crate::tests::{identify_ctrl, io_queue, run, rw, target, NQN};
 use crate::{NvmeQueue, Target};
 use farflash_wire::identify::{self as wid, IdCtrl, IdNs};

@@ -98,23 +98,16 @@ impl NvmeQueue {
         if self.nvm.has_held() {
             // Commands wait for a fused pair's range (`crate::nvm`): look
             // again soon; the pair lives on another queue.
-            let now = self
-                .life
-                .now
-                .or(self.life.clock)
-                .unwrap_or_else(Instant::now);
-            return Some(now + crate::nvm::HELD_POLL);
+            // The event loop sets the time before it asks.
+            let now = self.life.now.or(self.life.clock);
+            return now.map(|t| t + crate::nvm::HELD_POLL);
         }
         let g = self.qos.gate.as_ref()?;
         if g.parked.is_empty() {
             return None;
         }
-        Some(g.wake.unwrap_or_else(|| {
-            self.life
-                .now
-                .or(self.life.clock)
-                .unwrap_or_else(Instant::now)
-        }))
+        // Parked with a time (`qos_admit`), so a clock is there.
+        g.wake.or(self.life.now).or(self.life.clock)
     }
 
     /// The oldest throttled command whose tokens have come, admitted
