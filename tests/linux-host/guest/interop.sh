@@ -27,6 +27,9 @@
 #                    reconnect (default "$FIO_RAM_NSID $FIO_FILE_NSID")
 #   DENIED_HOSTNQN   a host NQN the target does not allow (default: random)
 #   ID_CTRL_MDTS     nonzero (default) or any: kernel nvmet reports 0 (no limit)
+#   NVM_CMDS         all (default): the target must report and run Compare,
+#                    Verify and Copy; none: it must report none and refuse
+#                    Compare (kernel nvmet)
 #   FIO_SIZE         bytes per fio job (default 16m); FIO_DIGEST_SIZE (8m)
 #   SCENARIOS        which scenarios, in order (default: all, see ALL below)
 set -euo pipefail
@@ -40,6 +43,7 @@ FIO_RAM_NSID=${FIO_RAM_NSID:-1}
 FIO_FILE_NSID=${FIO_FILE_NSID:-2}
 DATA_NSIDS=${DATA_NSIDS:-$FIO_RAM_NSID $FIO_FILE_NSID}
 ID_CTRL_MDTS=${ID_CTRL_MDTS:-nonzero}
+NVM_CMDS=${NVM_CMDS:-all}
 FIO_SIZE=${FIO_SIZE:-16m}
 FIO_DIGEST_SIZE=${FIO_DIGEST_SIZE:-8m}
 HOSTNQN=${HOSTNQN:-$(cat /etc/nvme/hostnqn)}
@@ -55,6 +59,7 @@ if [[ $INTEROP_TARGET = kernel ]]; then
 	bs=${KERNEL_BLOCK_SIZE:-512}
 	NAMESPACES="1:64M:$bs 2:32M:$bs 3:1G:$bs"
 	ID_CTRL_MDTS=any
+	NVM_CMDS=none
 	ADDR=127.0.0.1 PORT=4420 LISTEN_PORTS="4420 4421"
 	echo "=== setup: kernel nvmet target in this VM on $ADDR:{4420,4421}"
 	NQN=$NQN SERVE_ADDR=$ADDR SERVE_PORTS=$LISTEN_PORTS SERVE_BLOCK_SIZE=$bs \
@@ -464,8 +469,8 @@ oncs_of() { # the controller's ONCS (Identify Controller)
 
 # nvme-cli's Compare, Verify and Copy (issue 43). farflash reports ONCS
 # bits 0 (Compare), 7 (Verify) and 8 (Copy) and must run them; Linux
-# nvmet reports none of them and must refuse each (the kernel target's
-# self-test runs this too).
+# nvmet reports none of them and must refuse each (NVM_CMDS=none: the
+# kernel target's self-tests run this too).
 scn_copy_compare_verify() {
 	local id dev bs oncs off=$((12 << 20)) rc out slba dst want
 	ensure_connected
@@ -478,7 +483,7 @@ scn_copy_compare_verify() {
 		slba=$((off / bs))
 		head -c 262144 /dev/urandom >"$WORK/cv"
 		write_region "$dev" "$off" "$WORK/cv"
-		if [[ $INTEROP_TARGET = kernel ]]; then
+		if [[ $NVM_CMDS = none ]]; then
 			[[ $((oncs & 0x181)) = 0 ]] || fail "nvmet reports ONCS $oncs with Compare, Verify or Copy"
 			! nvme compare "$dev" -s "$slba" -c 7 -z $((8 * bs)) -d "$WORK/cv" >/dev/null 2>&1 ||
 				fail "nvmet ran a Compare it does not report"
