@@ -133,6 +133,12 @@ impl IoCmd {
         match *self {
             IoCmd::Read { len, .. } => Some((false, len)),
             IoCmd::Write { len, .. } => Some((true, len)),
+            // Base §5.16.1.3: Host Read Commands count Compares; the Write
+            // half of a fused pair is a write.
+            IoCmd::Nvm(crate::nvm::NvmCmd::Compare { len, .. }) => Some((false, len)),
+            IoCmd::Nvm(crate::nvm::NvmCmd::Fused {
+                len, second: true, ..
+            }) => Some((true, len)),
             _ => None,
         }
     }

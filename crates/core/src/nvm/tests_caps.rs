@@ -114,6 +114,18 @@ fn smart_per_namespace_counts_that_namespace_only() {
     assert_eq!(all.expect("SMART data")[80], 3);
     // An NSID that is not active.
     assert_eq!(smart(&mut a, 2).0, Status::INVALID_NAMESPACE.dnr());
+    // A Compare is a read command (Base §5.16.1.3); a failed one is not counted.
+    let reads = |a: &mut NvmeQueue| {
+        let p = smart(a, 1).1.expect("SMART data");
+        u128::from_le_bytes(p[64..80].try_into().unwrap())
+    };
+    let before = reads(&mut a);
+    let d = [7u8; 1024];
+    let c = run(&mut q, rw(io::COMPARE, 20, 0, 1024), &d);
+    assert_eq!(c.status, Status::SUCCESS);
+    let c = run(&mut q, rw(io::COMPARE, 21, 0, 1024), &[8u8; 1024]);
+    assert_eq!(c.status, Status::COMPARE_FAILURE);
+    assert_eq!(reads(&mut a), before + 1);
 }
 
 fn ram_target() -> Arc<Target> {

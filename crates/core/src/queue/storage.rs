@@ -145,6 +145,9 @@ impl NvmeQueue {
             return Outcome::Done(Status::SUCCESS, 0);
         }
         if let Some(o) = crate::nvm::stored(self, idx) {
+            if matches!(o, Outcome::Done(st, _) if st.is_success()) {
+                self.account(idx);
+            }
             return o;
         }
         let st = self.slots[idx].status;
