@@ -45,6 +45,25 @@ fn a_fused_pair_writes_only_when_the_data_match() {
 }
 
 #[test]
+fn copy_from_the_host_lands_in_order_and_limits_are_refused() {
+    let s = Serve::start("16M", &[]);
+    let (_c, mut q) = connect(&s, "00000000-0000-0000-0000-0000000000c1");
+    let (a, b) = (vec![0x5Au8; 8192], vec![0xA5u8; 4096]);
+    q.write_at(1, 100, 16, &a).expect("write");
+    q.write_at(1, 300, 8, &b).expect("write");
+    q.copy(1, 1000, &[(300, 8), (100, 16)]).expect("copy");
+    let mut back = vec![0u8; 12288];
+    q.read_at(1, 1000, 24, &mut back).expect("read");
+    assert_eq!(&back[..4096], &b[..]);
+    assert_eq!(&back[4096..], &a[..]);
+    // 129 ranges: beyond MSRC (127, 0's based): Command Size Limit Exceeded.
+    let many = vec![(0u64, 1u32); 129];
+    let e = q.copy(1, 2000, &many).expect_err("beyond MSRC");
+    // (The host names the status by its Fabrics meaning; the code is the one.)
+    assert!(e.to_string().contains("sct 0x1 sc 0x83"), "{e}");
+}
+
+#[test]
 fn two_hosts_hammering_test_and_set_never_tear_or_lose_an_increment() {
     let s = Serve::start("64M", &["--threads", "2"]);
     let spec = AtsSpec {

@@ -133,6 +133,31 @@ pub fn compare_and_write(nsid: u32, slba: u64, nlb: u32) -> (Sqe, Sqe) {
     (c, w)
 }
 
+/// Copy (NVM Command Set §3.2.2) of `nr` source ranges (format 0, the
+/// command's data) to consecutive LBAs from `sdlba`.
+pub fn copy(nsid: u32, sdlba: u64, nr: u32) -> Sqe {
+    Sqe {
+        opcode: io::COPY,
+        nsid,
+        cdw10: sdlba as u32,
+        cdw11: (sdlba >> 32) as u32,
+        // NR 0's based (7:0); descriptor format 0 (11:8).
+        cdw12: nr.saturating_sub(1) & 0xFF,
+        ..Sqe::default()
+    }
+}
+
+/// Bytes of one Copy source range, format 0.
+pub const COPY_RANGE_LEN: usize = 32;
+
+/// Writes Copy source range `i` (format 0: SLBA at 8, NLB 0's based at 16).
+pub fn put_copy_range(b: &mut [u8], i: usize, slba: u64, nlb: u32) {
+    let r = &mut b[i * COPY_RANGE_LEN..(i + 1) * COPY_RANGE_LEN];
+    r.fill(0);
+    r[8..16].copy_from_slice(&slba.to_le_bytes());
+    r[16..18].copy_from_slice(&(nlb.saturating_sub(1) as u16).to_le_bytes());
+}
+
 /// Flush (NVM §3.2.2).
 pub fn flush(nsid: u32) -> Sqe {
     Sqe {

@@ -425,6 +425,26 @@ impl IoQueue {
             .check()
             .map(|_| ())
     }
+    /// Blocking Copy (NVM Command Set §3.2.2) of `(slba, nlb)` source
+    /// ranges (1..=256, `nlb` 1..=65536) to consecutive LBAs from `sdlba`.
+    pub fn copy(&mut self, nsid: u32, sdlba: u64, ranges: &[(u64, u32)]) -> Result<()> {
+        if ranges.is_empty() || ranges.len() > 256 {
+            return Err(HostError::Invalid("Copy takes 1..=256 ranges".into()));
+        }
+        let mut b = vec![0u8; ranges.len() * cmd::COPY_RANGE_LEN];
+        for (i, &(slba, nlb)) in ranges.iter().enumerate() {
+            cmd::put_copy_range(&mut b, i, slba, nlb);
+        }
+        self.execute(
+            cmd::copy(nsid, sdlba, ranges.len() as u32),
+            DataDir::ToCtrl,
+            &b,
+            0,
+        )?
+        .check()
+        .map(|_| ())
+    }
+
     /// Blocking Dataset Management deallocate of `(slba, nlb)` ranges (at most 256).
     pub fn deallocate(&mut self, nsid: u32, ranges: &[(u64, u32)]) -> Result<()> {
         if ranges.is_empty() || ranges.len() > 256 {
