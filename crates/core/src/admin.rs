@@ -43,11 +43,11 @@ const HOSTID_LEN: usize = 16;
 /// Get Features Host Identifier CDW11 bit 0: Enable Extended Host Identifier.
 const EXHID: u32 = 1;
 
-fn is_discovery(q: &NvmeQueue) -> bool {
+fn is_discovery<C: Default>(q: &NvmeQueue<C>) -> bool {
     q.ctrl.as_ref().is_some_and(|c| c.is_discovery())
 }
 
-pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<Xfer, Status> {
+pub(crate) fn classify<C: Default>(q: &NvmeQueue<C>, sqe: &Sqe) -> Result<Xfer, Status> {
     let disc = is_discovery(q);
     match sqe.opcode {
         op::IDENTIFY => Ok(Xfer::C2H(IDENTIFY_LEN as u32)),
@@ -73,7 +73,7 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<Xfer, Status> {
     }
 }
 
-pub(crate) fn execute(q: &mut NvmeQueue, idx: usize) -> Outcome {
+pub(crate) fn execute<C: Default>(q: &mut NvmeQueue<C>, idx: usize) -> Outcome {
     let sqe = q.slots[idx].sqe;
     let Some(ctrl) = q.ctrl.clone() else {
         return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR.dnr(), 0);
@@ -102,7 +102,12 @@ pub(crate) fn execute(q: &mut NvmeQueue, idx: usize) -> Outcome {
     }
 }
 
-fn identify_cmd(q: &mut NvmeQueue, idx: usize, ctrl: &Controller, sqe: &Sqe) -> Outcome {
+fn identify_cmd<C: Default>(
+    q: &mut NvmeQueue<C>,
+    idx: usize,
+    ctrl: &Controller,
+    sqe: &Sqe,
+) -> Outcome {
     let cns_v = sqe.cdw10 as u8;
     let csi = (sqe.cdw11 >> 24) as u8;
     let disc = ctrl.is_discovery();
@@ -176,7 +181,12 @@ fn identify_cmd(q: &mut NvmeQueue, idx: usize, ctrl: &Controller, sqe: &Sqe) -> 
     Outcome::Done(st, 0)
 }
 
-fn get_log_page(q: &mut NvmeQueue, idx: usize, ctrl: &Controller, sqe: &Sqe) -> Outcome {
+fn get_log_page<C: Default>(
+    q: &mut NvmeQueue<C>,
+    idx: usize,
+    ctrl: &Controller,
+    sqe: &Sqe,
+) -> Outcome {
     let g = GetLogPage::from_sqe(sqe);
     let disc = ctrl.is_discovery();
     let page: Vec<u8> = match g.lid {
@@ -289,7 +299,7 @@ fn get_log_page(q: &mut NvmeQueue, idx: usize, ctrl: &Controller, sqe: &Sqe) -> 
 
 /// Answers a Get Log Page with the `g.len` bytes of `page` from `g.offset`
 /// (LPOL/LPOU; zeroes past the end): a host reads a large log in pieces.
-fn copy_log(q: &mut NvmeQueue, idx: usize, g: &GetLogPage, page: &[u8]) -> Outcome {
+fn copy_log<C: Default>(q: &mut NvmeQueue<C>, idx: usize, g: &GetLogPage, page: &[u8]) -> Outcome {
     if !g.offset.is_multiple_of(4) || g.offset > page.len() as u64 {
         // Base §5.16: an offset beyond the log page is an invalid field.
         return Outcome::Done(Status::INVALID_FIELD.dnr(), 0);
@@ -301,7 +311,7 @@ fn copy_log(q: &mut NvmeQueue, idx: usize, g: &GetLogPage, page: &[u8]) -> Outco
     Outcome::Done(Status::SUCCESS, 0)
 }
 
-fn set_features(q: &mut NvmeQueue, ctrl: &Controller, sqe: &Sqe) -> Outcome {
+fn set_features<C: Default>(q: &mut NvmeQueue<C>, ctrl: &Controller, sqe: &Sqe) -> Outcome {
     let f = sqe.cdw10 as u8;
     if sqe.cdw10 & (1 << 31) != 0 {
         // SV: nothing here is saved across power cycles.
@@ -362,7 +372,12 @@ fn set_features(q: &mut NvmeQueue, ctrl: &Controller, sqe: &Sqe) -> Outcome {
     }
 }
 
-fn get_features(q: &mut NvmeQueue, idx: usize, ctrl: &Controller, sqe: &Sqe) -> Outcome {
+fn get_features<C: Default>(
+    q: &mut NvmeQueue<C>,
+    idx: usize,
+    ctrl: &Controller,
+    sqe: &Sqe,
+) -> Outcome {
     let f = sqe.cdw10 as u8;
     let sel = (sqe.cdw10 >> 8) & 7;
     let disc = ctrl.is_discovery();

@@ -58,9 +58,11 @@ pub enum Outcome {
     Parked,
 }
 
-/// A finished command, for the binding to send.
+/// A finished command, for the binding to send, with the transport's state
+/// of it (`C`) taken out of its slot: the slot may take a new command before
+/// this one is sent.
 #[derive(Debug)]
-pub struct Completion {
+pub struct Completion<C = ()> {
     pub cid: u16,
     pub status: Status,
     /// CQE DW0 (low half) and DW1 (high half).
@@ -71,6 +73,8 @@ pub struct Completion {
     /// Data for the host, sent before the completion (a successful read,
     /// Identify, a log page): the buffer and how many bytes of it.
     pub data: Option<(IoBuf, u32)>,
+    /// The transport's state of the command (default when it never had a slot).
+    pub cmd: C,
 }
 
 /// Sent to the binding once a Connect succeeded, before its completion:

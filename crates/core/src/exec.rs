@@ -25,7 +25,7 @@ pub(crate) enum Step {
     Offloaded(Done),
 }
 
-impl NvmeQueue {
+impl<C: Default> NvmeQueue<C> {
     /// A command arrived: claims a slot, parses and checks it before any data
     /// moves (so that a command that will fail never asks for its data).
     pub fn begin(&mut self, sqe: Sqe) -> Begin {

@@ -18,7 +18,7 @@ const MAX_ADMIN_QUEUE_DEPTH: u32 = 128;
 /// CAP.TO: 500 ms units the host may wait for CSTS.RDY (we are ready at once).
 const CAP_TIMEOUT: u8 = 20;
 
-pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<Xfer, Status> {
+pub(crate) fn classify<C: Default>(q: &NvmeQueue<C>, sqe: &Sqe) -> Result<Xfer, Status> {
     match sqe.fctype() {
         fctype::CONNECT => Ok(Xfer::H2C(CONNECT_DATA_LEN as u32)),
         fctype::PROPERTY_GET | fctype::PROPERTY_SET if q.ctrl.is_none() => {
@@ -40,7 +40,7 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<Xfer, Status> {
     }
 }
 
-pub(crate) fn execute(q: &mut NvmeQueue, idx: usize) -> Outcome {
+pub(crate) fn execute<C: Default>(q: &mut NvmeQueue<C>, idx: usize) -> Outcome {
     let sqe = q.slots[idx].sqe;
     match sqe.fctype() {
         fctype::CONNECT => connect(q, idx, &sqe),
@@ -66,7 +66,7 @@ fn invalid(in_data: bool, offset: u16) -> Outcome {
 
 /// Connect (Fabrics §6.3): creates a controller (admin queue, CNTLID FFFFh)
 /// or binds an I/O queue to one.
-fn connect(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
+fn connect<C: Default>(q: &mut NvmeQueue<C>, idx: usize, sqe: &Sqe) -> Outcome {
     if q.ctrl.is_some() {
         // A queue connects once.
         return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR.dnr(), 0);
@@ -217,7 +217,11 @@ fn connect(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
 /// the host has a secret here; the queue then must authenticate (every
 /// queue, as Linux's `nvmet_execute_admin_connect` / `_io_connect` ask).
 /// ASCR is never set: secure channel concatenation is not offered.
-fn with_auth(q: &mut NvmeQueue, auth: Option<farflash_auth::CtrlConfig>, cntlid: u32) -> u64 {
+fn with_auth<C: Default>(
+    q: &mut NvmeQueue<C>,
+    auth: Option<farflash_auth::CtrlConfig>,
+    cntlid: u32,
+) -> u64 {
     match auth {
         Some(cfg) => {
             q.life.auth = Some(Box::new(farflash_auth::CtrlAuth::new(cfg)));
@@ -229,13 +233,13 @@ fn with_auth(q: &mut NvmeQueue, auth: Option<farflash_auth::CtrlConfig>, cntlid:
 }
 
 /// CAP for this target (Base §3.1.3.1).
-pub(crate) fn cap(q: &NvmeQueue) -> u64 {
+pub(crate) fn cap<C: Default>(q: &NvmeQueue<C>) -> u64 {
     let mqes = q.target.transport.max_queue_depth.min(65536) - 1;
     props::cap(mqes as u16, CAP_TIMEOUT)
 }
 
 /// Property Get (Fabrics §6.5): CAP (8 bytes), VS, CC, CSTS, CRTO (4 bytes).
-fn property_get(q: &mut NvmeQueue, sqe: &Sqe) -> Outcome {
+fn property_get<C: Default>(q: &mut NvmeQueue<C>, sqe: &Sqe) -> Outcome {
     let p = PropertyCmd::from_sqe(sqe);
     let Some(ctrl) = q.ctrl.clone() else {
         return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR.dnr(), 0);
@@ -276,7 +280,7 @@ fn css_supported(css: u32) -> bool {
 /// once; clearing EN resets the controller; SHN emits one Flush per
 /// namespace and the command completes (CSTS.SHST 01b -> 10b) when they have
 /// (Base §3.6.2): no sync ever runs on the event loop.
-fn property_set(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
+fn property_set<C: Default>(q: &mut NvmeQueue<C>, idx: usize, sqe: &Sqe) -> Outcome {
     let p = PropertyCmd::from_sqe(sqe);
     if p.offset != props::CC || p.size8 {
         return Outcome::Done(Status::INVALID_FIELD.dnr(), 0);

@@ -19,7 +19,12 @@ const DSM_AD: u32 = 1 << 2;
 /// Byte offset and length of an LBA range, checked against the namespace
 /// (NVM Command Set §3.1 Figure "Status Code – Generic Command Status Values": 80h
 /// "LBA Out of Range").
-fn range(q: &NvmeQueue, ns_idx: usize, slba: u64, nlb: u64) -> Result<(u64, u64), Status> {
+fn range<C: Default>(
+    q: &NvmeQueue<C>,
+    ns_idx: usize,
+    slba: u64,
+    nlb: u64,
+) -> Result<(u64, u64), Status> {
     let Some(ns) = q.ns.get(ns_idx) else {
         return Err(Status::INVALID_NAMESPACE.dnr());
     };
@@ -29,7 +34,7 @@ fn range(q: &NvmeQueue, ns_idx: usize, slba: u64, nlb: u64) -> Result<(u64, u64)
     }
 }
 
-fn ns_index(q: &NvmeQueue, nsid: u32) -> Result<usize, Status> {
+fn ns_index<C: Default>(q: &NvmeQueue<C>, nsid: u32) -> Result<usize, Status> {
     let key = q
         .namespace_index(nsid)
         .ok_or(Status::INVALID_NAMESPACE.dnr())?;
@@ -43,7 +48,7 @@ fn ns_index(q: &NvmeQueue, nsid: u32) -> Result<usize, Status> {
 /// lost or changing through this path gets the path-related status (no
 /// DNR: the host retries on another path).
 #[cold]
-fn ana_check(q: &NvmeQueue, key: usize) -> Result<(), Status> {
+fn ana_check<C: Default>(q: &NvmeQueue<C>, key: usize) -> Result<(), Status> {
     let Some(ns) = q.ns.get(key) else {
         return Ok(());
     };
@@ -54,7 +59,7 @@ fn ana_check(q: &NvmeQueue, key: usize) -> Result<(), Status> {
 }
 
 /// Parses and checks an I/O command before any data moves.
-pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status> {
+pub(crate) fn classify<C: Default>(q: &NvmeQueue<C>, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status> {
     match sqe.opcode {
         op::READ | op::WRITE => {
             let ns = ns_index(q, sqe.nsid)?;
@@ -139,7 +144,7 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status
 }
 
 /// Runs a parsed I/O command: storage requests out, tagged with the slot.
-pub(crate) fn execute(q: &mut NvmeQueue, idx: usize, cmd: IoCmd) -> Outcome {
+pub(crate) fn execute<C: Default>(q: &mut NvmeQueue<C>, idx: usize, cmd: IoCmd) -> Outcome {
     let tag = idx as u64;
     let result = match cmd {
         IoCmd::Read { ns, offset, len } => {
@@ -205,7 +210,13 @@ pub(crate) fn execute(q: &mut NvmeQueue, idx: usize, cmd: IoCmd) -> Outcome {
 
 /// Dataset Management (NVM Command Set §3.2.3): only Deallocate acts;
 /// the other attributes are hints a RAM or file backend cannot use.
-fn dsm(q: &mut NvmeQueue, idx: usize, ns_idx: usize, nr: u32, deallocate: bool) -> Outcome {
+fn dsm<C: Default>(
+    q: &mut NvmeQueue<C>,
+    idx: usize,
+    ns_idx: usize,
+    nr: u32,
+    deallocate: bool,
+) -> Outcome {
     if !deallocate {
         return Outcome::Done(Status::SUCCESS, 0);
     }

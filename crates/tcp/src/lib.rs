@@ -3,6 +3,8 @@
 //! bytes for a transport-neutral [`farflash_core::NvmeQueue`].
 //!
 //! - [`QueuePair`] (`queue.rs`): the connection's state and its types.
+//! - `cmd.rs`: NVMe/TCP's state of one command ([`TcpCmd`], kept in the
+//!   command's slot) and the one table of its transfer's phases.
 //! - `rx.rs`: framing (TCP §3.6), ICReq, CapsuleCmd, H2CData, digests, and
 //!   the per-queue data-buffer budget a command is charged on arrival.
 //! - `tx.rs`: completions as CapsuleResp / C2HData, R2T, C2HTermReq, the
@@ -14,10 +16,12 @@
 
 #![forbid(unsafe_code)]
 
+mod cmd;
 mod queue;
 mod rx;
 mod tx;
 
+pub use cmd::TcpCmd;
 pub use queue::{QueuePair, Tcp, ADMIN_ICD, TRANSIENT_TRANSPORT_ERROR};
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //! untouched (the shared `Binding`). Nothing here touches a socket, so every path can
 //! be driven from a unit test.
 
+use crate::cmd::TcpCmd;
 use crate::tx::OutQueue;
 use farflash_core::{Binding, NvmeQueue, Target};
 use farflash_wire::pdu::Negotiated;
@@ -23,20 +24,6 @@ pub(crate) const OUTPUT_HIGH_WATER: usize = 4 << 20;
 /// Transient Transport Error (Base §4.6.1.2.1, 22h): a data digest mismatch.
 pub const TRANSIENT_TRANSPORT_ERROR: Status = Status::new(0, 0x22);
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Phase {
-    Free,
-    /// Waiting for H2CData after an R2T; `got` bytes so far.
-    H2C {
-        got: u32,
-    },
-    Exec,
-    /// Waiting for data-buffer budget before its R2T (`r2t`) or its execution.
-    WaitBuf {
-        r2t: bool,
-    },
-}
-
 /// An H2CData PDU whose header was checked and whose data is still arriving:
 /// the socket's bytes go straight into the command's data buffer
 /// ([`QueuePair::rx_space`]) instead of the receive buffer, so a large write
@@ -50,33 +37,12 @@ pub(crate) struct DirectRx {
     pub end: u32,
 }
 
-/// The transport's view of one command slot (indexed like the core's slots;
-/// the index is also the R2T's TTAG).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Cmd {
-    pub phase: Phase,
-    pub cid: u16,
-    /// Data bytes the command moves.
-    pub len: u32,
-    /// Data-buffer bytes charged to this command's budget.
-    pub charged: u32,
-    /// A data digest failed on its H2CData.
-    pub bad_digest: bool,
-}
-
-impl Cmd {
-    pub(crate) const FREE: Cmd = Cmd {
-        phase: Phase::Free,
-        cid: 0,
-        len: 0,
-        charged: 0,
-        bad_digest: false,
-    };
-}
+/// The command layer's queue with NVMe/TCP's state of each command in its slots.
+pub(crate) type Queue = NvmeQueue<TcpCmd>;
 
 /// The NVMe/TCP side of one connection: framing state, the receive
-/// buffer, the output queue and the per-command transfer state. The
-/// command layer's queue is beside it in the [`Binding`].
+/// buffer and the output queue. Each command's transfer state is in its
+/// slot of the command layer's queue ([`TcpCmd`]), beside it in the [`Binding`].
 pub struct Tcp {
     pub(crate) target: Arc<Target>,
     pub(crate) peer: SocketAddr,
@@ -93,7 +59,6 @@ pub struct Tcp {
     pub(crate) out: OutQueue,
     /// The transport wants the connection closed (TermReq, peer's H2CTermReq).
     pub(crate) closing: bool,
-    pub(crate) cmds: Vec<Cmd>,
     /// Data-buffer bytes charged to commands in flight (reads' data waiting
     /// in the output queue is counted there).
     pub(crate) charged: usize,
@@ -122,7 +87,6 @@ impl QueuePair {
             farflash_wire::discovery::TRTYPE_TCP,
         );
         let mut t = Tcp {
-            cmds: vec![Cmd::FREE; core.slot_count()],
             target,
             peer,
             neg: Negotiated::default(),

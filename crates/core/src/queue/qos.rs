@@ -20,7 +20,7 @@ fn cost(cmd: IoCmd) -> (Class, u64) {
     }
 }
 
-impl NvmeQueue {
+impl<C: Default> NvmeQueue<C> {
     /// Builds or refreshes the gate from the subsystem's current limits
     /// (at Connect and at every tick; a change is seen within one tick).
     pub(crate) fn refresh_qos(&mut self) {

@@ -13,7 +13,7 @@ use farflash_backend::{IoCompletion, IoRequest, QueueSet, SharedBackend};
 use farflash_wire::opcode::admin as aop;
 use farflash_wire::Status;
 
-impl NvmeQueue {
+impl<C: Default> NvmeQueue<C> {
     /// Emits a storage request for the command in `idx` on namespace `ns_idx`.
     pub(crate) fn submit(
         &mut self,
@@ -172,7 +172,7 @@ impl NvmeQueue {
     }
 }
 
-impl NvmeQueue {
+impl<C: Default> NvmeQueue<C> {
     /// Standalone use: the private queue set (made on first use).
     pub(crate) fn own_storage(&mut self) -> Box<QueueSet> {
         self.out
