@@ -3,7 +3,8 @@
 //! of each command before it runs.
 
 use crate::cmd::{Event, Phase, TcpCmd};
-use crate::queue::{DirectRx, Queue, QueuePair, Tcp, OUTPUT_HIGH_WATER, TRANSIENT_TRANSPORT_ERROR};
+use crate::link::{DirectRx, RxEvent, RxState};
+use crate::queue::{Queue, QueuePair, Tcp, OUTPUT_HIGH_WATER, TRANSIENT_TRANSPORT_ERROR};
 use farflash_core::stats::Oddity;
 use farflash_core::{Begin, Xfer};
 use farflash_wire::pdu::{
@@ -21,7 +22,7 @@ impl Tcp {
     /// Space to receive into: the rest of an H2CData payload being received
     /// in place, else the receive buffer (at least 16 KiB).
     pub(crate) fn rx_space<'a>(&'a mut self, q: &'a mut Queue) -> &'a mut [u8] {
-        if let Some(d) = self.direct {
+        if let RxState::Data(d) = self.rx_state {
             let (at, end) = (d.at as usize, d.end as usize);
             if let Some(buf) = q.data_mut(d.slot) {
                 return &mut buf[at..end];
@@ -55,14 +56,13 @@ impl Tcp {
 
     /// `n` bytes were written into [`Self::rx_space`]: process every whole PDU.
     pub(crate) fn on_received(&mut self, q: &mut Queue, n: usize) {
-        if let Some(d) = self.direct.as_mut() {
-            d.at = (d.at as usize + n).min(d.end as usize) as u32;
-            if d.at == d.end {
-                let (slot, end) = (d.slot, d.end);
-                self.direct = None;
-                if !self.is_closing(q) {
-                    self.h2c_arrived(q, slot, end, true);
-                }
+        if let RxState::Data(d) = self.rx_state {
+            let n = u32::try_from(n).unwrap_or(u32::MAX);
+            if self.rx_step(RxEvent::Received(n))
+                && self.rx_state == RxState::Pdus
+                && !self.is_closing(q)
+            {
+                self.h2c_arrived(q, d.slot, d.end, true);
             }
             return;
         }
@@ -146,7 +146,7 @@ impl Tcp {
             PduType::H2CTermReq => {
                 let t = TermReq::decode(pdu);
                 tracing::warn!(peer = %self.peer, fes = t.fes, fei = t.fei, "host terminated the connection (H2CTermReq)");
-                self.closing = true;
+                self.close();
                 Ok(())
             }
             PduType::CapsuleCmd => {
@@ -226,7 +226,7 @@ impl Tcp {
             // More commands than the queue has entries: the host broke flow control.
             Begin::Overrun => return Err(Fatal::sequence()),
             Begin::Deleted => {
-                self.closing = true;
+                self.close();
                 return Ok(());
             }
             Begin::Answered => return Ok(()),
@@ -328,11 +328,11 @@ impl Tcp {
         if let Some(buf) = q.data_mut(slot) {
             buf[got as usize..at].copy_from_slice(data);
         }
-        self.direct = Some(DirectRx {
+        self.rx_step(RxEvent::InPlace(DirectRx {
             slot,
             at: at as u32,
             end,
-        });
+        }));
         Ok(())
     }
 
@@ -444,7 +444,7 @@ impl QueuePair {
 impl Tcp {
     /// Closing for either layer's reason.
     pub(crate) fn is_closing(&self, q: &Queue) -> bool {
-        self.closing || q.wants_close()
+        self.closed() || q.wants_close()
     }
 
     /// Whether the transport should read more (false while closing or while

@@ -83,7 +83,7 @@ impl Tcp {
 
     /// Sends a CapsuleResp (TCP §3.6.2.7) carrying `cqe`.
     pub(crate) fn respond(&mut self, cqe: &Cqe) {
-        if self.term_sent {
+        if self.terminated() {
             return;
         }
         let hd = self.neg.hdgst;
@@ -98,7 +98,7 @@ impl Tcp {
     }
 
     pub(crate) fn send_r2t(&mut self, cid: u16, ttag: u16, offset: u32, len: u32) {
-        if self.term_sent {
+        if self.terminated() {
             return;
         }
         let hd = self.neg.hdgst;
@@ -124,7 +124,7 @@ impl Tcp {
         len: usize,
         success: bool,
     ) {
-        if self.term_sent {
+        if self.terminated() {
             q.pool().put(buf);
             return;
         }
@@ -180,11 +180,11 @@ impl Tcp {
             fei: e.fei,
         }
         .encode(&mut b, PduType::C2HTermReq, bad_header);
-        if !self.term_sent {
+        if let Some(t) = self.tx_state.next() {
             self.out.extend(&b[..n]);
+            self.tx_state = t;
         }
-        self.term_sent = true;
-        self.closing = true;
+        self.close();
     }
 }
 
@@ -229,7 +229,7 @@ impl Transport for Tcp {
     type Cmd = TcpCmd;
 
     fn closing(&self) -> bool {
-        self.closing
+        self.closed()
     }
 
     fn drained(&self) -> bool {

@@ -322,9 +322,9 @@ fn h2c_payloads_are_received_in_place() {
             rd.cid = q.next_cid();
             stream.extend_from_slice(&q.capsule(&rd, &[]));
             push(&mut q.q, &stream[..first]);
-            let in_place = q.q.transport().direct.is_some();
+            let in_place = q.q.transport().receiving_in_place();
             push(&mut q.q, &stream[first..]);
-            assert!(q.q.transport().direct.is_none());
+            assert!(!q.q.transport().receiving_in_place());
             q.q.commit();
             while q.q.in_flight() > 0 {
                 q.q.poll_backends();
@@ -363,7 +363,7 @@ fn h2c_payloads_are_received_in_place() {
     r2t.ttag ^= 0x55;
     let stream = h2c_pdus(&r2t, &vec![1u8; 131072], false, false);
     push(&mut q.q, &stream[..100]);
-    assert!(q.q.transport().direct.is_none());
+    assert!(!q.q.transport().receiving_in_place());
     let rx = q.recv_all();
     assert!(matches!(rx[..], [Rx::Term(_)]), "{rx:?}");
     assert!(q.q.wants_close());
