@@ -70,7 +70,7 @@ pub(crate) fn controller<C: Default>(q: &NvmeQueue<C>, ctrl: &Controller) -> IdC
             // from a controller that reports ANA.
             c.nn = sub.max_nsid().max(1);
             c.mnan = c.nn;
-            c.oncs = wid::ONCS_DSM | wid::ONCS_WRITE_ZEROES | wid::ONCS_RESERVATIONS;
+            c.oncs = crate::io::ONCS;
             c.oaes = wid::OAES_NS_ATTR | wid::OAES_ANA_CHANGE;
             c.vwc = sub
                 .namespaces()

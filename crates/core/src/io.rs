@@ -6,8 +6,60 @@
 use crate::command::{IoCmd, Outcome, Xfer};
 use crate::queue::NvmeQueue;
 use farflash_backend::{IoOp, IoRequest};
+use farflash_wire::identify as wid;
+use farflash_wire::log as wlog;
 use farflash_wire::opcode::io as op;
 use farflash_wire::{Sqe, Status};
+
+/// The NVM commands this file runs, with their Commands Supported and
+/// Effects (Base §5.16.1.6; those that write change logical block content,
+/// LBCC) and the Identify Controller ONCS bit that advertises an optional
+/// one (Base §5.17.2.1; 0: mandatory). A new command adds its row here.
+const COMMANDS: [(u8, u32, u16); 9] = [
+    (op::FLUSH, wlog::CSUPP, 0),
+    (op::WRITE, wlog::CSUPP | wlog::LBCC, 0),
+    (op::READ, wlog::CSUPP, 0),
+    (
+        op::WRITE_ZEROES,
+        wlog::CSUPP | wlog::LBCC,
+        wid::ONCS_WRITE_ZEROES,
+    ),
+    (
+        op::DATASET_MANAGEMENT,
+        wlog::CSUPP | wlog::LBCC,
+        wid::ONCS_DSM,
+    ),
+    (
+        op::RESERVATION_REGISTER,
+        wlog::CSUPP,
+        wid::ONCS_RESERVATIONS,
+    ),
+    (op::RESERVATION_REPORT, wlog::CSUPP, wid::ONCS_RESERVATIONS),
+    (op::RESERVATION_ACQUIRE, wlog::CSUPP, wid::ONCS_RESERVATIONS),
+    (op::RESERVATION_RELEASE, wlog::CSUPP, wid::ONCS_RESERVATIONS),
+];
+
+/// The I/O part of the Commands Supported and Effects log (`admin.rs`).
+pub(crate) const EFFECTS: [(u8, u32); COMMANDS.len()] = {
+    let mut e = [(0, 0); COMMANDS.len()];
+    let mut i = 0;
+    while i < COMMANDS.len() {
+        e[i] = (COMMANDS[i].0, COMMANDS[i].1);
+        i += 1;
+    }
+    e
+};
+
+/// Identify Controller ONCS: the optional NVM commands supported (`identify.rs`).
+pub(crate) const ONCS: u16 = {
+    let mut bits = 0;
+    let mut i = 0;
+    while i < COMMANDS.len() {
+        bits |= COMMANDS[i].2;
+        i += 1;
+    }
+    bits
+};
 
 /// NSID meaning "every namespace" (Base §3.2.1.2), valid for Flush.
 pub const NSID_ALL: u32 = 0xFFFF_FFFF;
@@ -265,5 +317,28 @@ fn dsm<C: Default>(
     ) {
         Ok(()) => Outcome::Pending,
         Err(st) => Outcome::Done(st, 0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{COMMANDS, EFFECTS, ONCS};
+    use farflash_wire::identify as wid;
+    use farflash_wire::log as wlog;
+    use farflash_wire::opcode::io as op;
+
+    /// The effects log and ONCS follow the one table of commands.
+    #[test]
+    fn the_effects_log_and_oncs_come_from_the_command_table() {
+        assert_eq!(
+            ONCS,
+            wid::ONCS_DSM | wid::ONCS_WRITE_ZEROES | wid::ONCS_RESERVATIONS
+        );
+        assert_eq!(EFFECTS.len(), COMMANDS.len());
+        for (e, c) in EFFECTS.iter().zip(COMMANDS) {
+            assert_eq!(*e, (c.0, c.1));
+        }
+        assert!(EFFECTS.contains(&(op::WRITE, wlog::CSUPP | wlog::LBCC)));
+        assert!(EFFECTS.contains(&(op::READ, wlog::CSUPP)));
     }
 }

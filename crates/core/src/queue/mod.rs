@@ -10,7 +10,7 @@
 //! a PDU, reads a clock (`tick` brings the time, `lifecycle.rs`) or
 //! performs I/O.
 
-use crate::command::{Completion, Connected, IoCmd};
+use crate::command::{Cmd, Completion, Connected};
 use crate::controller::Controller;
 use crate::listen::ListenTransport;
 use crate::nstable::NsTable;
@@ -61,8 +61,8 @@ pub(crate) struct Slot<C = ()> {
     pub buf: Option<IoBuf>,
     /// Data bytes: expected (H2C) or to send (C2H reply).
     pub len: u32,
-    /// The parsed I/O command (I/O queues).
-    pub io: Option<IoCmd>,
+    /// The command, parsed once at arrival (`exec.rs` `classify`).
+    pub cmd: Cmd,
     /// The status to answer with once the requests still out are back (a
     /// storage error, or a request that could not be emitted).
     pub status: Status,
@@ -83,7 +83,7 @@ impl<C: Default> Slot<C> {
             state: CmdState::Free,
             buf: None,
             len: 0,
-            io: None,
+            cmd: Cmd::Unparsed,
             status: Status::SUCCESS,
             reply: false,
             t0: None,

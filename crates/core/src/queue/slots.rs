@@ -27,7 +27,7 @@
 //! only when nothing of it is out: from `Parsed`, `Running` or `ParkedAer`.
 
 use super::{NvmeQueue, Slot};
-use crate::command::Completion;
+use crate::command::{Cmd, Completion};
 use crate::stats::QueueStats;
 use farflash_wire::log::ErrorEntry;
 use farflash_wire::{Sqe, Status};
@@ -140,7 +140,7 @@ impl<C: Default> NvmeQueue<C> {
             return None;
         }
         s.len = 0;
-        s.io = None;
+        s.cmd = Cmd::Unparsed;
         s.status = Status::SUCCESS;
         s.reply = false;
         s.t0 = None;
@@ -178,7 +178,7 @@ impl<C: Default> NvmeQueue<C> {
         if let Some(b) = s.buf.take() {
             self.pool.put(b);
         }
-        s.io = None;
+        s.cmd = Cmd::Unparsed;
         let cmd = std::mem::take(&mut s.xport);
         if let Some(st) = &self.stats {
             if self.qid != 0 {

@@ -106,7 +106,7 @@ impl<C: Default> NvmeQueue<C> {
             tracing::debug!(cid = s.sqe.cid, opcode = s.sqe.opcode, "{e}");
             s.status = Status::ANA_TRANSITION;
         } else if let Err(e) = &c.result {
-            let write = s.io.is_some_and(|io| io.writes());
+            let write = s.cmd.io().is_some_and(|io| io.writes());
             tracing::warn!(
                 cid = s.sqe.cid,
                 opcode = s.sqe.opcode,
@@ -155,7 +155,8 @@ impl<C: Default> NvmeQueue<C> {
         if !s.status.is_success() {
             return;
         }
-        let (Some(st), Some((write, len))) = (&self.stats, s.io.and_then(|c| c.counted())) else {
+        let (Some(st), Some((write, len))) = (&self.stats, s.cmd.io().and_then(|c| c.counted()))
+        else {
             return;
         };
         let ns = st.ns(s.sqe.nsid);
