@@ -1,8 +1,9 @@
-//! The target's NVMe/TCP event loops.
+//! The target's event loops (NVMe/TCP and NVMe/RDMA).
 //!
-//! One acceptor hands each accepted connection to one worker thread, round
-//! robin; a worker owns its connections outright (a [`QueuePair`] is never
-//! shared), so the I/O path takes no lock shared between threads. Each
+//! One acceptor (`acceptor.rs`) hands each accepted connection (a TCP
+//! socket or an RDMA queue pair) to one worker thread, round robin; a
+//! worker owns its connections outright, in one table for every transport
+//! (`link.rs`), so the I/O path takes no lock shared between threads. Each
 //! worker waits in epoll (mio) on its sockets and on the eventfds of its
 //! backend queues, batches whatever a read brings, and sends everything the
 //! batch produced in one write.
