@@ -47,14 +47,6 @@ impl Link {
         }
     }
 
-    /// The command layer's periodic work.
-    pub(crate) fn tick(&mut self, now: Instant) {
-        match self {
-            Link::Tcp(c) => c.qp.tick(now),
-            Link::Rdma(r) => r.with_queue(|q| q.tick(now)),
-        }
-    }
-
     /// Hands `done` to the connection, stamped with the pass's clock.
     pub(crate) fn deliver(&mut self, now: Instant, done: Done) {
         match self {
