@@ -8,6 +8,9 @@
 //! asks what to do ([`Scheduler::wait`], [`Scheduler::next_round`],
 //! [`Scheduler::budget`], [`Scheduler::poll_due`],
 //! [`Scheduler::poll_timeout`]). Its tests run it on a simulated clock.
+//! It knows connections by their index in the worker's one table, not by
+//! transport: an RDMA queue pair's CQ events are reported as a socket's
+//! readiness is, and its pass (polling the CQ) as a socket's (`worker.rs`).
 //!
 //! Fair sharing: a connection reads at most `fair_share` bytes per round and
 //! unit of its host's weight, then waits for the next round ([`Rx::Backlog`]);
