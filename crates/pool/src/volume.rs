@@ -241,8 +241,8 @@ impl VolumeQueue {
             epoch,
             devs,
             jobs: Vec::with_capacity(depth as usize),
-            free: Vec::new(),
-            spare_segs: Vec::new(),
+            free: Vec::with_capacity(depth as usize),
+            spare_segs: Vec::with_capacity(depth as usize),
             ready: Vec::with_capacity(depth as usize),
             scratch: Vec::with_capacity(depth as usize),
             bounce: BufPool::new(),
@@ -276,7 +276,10 @@ impl VolumeQueue {
             result: Ok(()),
             held: None,
             fua,
-            segs: self.spare_segs.pop().unwrap_or_default(),
+            segs: self
+                .spare_segs
+                .pop()
+                .unwrap_or_else(|| Vec::with_capacity(4)),
         };
         match self.free.pop() {
             Some(i) => {
