@@ -116,9 +116,9 @@
 //!
 //! * Cluster preparation (zeroing, copy-on-write), Write Zeroes,
 //!   Deallocate, and the commit a Flush or FUA write needs run on the
-//!   submitting thread (synchronously) rather than through the queue; the
-//!   pool's own I/O (metadata, preparation) opens a short-lived device
-//!   queue per request.
+//!   submitting thread (synchronously) rather than through the queue (the
+//!   pool's own I/O uses a queue per thread and device, kept while the
+//!   device lives).
 //! * A first write to a cluster zeroes the whole cluster before writing,
 //!   even when the write covers it.
 //! * Freed clusters go back to the pool's allocator but are not punched
