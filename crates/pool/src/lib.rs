@@ -114,11 +114,12 @@
 //!
 //! # Known limits
 //!
-//! * Cluster preparation (zeroing, copy-on-write), Write Zeroes,
-//!   Deallocate, and the commit a Flush or FUA write needs run on the
-//!   submitting thread (synchronously) rather than through the queue (the
-//!   pool's own I/O uses a queue per thread and device, kept while the
-//!   device lives).
+//! * Cluster preparation (zeroing, copy-on-write), Write Zeroes and
+//!   Deallocate run on the submitting thread (synchronously) rather than
+//!   through the queue (the pool's own I/O uses a queue per thread and
+//!   device). A Flush or FUA write that needs a commit does not: the
+//!   committer thread commits and wakes the queue (without a committer,
+//!   `commit_interval: None`, the submitting thread commits).
 //! * A first write to a cluster zeroes the whole cluster before writing,
 //!   even when the write covers it.
 //! * Freed clusters go back to the pool's allocator but are not punched
@@ -132,6 +133,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod check;
+mod committer;
 mod dev;
 mod error;
 pub mod format;

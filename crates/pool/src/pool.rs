@@ -1,5 +1,6 @@
 //! A local pool: creation, opening, commits, and cluster allocation.
 
+use crate::committer::Committer;
 use crate::dev::Devices;
 use crate::error::{no_space, PoolError};
 use crate::format::{
@@ -13,7 +14,7 @@ use crate::state::{Replay, State};
 use farflash_backend::{IoOp, SharedBackend};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// The default cluster size: 1 MiB (see the crate documentation).
@@ -59,7 +60,7 @@ pub(crate) struct PoolInner {
     pub(crate) durable: AtomicU64,
     /// Serializes management calls.
     pub(crate) mgmt: Mutex<()>,
-    stop: Arc<(Mutex<bool>, Condvar)>,
+    pub(crate) committer: Arc<Committer>,
     /// Device locks held while the pool lives (pools opened from paths).
     locks: Mutex<Vec<std::fs::File>>,
 }
@@ -203,33 +204,7 @@ impl Drop for PoolInner {
                 tracing::error!(pool = %self.name, error = %e, "final commit failed");
             }
         }
-        let (m, cv) = &*self.stop;
-        *lock(m) = true;
-        cv.notify_all();
-    }
-}
-
-/// Commits about every `every` while the pool lives.
-fn start_committer(pool: Weak<PoolInner>, stop: Arc<(Mutex<bool>, Condvar)>, every: Duration) {
-    let run = move || loop {
-        {
-            let (m, cv) = &*stop;
-            let g = lock(m);
-            let (g, _) = cv.wait_timeout(g, every).unwrap_or_else(|p| p.into_inner());
-            if *g {
-                return;
-            }
-        }
-        let Some(p) = pool.upgrade() else { return };
-        if p.dirty() {
-            let _ = p.commit();
-        }
-    };
-    if let Err(e) = std::thread::Builder::new()
-        .name("pool-commit".into())
-        .spawn(run)
-    {
-        tracing::warn!(error = %e, "cannot start the pool committer; mappings commit at Flush only");
+        self.committer.stop();
     }
 }
 
@@ -342,7 +317,7 @@ fn finish(
     m: Meta,
     opts: &PoolOptions,
 ) -> Arc<PoolInner> {
-    let stop = Arc::new((Mutex::new(false), Condvar::new()));
+    let committer = Arc::new(Committer::default());
     let pool = Arc::new(PoolInner {
         name,
         devs,
@@ -351,11 +326,11 @@ fn finish(
         changed: AtomicU64::new(0),
         durable: AtomicU64::new(0),
         mgmt: Mutex::new(()),
-        stop: stop.clone(),
+        committer: committer.clone(),
         locks: Mutex::new(Vec::new()),
     });
     if let Some(every) = opts.commit_interval {
-        start_committer(Arc::downgrade(&pool), stop, every);
+        committer.start(Arc::downgrade(&pool), every);
     }
     pool
 }

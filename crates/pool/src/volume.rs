@@ -9,7 +9,10 @@
 //! takes the pool's state lock once to allocate and prepare it (zero it,
 //! or copy the parent's data in) and map it; the mapping is committed at
 //! the next Flush, FUA write or periodic commit, not before the write
-//! completes. Write Zeroes and Deallocate run on the caller's thread.
+//! completes. A Flush or FUA write that needs a commit waits for the
+//! pool's committer thread, which wakes the queue through its eventfd
+//! (an epoll set over the device queues' eventfds and its own). Write
+//! Zeroes and Deallocate run on the caller's thread.
 //!
 //! Each request (read, write, zeroing) also bumps two counters of its
 //! layer (issued, completed), in a cache-line shard of the queue's own
@@ -18,6 +21,7 @@
 //! is reused only once they show nothing in flight on the layer that
 //! freed it.
 
+use crate::committer::Wake;
 use crate::error::no_space;
 use crate::format::{UNMAPPED, ZERO};
 use crate::layer::{Layer, Source};
@@ -127,6 +131,12 @@ fn cvt(r: i32) -> io::Result<i32> {
     }
 }
 
+impl Wake for Notify {
+    fn wake(&self) {
+        self.signal_own();
+    }
+}
+
 impl Notify {
     fn new(fds: &[RawFd]) -> io::Result<Notify> {
         // SAFETY: plain system calls; each fd returned is checked and owned
@@ -150,7 +160,7 @@ impl Notify {
         Ok(Notify { epoll, own })
     }
 
-    fn signal(&self) {
+    fn signal_own(&self) {
         let one = 1u64.to_ne_bytes();
         // SAFETY: writes 8 bytes from a live buffer to our own eventfd.
         unsafe { libc::write(self.own.as_raw_fd(), one.as_ptr().cast(), 8) };
@@ -175,7 +185,10 @@ pub(crate) struct VolumeQueue {
     ready: Vec<IoCompletion>,
     scratch: Vec<IoCompletion>,
     bounce: BufPool,
-    notify: Option<Notify>,
+    notify: Option<Arc<Notify>>,
+    /// Requests waiting for a commit: (tag, buffer, change sequence,
+    /// committer failures seen when they started waiting).
+    waiting: Vec<(u64, IoBuf, u64, u64)>,
     /// Scratch: the physical clusters of a write's pieces.
     phys: Vec<u64>,
     /// This queue's shard of the layers' in-flight counters.
@@ -228,10 +241,15 @@ impl VolumeQueue {
             .map(|d| d.backend.open_queue(depth))
             .collect::<io::Result<Vec<_>>>()?;
         let fds: Vec<RawFd> = devs.iter().filter_map(|q| q.notify_fd()).collect();
-        let notify = if fds.is_empty() {
+        // A queue whose requests may complete later (device queues with an
+        // eventfd, or commits left to the committer) needs a wake-up.
+        let notify = if fds.is_empty() && !pool.committer.running() {
             None
         } else {
-            Some(Notify::new(&fds)?)
+            let n = Arc::new(Notify::new(&fds)?);
+            let w: Arc<dyn Wake> = n.clone();
+            pool.committer.register(Arc::downgrade(&w));
+            Some(n)
         };
         let (layer, epoch) = handle.current();
         Ok(VolumeQueue {
@@ -247,6 +265,7 @@ impl VolumeQueue {
             scratch: Vec::with_capacity(depth as usize),
             bounce: BufPool::new(),
             notify,
+            waiting: Vec::with_capacity(depth as usize),
             phys: Vec::with_capacity(64),
             shard: NEXT_SHARD.fetch_add(1, Ordering::Relaxed),
             held: Vec::with_capacity(2),
@@ -264,7 +283,7 @@ impl VolumeQueue {
     fn complete(&mut self, tag: u64, buf: IoBuf, result: io::Result<()>) {
         self.ready.push(IoCompletion { tag, buf, result });
         if let Some(n) = &self.notify {
-            n.signal();
+            n.signal_own();
         }
     }
 
@@ -528,14 +547,14 @@ impl VolumeQueue {
         if let Some(h) = job.held.take() {
             self.leave(h);
         }
-        // FUA: the data is durable (device FUA); its mapping must be too,
-        // whichever write created it, so any pending mapping is committed.
-        if job.result.is_ok() && job.fua && self.pool.dirty() {
-            job.result = self.pool.commit();
-        }
         job.segs.clear();
         self.spare_segs.push(std::mem::take(&mut job.segs));
         let buf = job.buf.take().unwrap_or_else(|| IoBuf::with_capacity(0));
+        // FUA: the data is durable (device FUA); its mapping must be too,
+        // whichever write created it, so pending mappings are committed.
+        if job.result.is_ok() && job.fua && self.pool.dirty() {
+            return self.after_commit(job.tag, buf);
+        }
         self.complete(job.tag, buf, job.result);
     }
 
@@ -564,10 +583,46 @@ impl VolumeQueue {
         }
     }
 
+    /// Completes the request once every change made so far is committed:
+    /// the committer does it and wakes this queue (or, without a
+    /// committer, this thread does it now).
+    fn after_commit(&mut self, tag: u64, buf: IoBuf) {
+        let target = self.pool.changed.load(Ordering::SeqCst);
+        if self.notify.is_none() || !self.pool.committer.running() {
+            let r = self.pool.commit_to(target);
+            return self.complete(tag, buf, r);
+        }
+        let failures = self.pool.committer.failures();
+        self.waiting.push((tag, buf, target, failures));
+        self.pool.committer.kick();
+    }
+
+    /// Completes the waiting requests whose commit happened (or failed).
+    fn check_waiting(&mut self) {
+        let durable = self.pool.durable.load(Ordering::SeqCst);
+        let failures = self.pool.committer.failures();
+        let running = self.pool.committer.running();
+        let mut i = 0;
+        while i < self.waiting.len() {
+            let (_, _, target, seen) = self.waiting[i];
+            let result = if durable >= target {
+                Ok(())
+            } else if failures > seen || !running {
+                Err(io::Error::from_raw_os_error(libc::EIO))
+            } else {
+                i += 1;
+                continue;
+            };
+            let (tag, buf, _, _) = self.waiting.swap_remove(i);
+            self.ready.push(IoCompletion { tag, buf, result });
+        }
+    }
+
+    /// Flush: a commit when mappings changed (it flushes the devices
+    /// first), else a flush of every device.
     fn start_flush(&mut self, tag: u64, buf: IoBuf) {
         if self.pool.dirty() {
-            let r = self.pool.commit();
-            return self.complete(tag, buf, r);
+            return self.after_commit(tag, buf);
         }
         let j = self.new_job(tag, buf, false);
         let n = self.devs.len();
@@ -648,12 +703,10 @@ impl VolumeQueue {
 
     fn start_zero(&mut self, tag: u64, buf: IoBuf, op: IoOp) {
         let r = match op {
-            IoOp::WriteZeroes { offset, len, fua } => {
-                self.zero_range(offset, len).and_then(|()| match fua {
-                    true => self.pool.commit(),
-                    false => Ok(()),
-                })
-            }
+            IoOp::WriteZeroes { offset, len, fua } => match self.zero_range(offset, len) {
+                Ok(()) if fua => return self.start_flush(tag, buf),
+                r => r,
+            },
             IoOp::Deallocate { ranges } => (0..ranges).try_for_each(|i| {
                 let (o, l) = dealloc_range(&buf, i);
                 self.zero_range(o, l)
@@ -723,6 +776,9 @@ impl BackendQueue for VolumeQueue {
             }
         }
         self.scratch = scratch;
+        if !self.waiting.is_empty() {
+            self.check_waiting();
+        }
         let n = self.ready.len();
         out.append(&mut self.ready);
         n
@@ -733,6 +789,6 @@ impl BackendQueue for VolumeQueue {
     }
 
     fn in_flight(&self) -> usize {
-        self.jobs.len() - self.free.len() + self.ready.len()
+        self.jobs.len() - self.free.len() + self.ready.len() + self.waiting.len()
     }
 }

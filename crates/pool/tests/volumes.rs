@@ -454,3 +454,70 @@ fn stores_are_objects_and_infos_serialize() {
     let s = serde_json::to_value(store.stats()).unwrap();
     assert_eq!(s["cluster_size"], CS);
 }
+
+#[test]
+fn a_flush_needing_a_commit_does_not_block_the_submitter() {
+    let d = vec![MemDevice::recording(16 * MIB)];
+    let o = farflash_pool::PoolOptions {
+        commit_interval: Some(std::time::Duration::from_secs(3600)),
+        ..opts()
+    };
+    let pool = LocalPool::create_with("nb", devs(&d), &o).unwrap();
+    pool.create_volume("v", MIB).unwrap();
+    let be = pool.open("v").unwrap();
+    let mut q = be.open_queue(4).unwrap();
+    write(q.as_mut(), 3, 9, false).unwrap();
+    assert!(pool.uncommitted());
+    d[0].hold_flushes(true);
+    // A watchdog releases the devices if submit blocks (the test then
+    // fails instead of hanging).
+    let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (dog_dev, dog_fired) = (d[0].clone(), fired.clone());
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let dog = std::thread::spawn(move || {
+        if rx.recv_timeout(std::time::Duration::from_secs(20)).is_err() {
+            dog_fired.store(true, std::sync::atomic::Ordering::SeqCst);
+            dog_dev.hold_flushes(false);
+        }
+    });
+    // The Flush needs a commit, which needs device flushes, which are
+    // held: a synchronous commit would not return from submit.
+    q.submit(farflash_backend::IoRequest {
+        tag: 7,
+        op: IoOp::Flush,
+        buf: IoBuf::with_capacity(0),
+    });
+    q.commit().unwrap();
+    let mut out = Vec::new();
+    assert!(
+        !fired.load(std::sync::atomic::Ordering::SeqCst),
+        "submit blocked on the commit"
+    );
+    tx.send(()).unwrap();
+    dog.join().unwrap();
+    assert_eq!(q.reap(&mut out), 0, "not complete while the devices hold");
+    assert_eq!(q.in_flight(), 1);
+    let fd = q.notify_fd().expect("a wake-up for later completions");
+    d[0].hold_flushes(false);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while out.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "flush never completed"
+        );
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the duration of the call.
+        unsafe { libc::poll(&mut p, 1, 100) };
+        q.reap(&mut out);
+    }
+    assert_eq!(out[0].tag, 7);
+    out[0].result.as_ref().unwrap();
+    assert!(!pool.uncommitted());
+    // FUA writes that allocate wait the same way, and complete.
+    write(q.as_mut(), 40, 10, true).unwrap();
+    assert!(!pool.uncommitted());
+}
