@@ -49,7 +49,7 @@
 //!
 //! | tag | record | fields (little-endian) |
 //! |---|---|---|
-//! | 1 | VolPut | id u32, uuid [16], size u64, parent id u32 (FFFFFFFFh none), flags u8 (1 snapshot), name length u8, name |
+//! | 1 | VolPut | id u32, uuid (16 bytes), size u64, parent id u32 (FFFFFFFFh none), flags u8 (1 snapshot), name length u8, name |
 //! | 2 | VolDel | id u32 |
 //! | 3 | Map | id u32, logical cluster u64, value u64: 0 unmapped (read the parent), FFFF..FF zero (hide the parent), else physical cluster + 1 |
 //!
