@@ -76,7 +76,9 @@
 //!    slot and restarting the journal with a new seed) to the other copy,
 //!    and flushes;
 //! 4. only then lets clusters freed by those records be allocated again
-//!    (and only once no write that may target them is in flight).
+//!    (and only once no request that may touch them is in flight), after
+//!    punching them out of their device (Deallocate: a hole in a file, a
+//!    discard on a device), so freed space is given back below the pool.
 //!
 //! Recovery reads the superblock copies (the valid one with the highest
 //! generation wins: a torn superblock write leaves the other), the live
@@ -122,8 +124,6 @@
 //!   `commit_interval: None`, the submitting thread commits).
 //! * A first write to a cluster zeroes the whole cluster before writing,
 //!   even when the write covers it.
-//! * Freed clusters go back to the pool's allocator but are not punched
-//!   out of the underlying file or device.
 //! * Deleting a snapshot with children is refused (naming them) rather
 //!   than merged into a single child: decouple the children first.
 //! * Metadata lives on device 0 only; other devices carry labels.

@@ -106,7 +106,7 @@ impl PoolInner {
         match res {
             Ok(()) => {
                 self.durable.fetch_max(upto, Ordering::SeqCst);
-                lock(&self.state).release_frees(upto);
+                self.reclaim(upto);
                 Ok(())
             }
             Err(e) => {
@@ -115,6 +115,40 @@ impl PoolInner {
                 Err(e)
             }
         }
+    }
+
+    /// Frees the clusters whose release `upto` committed: punched out of
+    /// their device first (thin reclaim on the file or device; they are
+    /// not allocatable meanwhile), then handed to the allocator.
+    fn reclaim(&self, upto: u64) {
+        let mut freed = lock(&self.state).take_releasable(upto);
+        freed.sort_unstable();
+        let cs = self.cluster_size();
+        let mut runs: Vec<(usize, Vec<(u64, u64)>)> = Vec::new();
+        for &p in &freed {
+            let Some((d, off)) = self.devs.locate(p) else {
+                continue;
+            };
+            match runs.iter_mut().find(|(x, _)| *x == d) {
+                Some((_, r)) => match r.last_mut() {
+                    Some(last) if last.0 + last.1 == off => last.1 += cs,
+                    _ => r.push((off, cs)),
+                },
+                None => runs.push((d, vec![(off, cs)])),
+            }
+        }
+        for (d, ranges) in runs {
+            for chunk in ranges.chunks(256) {
+                let buf = farflash_backend::dealloc_buf(chunk);
+                let op = IoOp::Deallocate {
+                    ranges: chunk.len() as u32,
+                };
+                if let Err(e) = self.devs.run(d, op, buf) {
+                    tracing::debug!(pool = %self.name, device = d, error = %e, "punching freed clusters failed");
+                }
+            }
+        }
+        lock(&self.state).release(&freed);
     }
 
     /// Commits everything changed so far.

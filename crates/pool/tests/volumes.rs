@@ -521,3 +521,25 @@ fn a_flush_needing_a_commit_does_not_block_the_submitter() {
     write(q.as_mut(), 40, 10, true).unwrap();
     assert!(!pool.uncommitted());
 }
+
+#[test]
+fn freed_clusters_are_punched_out_of_the_device() {
+    let (pool, d) = new_pool(&[16 * MIB]);
+    pool.create_volume("v", MIB).unwrap();
+    let be = pool.open("v").unwrap();
+    let mut q = be.open_queue(4).unwrap();
+    write_span(q.as_mut(), 0, 48, 4).unwrap();
+    flush(q.as_mut());
+    let before = d[0].log_len();
+    dealloc(q.as_mut(), 0, 32).unwrap();
+    flush(q.as_mut());
+    let punched: Vec<u64> = d[0].log()[before..]
+        .iter()
+        .filter_map(|o| match o {
+            farflash_pool::testing::Op::Zero { len, .. } => Some(*len),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(punched, vec![2 * CS], "two adjacent clusters, one punch");
+    assert_eq!(pool.stats().allocated, CS);
+}
