@@ -122,8 +122,9 @@
 //!   device). A Flush or FUA write that needs a commit does not: the
 //!   committer thread commits and wakes the queue (without a committer,
 //!   `commit_interval: None`, the submitting thread commits).
-//! * A first write to a cluster zeroes the whole cluster before writing,
-//!   even when the write covers it.
+//! * A first write to part of a cluster zeroes (or copies) the whole
+//!   cluster before writing; a first write of a whole cluster is written
+//!   directly (synchronously, before the mapping is published).
 //! * Deleting a snapshot with children is refused (naming them) rather
 //!   than merged into a single child: decouple the children first.
 //! * Metadata lives on device 0 only; other devices carry labels.

@@ -11,7 +11,7 @@ use crate::layer::{Layer, Source};
 use crate::meta::{self, Meta};
 use crate::recover::{self, Bounds};
 use crate::state::{Replay, State};
-use farflash_backend::{IoOp, SharedBackend};
+use farflash_backend::{IoBuf, IoOp, SharedBackend};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -63,6 +63,17 @@ pub(crate) struct PoolInner {
     pub(crate) committer: Arc<Committer>,
     /// Device locks held while the pool lives (pools opened from paths).
     locks: Mutex<Vec<std::fs::File>>,
+}
+
+/// What a newly allocated cluster is filled with before it is mapped.
+pub(crate) enum Fill<'a> {
+    /// What the logical cluster read so far: zeroes, or the parent's data.
+    Prepare,
+    /// A write of the whole cluster: its data (taken and given back).
+    Data {
+        buf: &'a mut Option<IoBuf>,
+        fua: bool,
+    },
 }
 
 /// Why an allocation did not happen.
@@ -179,13 +190,26 @@ impl PoolInner {
     /// (zeroed, or the parent's data copied in) before it is mapped.
     /// Returns it and the change sequence of its mapping.
     pub(crate) fn own_cluster(&self, layer: &Arc<Layer>, i: u64) -> Result<(u64, u64), Alloc> {
+        self.own_cluster_with(layer, i, Fill::Prepare)
+            .map(|(p, seq, _)| (p, seq))
+    }
+
+    /// [`PoolInner::own_cluster`], filled as `fill` says; also returns
+    /// whether `fill`'s data was written (false when the cluster turned
+    /// out to be owned already).
+    pub(crate) fn own_cluster_with(
+        &self,
+        layer: &Arc<Layer>,
+        i: u64,
+        fill: Fill<'_>,
+    ) -> Result<(u64, u64, bool), Alloc> {
         let mut st = lock(&self.state);
         if layer.is_retired() {
             return Err(Alloc::Retry);
         }
         let src = layer.resolve(i);
         if let Source::Own(p) = src {
-            return Ok((p, 0));
+            return Ok((p, 0, false));
         }
         let p = match st.fits(0, 1) {
             true => st.alloc(self.durable.load(Ordering::SeqCst)),
@@ -194,13 +218,37 @@ impl PoolInner {
         let Some(p) = p else {
             return Err(Alloc::Failed(no_space()));
         };
-        if let Err(e) = self.prepare(p, src) {
+        let (filled, wrote) = match fill {
+            Fill::Prepare => (self.prepare(p, src), false),
+            Fill::Data { buf, fua } => (self.write_whole(p, buf, fua), true),
+        };
+        if let Err(e) = filled {
             st.unalloc(p);
             return Err(Alloc::Failed(e));
         }
         st.set_entry(layer, i, p + 1);
         self.note(&st);
-        Ok((p, st.change_seq))
+        Ok((p, st.change_seq, wrote))
+    }
+
+    /// Writes a whole cluster's data (the buffer goes out and comes back
+    /// in `slot`; a failed write loses it).
+    fn write_whole(&self, p: u64, slot: &mut Option<IoBuf>, fua: bool) -> io::Result<()> {
+        let cs = self.cluster_size();
+        let (dev, off) = self
+            .devs
+            .locate(p)
+            .ok_or_else(|| io::Error::other("cluster outside the devices"))?;
+        let buf = slot
+            .take()
+            .ok_or_else(|| io::Error::other("no data buffer"))?;
+        let op = IoOp::Write {
+            offset: off,
+            len: cs as u32,
+            fua,
+        };
+        *slot = Some(self.devs.run(dev, op, buf)?);
+        Ok(())
     }
 
     /// Makes cluster `p` hold what `src` reads.

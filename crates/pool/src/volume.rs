@@ -25,7 +25,7 @@ use crate::committer::Wake;
 use crate::error::no_space;
 use crate::format::{UNMAPPED, ZERO};
 use crate::layer::{Layer, Source};
-use crate::pool::{lock, Alloc, PoolInner};
+use crate::pool::{lock, Alloc, Fill, PoolInner};
 use crate::state::Handle;
 use farflash_backend::{Backend, BackendQueue, BufPool, IoBuf, IoCompletion, IoOp, IoRequest};
 use std::io;
@@ -482,6 +482,14 @@ impl VolumeQueue {
     fn start_write(&mut self, tag: u64, buf: IoBuf, offset: u64, len: u32, fua: bool) {
         let h = self.enter();
         let cs = self.pool.cluster_size();
+        let whole = offset.is_multiple_of(cs) && u64::from(len) == cs;
+        let buf = match whole && !matches!(self.layer.resolve(offset / cs), Source::Own(_)) {
+            true => match self.first_whole_write(h, tag, buf, offset, fua) {
+                Some(buf) => buf,
+                None => return,
+            },
+            false => buf,
+        };
         let mut phys = std::mem::take(&mut self.phys);
         phys.clear();
         for p in pieces(offset, len.into(), cs) {
@@ -521,6 +529,51 @@ impl VolumeQueue {
         }
         self.phys = phys;
         self.settle(j, res);
+    }
+
+    /// A first write of a whole cluster: its data is the cluster's
+    /// preparation (no zeroing or copy), written before the mapping is
+    /// published. Returns the buffer when the request is not finished
+    /// (the cluster turned out to be owned already: the normal path).
+    fn first_whole_write(
+        &mut self,
+        h: usize,
+        tag: u64,
+        buf: IoBuf,
+        offset: u64,
+        fua: bool,
+    ) -> Option<IoBuf> {
+        let cs = self.pool.cluster_size();
+        let mut slot = Some(buf);
+        let r = self.pool.own_cluster_with(
+            &self.layer,
+            offset / cs,
+            Fill::Data {
+                buf: &mut slot,
+                fua,
+            },
+        );
+        let buf = slot.take().unwrap_or_else(|| IoBuf::with_capacity(0));
+        match r {
+            Ok((_, _, false)) => return Some(buf),
+            Ok((_, _, true)) => {
+                self.leave(h);
+                if fua && self.pool.dirty() {
+                    self.after_commit(tag, buf);
+                } else {
+                    self.complete(tag, buf, Ok(()));
+                }
+            }
+            Err(Alloc::Retry) => {
+                self.leave(h);
+                self.start_write(tag, buf, offset, cs as u32, fua);
+            }
+            Err(Alloc::Failed(e)) => {
+                self.leave(h);
+                self.complete(tag, buf, Err(e));
+            }
+        }
+        None
     }
 
     /// After issuing: records a failure, and finishes a job with nothing

@@ -543,3 +543,48 @@ fn freed_clusters_are_punched_out_of_the_device() {
     assert_eq!(punched, vec![2 * CS], "two adjacent clusters, one punch");
     assert_eq!(pool.stats().allocated, CS);
 }
+
+#[test]
+fn a_first_whole_cluster_write_is_its_own_preparation() {
+    use farflash_pool::testing::Op;
+    let (pool, d) = new_pool(&[16 * MIB]);
+    pool.create_volume("v", MIB).unwrap();
+    let be = pool.open("v").unwrap();
+    let mut q = be.open_queue(4).unwrap();
+    let count = |ops: &[Op]| -> (usize, usize) {
+        let zeroes = ops
+            .iter()
+            .filter(|o| matches!(o, Op::Zero { len, .. } if *len == CS))
+            .count();
+        let writes = ops
+            .iter()
+            .filter(|o| matches!(o, Op::Write { data, .. } if data.len() as u64 == CS))
+            .count();
+        (zeroes, writes)
+    };
+    let before = d[0].log_len();
+    write_span(q.as_mut(), 16, 16, 5).unwrap();
+    assert_eq!(
+        count(&d[0].log()[before..]),
+        (0, 1),
+        "one write, no zeroing"
+    );
+    for b in 16..32 {
+        assert_eq!(read_id(q.as_mut(), b), Some(5));
+    }
+    assert_eq!(read_id(q.as_mut(), 0), Some(0));
+    assert_eq!(pool.get("v").unwrap().allocated, CS);
+    // Over a snapshot: no copy of the parent's cluster either.
+    pool.snapshot("v", "s").unwrap();
+    let before = d[0].log_len();
+    write_span(q.as_mut(), 16, 16, 6).unwrap();
+    assert_eq!(count(&d[0].log()[before..]), (0, 1), "one write, no copy");
+    assert_eq!(read_id(q.as_mut(), 20), Some(6));
+    let sb = pool.open("s").unwrap();
+    let mut sq = sb.open_queue(4).unwrap();
+    assert_eq!(read_id(sq.as_mut(), 20), Some(5));
+    // A partial first write still prepares the cluster.
+    let before = d[0].log_len();
+    write(q.as_mut(), 40, 7, false).unwrap();
+    assert_eq!(count(&d[0].log()[before..]).0, 1, "zeroed first");
+}
