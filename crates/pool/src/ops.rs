@@ -80,6 +80,15 @@ fn quiesce(old: &Layer) {
 }
 
 impl PoolInner {
+    /// The current layer of `name` (tests).
+    #[cfg(test)]
+    pub(crate) fn handle_layer(&self, name: &str) -> Arc<Layer> {
+        let st = lock(&self.state);
+        st.by_name(name)
+            .map(|v| v.handle.current().0)
+            .expect("volume")
+    }
+
     fn commit_mgmt(&self) -> Result<(), PoolError> {
         self.commit().map_err(PoolError::io(format!(
             "pool {:?}: committing metadata",

@@ -277,6 +277,14 @@ impl VolumeQueue {
     fn refresh(&mut self) {
         if self.handle.epoch() != self.epoch {
             (self.layer, self.epoch) = self.handle.current();
+            // Replaced layers this queue has nothing in flight on go.
+            for h in &mut self.held {
+                if h.as_ref()
+                    .is_some_and(|(l, n)| *n == 0 && !Arc::ptr_eq(l, &self.layer))
+                {
+                    *h = None;
+                }
+            }
         }
     }
 
@@ -843,5 +851,50 @@ impl BackendQueue for VolumeQueue {
 
     fn in_flight(&self) -> usize {
         self.jobs.len() - self.free.len() + self.ready.len() + self.waiting.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::MemDevice;
+    use crate::{LocalPool, PoolOptions, VolumeStore};
+    use farflash_backend::{IoBuf, IoOp};
+    use std::sync::Arc;
+
+    #[test]
+    fn a_queue_lets_go_of_replaced_layers() {
+        let d = MemDevice::recording(16 << 20);
+        let opts = PoolOptions {
+            cluster_size: Some(64 << 10),
+            max_volumes: 16,
+            journal_blocks: 16,
+            commit_interval: None,
+        };
+        let pool = LocalPool::create_with("h", vec![("m".into(), d.backend())], &opts).unwrap();
+        pool.create_volume("v", 1 << 20).unwrap();
+        let be = pool.open("v").unwrap();
+        let mut q = be.open_queue(4).unwrap();
+        let read = |q: &mut dyn farflash_backend::BackendQueue| {
+            crate::testing::run(
+                q,
+                IoOp::Read {
+                    offset: 0,
+                    len: 4096,
+                },
+                IoBuf::with_capacity(4096),
+            )
+            .unwrap();
+        };
+        read(q.as_mut());
+        let first = pool.inner.handle_layer("v");
+        for size in 2..6u64 {
+            pool.resize("v", size << 20, false).unwrap();
+            read(q.as_mut());
+        }
+        assert_eq!(
+            Arc::strong_count(&first),
+            1,
+            "only this test holds the first layer"
+        );
     }
 }
