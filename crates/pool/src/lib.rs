@@ -130,6 +130,12 @@
 //! * Metadata lives on device 0 only; other devices carry labels.
 //! * A cluster freed while requests are in flight on its volume's layer
 //!   becomes allocatable at a moment when none are.
+//! * Requests are counted on the layer of the volume they address, not on
+//!   the ancestors they read through: a read through a clone that is
+//!   still in flight while the snapshot it reads from is decoupled and its
+//!   parent deleted, committed, and the freed cluster reallocated and
+//!   rewritten, could return the new data. Closing that window needs
+//!   counting on every layer of the chain (or an epoch scheme).
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 

@@ -194,6 +194,17 @@ impl PoolInner {
             .map(|(p, seq, _)| (p, seq))
     }
 
+    /// [`PoolInner::own_cluster`] in a snapshot's layer (retired since the
+    /// snapshot was taken, but with no writer that could race): decouple.
+    pub(crate) fn own_snapshot_cluster(
+        &self,
+        layer: &Arc<Layer>,
+        i: u64,
+    ) -> Result<(u64, u64), Alloc> {
+        self.own_cluster_in(layer, i, Fill::Prepare, true)
+            .map(|(p, seq, _)| (p, seq))
+    }
+
     /// [`PoolInner::own_cluster`], filled as `fill` says; also returns
     /// whether `fill`'s data was written (false when the cluster turned
     /// out to be owned already).
@@ -203,8 +214,18 @@ impl PoolInner {
         i: u64,
         fill: Fill<'_>,
     ) -> Result<(u64, u64, bool), Alloc> {
+        self.own_cluster_in(layer, i, fill, false)
+    }
+
+    fn own_cluster_in(
+        &self,
+        layer: &Arc<Layer>,
+        i: u64,
+        fill: Fill<'_>,
+        retired_ok: bool,
+    ) -> Result<(u64, u64, bool), Alloc> {
         let mut st = lock(&self.state);
-        if layer.is_retired() {
+        if layer.is_retired() && !retired_ok {
             return Err(Alloc::Retry);
         }
         let src = layer.resolve(i);

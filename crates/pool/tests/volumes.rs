@@ -588,3 +588,50 @@ fn a_first_whole_cluster_write_is_its_own_preparation() {
     write(q.as_mut(), 40, 7, false).unwrap();
     assert_eq!(count(&d[0].log()[before..]).0, 1, "zeroed first");
 }
+
+#[test]
+fn a_snapshot_can_be_decoupled_so_its_parent_can_go() {
+    let (pool, d) = new_pool(&[16 * MIB]);
+    pool.create_volume("v", MIB).unwrap();
+    {
+        let be = pool.open("v").unwrap();
+        let mut q = be.open_queue(4).unwrap();
+        write(q.as_mut(), 1, 21, false).unwrap();
+        write(q.as_mut(), 17, 22, false).unwrap();
+    }
+    pool.snapshot("v", "s1").unwrap();
+    pool.clone_volume("s1", "c").unwrap();
+    {
+        let be = pool.open("c").unwrap();
+        let mut q = be.open_queue(4).unwrap();
+        write(q.as_mut(), 2, 23, false).unwrap();
+    }
+    pool.snapshot("c", "s2").unwrap(); // s2's parent is s1
+    assert_eq!(pool.get("s2").unwrap().parent.as_deref(), Some("s1"));
+    assert!(matches!(
+        pool.delete("s1"),
+        Err(PoolError::HasClones { .. })
+    ));
+    pool.decouple("s2").unwrap();
+    pool.decouple("v").unwrap();
+    assert_eq!(pool.get("s2").unwrap().parent, None);
+    pool.delete("s1").unwrap();
+    for (name, want) in [
+        ("s2", [21, 22, 23]),
+        ("c", [21, 22, 23]),
+        ("v", [21, 22, 0]),
+    ] {
+        let be = pool.open(name).unwrap();
+        let mut q = be.open_queue(4).unwrap();
+        let got = [1, 17, 2].map(|b| read_id(q.as_mut(), b).unwrap());
+        assert_eq!(got, want, "{name}");
+    }
+    pool.commit().unwrap();
+    drop(pool);
+    let r = check_backends(devs(&d));
+    assert!(r.ok(), "{r:?}");
+    let again = LocalPool::open_with(devs(&d), &opts()).unwrap();
+    let be = again.open("c").unwrap();
+    let mut q = be.open_queue(4).unwrap();
+    assert_eq!(read_id(q.as_mut(), 17), Some(22));
+}
