@@ -12,9 +12,8 @@ use std::path::PathBuf;
 
 #[derive(Args, Debug)]
 pub struct CtlArgs {
-    /// The target's management socket (default: as `farflash serve`'s).
-    #[arg(long = "rpc-socket", short = 's', value_name = "PATH", global = true)]
-    pub socket: Option<PathBuf>,
+    #[command(flatten)]
+    pub endpoint: Endpoint,
     /// Print the JSON result instead of text.
     #[arg(long, global = true)]
     pub json: bool,
@@ -215,24 +214,67 @@ pub enum AnaVerb {
     },
 }
 
+/// Where the target's management API is: its Unix socket, or its network
+/// endpoint (TLS with a client certificate; docs/management.md).
+#[derive(Args, Debug, Clone)]
+pub struct Endpoint {
+    /// The target's management socket (default: as `farflash serve`'s).
+    #[arg(long = "rpc-socket", short = 's', value_name = "PATH", global = true)]
+    pub socket: Option<PathBuf>,
+    /// The target's network management endpoint (`serve --rpc-listen`),
+    /// HOST:PORT; needs --rpc-cert, --rpc-key and --rpc-ca.
+    #[arg(long = "rpc-connect", value_name = "HOST:PORT", global = true)]
+    pub connect: Option<String>,
+    /// This client's certificate (PEM), signed by the target's client CA.
+    #[arg(long = "rpc-cert", value_name = "FILE", global = true)]
+    pub cert: Option<PathBuf>,
+    /// This client's private key (PEM).
+    #[arg(long = "rpc-key", value_name = "FILE", global = true)]
+    pub key: Option<PathBuf>,
+    /// The CA (PEM) the target's certificate must chain to.
+    #[arg(long = "rpc-ca", value_name = "FILE", global = true)]
+    pub ca: Option<PathBuf>,
+    /// The name the target's certificate must carry (default: HOST of --rpc-connect).
+    #[arg(long = "rpc-server-name", value_name = "NAME", global = true)]
+    pub server_name: Option<String>,
+}
+
+impl Endpoint {
+    /// Sends one request; the JSON-RPC answer, error or not.
+    fn call_raw(&self, method: &str, params: Value) -> Result<Value> {
+        let Some(addr) = &self.connect else {
+            if self.cert.is_some() || self.key.is_some() || self.ca.is_some() {
+                bail!("--rpc-cert, --rpc-key and --rpc-ca go with --rpc-connect");
+            }
+            let sock =
+                (self.socket.clone()).unwrap_or_else(farflash_mgmt::server::default_socket_path);
+            return Ok(farflash_mgmt::server::call(&sock, method, params)?);
+        };
+        if self.socket.is_some() {
+            bail!("--rpc-socket and --rpc-connect: give one");
+        }
+        let (Some(cert), Some(key), Some(ca)) = (&self.cert, &self.key, &self.ca) else {
+            bail!("--rpc-connect needs --rpc-cert, --rpc-key and --rpc-ca (the endpoint refuses clients without a certificate)");
+        };
+        let tls = farflash_mgmt::net::TlsFiles::new(cert, key, ca).client_config()?;
+        let client = farflash_mgmt::net::NetClient::new(addr, self.server_name.as_deref(), tls)?;
+        Ok(client.call(method, params)?)
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct RpcArgs {
-    #[arg(long = "rpc-socket", short = 's', value_name = "PATH")]
-    pub socket: Option<PathBuf>,
+    #[command(flatten)]
+    pub endpoint: Endpoint,
     /// Method name (`rpc_methods` lists them).
     pub method: String,
     /// Parameters as a JSON object (default {}).
     pub params: Option<String>,
 }
 
-fn socket(p: &Option<PathBuf>) -> PathBuf {
-    p.clone()
-        .unwrap_or_else(farflash_mgmt::server::default_socket_path)
-}
-
 /// Sends one call; a JSON-RPC error becomes an error.
-fn call(sock: &std::path::Path, method: &str, params: Value) -> Result<Value> {
-    let answer = farflash_mgmt::server::call(sock, method, params)?;
+fn call(ep: &Endpoint, method: &str, params: Value) -> Result<Value> {
+    let answer = ep.call_raw(method, params)?;
     if let Some(e) = answer.get("error") {
         bail!(
             "{} (error {})",
@@ -253,7 +295,7 @@ pub fn run_rpc(a: RpcArgs) -> Result<()> {
         Some(p) => serde_json::from_str(p).context("params must be JSON")?,
         None => json!({}),
     };
-    let answer = farflash_mgmt::server::call(&socket(&a.socket), &a.method, params)?;
+    let answer = a.endpoint.call_raw(&a.method, params)?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", serde_json::to_string_pretty(&answer)?)?;
     if answer.get("error").is_some() {
@@ -263,7 +305,7 @@ pub fn run_rpc(a: RpcArgs) -> Result<()> {
 }
 
 pub fn run(a: CtlArgs) -> Result<()> {
-    let sock = socket(&a.socket);
+    let sock = &a.endpoint;
     let (method, params) = match &a.verb {
         Verb::Subsystem(SubsystemVerb::List) => ("subsystem_list", json!({})),
         Verb::Subsystem(SubsystemVerb::Create {
@@ -375,7 +417,7 @@ pub fn run(a: CtlArgs) -> Result<()> {
         }
     };
     let params = strip_nulls(params);
-    let result = call(&sock, method, params)?;
+    let result = call(sock, method, params)?;
     let mut out = std::io::stdout().lock();
     if a.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&result)?)?;

@@ -5,12 +5,13 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{ArgMatches, Args, FromArgMatches};
+use farflash_control::build_subsystems;
 use farflash_core::config::{
-    parse_cpu_list, BackendKind, Config, DhchapKey, HostAuthConfig, NamespaceConfig, PollMode,
-    RbdConfig, Size, SubsystemConfig, DEFAULT_NQN,
+    parse_cpu_list, BackendKind, Config, DhchapKey, HostAuthConfig, ManagementEndpoint,
+    NamespaceConfig, PollMode, RbdConfig, Size, SubsystemConfig, DEFAULT_NQN,
 };
 use farflash_core::listen::{split_listen, ListenTransport};
-use farflash_core::subsystem::{build_subsystems, human};
+use farflash_core::subsystem::human;
 use farflash_core::tls_key::TlsKey;
 use farflash_core::Target;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
@@ -145,6 +146,20 @@ pub struct ServeFlags {
     /// /tmp/farflash-UID.sock otherwise; "none" turns it off.
     #[arg(long = "rpc-socket", value_name = "PATH")]
     pub rpc_socket: Option<PathBuf>,
+    /// The management API over the network too, on ADDR:PORT: TLS 1.3 with
+    /// client certificates, required (needs --rpc-cert, --rpc-key and
+    /// --rpc-client-ca; `[transport.management]` in the file). Off by default.
+    #[arg(long = "rpc-listen", value_name = "ADDR:PORT")]
+    pub rpc_listen: Option<String>,
+    /// The management endpoint's certificate chain (PEM, leaf first).
+    #[arg(long = "rpc-cert", value_name = "FILE")]
+    pub rpc_cert: Option<PathBuf>,
+    /// The management endpoint's private key (PEM).
+    #[arg(long = "rpc-key", value_name = "FILE")]
+    pub rpc_key: Option<PathBuf>,
+    /// The CA certificates (PEM) a management client's certificate must chain to.
+    #[arg(long = "rpc-client-ca", value_name = "FILE")]
+    pub rpc_client_ca: Option<PathBuf>,
     /// Serve Prometheus metrics over HTTP on ADDR:PORT (a bare PORT means
     /// 127.0.0.1:PORT). Off by default.
     #[arg(long, value_name = "ADDR:PORT")]
@@ -226,7 +241,7 @@ impl ServeArgs {
     pub fn to_config(&self) -> Result<Config> {
         let f = &self.flags;
         let mut cfg = match &f.config {
-            Some(p) => Config::load(p)?,
+            Some(p) => farflash_control::config::load(p)?,
             None => Config::default(),
         };
         if !f.listen.is_empty() {
@@ -244,6 +259,7 @@ impl ServeArgs {
         if let Some(us) = f.poll_idle_us {
             cfg.transport.poll_idle_us = us;
         }
+        management_flags(f, &mut cfg.transport.management)?;
         let bs = f.block_size.as_deref().map(str::parse::<u32>).transpose()?;
         let flag_ns: Vec<NamespaceConfig> = self
             .ns_order
@@ -347,7 +363,10 @@ fn host_keys(f: &ServeFlags) -> Result<Vec<HostAuthConfig>> {
             bail!("--tls-key takes HOSTNQN=KEY or HOSTNQN=FILE");
         };
         // The error names the host and what is wrong, never the key.
-        let key = TlsKey::parse(text).map_err(|e| anyhow::anyhow!("--tls-key for {nqn}: {e}"))?;
+        let mut key =
+            TlsKey::parse(text).map_err(|e| anyhow::anyhow!("--tls-key for {nqn}: {e}"))?;
+        farflash_control::key_files::read(&mut key)
+            .map_err(|e| anyhow::anyhow!("--tls-key for {nqn}: {e}"))?;
         let h = match hosts.iter_mut().find(|h| h.nqn == nqn) {
             Some(h) if h.tls_key.is_some() => bail!("--tls-key for {nqn} is given twice"),
             Some(h) => h,
@@ -476,13 +495,15 @@ pub fn run(args: ServeArgs) -> Result<()> {
             })
             .collect(),
     );
+    target.set_started(std::time::Instant::now());
     // Storage shared with other targets follows ANA (RBD's exclusive lock).
-    farflash_core::reload::claim_storage(&target)?;
+    farflash_control::reload::claim_storage(&target)?;
     let (listener_ctl, listener_rx) = farflash_transport::listener_control();
     let api = Arc::new(farflash_mgmt::Api {
         target: target.clone(),
         listeners: Some(Box::new(listener_ctl.clone())),
     });
+    let rpc_net = start_rpc_net(&target.transport.management, api.clone())?;
     let rpc = start_rpc(&args.flags, api)?;
     let metrics = match &args.flags.metrics {
         Some(a) => {
@@ -504,6 +525,13 @@ pub fn run(args: ServeArgs) -> Result<()> {
         let mut out = std::io::stdout().lock();
         if let Some(r) = &rpc {
             let _ = writeln!(out, "management socket {}", r.path().display());
+        }
+        if let Some(n) = &rpc_net {
+            let _ = writeln!(
+                out,
+                "management endpoint {} (TLS, client certificates required)",
+                n.addr()
+            );
         }
         if let Some(m) = &metrics {
             let _ = writeln!(out, "metrics on http://{}/metrics", m.addr);
@@ -530,6 +558,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     reloader.0.close();
     let _ = reloader.1.join();
     drop(rpc);
+    drop(rpc_net);
     drop(metrics);
     served?;
 
@@ -613,6 +642,49 @@ fn metrics_addr(a: &str) -> Result<SocketAddr> {
         .with_context(|| format!("--metrics address {a:?} resolves to nothing"))
 }
 
+/// `--rpc-listen`, `--rpc-cert`, `--rpc-key`, `--rpc-client-ca` over
+/// `[transport.management]`: the endpoint is off or whole.
+fn management_flags(f: &ServeFlags, m: &mut ManagementEndpoint) -> Result<()> {
+    if let Some(l) = &f.rpc_listen {
+        m.listen = Some(l.clone());
+    }
+    if let Some(p) = &f.rpc_cert {
+        m.cert = Some(p.clone());
+    }
+    if let Some(p) = &f.rpc_key {
+        m.key = Some(p.clone());
+    }
+    if let Some(p) = &f.rpc_client_ca {
+        m.client_ca = Some(p.clone());
+    }
+    m.validate().map_err(|e| {
+        anyhow::anyhow!("{e}; as flags: --rpc-listen, --rpc-cert, --rpc-key, --rpc-client-ca")
+    })
+}
+
+/// Starts the management endpoint on the network, when configured.
+fn start_rpc_net(
+    m: &ManagementEndpoint,
+    api: Arc<farflash_mgmt::Api>,
+) -> Result<Option<farflash_mgmt::net::NetServer>> {
+    let (Some(listen), Some(cert), Some(key), Some(ca)) =
+        (&m.listen, &m.cert, &m.key, &m.client_ca)
+    else {
+        return Ok(None);
+    };
+    let tls = farflash_mgmt::net::TlsFiles::new(cert, key, ca)
+        .server_config()
+        .context("management endpoint (--rpc-listen)")?;
+    let sa = listen
+        .to_socket_addrs()
+        .with_context(|| format!("bad --rpc-listen address {listen:?} (want ADDR:PORT)"))?
+        .next()
+        .with_context(|| format!("--rpc-listen address {listen:?} resolves to nothing"))?;
+    farflash_mgmt::net::start(api, sa, tls)
+        .map(Some)
+        .with_context(|| format!("cannot serve the management endpoint on {sa}"))
+}
+
 /// Starts the management socket: at `--rpc-socket` (an error if it cannot
 /// be had), or at the default path (a warning if another target holds it).
 fn start_rpc(
@@ -684,7 +756,7 @@ fn spawn_reloader(
             for _ in signals.forever() {
                 notify("RELOADING=1");
                 let result = args.to_config().and_then(|cfg| {
-                    Ok(farflash_core::reload::apply_with(
+                    Ok(farflash_control::reload::apply_with(
                         &target,
                         &cfg,
                         Some(&listeners),
@@ -747,7 +819,7 @@ fn spawn_size_watch(
                     }
                 }
                 if resized {
-                    match farflash_core::manage::modify(&target, None, |_| Ok(())) {
+                    match farflash_control::manage::modify(&target, None, |_| Ok(())) {
                         Ok(r) => log_report("resize", &r),
                         Err(e) => tracing::error!("applying a resize failed: {e:#}"),
                     }
@@ -758,7 +830,7 @@ fn spawn_size_watch(
 }
 
 /// Logs what a configuration change did.
-pub fn log_report(what: &str, r: &farflash_core::reload::ReloadReport) {
+pub fn log_report(what: &str, r: &farflash_control::reload::ReloadReport) {
     for (nqn, ids) in &r.changed {
         tracing::info!(subnqn = %nqn, nsids = ?ids, "{what}: namespaces changed");
     }

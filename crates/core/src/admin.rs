@@ -213,7 +213,7 @@ fn get_log_page(q: &mut NvmeQueue, idx: usize, ctrl: &Controller, sqe: &Sqe) -> 
                 host_write_commands: t.write_cmds as u128,
                 power_cycles: 1,
                 power_on_hours: q.life.clock.map_or(0, |c| {
-                    c.saturating_duration_since(q.target.started).as_secs() / 3600
+                    c.saturating_duration_since(q.target.started(c)).as_secs() / 3600
                 }) as u128,
                 media_errors: t.media_errors as u128,
                 error_log_entries: errors as u128,

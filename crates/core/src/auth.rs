@@ -175,7 +175,7 @@ mod tests {
         BackendKind, Config, DhchapKey, HostAuthConfig, NamespaceConfig, SubsystemConfig,
         TransportConfig,
     };
-    use crate::subsystem::build_subsystems;
+    use crate::testing::build_subsystems;
     use crate::{NvmeQueue, Target};
     use farflash_auth::{HostAuth, HostConfig, HostStep, OsRandom, Secret};
     use farflash_wire::auth::{
@@ -464,12 +464,12 @@ mod tests {
         let mut q = queue(&t);
         connect(&mut q, HOST, 0, CNTLID_DYNAMIC);
         assert_eq!(authenticate(&mut q, key(1), None, 1), HostStep::Done(None));
-        // The host's key changes (SIGHUP, load_config or host_allow).
-        let mut cfg = crate::reload::current_config(&t);
-        cfg.subsystems[0].hosts[0].dhchap_key = Some(DhchapKey(key(7)));
-        let report = crate::reload::apply(&t, &cfg).expect("apply the new key");
-        assert_eq!(report.hosts_changed, vec![NQN.to_owned()]);
-        assert_eq!(report.disconnected, 0, "a keyed host stays connected");
+        // The host's key changes (SIGHUP, load_config or host_allow: the
+        // control plane's reload replaces the subsystem's host access).
+        let sub = t.subsystems()[0].clone();
+        let mut sc = sub.to_config();
+        sc.hosts[0].dhchap_key = Some(DhchapKey(key(7)));
+        sub.set_access(crate::subsystem::HostAccess::of(&sc));
         // The live queue keeps working, and re-authenticates with the new key.
         assert_eq!(identify(&mut q), Status::SUCCESS);
         assert_eq!(authenticate(&mut q, key(7), None, 2), HostStep::Done(None));

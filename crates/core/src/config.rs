@@ -79,6 +79,52 @@ pub struct TransportConfig {
     /// Secure channel: a TLS record begun and not completed within this
     /// many milliseconds closes the connection (a peer stalled mid-record).
     pub tls_record_timeout_ms: u32,
+    /// The management API over the network (`[transport.management]`):
+    /// TLS 1.3 with client certificates; off unless `listen` is set.
+    #[serde(skip_serializing_if = "ManagementEndpoint::is_off")]
+    pub management: ManagementEndpoint,
+}
+
+/// `[transport.management]`: where the management API listens on the
+/// network and the PEM files of its TLS (docs/management.md). Read at
+/// start, like the rest of `[transport]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ManagementEndpoint {
+    /// ADDR:PORT to listen on (none: no network endpoint).
+    pub listen: Option<String>,
+    /// The endpoint's certificate chain (PEM, leaf first).
+    pub cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    pub key: Option<PathBuf>,
+    /// The CA certificates (PEM) a client's certificate must chain to.
+    pub client_ca: Option<PathBuf>,
+}
+
+impl ManagementEndpoint {
+    pub fn is_off(&self) -> bool {
+        *self == ManagementEndpoint::default()
+    }
+
+    /// Checks that the endpoint is off or fully given; an error names the
+    /// missing field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.is_off() {
+            return Ok(());
+        }
+        let missing = [
+            ("listen", self.listen.is_none()),
+            ("cert", self.cert.is_none()),
+            ("key", self.key.is_none()),
+            ("client_ca", self.client_ca.is_none()),
+        ];
+        match missing.iter().find(|(_, m)| *m) {
+            Some((field, _)) => Err(format!(
+                "transport.management.{field} is missing: the network management endpoint needs listen, cert, key and client_ca (it is never unauthenticated)"
+            )),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The target's limits on subsystems and namespaces, checked at start, at
@@ -193,6 +239,7 @@ impl Default for TransportConfig {
             limits: Limits::default(),
             tls_handshake_timeout_ms: 10_000,
             tls_record_timeout_ms: 10_000,
+            management: ManagementEndpoint::default(),
         }
     }
 }
@@ -307,7 +354,7 @@ pub struct HostAuthConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_key: Option<crate::tls_key::TlsKey>,
     /// Derivation layouts accepted for `tls_key`, tried in order
-    /// (`farflash_tls::Derivation` names; empty: "libnvme-1.10",
+    /// (`farflash_psk::Derivation` names; empty: "libnvme-1.10",
     /// "rfc8446"). A version 1 identity picks the one its digest matches,
     /// a version 0 identity the first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -329,7 +376,7 @@ impl HostAuthConfig {
     }
 
     /// The derivations accepted for `tls_key`, in order.
-    pub fn derivations(&self) -> Result<Vec<farflash_tls::Derivation>, String> {
+    pub fn derivations(&self) -> Result<Vec<farflash_psk::Derivation>, String> {
         crate::tls_key::derivations(&self.tls_derivation)
     }
 
@@ -578,19 +625,6 @@ impl Config {
         Ok(c)
     }
 
-    pub fn load(path: &std::path::Path) -> Result<Config, ConfigError> {
-        let p = path.display().to_string();
-        // Inline secrets (dhchap_key, tls_key) are in the text: zeroized
-        // when it goes.
-        let text = zeroize::Zeroizing::new(std::fs::read_to_string(path).map_err(|source| {
-            ConfigError::Read {
-                path: p.clone(),
-                source,
-            }
-        })?);
-        Config::from_toml(&text, &p)
-    }
-
     /// Checks what the types cannot: limits, duplicates, required fields.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError::Invalid(m));
@@ -601,6 +635,7 @@ impl Config {
         for l in &self.listen {
             crate::listen::split_listen(l).map_err(ConfigError::Invalid)?;
         }
+        t.management.validate().map_err(ConfigError::Invalid)?;
         if t.in_capsule_data_size > 1 << 20 || !t.in_capsule_data_size.is_multiple_of(16) {
             return bad("in_capsule_data_size must be a multiple of 16, at most 1 MiB".into());
         }
@@ -787,6 +822,42 @@ impl SubsystemConfig {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_management_endpoint_is_off_or_whole() {
+        // A subsystem, so that only the endpoint is what is checked.
+        const SUB: &str = "[[subsystem]]\nnqn = 'nqn.t:a'\n";
+        let full = "[[subsystem]]\nnqn = 'nqn.t:a'\n[transport.management]\nlisten = '127.0.0.1:4430'\ncert = '/etc/farflash/mgmt.crt'\nkey = '/etc/farflash/mgmt.key'\nclient_ca = '/etc/farflash/ca.crt'\n";
+        let c = super::Config::from_toml(full, "t").unwrap();
+        let m = &c.transport.management;
+        assert_eq!(m.listen.as_deref(), Some("127.0.0.1:4430"));
+        assert_eq!(
+            m.client_ca.as_deref(),
+            Some(std::path::Path::new("/etc/farflash/ca.crt"))
+        );
+        // It survives a round trip; an endpoint that is off is not written.
+        let text = toml::to_string(&c).unwrap();
+        assert_eq!(super::Config::from_toml(&text, "t").unwrap(), c);
+        let off = toml::to_string(&super::Config::default()).unwrap();
+        assert!(!off.contains("management"), "{off}");
+        // Never unauthenticated: a missing file is an error naming it.
+        let e = super::Config::from_toml(
+            &full.replace("client_ca = '/etc/farflash/ca.crt'\n", ""),
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("transport.management.client_ca"), "{e}");
+        let e =
+            super::Config::from_toml(&format!("{SUB}[transport.management]\ncert = 'c'\n"), "t")
+                .unwrap_err()
+                .to_string();
+        assert!(e.contains("transport.management.listen"), "{e}");
+        let e = super::Config::from_toml(&format!("{SUB}[transport.management]\nport = 1\n"), "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("port"), "{e}");
+    }
+
     use super::*;
 
     #[test]

@@ -1,7 +1,7 @@
 //! Operating a running target: the management API (JSON-RPC 2.0 over a
 //! Unix socket, [`server`], [`methods`]) and Prometheus metrics
 //! ([`metrics`]). Neither touches the I/O path: methods go through
-//! `farflash_core::manage`, metrics read the per-queue counters at scrape
+//! `farflash_control::manage`, metrics read the per-queue counters at scrape
 //! time.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -9,6 +9,7 @@
 pub mod jsonrpc;
 pub mod methods;
 pub mod metrics;
+pub mod net;
 pub mod server;
 
 pub use methods::Api;

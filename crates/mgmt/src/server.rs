@@ -23,6 +23,9 @@ use zeroize::{Zeroize, Zeroizing};
 pub const MAX_CLIENTS: usize = 16;
 pub const IDLE: Duration = Duration::from_secs(60);
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The read timeout [`serve_client`] expects its stream to have: idle time
+/// is counted in these ticks, and a stop is noticed within one.
+pub const READ_TICK: Duration = Duration::from_millis(200);
 /// How often an idle accept loop looks at its stop flag.
 const ACCEPT_POLL_MS: i32 = 250;
 
@@ -141,6 +144,8 @@ fn accept_loop(listener: UnixListener, api: Arc<Api>, stop: Arc<AtomicBool>) {
             Ok((mut s, _)) => {
                 let _ = s.set_nonblocking(false);
                 let _ = s.set_write_timeout(Some(WRITE_TIMEOUT));
+                // Short reads so a stop is noticed; idle time is counted across them.
+                let _ = s.set_read_timeout(Some(READ_TICK));
                 if clients.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
                     clients.fetch_sub(1, Ordering::AcqRel);
                     let e = jsonrpc::failure(
@@ -172,10 +177,11 @@ fn accept_loop(listener: UnixListener, api: Arc<Api>, stop: Arc<AtomicBool>) {
     }
 }
 
-/// Serves one client until it closes, misbehaves or the server stops.
-pub fn serve_client(mut s: UnixStream, api: &Api, stop: &AtomicBool) {
-    // Short reads so a stop is noticed; idle time is counted across them.
-    let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+/// Serves one client until it closes, misbehaves or the server stops. The
+/// stream's reads time out after [`READ_TICK`] and its writes after
+/// [`WRITE_TIMEOUT`] (the caller sets both): the Unix socket and the TLS
+/// endpoint ([`crate::net`]) apply the same limits through this loop.
+pub fn serve_client<S: Read + Write>(mut s: S, api: &Api, stop: &AtomicBool) {
     // Requests may carry secrets (DH-HMAC-CHAP keys, TLS PSKs): every buffer
     // that held one is zeroized before it is freed or reused.
     let mut buf: Zeroizing<Vec<u8>> = Zeroizing::new(Vec::new());
@@ -236,7 +242,7 @@ pub fn serve_client(mut s: UnixStream, api: &Api, stop: &AtomicBool) {
             Err(e)
                 if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::TimedOut =>
             {
-                idle += Duration::from_millis(200);
+                idle += READ_TICK;
                 if idle >= IDLE {
                     return;
                 }
@@ -265,7 +271,7 @@ fn append_zeroizing(buf: &mut Vec<u8>, data: &[u8]) {
 /// per escape: tens of thousands for a saved configuration's text). A
 /// client's request may carry a secret, so the text is built in a buffer
 /// that grows by [`append_zeroizing`] and is zeroized when sent.
-fn send_line(s: &mut UnixStream, v: &serde_json::Value) -> io::Result<()> {
+pub(crate) fn send_line<W: Write>(s: &mut W, v: &serde_json::Value) -> io::Result<()> {
     struct Text(Zeroizing<Vec<u8>>);
     impl Write for Text {
         fn write(&mut self, b: &[u8]) -> io::Result<usize> {
@@ -279,7 +285,9 @@ fn send_line(s: &mut UnixStream, v: &serde_json::Value) -> io::Result<()> {
     let mut text = Text(Zeroizing::new(Vec::with_capacity(4096)));
     serde_json::to_writer(&mut text, v)?;
     append_zeroizing(&mut text.0, b"\n");
-    s.write_all(&text.0)
+    s.write_all(&text.0)?;
+    // A TLS stream may hold the last records until flushed.
+    s.flush()
 }
 
 fn trim(b: &[u8]) -> &[u8] {
@@ -302,10 +310,23 @@ pub fn call(path: &Path, method: &str, params: serde_json::Value) -> io::Result<
             format!("cannot connect to {} ({e}); is farflash serve running, and is this its --rpc-socket?", path.display()),
         )
     })?;
-    s.set_read_timeout(Some(Duration::from_secs(120)))?;
+    s.set_read_timeout(Some(CALL_TIMEOUT))?;
+    exchange(&mut s, method, params)
+}
+
+/// How long a client waits for an answer (a `load_config` of a large
+/// configuration, or an RBD namespace whose cluster is slow, take seconds).
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Sends one request on `s` and reads its answer line.
+pub(crate) fn exchange<S: Read + Write>(
+    s: &mut S,
+    method: &str,
+    params: serde_json::Value,
+) -> io::Result<serde_json::Value> {
     let mut req =
         serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    let sent = send_line(&mut s, &req);
+    let sent = send_line(s, &req);
     jsonrpc::scrub(&mut req);
     sent?;
     let mut out = Vec::new();

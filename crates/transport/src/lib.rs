@@ -80,7 +80,7 @@ pub fn listener_control() -> (ListenerHandle, ListenerControlRx) {
     (ListenerHandle { tx }, ListenerControlRx(rx))
 }
 
-impl farflash_core::reload::ListenerControl for ListenerHandle {
+impl farflash_control::reload::ListenerControl for ListenerHandle {
     fn add(&self, addr: &str) -> Result<std::net::SocketAddr, String> {
         use std::net::ToSocketAddrs;
         let (transport, addr) = split_listen(addr)?;

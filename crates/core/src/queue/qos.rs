@@ -95,12 +95,8 @@ impl NvmeQueue {
         if g.parked.is_empty() {
             return None;
         }
-        Some(g.wake.unwrap_or_else(|| {
-            self.life
-                .now
-                .or(self.life.clock)
-                .unwrap_or_else(Instant::now)
-        }))
+        // Parked with a time (`qos_admit`), so a clock is there.
+        g.wake.or(self.life.now).or(self.life.clock)
     }
 
     /// The oldest throttled command whose tokens have come, admitted
