@@ -12,7 +12,7 @@ pub const FIRMWARE_REVISION: &str = env!("CARGO_PKG_VERSION");
 /// Keep Alive Support granularity unit: 100 ms (Base §5.17.2.1 KAS).
 const KAS_UNIT_MS: u32 = 100;
 
-pub(crate) fn controller(q: &NvmeQueue, ctrl: &Controller) -> IdCtrl {
+pub(crate) fn controller<C: Default>(q: &NvmeQueue<C>, ctrl: &Controller) -> IdCtrl {
     let t = &q.target.transport;
     let kas = (t.keep_alive_granularity_ms / KAS_UNIT_MS).clamp(1, u16::MAX as u32) as u16;
     let mut c = IdCtrl {
@@ -73,12 +73,7 @@ pub(crate) fn controller(q: &NvmeQueue, ctrl: &Controller) -> IdCtrl {
             c.mnan = c.nn;
             // Each bit is a command `io.rs` / `crate::nvm` runs (tests:
             // `nvm/tests.rs`, `nvm/tests_caps.rs`).
-            c.oncs = wid::ONCS_COMPARE
-                | wid::ONCS_DSM
-                | wid::ONCS_WRITE_ZEROES
-                | wid::ONCS_RESERVATIONS
-                | wid::ONCS_VERIFY
-                | wid::ONCS_COPY;
+            c.oncs = crate::io::ONCS;
             c.ocfs = wid::OCFS_FORMAT0;
             // Base §3.4.2: Compare and Write, atomic over its whole range
             // (the namespace's range exclusion), so ACWU is the largest

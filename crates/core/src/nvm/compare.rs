@@ -9,15 +9,15 @@ use crate::queue::NvmeQueue;
 use farflash_backend::{IoOp, IoRequest};
 use farflash_wire::{Sqe, Status};
 
-fn read_access(q: &NvmeQueue, ns: usize) -> Result<(), Status> {
+fn read_access<C: Default>(q: &NvmeQueue<C>, ns: usize) -> Result<(), Status> {
     if !q.blocks.resv_block.is_empty() {
         crate::resv_cmd::check_access(q, ns, false)?;
     }
     Ok(())
 }
 
-pub(super) fn classify_compare(
-    q: &NvmeQueue,
+pub(super) fn classify_compare<C: Default>(
+    q: &NvmeQueue<C>,
     sqe: &Sqe,
     ns: usize,
 ) -> Result<(Xfer, NvmCmd), Status> {
@@ -31,8 +31,8 @@ pub(super) fn classify_compare(
     Ok((Xfer::H2C(len), NvmCmd::Compare { ns, offset, len }))
 }
 
-pub(super) fn classify_verify(
-    q: &NvmeQueue,
+pub(super) fn classify_verify<C: Default>(
+    q: &NvmeQueue<C>,
     sqe: &Sqe,
     ns: usize,
 ) -> Result<(Xfer, NvmCmd), Status> {
@@ -44,8 +44,8 @@ pub(super) fn classify_verify(
 }
 
 /// Reads the range into a buffer the slot keeps; the host's data waits aside.
-pub(super) fn start_compare(
-    q: &mut NvmeQueue,
+pub(super) fn start_compare<C: Default>(
+    q: &mut NvmeQueue<C>,
     idx: usize,
     ns: usize,
     offset: u64,
@@ -61,8 +61,8 @@ pub(super) fn start_compare(
 
 /// A read of `len` bytes at `offset` for the command in `idx`; `keep`: the
 /// slot keeps the data (`reply`, cleared before it answers).
-pub(super) fn read(
-    q: &mut NvmeQueue,
+pub(super) fn read<C: Default>(
+    q: &mut NvmeQueue<C>,
     idx: usize,
     ns: usize,
     offset: u64,
@@ -85,7 +85,7 @@ pub(super) fn read(
     }
 }
 
-pub(super) fn compared(q: &mut NvmeQueue, idx: usize) -> Outcome {
+pub(super) fn compared<C: Default>(q: &mut NvmeQueue<C>, idx: usize) -> Outcome {
     let read = take_read(q, idx);
     let host = q.nvm.run(idx).host.take();
     q.nvm.run(idx).phase = Phase::Idle;
@@ -112,8 +112,8 @@ pub(super) fn verdict(read: Status, same: bool) -> Status {
     }
 }
 
-pub(super) fn start_verify(
-    q: &mut NvmeQueue,
+pub(super) fn start_verify<C: Default>(
+    q: &mut NvmeQueue<C>,
     idx: usize,
     ns: usize,
     offset: u64,
@@ -126,7 +126,7 @@ pub(super) fn start_verify(
     next_verify(q, idx, ns)
 }
 
-fn next_verify(q: &mut NvmeQueue, idx: usize, ns: usize) -> Outcome {
+fn next_verify<C: Default>(q: &mut NvmeQueue<C>, idx: usize, ns: usize) -> Outcome {
     let chunk = q.target.transport.max_io_size as u64;
     let r = q.nvm.run(idx);
     let n = r.left.min(chunk);
@@ -136,9 +136,9 @@ fn next_verify(q: &mut NvmeQueue, idx: usize, ns: usize) -> Outcome {
     read(q, idx, ns, offset, n as u32, false)
 }
 
-pub(super) fn verified(q: &mut NvmeQueue, idx: usize) -> Outcome {
+pub(super) fn verified<C: Default>(q: &mut NvmeQueue<C>, idx: usize) -> Outcome {
     let st = q.slots[idx].status;
-    let Some(super::IoCmd::Nvm(NvmCmd::Verify { ns, .. })) = q.slots[idx].io else {
+    let Some(super::IoCmd::Nvm(NvmCmd::Verify { ns, .. })) = q.slots[idx].cmd.io() else {
         return Outcome::Done(Status::INTERNAL_ERROR, 0);
     };
     if !st.is_success() || q.nvm.run(idx).left == 0 {

@@ -29,7 +29,11 @@ fn limits_for(lba_shift: u32) -> (u16, u32, u8) {
     (mcl.min(u16::MAX as u32) as u16, mcl, MSRC)
 }
 
-pub(super) fn classify(q: &NvmeQueue, sqe: &Sqe, ns: usize) -> Result<(Xfer, NvmCmd), Status> {
+pub(super) fn classify<C: Default>(
+    q: &NvmeQueue<C>,
+    sqe: &Sqe,
+    ns: usize,
+) -> Result<(Xfer, NvmCmd), Status> {
     if !q.blocks.resv_block.is_empty() {
         crate::resv_cmd::check_access(q, ns, true)?;
     }
@@ -50,7 +54,13 @@ pub(super) fn classify(q: &NvmeQueue, sqe: &Sqe, ns: usize) -> Result<(Xfer, Nvm
 
 /// Reads the descriptors (checked against the namespace and the limits),
 /// takes the destination range, and starts the first chunk.
-pub(super) fn start(q: &mut NvmeQueue, idx: usize, ns: usize, dst: u64, nr: u32) -> Outcome {
+pub(super) fn start<C: Default>(
+    q: &mut NvmeQueue<C>,
+    idx: usize,
+    ns: usize,
+    dst: u64,
+    nr: u32,
+) -> Outcome {
     let total = match parse(q, idx, ns, nr) {
         Ok(t) => t,
         Err(st) => return Outcome::Done(st, 0),
@@ -85,7 +95,7 @@ pub(super) fn start(q: &mut NvmeQueue, idx: usize, ns: usize, dst: u64, nr: u32)
 }
 
 /// The ranges in the slot's data into the run; returns the bytes to copy.
-fn parse(q: &mut NvmeQueue, idx: usize, ns: usize, nr: u32) -> Result<u64, Status> {
+fn parse<C: Default>(q: &mut NvmeQueue<C>, idx: usize, ns: usize, nr: u32) -> Result<u64, Status> {
     let (mssrl, mcl, _) =
         q.ns.get(ns)
             .map(|n| limits(n))
@@ -126,7 +136,7 @@ fn parse(q: &mut NvmeQueue, idx: usize, ns: usize, nr: u32) -> Result<u64, Statu
 }
 
 /// A chunk came back: after a read, write it; after a write, read the next.
-pub(super) fn step(q: &mut NvmeQueue, idx: usize, cmd: NvmCmd) -> Outcome {
+pub(super) fn step<C: Default>(q: &mut NvmeQueue<C>, idx: usize, cmd: NvmCmd) -> Outcome {
     let NvmCmd::Copy { ns, fua, .. } = cmd else {
         return Outcome::Done(Status::INTERNAL_ERROR, 0);
     };
@@ -140,14 +150,14 @@ pub(super) fn step(q: &mut NvmeQueue, idx: usize, cmd: NvmCmd) -> Outcome {
     }
 }
 
-fn finish(q: &mut NvmeQueue, idx: usize, st: Status) -> Outcome {
+fn finish<C: Default>(q: &mut NvmeQueue<C>, idx: usize, st: Status) -> Outcome {
     q.slots[idx].reply = false;
     q.nvm.run(idx).phase = Phase::Idle;
     super::leave(q, idx);
     Outcome::Done(st, 0)
 }
 
-fn next_read(q: &mut NvmeQueue, idx: usize, ns: usize) -> Outcome {
+fn next_read<C: Default>(q: &mut NvmeQueue<C>, idx: usize, ns: usize) -> Outcome {
     let chunk = q.target.transport.max_io_size as u64;
     let r = q.nvm.run(idx);
     while r.left == 0 {
@@ -182,7 +192,7 @@ fn next_read(q: &mut NvmeQueue, idx: usize, ns: usize) -> Outcome {
     }
 }
 
-fn write(q: &mut NvmeQueue, idx: usize, ns: usize, fua: bool) -> Outcome {
+fn write<C: Default>(q: &mut NvmeQueue<C>, idx: usize, ns: usize, fua: bool) -> Outcome {
     let Some(buf) = q.slots[idx].buf.take() else {
         return finish(q, idx, Status::INTERNAL_ERROR);
     };

@@ -19,7 +19,7 @@
 //! Compare, Failed Fused Command for the Write (as SPDK).
 
 use super::{compare, hold, take_read, NvmCmd, Phase, Range};
-use crate::command::{IoCmd, Outcome, Xfer};
+use crate::command::{Cmd, IoCmd, Outcome, Xfer};
 use crate::queue::NvmeQueue;
 use farflash_backend::{IoOp, IoRequest};
 use farflash_wire::opcode::io as op;
@@ -32,12 +32,12 @@ const FUSE_SECOND: u8 = 0x02;
 
 /// A command arrived on an I/O queue with FUSE bits set, or while a first
 /// half waits for its second; `r` is what `io::classify` made of it.
-pub(crate) fn arrive(
-    q: &mut NvmeQueue,
+pub(crate) fn arrive<C: Default>(
+    q: &mut NvmeQueue<C>,
     idx: usize,
     sqe: &Sqe,
-    r: Result<(Xfer, IoCmd), Status>,
-) -> Result<(Xfer, IoCmd), Status> {
+    r: Result<(Xfer, Cmd), Status>,
+) -> Result<(Xfer, Cmd), Status> {
     let fuse = sqe.flags & FUSE_MASK;
     let first = q.nvm.pending_first.take().map(usize::from);
     let run = q.nvm.run(idx);
@@ -54,7 +54,7 @@ pub(crate) fn arrive(
         0 => r,
         FUSE_FIRST if sqe.opcode == op::COMPARE => {
             let (x, cmd) = r?;
-            let IoCmd::Nvm(NvmCmd::Compare { ns, offset, len }) = cmd else {
+            let Cmd::Io(IoCmd::Nvm(NvmCmd::Compare { ns, offset, len })) = cmd else {
                 return Err(Status::INVALID_FIELD.dnr());
             };
             q.nvm.pending_first = Some(idx as u16);
@@ -65,20 +65,20 @@ pub(crate) fn arrive(
                 second: false,
                 fua: false,
             };
-            Ok((x, IoCmd::Nvm(half)))
+            Ok((x, Cmd::Io(IoCmd::Nvm(half))))
         }
         // A first half that is not a Compare, and FUSE 11b (reserved).
         _ => Err(Status::INVALID_FIELD.dnr()),
     }
 }
 
-fn second(
-    q: &mut NvmeQueue,
+fn second<C: Default>(
+    q: &mut NvmeQueue<C>,
     idx: usize,
     sqe: &Sqe,
-    r: Result<(Xfer, IoCmd), Status>,
+    r: Result<(Xfer, Cmd), Status>,
     first: Option<usize>,
-) -> Result<(Xfer, IoCmd), Status> {
+) -> Result<(Xfer, Cmd), Status> {
     if sqe.opcode != op::WRITE {
         // Not a second half: the first misses its second (as SPDK).
         if let Some(f) = first {
@@ -97,19 +97,19 @@ fn second(
             return Err(st);
         }
     };
-    let first_range = match q.slots[f].io {
+    let first_range = match q.slots[f].cmd.io() {
         Some(IoCmd::Nvm(NvmCmd::Fused {
             ns, offset, len, ..
         })) => Some((ns, offset, len)),
         _ => None,
     };
     match cmd {
-        IoCmd::Write {
+        Cmd::Io(IoCmd::Write {
             ns,
             offset,
             len,
             fua,
-        } if first_range == Some((ns, offset, len)) => {
+        }) if first_range == Some((ns, offset, len)) => {
             q.nvm.run(f).partner = Some(idx as u16);
             q.nvm.run(idx).partner = Some(f as u16);
             let half = NvmCmd::Fused {
@@ -119,7 +119,7 @@ fn second(
                 second: true,
                 fua,
             };
-            Ok((x, IoCmd::Nvm(half)))
+            Ok((x, Cmd::Io(IoCmd::Nvm(half))))
         }
         _ => {
             // NVM Command Set §3.2.1: the two halves name the same LBA
@@ -133,7 +133,7 @@ fn second(
 
 /// The half in `f` loses its partner: answered with `st` now if it is
 /// already held, else when it runs.
-fn orphan(q: &mut NvmeQueue, f: usize, st: Status) {
+fn orphan<C: Default>(q: &mut NvmeQueue<C>, f: usize, st: Status) {
     let r = q.nvm.run(f);
     r.partner = None;
     if r.ready {
@@ -146,7 +146,7 @@ fn orphan(q: &mut NvmeQueue, f: usize, st: Status) {
 
 /// The binding failed the command in `idx` before it ran (its data was
 /// bad): a fused partner cannot run either.
-pub(crate) fn failed(q: &mut NvmeQueue, idx: usize) {
+pub(crate) fn failed<C: Default>(q: &mut NvmeQueue<C>, idx: usize) {
     if q.nvm.pending_first == Some(idx as u16) {
         q.nvm.pending_first = None;
     }
@@ -157,7 +157,7 @@ pub(crate) fn failed(q: &mut NvmeQueue, idx: usize) {
 }
 
 /// One half's data is in place: the pair starts once both are.
-pub(super) fn execute(q: &mut NvmeQueue, idx: usize, second: bool) -> Outcome {
+pub(super) fn execute<C: Default>(q: &mut NvmeQueue<C>, idx: usize, second: bool) -> Outcome {
     let r = q.nvm.run(idx);
     if let Some(st) = r.verdict.take() {
         return Outcome::Done(st, 0);
@@ -180,10 +180,10 @@ pub(super) fn execute(q: &mut NvmeQueue, idx: usize, second: bool) -> Outcome {
     Outcome::Held
 }
 
-fn start(q: &mut NvmeQueue, w: usize) -> Outcome {
+fn start<C: Default>(q: &mut NvmeQueue<C>, w: usize) -> Outcome {
     let Some(IoCmd::Nvm(NvmCmd::Fused {
         ns, offset, len, ..
-    })) = q.slots[w].io
+    })) = q.slots[w].cmd.io()
     else {
         return finish(q, w, Status::INTERNAL_ERROR, Status::INTERNAL_ERROR);
     };
@@ -197,7 +197,7 @@ fn start(q: &mut NvmeQueue, w: usize) -> Outcome {
 }
 
 /// Reads the range once it is the pair's (else waits in `held`).
-pub(super) fn proceed(q: &mut NvmeQueue, w: usize) -> Outcome {
+pub(super) fn proceed<C: Default>(q: &mut NvmeQueue<C>, w: usize) -> Outcome {
     let granted = q
         .nvm
         .run(w)
@@ -210,7 +210,7 @@ pub(super) fn proceed(q: &mut NvmeQueue, w: usize) -> Outcome {
     }
     let Some(IoCmd::Nvm(NvmCmd::Fused {
         ns, offset, len, ..
-    })) = q.slots[w].io
+    })) = q.slots[w].cmd.io()
     else {
         return finish(q, w, Status::INTERNAL_ERROR, Status::INTERNAL_ERROR);
     };
@@ -225,7 +225,7 @@ pub(super) fn proceed(q: &mut NvmeQueue, w: usize) -> Outcome {
 }
 
 /// The pair's read or write came back.
-pub(super) fn step(q: &mut NvmeQueue, w: usize, cmd: NvmCmd) -> Outcome {
+pub(super) fn step<C: Default>(q: &mut NvmeQueue<C>, w: usize, cmd: NvmCmd) -> Outcome {
     let NvmCmd::Fused {
         ns,
         offset,
@@ -275,7 +275,7 @@ pub(super) fn step(q: &mut NvmeQueue, w: usize, cmd: NvmCmd) -> Outcome {
 
 /// The pair is over: its range is free, the Compare half is answered with
 /// `first`, and the Write half's answer is returned.
-fn finish(q: &mut NvmeQueue, w: usize, first: Status, second: Status) -> Outcome {
+fn finish<C: Default>(q: &mut NvmeQueue<C>, w: usize, first: Status, second: Status) -> Outcome {
     q.slots[w].reply = false;
     let r = q.nvm.run(w);
     r.phase = Phase::Idle;

@@ -189,7 +189,11 @@ impl Drop for NvmState {
 }
 
 /// Parses Compare, Verify and Copy (`io::classify` hands them over).
-pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe, ns: usize) -> Result<(Xfer, IoCmd), Status> {
+pub(crate) fn classify<C: Default>(
+    q: &NvmeQueue<C>,
+    sqe: &Sqe,
+    ns: usize,
+) -> Result<(Xfer, IoCmd), Status> {
     let (x, c) = match sqe.opcode {
         op::COMPARE => compare::classify_compare(q, sqe, ns)?,
         op::VERIFY => compare::classify_verify(q, sqe, ns)?,
@@ -200,7 +204,7 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe, ns: usize) -> Result<(Xfer, IoC
 }
 
 /// Runs a command of this module (from `io::execute`).
-pub(crate) fn execute(q: &mut NvmeQueue, idx: usize, cmd: NvmCmd) -> Outcome {
+pub(crate) fn execute<C: Default>(q: &mut NvmeQueue<C>, idx: usize, cmd: NvmCmd) -> Outcome {
     match cmd {
         NvmCmd::Compare { ns, offset, len } => compare::start_compare(q, idx, ns, offset, len),
         NvmCmd::Verify { ns, offset, len } => compare::start_verify(q, idx, ns, offset, len),
@@ -212,8 +216,8 @@ pub(crate) fn execute(q: &mut NvmeQueue, idx: usize, cmd: NvmCmd) -> Outcome {
 /// The last storage request of the command in `idx` came back: a plain
 /// write leaves its range (`None`: the caller answers it as usual); a
 /// command of this module goes on.
-pub(crate) fn stored(q: &mut NvmeQueue, idx: usize) -> Option<Outcome> {
-    let Some(IoCmd::Nvm(cmd)) = q.slots[idx].io else {
+pub(crate) fn stored<C: Default>(q: &mut NvmeQueue<C>, idx: usize) -> Option<Outcome> {
+    let Some(IoCmd::Nvm(cmd)) = q.slots[idx].cmd.io() else {
         leave(q, idx);
         return None;
     };
@@ -230,7 +234,7 @@ pub(crate) fn stored(q: &mut NvmeQueue, idx: usize) -> Option<Outcome> {
 /// A write over `r` of namespace `ns` wants to start (Write, Write Zeroes,
 /// Deallocate, Copy): whether it may (false: it is held, and runs again
 /// from [`resume`]).
-pub(crate) fn admit(q: &mut NvmeQueue, idx: usize, ns: usize, r: Range) -> bool {
+pub(crate) fn admit<C: Default>(q: &mut NvmeQueue<C>, idx: usize, ns: usize, r: Range) -> bool {
     let Some(n) = q.ns.get(ns) else {
         // Gone: the command's submit reports it.
         return true;
@@ -262,13 +266,13 @@ fn join(st: &mut NvmState, ex: &Arc<Exclusion>) {
     st.joined.push(ex.clone());
 }
 
-fn hold(q: &mut NvmeQueue, idx: usize, phase: Phase) {
+fn hold<C: Default>(q: &mut NvmeQueue<C>, idx: usize, phase: Phase) {
     q.nvm.run(idx).phase = phase;
     q.nvm.held.push(idx as u16);
 }
 
 /// The write in `idx` is done with its range (or never went out).
-pub(crate) fn leave(q: &mut NvmeQueue, idx: usize) {
+pub(crate) fn leave<C: Default>(q: &mut NvmeQueue<C>, idx: usize) {
     let Some(r) = q.nvm.runs.get_mut(idx) else {
         return;
     };
@@ -282,7 +286,7 @@ pub(crate) fn leave(q: &mut NvmeQueue, idx: usize) {
 /// Runs again the commands held for a range; returns whether any left the
 /// wait (the event loop calls it with the QoS resumes, see
 /// `NvmeQueue::resume_throttled`).
-pub(crate) fn resume(q: &mut NvmeQueue) -> bool {
+pub(crate) fn resume<C: Default>(q: &mut NvmeQueue<C>) -> bool {
     let n = q.nvm.held.len();
     let mut moved = false;
     for _ in 0..n {
@@ -304,7 +308,7 @@ pub(crate) fn resume(q: &mut NvmeQueue) -> bool {
 
 /// Takes the slot's buffer of data read by storage (kept because `reply`
 /// was set) and stops keeping the next ones.
-fn take_read(q: &mut NvmeQueue, idx: usize) -> Option<IoBuf> {
+fn take_read<C: Default>(q: &mut NvmeQueue<C>, idx: usize) -> Option<IoBuf> {
     let s = &mut q.slots[idx];
     s.reply = false;
     s.buf.take()

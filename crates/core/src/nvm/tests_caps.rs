@@ -176,7 +176,7 @@ fn classify_write(q: &mut NvmeQueue) -> Option<crate::command::IoCmd> {
     let crate::command::Begin::Ready { slot, .. } = q.begin(rw(io::WRITE, 60, 0, 512)) else {
         return None;
     };
-    let cmd = q.slots[slot as usize].io;
+    let cmd = q.slots[slot as usize].cmd.io();
     q.fail(slot, Status::DATA_TRANSFER_ERROR);
     let _ = crate::tests::completions(q);
     cmd
