@@ -140,6 +140,7 @@ mod lock;
 mod meta;
 mod ops;
 mod pool;
+pub mod rbd;
 mod recover;
 mod state;
 pub mod testing;
@@ -148,6 +149,7 @@ pub mod volume;
 pub use check::{check, check_backends, Report};
 pub use error::{is_no_space, no_space, PoolError};
 pub use pool::{PoolOptions, DEFAULT_CLUSTER};
+pub use rbd::RbdPool;
 
 use farflash_backend::{DirectMode, FileOptions, SharedBackend};
 use std::path::PathBuf;
