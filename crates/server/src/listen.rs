@@ -95,7 +95,9 @@ mod tests {
         assert_eq!(d[1].addr, b.addrs[1]);
         assert_eq!(d[0].config, "127.0.0.1:0");
         let taken = b.addrs[0].to_string();
-        let e = bind_all(std::slice::from_ref(&taken)).err().expect("in use");
+        let e = bind_all(std::slice::from_ref(&taken))
+            .err()
+            .expect("in use");
         assert!(format!("{e:#}").contains(&taken), "{e:#}");
         let e = bind_all(&["nowhere".into()]).err().expect("bad address");
         assert!(format!("{e:#}").contains("nowhere"), "{e:#}");

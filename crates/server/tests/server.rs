@@ -169,3 +169,103 @@ fn a_start_that_fails_leaves_nothing_running() -> Result<()> {
     std::fs::remove_dir_all(&dir)?;
     Ok(())
 }
+
+/// One HTTP GET of `path` on `addr`: the body.
+fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the metrics listener");
+    s.set_read_timeout(Some(PATIENCE)).expect("timeout");
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .expect("request");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("response");
+    text.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_server_with_metrics_exports_what_a_host_did() -> Result<()> {
+    let text = Arc::new(Mutex::new(toml(
+        "127.0.0.1:0",
+        &["backend = 'ram'\nsize = '1M'"],
+    )));
+    let metrics = "127.0.0.1:0".parse().ok();
+    let server = Server::start(Options::new(source(&text)).metrics(metrics))?;
+    let scrape = server.metrics_addr().expect("a metrics listener");
+    let mut copts = ConnectOptions::new(server.addrs()[0].to_string(), NQN);
+    copts.command_timeout = PATIENCE;
+    copts.hostnqn = "nqn.2026-11.io.farflash:metrics-host".into();
+    let ctrl = Controller::connect(&copts)?;
+    let mut q = ctrl.io_queue(
+        1,
+        IoQueueOptions {
+            depth: 4,
+            max_io: 16 * 1024,
+        },
+    )?;
+    let data = vec![0x5au8; 4096];
+    for lba in 0..3 {
+        q.write_at(1, lba * 8, 8, &data)?;
+    }
+    let mut back = vec![0u8; 4096];
+    q.read_at(1, 0, 8, &mut back)?;
+    let body = http_get(scrape, "/metrics");
+    let series = |name: &str, op: &str| {
+        body.lines()
+            .find(|l| l.starts_with(name) && l.contains(&format!("op=\"{op}\"")))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    assert_eq!(
+        series("farflash_commands_total", "write"),
+        Some(3.0),
+        "{body}"
+    );
+    assert_eq!(
+        series("farflash_commands_total", "read"),
+        Some(1.0),
+        "{body}"
+    );
+    assert_eq!(
+        series("farflash_data_bytes_total", "write"),
+        Some(12288.0),
+        "{body}"
+    );
+    // Every family, in the order the collector writes them (the classic
+    // text format: counters end in _total).
+    let families: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    let want = [
+        "farflash_commands_total",
+        "farflash_data_bytes_total",
+        "farflash_command_errors_total",
+        "farflash_media_errors_total",
+        "farflash_throttled_seconds_total",
+        "farflash_outstanding_commands",
+        "farflash_latency_seconds",
+        "farflash_connections",
+        "farflash_controllers",
+        "farflash_namespace_size_bytes",
+        "farflash_keep_alive_expiries_total",
+        "farflash_authentication_failures_total",
+        "farflash_tolerated_total",
+        "farflash_listeners",
+    ];
+    let ours: Vec<&str> = families
+        .iter()
+        .copied()
+        .filter(|f| f.starts_with("farflash_"))
+        .collect();
+    assert_eq!(ours, want, "{body}");
+    drop(q);
+    ctrl.shutdown()?;
+    server.shutdown()?;
+    Ok(())
+}
