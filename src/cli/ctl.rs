@@ -305,8 +305,21 @@ pub fn run_rpc(a: RpcArgs) -> Result<()> {
 }
 
 pub fn run(a: CtlArgs) -> Result<()> {
-    let sock = &a.endpoint;
-    let (method, params) = match &a.verb {
+    let (method, params) = request(&a.verb)?;
+    let params = strip_nulls(params);
+    let result = call(&a.endpoint, method, params)?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&result)?)?;
+        return Ok(());
+    }
+    farflash_mgmt::methods::print_human(&mut out, method, &result)?;
+    Ok(())
+}
+
+/// The method a verb calls, and its parameters.
+fn request(verb: &Verb) -> Result<(&'static str, Value)> {
+    Ok(match verb {
         Verb::Subsystem(SubsystemVerb::List) => ("subsystem_list", json!({})),
         Verb::Subsystem(SubsystemVerb::Create {
             nqn,
@@ -318,49 +331,7 @@ pub fn run(a: CtlArgs) -> Result<()> {
             json!({"nqn": nqn, "serial": serial, "model": model, "allowed_hosts": allow_host}),
         ),
         Verb::Subsystem(SubsystemVerb::Delete { nqn }) => ("subsystem_delete", json!({"nqn": nqn})),
-        Verb::Namespace(NamespaceVerb::Add {
-            nqn,
-            nsid,
-            ram,
-            null,
-            file,
-            rbd,
-            size,
-            block_size,
-            uuid,
-            nguid,
-        }) => {
-            let mut p = json!({"nqn": nqn, "nsid": nsid, "block_size": block_size, "uuid": uuid, "nguid": nguid});
-            let RbdFlags {
-                rbd,
-                ceph_conf,
-                ceph_id,
-                ceph_keyring,
-            } = &**rbd;
-            match (ram, null, file, rbd) {
-                (None, None, None, Some(r)) => {
-                    p["backend"] = json!("rbd");
-                    p["rbd"] = json!({"pool": r.pool, "image": r.image, "conf": ceph_conf, "id": ceph_id, "keyring": ceph_keyring});
-                }
-                (Some(s), None, None, None) => {
-                    p["backend"] = json!("ram");
-                    p["size"] = size_param(s)?;
-                }
-                (None, Some(s), None, None) => {
-                    p["backend"] = json!("null");
-                    p["size"] = size_param(s)?;
-                }
-                (None, None, Some(f), None) => {
-                    p["backend"] = json!("file");
-                    p["path"] = json!(f);
-                    if let Some(s) = size {
-                        p["size"] = size_param(s)?;
-                    }
-                }
-                _ => bail!("give one of --ram SIZE, --null SIZE, --file PATH, --rbd POOL/IMAGE"),
-            }
-            ("namespace_add", p)
-        }
+        Verb::Namespace(add @ NamespaceVerb::Add { .. }) => ("namespace_add", namespace_add(add)?),
         Verb::Namespace(NamespaceVerb::Remove { nqn, nsid }) => {
             ("namespace_remove", json!({"nqn": nqn, "nsid": nsid}))
         }
@@ -415,16 +386,57 @@ pub fn run(a: CtlArgs) -> Result<()> {
             let p = std::path::absolute(path)?;
             ("load_config", json!({"path": p}))
         }
+    })
+}
+
+/// `namespace add`'s parameters: one backend and what it needs.
+fn namespace_add(verb: &NamespaceVerb) -> Result<Value> {
+    let NamespaceVerb::Add {
+        nqn,
+        nsid,
+        ram,
+        null,
+        file,
+        rbd,
+        size,
+        block_size,
+        uuid,
+        nguid,
+    } = verb
+    else {
+        bail!("not namespace add");
     };
-    let params = strip_nulls(params);
-    let result = call(sock, method, params)?;
-    let mut out = std::io::stdout().lock();
-    if a.json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&result)?)?;
-        return Ok(());
+    let mut p =
+        json!({"nqn": nqn, "nsid": nsid, "block_size": block_size, "uuid": uuid, "nguid": nguid});
+    let RbdFlags {
+        rbd,
+        ceph_conf,
+        ceph_id,
+        ceph_keyring,
+    } = &**rbd;
+    match (ram, null, file, rbd) {
+        (None, None, None, Some(r)) => {
+            p["backend"] = json!("rbd");
+            p["rbd"] = json!({"pool": r.pool, "image": r.image, "conf": ceph_conf, "id": ceph_id, "keyring": ceph_keyring});
+        }
+        (Some(s), None, None, None) => {
+            p["backend"] = json!("ram");
+            p["size"] = size_param(s)?;
+        }
+        (None, Some(s), None, None) => {
+            p["backend"] = json!("null");
+            p["size"] = size_param(s)?;
+        }
+        (None, None, Some(f), None) => {
+            p["backend"] = json!("file");
+            p["path"] = json!(f);
+            if let Some(s) = size {
+                p["size"] = size_param(s)?;
+            }
+        }
+        _ => bail!("give one of --ram SIZE, --null SIZE, --file PATH, --rbd POOL/IMAGE"),
     }
-    farflash_mgmt::methods::print_human(&mut out, method, &result)?;
-    Ok(())
+    Ok(p)
 }
 
 /// Optional parameters left out rather than sent as null.
