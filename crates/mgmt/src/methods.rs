@@ -716,6 +716,8 @@ mod tests {
             jsonrpc::INVALID_CONFIG,
             jsonrpc::FAILED,
             jsonrpc::LIMIT_EXCEEDED,
+            jsonrpc::IN_USE,
+            jsonrpc::NO_SPACE,
         ] {
             assert!(codes.contains(&c), "{c} undocumented");
         }
