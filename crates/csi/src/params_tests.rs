@@ -58,7 +58,8 @@ fn bad_parameters_are_named() {
         m.extend(map(extra));
         parse(&m, &config()).unwrap_err()
     };
-    let cases: &[(&[(&str, &str)], &str, &str)] = &[
+    type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str);
+    let cases: &[Case] = &[
         (&[], "targets", "parameter targets: missing"),
         (&[], "pool", "parameter pool: missing"),
         (

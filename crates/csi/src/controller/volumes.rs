@@ -134,7 +134,7 @@ fn source_snapshot(ops: &Ops, p: &CreatePlan) -> Result<Option<(String, bool)>, 
         json!({"pool": src.pool(), "volume": src.name(), "name": tmp}),
     );
     match made {
-        Err(e) if !e.is(rpc::EXISTS) => return Err(e.into()),
+        Err(e) if !e.is(rpc::EXISTS) => Err(e.into()),
         _ => Ok(Some((tmp, true))),
     }
 }
