@@ -31,7 +31,7 @@ if [[ ! -x $SANITY ]]; then
 fi
 
 cd "$ROOT"
-cargo build --bin farflash --bin farflash-csi
+cargo build --bin farflash && cargo build -p farflash-csi --bin farflash-csi
 TARGET_DIR=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 BIN=$TARGET_DIR/debug
 
@@ -84,7 +84,12 @@ targets: target-a
 pool: sanity
 EOF
 
+# The node service too, for NodeGetInfo (the controller's lifecycle specs
+# ask it for the node ID); its staging specs need a kernel NVMe host and
+# run in the VM, so the Node Service specs are skipped here.
+echo "nqn.2014-08.org.nvmexpress:uuid:$(python3 -c 'import uuid; print(uuid.uuid4())')" >"$WORK/hostnqn"
 "$BIN/farflash-csi" --endpoint "unix://$WORK/csi.sock" --controller-config "$WORK/controller.toml" \
+	--node --hostnqn-file "$WORK/hostnqn" \
 	>"$WORK/csi.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 300); do [[ -S $WORK/csi.sock ]] && break; sleep 0.1; done
@@ -100,4 +105,11 @@ echo "---- the controller's log (last 60 lines) ----"
 tail -n 60 "$WORK/csi.log"
 echo "---- csi-sanity: $(grep -E '^Ran [0-9]+ of [0-9]+ Specs' "$WORK/sanity.log" || echo 'no summary')"
 grep -E '[0-9]+ Passed \| [0-9]+ Failed' "$WORK/sanity.log" || true
+# Skips: those a capability the driver does not advertise excludes (the
+# spec says so as it skips), and the Node Service specs left to the VM.
+by_caps=$(grep -cE '^S \[SKIPPED\]' "$WORK/sanity.log" || true)
+echo "skipped for a capability not advertised: $by_caps"
+grep -E '^\s+\[SKIPPED\] [A-Z]' "$WORK/sanity.log" | sort | uniq -c || true
+skipped=$(sed -n 's/.* \([0-9]*\) Skipped.*/\1/p' "$WORK/sanity.log" | tail -n1)
+echo "not run here (Node Service, run in the VM): $(( ${skipped:-0} - by_caps ))"
 exit "$rc"

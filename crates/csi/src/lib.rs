@@ -10,6 +10,7 @@ pub mod config;
 pub mod controller;
 pub mod identity;
 pub mod ids;
+pub mod node;
 pub mod params;
 pub mod serve;
 pub mod target;

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 #[command(
     name = "farflash-csi",
     version,
-    about = "farflash's CSI driver: Identity and Controller services on a Unix socket"
+    about = "farflash's CSI driver: Identity, Controller and Node services on a Unix socket"
 )]
 struct Args {
     /// The CSI endpoint: unix:///PATH (the sidecars' --csi-address).
@@ -20,6 +20,17 @@ struct Args {
     /// the client certificate for their management endpoints).
     #[arg(long = "controller-config", value_name = "FILE")]
     controller_config: Option<PathBuf>,
+    /// Run the Node service (on every node: a DaemonSet), as the host whose
+    /// NQN --hostnqn-file holds.
+    #[arg(long)]
+    node: bool,
+    /// The node's host NQN (nvme gen-hostnqn makes one).
+    #[arg(
+        long = "hostnqn-file",
+        value_name = "FILE",
+        default_value = "/etc/nvme/hostnqn"
+    )]
+    hostnqn_file: PathBuf,
     /// Log level: error, warn, info, debug, trace (or a tracing filter).
     #[arg(long = "log-level", default_value = "info")]
     log_level: String,
@@ -38,7 +49,7 @@ fn main() -> Result<()> {
         Some(p) => Some(ControllerConfig::load(p)?),
         None => None,
     };
-    let services = Services::new(config)?;
+    let services = Services::new(config, args.node.then(|| args.hostnqn_file.clone()))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -66,6 +66,10 @@ impl VolumeParams {
     pub fn qos(&self) -> &Map<String, Value> {
         &self.qos
     }
+    /// Adds (or replaces) QoS limits: a VolumeAttributesClass's.
+    pub fn add_qos(&mut self, more: Map<String, Value>) {
+        self.qos.extend(more);
+    }
     /// What the node service needs, for the volume context.
     pub fn volume_context(&self) -> HashMap<String, String> {
         let mut c: HashMap<String, String> = self.node.clone().into_iter().collect();

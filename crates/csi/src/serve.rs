@@ -4,8 +4,10 @@
 use crate::config::ControllerConfig;
 use crate::controller::ControllerService;
 use crate::identity::IdentityService;
+use crate::node::NodeService;
 use crate::proto::controller_server::ControllerServer;
 use crate::proto::identity_server::IdentityServer;
+use crate::proto::node_server::NodeServer;
 use crate::target::Targets;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -41,11 +43,16 @@ fn clear(path: &Path) -> Result<()> {
 /// What to serve.
 pub struct Services {
     controller: Option<ControllerService>,
+    node: Option<NodeService>,
 }
 
 impl Services {
-    /// The services a controller configuration (or none) gives.
-    pub fn new(config: Option<ControllerConfig>) -> Result<Services> {
+    /// The services a controller configuration (or none) and a node's host
+    /// NQN file (or none) give.
+    pub fn new(
+        config: Option<ControllerConfig>,
+        hostnqn_file: Option<PathBuf>,
+    ) -> Result<Services> {
         let controller = match config {
             Some(c) => {
                 let targets = Targets::new(&c).context("the controller's TLS files")?;
@@ -56,7 +63,11 @@ impl Services {
             }
             None => None,
         };
-        Ok(Services { controller })
+        let node = hostnqn_file.map(NodeService::new);
+        if controller.is_none() && node.is_none() {
+            bail!("nothing to serve: give --controller-config, --node, or both");
+        }
+        Ok(Services { controller, node })
     }
 }
 
@@ -77,12 +88,14 @@ pub async fn serve(
     tracing::info!(
         endpoint = %path.display(),
         controller = services.controller.is_some(),
+        node = services.node.is_some(),
         "farflash CSI driver {} serving",
         env!("CARGO_PKG_VERSION")
     );
     tonic::transport::Server::builder()
         .add_service(IdentityServer::new(identity))
         .add_optional_service(services.controller.map(ControllerServer::new))
+        .add_optional_service(services.node.map(NodeServer::new))
         .serve_with_incoming_shutdown(
             tokio_stream::wrappers::UnixListenerStream::new(listener),
             stop,

@@ -80,13 +80,14 @@ pub fn invalid(m: impl Into<String>) -> Status {
 }
 
 /// The controller capabilities the driver has.
-pub const CAPABILITIES: [Cap; 11] = [
+pub const CAPABILITIES: [Cap; 12] = [
     Cap::CreateDeleteVolume,
     Cap::PublishUnpublishVolume,
     Cap::ListVolumes,
     Cap::GetCapacity,
     Cap::CreateDeleteSnapshot,
     Cap::ListSnapshots,
+    Cap::GetSnapshot,
     Cap::CloneVolume,
     Cap::PublishReadonly,
     Cap::ExpandVolume,

@@ -123,6 +123,7 @@ pub fn get(ops: &Ops, raw: &str) -> Result<Snapshot, Status> {
 }
 
 pub fn list(ops: &Ops, r: ListSnapshotsRequest) -> Result<ListSnapshotsResponse, Status> {
+    super::volumes::check_page(r.max_entries, &r.starting_token)?;
     let mut items: Vec<(String, Vol)> = if !r.snapshot_id.is_empty() {
         // One snapshot, or none (an id that is not ours names nothing).
         match get(ops, &r.snapshot_id) {

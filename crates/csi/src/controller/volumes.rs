@@ -67,7 +67,10 @@ pub fn plan_create(
         return Err(invalid("name: missing"));
     }
     caps::check_all(&r.volume_capabilities).map_err(invalid)?;
-    let params = params::parse(&r.parameters, config).map_err(invalid)?;
+    let mut params = params::parse(&r.parameters, config).map_err(invalid)?;
+    // A VolumeAttributesClass's parameters: QoS limits over the class's.
+    let mutable = params::parse_mutable(&r.mutable_parameters).map_err(invalid)?;
+    params.add_qos(mutable);
     let (required, limit) = range(r.capacity_range.as_ref())?;
     let size = match (required, limit) {
         (0, Some(l)) => l.min(DEFAULT_SIZE),
@@ -305,8 +308,22 @@ pub fn all(ops: &Ops, snapshots: bool) -> Result<BTreeMap<String, Vol>, Status> 
         .collect())
 }
 
+/// A page request's fields, before any target is asked.
+pub fn check_page(max_entries: i32, token: &str) -> Result<(), Status> {
+    if max_entries < 0 {
+        return Err(invalid("max_entries: negative"));
+    }
+    if !token.is_empty() && token.parse::<usize>().is_err() {
+        return Err(Status::aborted(format!(
+            "starting_token {token:?}: not one this driver gave"
+        )));
+    }
+    Ok(())
+}
+
 /// One page of `items`: (page, next token); errors as the spec asks.
 pub fn page<T>(items: Vec<T>, max_entries: i32, token: &str) -> Result<(Vec<T>, String), Status> {
+    check_page(max_entries, token)?;
     let max = usize::try_from(max_entries).map_err(|_| invalid("max_entries: negative"))?;
     let start = match token {
         "" => 0,
@@ -335,6 +352,7 @@ pub fn page<T>(items: Vec<T>, max_entries: i32, token: &str) -> Result<(Vec<T>, 
 }
 
 pub fn list(ops: &Ops, r: ListVolumesRequest) -> Result<ListVolumesResponse, Status> {
+    check_page(r.max_entries, &r.starting_token)?;
     let all = all(ops, false)?;
     let (items, next_token) = page(all.into_iter().collect(), r.max_entries, &r.starting_token)?;
     let entries = items
