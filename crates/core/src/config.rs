@@ -837,7 +837,7 @@ impl SubsystemConfig {
 mod tests {
     #[test]
     fn the_management_endpoint_is_off_or_whole() {
-        let full = "[transport.management]\nlisten = '127.0.0.1:4430'\ncert = '/etc/farflash/mgmt.crt'\nkey = '/etc/farflash/mgmt.key'\nclient_ca = '/etc/farflash/ca.crt'\n";
+        let full = "[transport.management]\nlisten = '127.0.0.1:4430'\ncert = '/etc/farflash/mgmt.crt'\nkey = '/etc/farflash/mgmt.key'\nclient_ca = '/etc/farflash/ca.crt'\n[[subsystem]]\nnqn = 'nqn.t:a'\n[[subsystem.namespace]]\nbackend = 'null'\nsize = '1M'\n";
         let c = super::Config::from_toml(full, "t").unwrap();
         let m = &c.transport.management;
         assert_eq!(m.listen.as_deref(), Some("127.0.0.1:4430"));
@@ -848,7 +848,10 @@ mod tests {
         // It survives a round trip; an endpoint that is off is not written.
         let text = toml::to_string(&c).unwrap();
         assert_eq!(super::Config::from_toml(&text, "t").unwrap(), c);
-        let off = toml::to_string(&super::Config::default()).unwrap();
+        let off = toml::to_string(
+            &super::Config::from_toml(&full[full.find("[[subsystem]]").unwrap()..], "t").unwrap(),
+        )
+        .unwrap();
         assert!(!off.contains("management"), "{off}");
         // Never unauthenticated: a missing file is an error naming it.
         let e = super::Config::from_toml(

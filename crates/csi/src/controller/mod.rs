@@ -6,6 +6,10 @@
 //! runtime's threads. Every call is idempotent.
 
 mod export;
+#[cfg(test)]
+mod flow_tests;
+#[cfg(test)]
+mod model;
 mod publish;
 mod snapshots;
 mod volumes;
