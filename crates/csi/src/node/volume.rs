@@ -148,7 +148,10 @@ pub fn unstage(volume_id: &str, staging: &str) -> Result<(), Status> {
     while mounted_at(dir).is_some() {
         run("umount", &[staging.to_owned()], FS_LIMIT).map_err(internal)?;
     }
-    let nqn = nqn_of(volume_id, &Default::default())?;
+    let Ok(nqn) = nqn_of(volume_id, &Default::default()) else {
+        // Not an id of ours: nothing of it was connected here.
+        return Ok(());
+    };
     if !sys::controllers(&nqn).is_empty() {
         run("nvme", &cmd::disconnect(&nqn), CONNECT_LIMIT).map_err(internal)?;
     }
