@@ -8,6 +8,7 @@
 mod export;
 #[cfg(test)]
 mod flow_tests;
+mod listing;
 #[cfg(test)]
 mod model;
 mod publish;
@@ -183,7 +184,7 @@ impl Controller for ControllerService {
         r: Request<ListVolumesRequest>,
     ) -> Result<Response<ListVolumesResponse>, Status> {
         let ops = self.ops.clone();
-        let a = blocking(move || volumes::list(&ops, r.into_inner())).await?;
+        let a = blocking(move || listing::list(&ops, r.into_inner())).await?;
         Ok(Response::new(a))
     }
 
@@ -192,7 +193,7 @@ impl Controller for ControllerService {
         r: Request<GetCapacityRequest>,
     ) -> Result<Response<GetCapacityResponse>, Status> {
         let ops = self.ops.clone();
-        let a = blocking(move || volumes::capacity(&ops, r.into_inner())).await?;
+        let a = blocking(move || listing::capacity(&ops, r.into_inner())).await?;
         Ok(Response::new(a))
     }
 

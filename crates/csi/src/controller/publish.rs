@@ -75,13 +75,14 @@ pub fn publish(
             )));
         }
     }
+    let keyed = !keys.is_empty();
     let mut p = keys;
     p.insert("nqn".into(), json!(id.nqn()));
     p.insert("host".into(), json!(r.node_id));
     for t in id.targets() {
         ops.call(t, "host_allow", Value::Object(p.clone()))?;
     }
-    tracing::info!(volume = %id, node = %r.node_id, keys = !p.is_empty(), "ControllerPublishVolume: node allowed");
+    tracing::info!(volume = %id, node = %r.node_id, keys = keyed, "ControllerPublishVolume: node allowed");
     Ok(context(ops, &id, transport))
 }
 

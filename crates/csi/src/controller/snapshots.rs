@@ -4,7 +4,7 @@
 
 use super::export::{absent_ok, Ops, Vol};
 use super::invalid;
-use super::volumes::{all, page};
+use super::listing::{all, page};
 use crate::ids::{snapshot_name, VolumeId};
 use crate::proto::*;
 use serde_json::json;
@@ -123,7 +123,7 @@ pub fn get(ops: &Ops, raw: &str) -> Result<Snapshot, Status> {
 }
 
 pub fn list(ops: &Ops, r: ListSnapshotsRequest) -> Result<ListSnapshotsResponse, Status> {
-    super::volumes::check_page(r.max_entries, &r.starting_token)?;
+    super::listing::check_page(r.max_entries, &r.starting_token)?;
     let mut items: Vec<(String, Vol)> = if !r.snapshot_id.is_empty() {
         // One snapshot, or none (an id that is not ours names nothing).
         match get(ops, &r.snapshot_id) {
