@@ -8,7 +8,7 @@
 
 pub mod cmd;
 pub mod sys;
-mod volume;
+pub mod volume;
 
 use crate::controller::blocking;
 use crate::proto::node_server::Node;

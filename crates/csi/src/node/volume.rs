@@ -87,7 +87,6 @@ fn connect(r: &NodeStageVolumeRequest, host: &str) -> Result<PathBuf, Status> {
 }
 
 pub fn stage(r: &NodeStageVolumeRequest, cap: &VolumeCapability, host: &str) -> Result<(), Status> {
-    let staging = Path::new(&r.staging_target_path);
     let dev = connect(r, host)?;
     let Some(AccessType::Mount(m)) = &cap.access_type else {
         // Raw block: publishing binds the device itself.
@@ -98,9 +97,22 @@ pub fn stage(r: &NodeStageVolumeRequest, cap: &VolumeCapability, host: &str) -> 
     } else {
         m.fs_type.as_str()
     };
-    let dev_s = dev.to_string_lossy().into_owned();
+    let staging = Path::new(&r.staging_target_path);
+    format_and_mount(&dev.to_string_lossy(), staging, fs, &m.mount_flags)?;
+    tracing::info!(volume = %r.volume_id, device = %dev.display(), staging = %staging.display(), "NodeStageVolume: mounted");
+    Ok(())
+}
+
+/// Makes file system `fs` on `dev` when it holds none (another one is
+/// refused) and mounts it on `staging` with `flags`; mounted already: done.
+pub fn format_and_mount(
+    dev: &str,
+    staging: &Path,
+    fs: &str,
+    flags: &[String],
+) -> Result<(), Status> {
     if let Some(have) = mounted_at(staging) {
-        if have.source == dev_s {
+        if have.source == dev {
             return Ok(());
         }
         return Err(Status::failed_precondition(format!(
@@ -111,43 +123,37 @@ pub fn stage(r: &NodeStageVolumeRequest, cap: &VolumeCapability, host: &str) -> 
     }
     std::fs::create_dir_all(staging)
         .map_err(|e| internal(format!("{}: {e}", staging.display())))?;
-    let found = run(
-        "blkid",
-        &[
-            "-p".into(),
-            "-o".into(),
-            "value".into(),
-            "-s".into(),
-            "TYPE".into(),
-            dev_s.clone(),
-        ],
-        FS_LIMIT,
-    );
-    match found {
+    let probe = ["-p", "-o", "value", "-s", "TYPE", dev].map(String::from);
+    match run("blkid", &probe, FS_LIMIT) {
         Ok(t) if !t.is_empty() && t != fs => {
             return Err(Status::failed_precondition(format!(
-                "{dev_s} holds {t}, not the {fs} asked for"
+                "{dev} holds {t}, not the {fs} asked for"
             )));
         }
         Ok(t) if !t.is_empty() => {}
         // blkid: exit 2 when it finds nothing: the device is empty.
         _ => {
-            let (prog, args) = cmd::mkfs(fs, &dev_s).map_err(Status::invalid_argument)?;
+            let (prog, args) = cmd::mkfs(fs, dev).map_err(Status::invalid_argument)?;
             run(&prog, &args, FS_LIMIT).map_err(internal)?;
-            tracing::info!(volume = %r.volume_id, device = %dev_s, fs, "NodeStageVolume: file system made");
+            tracing::info!(device = dev, fs, "file system made");
         }
     }
-    let args = cmd::mount(fs, &m.mount_flags, &dev_s, &r.staging_target_path);
+    let args = cmd::mount(fs, flags, dev, &staging.to_string_lossy());
     run("mount", &args, FS_LIMIT).map_err(internal)?;
-    tracing::info!(volume = %r.volume_id, device = %dev_s, staging = %staging.display(), "NodeStageVolume: mounted");
+    Ok(())
+}
+
+/// Unmounts whatever is mounted on `dir` (stacked mounts too).
+pub fn unmount_all(dir: &Path) -> Result<(), Status> {
+    while mounted_at(dir).is_some() {
+        run("umount", &[dir.to_string_lossy().into_owned()], FS_LIMIT).map_err(internal)?;
+    }
     Ok(())
 }
 
 pub fn unstage(volume_id: &str, staging: &str) -> Result<(), Status> {
     let dir = Path::new(staging);
-    while mounted_at(dir).is_some() {
-        run("umount", &[staging.to_owned()], FS_LIMIT).map_err(internal)?;
-    }
+    unmount_all(dir)?;
     let Ok(nqn) = nqn_of(volume_id, &Default::default()) else {
         // Not an id of ours: nothing of it was connected here.
         return Ok(());
@@ -174,48 +180,57 @@ pub fn unstage(volume_id: &str, staging: &str) -> Result<(), Status> {
 
 pub fn publish(r: &NodePublishVolumeRequest, cap: &VolumeCapability) -> Result<(), Status> {
     let target = Path::new(&r.target_path);
-    if mounted_at(target).is_some() {
-        return Ok(());
-    }
     let from = match &cap.access_type {
         Some(AccessType::Block(_)) => {
             let nqn = nqn_of(&r.volume_id, &r.publish_context)?;
             let dev = sys::device(&nqn).ok_or_else(|| {
                 Status::failed_precondition(format!("{nqn}: not staged (no device)"))
             })?;
-            if let Some(d) = target.parent() {
-                std::fs::create_dir_all(d)
-                    .map_err(|e| internal(format!("{}: {e}", d.display())))?;
-            }
-            std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(target)
-                .map_err(|e| internal(format!("{}: {e}", target.display())))?;
             dev.to_string_lossy().into_owned()
         }
         _ => {
             mounted_at(Path::new(&r.staging_target_path)).ok_or_else(|| {
                 Status::failed_precondition(format!("{}: not staged", r.staging_target_path))
             })?;
-            std::fs::create_dir_all(target)
-                .map_err(|e| internal(format!("{}: {e}", target.display())))?;
             r.staging_target_path.clone()
         }
     };
-    for args in cmd::bind(&from, &r.target_path, r.readonly) {
+    let block = matches!(cap.access_type, Some(AccessType::Block(_)));
+    bind_into(&from, target, block, r.readonly)?;
+    tracing::info!(volume = %r.volume_id, target = %r.target_path, readonly = r.readonly, "NodePublishVolume: bound");
+    Ok(())
+}
+
+/// Bind-mounts `from` (a staged directory, or with `block` a device) on
+/// `target` (made: a directory, or a file for a device), read-only when
+/// asked; bound already: done.
+pub fn bind_into(from: &str, target: &Path, block: bool, readonly: bool) -> Result<(), Status> {
+    if mounted_at(target).is_some() {
+        return Ok(());
+    }
+    let made = if block {
+        let parent = target.parent().unwrap_or(Path::new("/"));
+        std::fs::create_dir_all(parent).and_then(|_| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(target)
+                .map(drop)
+        })
+    } else {
+        std::fs::create_dir_all(target)
+    };
+    made.map_err(|e| internal(format!("{}: {e}", target.display())))?;
+    for args in cmd::bind(from, &target.to_string_lossy(), readonly) {
         run("mount", &args, FS_LIMIT).map_err(internal)?;
     }
-    tracing::info!(volume = %r.volume_id, target = %r.target_path, readonly = r.readonly, "NodePublishVolume: bound");
     Ok(())
 }
 
 pub fn unpublish(target: &str) -> Result<(), Status> {
     let t = Path::new(target);
-    while mounted_at(t).is_some() {
-        run("umount", &[target.to_owned()], FS_LIMIT).map_err(internal)?;
-    }
+    unmount_all(t)?;
     if t.is_dir() {
         let _ = std::fs::remove_dir(t);
     } else if t.exists() {
@@ -262,7 +277,14 @@ pub fn stats(path: &str) -> Result<NodeGetVolumeStatsResponse, Status> {
 pub fn expand(path: &str) -> Result<NodeExpandVolumeResponse, Status> {
     let m = mounted_at(Path::new(path)).ok_or_else(|| not_there(path))?;
     let (prog, args) = cmd::grow(&m.fstype, &m.source, path).map_err(Status::invalid_argument)?;
-    run(&prog, &args, FS_LIMIT).map_err(internal)?;
+    run(&prog, &args, FS_LIMIT).map_err(|e| {
+        if e.contains("Permission denied") {
+            // ext4's online resize needs CAP_SYS_RESOURCE.
+            internal(format!("{e} (growing a mounted file system needs CAP_SYS_RESOURCE: run the node plugin privileged)"))
+        } else {
+            internal(e)
+        }
+    })?;
     let dev = m.source.trim_start_matches("/dev/");
     let sectors = std::fs::read_to_string(format!("/sys/class/block/{dev}/size"))
         .ok()
