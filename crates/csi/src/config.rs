@@ -169,6 +169,18 @@ nvme = ["10.0.0.6:4420", "[fd00::6]:4420"]
     }
 
     #[test]
+    fn the_deployed_example_is_read() {
+        let yaml = include_str!("../../../deploy/kubernetes/configmap.yaml");
+        let (_, block) = yaml.split_once("controller.toml: |\n").unwrap();
+        let toml: String = block
+            .lines()
+            .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l)))
+            .collect();
+        let c = ControllerConfig::from_toml(&toml, "configmap.yaml").unwrap();
+        assert_eq!(c.targets()[0].name(), "target-a");
+    }
+
+    #[test]
     fn errors_name_the_field() {
         let e = |t: &str| {
             ControllerConfig::from_toml(t, "c.toml")
