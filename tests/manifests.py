@@ -3,7 +3,8 @@
 Built-in kinds with kubernetes-validate (strict: unknown fields refused),
 the VolumeSnapshotClass with the openAPIV3Schema of the external-snapshotter
 CRD (its directory given as the first argument). Every file of the
-directory must be in kustomization.yaml's resources. A broken manifest must
+directory must be in kustomization.yaml's resources; the examples/ are
+checked too. A broken manifest must
 be refused (checked first, so that a validator that accepts anything fails
 the run).
 
@@ -69,7 +70,8 @@ def main():
     if listed != files:
         sys.exit(f"manifests.py: kustomization.yaml resources {sorted(listed)} != files {sorted(files)}")
     passed = failed = 0
-    for name in kust["resources"]:
+    examples = sorted(str(p.relative_to(DEPLOY)) for p in (DEPLOY / "examples").glob("*.yaml"))
+    for name in list(kust["resources"]) + examples:
         for doc in yaml.safe_load_all((DEPLOY / name).read_text()):
             what = f"{name}: {doc.get('kind')} {doc.get('metadata', {}).get('name')}"
             try:
