@@ -37,6 +37,7 @@ BIN=$TARGET_DIR/debug
 
 WORK=$(mktemp -d /tmp/ff-csi-sanity.XXXXXX)
 PIDS=()
+# shellcheck disable=SC2317  # (trap handler)
 cleanup() {
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
 	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
