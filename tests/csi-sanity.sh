@@ -84,6 +84,10 @@ cat >"$WORK/params.yaml" <<EOF
 targets: target-a
 pool: sanity
 EOF
+# A VolumeAttributesClass's parameters: a QoS limit.
+cat >"$WORK/mutable.yaml" <<EOF
+qos.rw_ios_per_sec: "20000"
+EOF
 
 # The node service too, for NodeGetInfo (the controller's lifecycle specs
 # ask it for the node ID); its staging specs need a kernel NVMe host and
@@ -99,6 +103,7 @@ for _ in $(seq 300); do [[ -S $WORK/csi.sock ]] && break; sleep 0.1; done
 rc=0
 "$SANITY" --csi.endpoint "$WORK/csi.sock" \
 	--csi.testvolumeparameters "$WORK/params.yaml" \
+	--csi.testvolumemutableparameters "$WORK/mutable.yaml" \
 	--csi.testvolumesize 67108864 --csi.testvolumeexpandsize 134217728 \
 	--ginkgo.skip 'Node Service' ${CSI_SANITY_FOCUS:+--ginkgo.focus "$CSI_SANITY_FOCUS"} \
 	--ginkgo.v --ginkgo.no-color 2>&1 | tee "$WORK/sanity.log" || rc=$?
