@@ -390,3 +390,81 @@ async fn errors_name_what_is_wrong() {
         e.message()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_on_two_targets_is_exported_by_both() {
+    // A pool both targets reach (rbd): the same volume seen by each.
+    let a = ModelTarget::start("pair", &[("shared", 100 * GIB as u64)]);
+    let (b_model, b_addr) = a.sibling(&[("shared", 100 * GIB as u64)]);
+    let text = format!(
+        "{}[[target]]\nname = \"target-b\"\nmanagement = {b_addr:?}\nnvme = [\"127.0.0.2:4420\"]\n",
+        a.config("target-a", "127.0.0.1:4420")
+    );
+    let c = ControllerConfig::from_toml(&text, "t").unwrap();
+    let s = ControllerService::new(Arc::new(c.clone()), Targets::new(&c).unwrap());
+    let mut r = create_req("pvc-ha", GIB);
+    r.parameters
+        .insert("targets".into(), "target-a,target-b".into());
+    r.parameters.insert("pool".into(), "shared".into());
+    // Until the second target sees the volume (a shared pool), it cannot
+    // export it: the error names it.
+    let e = create(&s, r.clone()).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition);
+    assert!(
+        e.message()
+            .contains("target target-b: pool shared does not hold volume pvc-ha"),
+        "{}",
+        e.message()
+    );
+    let uuid = a.model.lock().unwrap().volumes[&("shared".to_owned(), "pvc-ha".to_owned())].clone();
+    b_model.lock().unwrap().volumes.insert(
+        ("shared".into(), "pvc-ha".into()),
+        super::model::ModelVolume {
+            exported: false,
+            ..uuid
+        },
+    );
+    let v = create(&s, r).await.unwrap();
+    assert_eq!(v.volume_id, "target-a,target-b/shared/pvc-ha");
+    let nqn = &v.volume_context["nqn"];
+    let (sa, sb) = (
+        a.model.lock().unwrap().subsystems[nqn].clone(),
+        b_model.lock().unwrap().subsystems[nqn].clone(),
+    );
+    assert_eq!(
+        (sa.cntlid, sb.cntlid),
+        ((1, 1000), (1001, 2000)),
+        "disjoint CNTLID ranges"
+    );
+    assert_eq!(sa.serial, sb.serial);
+    assert!(
+        a.model.lock().unwrap().ana.is_empty(),
+        "the first target stays optimized"
+    );
+    let ana = b_model.lock().unwrap().ana.clone();
+    assert_eq!(ana.len(), 1);
+    assert_eq!(
+        (ana[0]["listen"].as_str(), ana[0]["state"].as_str()),
+        (Some("127.0.0.2:4420"), Some("non-optimized"))
+    );
+    // Published on both; the node gets both paths.
+    let ctx = publish(&s, &v.volume_id, NODE_A).await.unwrap();
+    assert_eq!(ctx["paths"], "127.0.0.1:4420,127.0.0.2:4420");
+    for m in [&a.model, &b_model] {
+        assert!(m.lock().unwrap().subsystems[nqn]
+            .hosts
+            .iter()
+            .any(|(h, _)| h == NODE_A));
+    }
+    unpublish(&s, &v.volume_id, NODE_A).await;
+    s.delete_volume(Request::new(DeleteVolumeRequest {
+        volume_id: v.volume_id.clone(),
+        secrets: HashMap::new(),
+    }))
+    .await
+    .unwrap();
+    assert!(
+        a.model.lock().unwrap().subsystems.is_empty()
+            && b_model.lock().unwrap().subsystems.is_empty()
+    );
+}

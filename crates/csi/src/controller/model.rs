@@ -26,6 +26,8 @@ pub struct ModelVolume {
 pub struct ModelSubsystem {
     pub hosts: Vec<(String, Value)>,
     pub volume: Option<String>,
+    pub cntlid: (u64, u64),
+    pub serial: String,
 }
 
 /// What a model target holds.
@@ -35,6 +37,7 @@ pub struct Model {
     pub volumes: BTreeMap<(String, String), ModelVolume>,
     pub subsystems: BTreeMap<String, ModelSubsystem>,
     pub qos: BTreeMap<String, Value>,
+    pub ana: Vec<Value>,
     pub calls: Vec<String>,
     next_uuid: u32,
 }
@@ -185,13 +188,18 @@ impl Model {
                     .filter_map(|h| h.as_str())
                     .map(|h| (h.to_owned(), json!({})))
                     .collect();
-                self.subsystems.insert(
-                    nqn,
-                    ModelSubsystem {
-                        hosts,
-                        volume: None,
-                    },
+                let cntlid = (
+                    p["cntlid_min"].as_u64().unwrap_or(1),
+                    p["cntlid_max"].as_u64().unwrap_or(65519),
                 );
+                let serial = p["serial"].as_str().unwrap_or("").to_owned();
+                let sub = ModelSubsystem {
+                    hosts,
+                    volume: None,
+                    cntlid,
+                    serial,
+                };
+                self.subsystems.insert(nqn, sub);
                 Ok(Value::Null)
             }
             "subsystem_delete" => {
@@ -258,7 +266,11 @@ impl Model {
                 self.qos.insert(nqn, p.clone());
                 Ok(Value::Null)
             }
-            "ana_state_set" => Ok(Value::Null),
+            "ana_state_set" => {
+                self.subsystems.get(&nqn).ok_or_else(missing)?;
+                self.ana.push(p.clone());
+                Ok(Value::Null)
+            }
             _ => Err((rpc::METHOD_NOT_FOUND, format!("no method {m:?}"))),
         }
     }
@@ -316,21 +328,20 @@ impl ModelTarget {
             dir.join("server.key"),
             dir.join("ca.crt"),
         );
-        let tls = files.server_config().unwrap();
-        let model = Arc::new(Mutex::new(Model::default()));
-        for (p, free) in pools {
-            model.lock().unwrap().pools.insert(p.to_string(), *free);
-        }
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let m = model.clone();
-        std::thread::spawn(move || {
-            for tcp in listener.incoming().flatten() {
-                let (m, tls) = (m.clone(), tls.clone());
-                std::thread::spawn(move || serve(tcp, tls, &m));
-            }
-        });
+        let (model, addr) = listen(&files, pools);
         ModelTarget { model, addr, dir }
+    }
+
+    /// Another model target with the same certificates (both on
+    /// 127.0.0.1), for volumes on two targets: its model and address.
+    pub fn sibling(&self, pools: &[(&str, u64)]) -> (Arc<Mutex<Model>>, String) {
+        let d = &self.dir;
+        let files = farflash_mgmt::net::TlsFiles::new(
+            d.join("server.crt"),
+            d.join("server.key"),
+            d.join("ca.crt"),
+        );
+        listen(&files, pools)
     }
 
     /// A `[[target]]` entry and the `[tls]` section for it.
@@ -343,6 +354,28 @@ impl ModelTarget {
             self.addr
         )
     }
+}
+
+/// Serves a new model with `pools` on a free 127.0.0.1 port.
+fn listen(
+    files: &farflash_mgmt::net::TlsFiles,
+    pools: &[(&str, u64)],
+) -> (Arc<Mutex<Model>>, String) {
+    let tls = files.server_config().unwrap();
+    let model = Arc::new(Mutex::new(Model::default()));
+    for (p, free) in pools {
+        model.lock().unwrap().pools.insert(p.to_string(), *free);
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let m = model.clone();
+    std::thread::spawn(move || {
+        for tcp in listener.incoming().flatten() {
+            let (m, tls) = (m.clone(), tls.clone());
+            std::thread::spawn(move || serve(tcp, tls, &m));
+        }
+    });
+    (model, addr)
 }
 
 fn serve(tcp: std::net::TcpStream, tls: Arc<rustls::ServerConfig>, model: &Mutex<Model>) {

@@ -165,6 +165,20 @@ pub fn create(ops: &Ops, p: CreatePlan) -> Result<Volume, Status> {
         }
         None => make(ops, &p)?,
     };
+    for t in &id.targets()[1..] {
+        let seen = absent_ok(ops.call(
+            t,
+            "volume_get",
+            json!({"pool": id.pool(), "name": id.name()}),
+        ))?;
+        if seen.is_none() {
+            return Err(Status::failed_precondition(format!(
+                "target {t}: pool {} does not hold volume {} (a volume on several targets needs a pool they all reach, e.g. rbd)",
+                id.pool(),
+                id.name()
+            )));
+        }
+    }
     ops.export(id, &vol, p.params.qos())?;
     let mut ctx = p.params.volume_context();
     ctx.insert("nqn".into(), id.nqn());
