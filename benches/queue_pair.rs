@@ -5,8 +5,8 @@
 //!
 //! cargo bench --bench queue_pair            (prints ns per command)
 
+use farflash_control::build_subsystems;
 use farflash_core::config::{BackendKind, Config, NamespaceConfig, SubsystemConfig};
-use farflash_core::subsystem::build_subsystems;
 use farflash_core::Target;
 use farflash_tcp::QueuePair;
 use farflash_wire::fabrics::{ConnectCmd, ConnectData, PropertyCmd, CNTLID_DYNAMIC};

@@ -24,7 +24,7 @@ cd "$here"
 export RUSTC_BOOTSTRAP=1
 san=${SANITIZER:-address}
 nice_lvl=${NICE:-10}
-all=(pdu_framing command_decode command_layer target_connection host_connection auth_exchange rpc_request config_toml rdma_capsule iscsi_url rdma_host tls_key_format tls_record tls_key_file tls_record_scan)
+all=(pdu_framing command_decode command_layer target_connection host_connection auth_exchange rpc_request config_toml rdma_capsule iscsi_url rdma_host tls_key_format tls_record tls_key_file tls_record_scan pool_metadata)
 
 max_len() {
     case $1 in

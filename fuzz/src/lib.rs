@@ -13,6 +13,7 @@ pub mod input;
 pub mod iscsi_url;
 pub mod opcodes;
 pub mod pdu_framing;
+pub mod pool_metadata;
 pub mod rdma_capsule;
 pub mod rdma_host;
 pub mod rpc_request;
@@ -47,7 +48,7 @@ pub fn tolerate(name: &str) -> bool {
 /// A harness: runs one input, panics on a finding.
 pub type Harness = fn(&[u8]);
 
-pub const TARGETS: [(&str, Harness); 15] = [
+pub const TARGETS: [(&str, Harness); 16] = [
     ("pdu_framing", pdu_framing::run),
     ("command_decode", command_decode::run),
     ("command_layer", command_layer::run),
@@ -63,4 +64,5 @@ pub const TARGETS: [(&str, Harness); 15] = [
     ("tls_record", tls_record::run),
     ("tls_key_file", tls_key_file::run),
     ("tls_record_scan", tls_record_scan::run),
+    ("pool_metadata", pool_metadata::run),
 ];

@@ -1,5 +1,5 @@
 //! `rdma_host`: the host side of the NVMe/RDMA binding, sans-I/O
-//! (`farflash_rdma::host::HostQueue`) and the CM private data a host
+//! (`farflash_host::rdma::HostQueue`) and the CM private data a host
 //! decodes (Accept, Reject).
 //!
 //! Input: `[cm: 32 bytes][depth: u8][icd_max: u16]` then operations, each
@@ -24,9 +24,9 @@
 //! `depth` commands are taken; a failed queue completes nothing more.
 
 use crate::input::Input;
+use farflash_host::rdma::{HostBuf, HostQueue};
 use farflash_host::{Completion, DataDir};
 use farflash_rdma::cm::{decode_accept, decode_reject, RejectStatus};
-use farflash_rdma::host::{HostBuf, HostQueue};
 use farflash_rdma::sgl::{KeyedSgl, KEYED_ADDRESS};
 use farflash_wire::sqe::{sgl, SglDescriptor, PSDT_SGL};
 use farflash_wire::{Cqe, Sqe, Status};

@@ -8,9 +8,9 @@
 //! or write files wherever the fuzzer points; so are lines naming `rbd` (an
 //! RBD namespace reads the ceph.conf given and connects to its cluster).
 
+use farflash_control::build_subsystems;
+use farflash_control::reload::current_config;
 use farflash_core::config::{BackendKind, Config, NamespaceConfig, SubsystemConfig};
-use farflash_core::reload::current_config;
-use farflash_core::subsystem::build_subsystems;
 use farflash_core::Target;
 use farflash_mgmt::jsonrpc::handle_line;
 use farflash_mgmt::Api;

@@ -2,11 +2,11 @@
 //! null) namespaces and small transport limits, chosen by one fuzz byte.
 
 use crate::build::SUBNQN;
+use farflash_control::build_subsystems;
 use farflash_core::config::{
     BackendKind, Config, NamespaceConfig, Size, SubsystemConfig, TransportConfig,
 };
 use farflash_core::qos::QosConfig;
-use farflash_core::subsystem::build_subsystems;
 use farflash_core::Target;
 use std::sync::Arc;
 

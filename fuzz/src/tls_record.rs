@@ -100,7 +100,11 @@ fn check_failed(s: &mut Session, e: &farflash_tls::TlsError) {
     let mut buf = [0u8; 16];
     assert_eq!(s.read_plaintext(&mut buf).as_ref().err(), Some(e));
     // An alert record or two, never a stream.
-    assert!(s.ciphertext().len() <= 4096, "{} bytes after {e}", s.ciphertext().len());
+    assert!(
+        s.ciphertext().len() <= 4096,
+        "{} bytes after {e}",
+        s.ciphertext().len()
+    );
 }
 
 fn pump(c: &mut Session, s: &mut Session) {
@@ -160,7 +164,11 @@ pub fn run(input: &[u8]) {
             }
         }
     }
-    assert!(plain.is_empty(), "{} bytes of plaintext without the key", plain.len());
+    assert!(
+        plain.is_empty(),
+        "{} bytes of plaintext without the key",
+        plain.len()
+    );
 }
 
 #[cfg(test)]

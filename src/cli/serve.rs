@@ -5,12 +5,13 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{ArgMatches, Args, FromArgMatches};
+use farflash_control::build_subsystems;
 use farflash_core::config::{
     parse_cpu_list, BackendKind, Config, DhchapKey, HostAuthConfig, ManagementEndpoint,
     NamespaceConfig, PollMode, RbdConfig, Size, SubsystemConfig, DEFAULT_NQN,
 };
 use farflash_core::listen::{split_listen, ListenTransport};
-use farflash_core::subsystem::{build_subsystems, human};
+use farflash_core::subsystem::human;
 use farflash_core::tls_key::TlsKey;
 use farflash_core::Target;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
@@ -240,7 +241,7 @@ impl ServeArgs {
     pub fn to_config(&self) -> Result<Config> {
         let f = &self.flags;
         let mut cfg = match &f.config {
-            Some(p) => Config::load(p)?,
+            Some(p) => farflash_control::config::load(p)?,
             None => Config::default(),
         };
         if !f.listen.is_empty() {
@@ -362,7 +363,10 @@ fn host_keys(f: &ServeFlags) -> Result<Vec<HostAuthConfig>> {
             bail!("--tls-key takes HOSTNQN=KEY or HOSTNQN=FILE");
         };
         // The error names the host and what is wrong, never the key.
-        let key = TlsKey::parse(text).map_err(|e| anyhow::anyhow!("--tls-key for {nqn}: {e}"))?;
+        let mut key =
+            TlsKey::parse(text).map_err(|e| anyhow::anyhow!("--tls-key for {nqn}: {e}"))?;
+        farflash_control::key_files::read(&mut key)
+            .map_err(|e| anyhow::anyhow!("--tls-key for {nqn}: {e}"))?;
         let h = match hosts.iter_mut().find(|h| h.nqn == nqn) {
             Some(h) if h.tls_key.is_some() => bail!("--tls-key for {nqn} is given twice"),
             Some(h) => h,
@@ -491,8 +495,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
             })
             .collect(),
     );
+    target.set_started(std::time::Instant::now());
     // Storage shared with other targets follows ANA (RBD's exclusive lock).
-    farflash_core::reload::claim_storage(&target)?;
+    farflash_control::reload::claim_storage(&target)?;
     let (listener_ctl, listener_rx) = farflash_transport::listener_control();
     let api = Arc::new(farflash_mgmt::Api {
         target: target.clone(),
@@ -751,7 +756,7 @@ fn spawn_reloader(
             for _ in signals.forever() {
                 notify("RELOADING=1");
                 let result = args.to_config().and_then(|cfg| {
-                    Ok(farflash_core::reload::apply_with(
+                    Ok(farflash_control::reload::apply_with(
                         &target,
                         &cfg,
                         Some(&listeners),
@@ -814,7 +819,7 @@ fn spawn_size_watch(
                     }
                 }
                 if resized {
-                    match farflash_core::manage::modify(&target, None, |_| Ok(())) {
+                    match farflash_control::manage::modify(&target, None, |_| Ok(())) {
                         Ok(r) => log_report("resize", &r),
                         Err(e) => tracing::error!("applying a resize failed: {e:#}"),
                     }
@@ -825,7 +830,7 @@ fn spawn_size_watch(
 }
 
 /// Logs what a configuration change did.
-pub fn log_report(what: &str, r: &farflash_core::reload::ReloadReport) {
+pub fn log_report(what: &str, r: &farflash_control::reload::ReloadReport) {
     for (nqn, ids) in &r.changed {
         tracing::info!(subnqn = %nqn, nsids = ?ids, "{what}: namespaces changed");
     }

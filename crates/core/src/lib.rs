@@ -14,7 +14,9 @@
 //!   [`Transport`], and the completions sent after every call (`binding.rs`).
 //! - Command sets: `fabrics` (with `auth`, in-band authentication), `admin` (with `identify`, `discovery`), `io`.
 //!
-//! The event loops live in `farflash-transport`.
+//! The control plane (configuration files, opening backends, reloads,
+//! management) is `farflash-control`, above this crate; the event loops
+//! live in `farflash-transport`.
 
 #![forbid(unsafe_code)]
 
@@ -24,14 +26,15 @@ pub mod cntlid;
 pub mod config;
 pub mod controller;
 pub mod listen;
-pub mod manage;
 pub mod qos;
-pub mod reload;
 pub mod resv;
 pub mod stats;
 pub mod subsystem;
 pub mod target;
 pub mod tls_key;
+
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 mod admin;
 mod auth;
@@ -55,9 +58,3 @@ pub use target::Target;
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_ha;
-#[cfg(test)]
-mod tests_listen;
-#[cfg(test)]
-mod tests_scale;

@@ -180,7 +180,10 @@ mod tests {
             rbd: None,
             commit: false,
         };
-        Arc::new(crate::subsystem::build_namespace("nqn.t", &cfg, nsid).unwrap())
+        Arc::new(
+            crate::subsystem::build_namespace("nqn.t", &cfg, nsid, &crate::testing::Memory)
+                .unwrap(),
+        )
     }
 
     #[test]

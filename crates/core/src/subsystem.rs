@@ -4,11 +4,9 @@
 use crate::ana::{AnaConfig, AnaTable};
 use crate::config::{BackendKind, Config, HostAuthConfig, NamespaceConfig, SubsystemConfig};
 use crate::qos::{QosConfig, QosTable};
+use crate::resv::ptpl::PtplFile;
 use crate::stats::StatsRegistry;
-use farflash_backend::{
-    open_file, open_null, open_ram, open_ram_committed, open_rbd, FileOptions, RbdOptions,
-    SharedBackend,
-};
+use farflash_backend::SharedBackend;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -142,7 +140,7 @@ impl Subsystem {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
-    pub(crate) fn set_access(&self, access: HostAccess) {
+    pub fn set_access(&self, access: HostAccess) {
         *self.access.write().unwrap_or_else(|p| p.into_inner()) = access;
     }
 
@@ -168,8 +166,8 @@ impl Subsystem {
     /// reload or the management API applies to the next connection.
     pub fn tls_psk_for(
         &self,
-        identity: &farflash_tls::PskIdentity,
-    ) -> Option<farflash_tls::PskChoice> {
+        identity: &farflash_psk::PskIdentity,
+    ) -> Option<farflash_psk::PskChoice> {
         let a = self.access.read().unwrap_or_else(|p| p.into_inner());
         let hostnqn = identity.hostnqn();
         if !a.allowed_hosts.is_empty() && !a.allowed_hosts.iter().any(|h| h == hostnqn) {
@@ -179,8 +177,7 @@ impl Subsystem {
         let key = h.tls_key.as_ref()?;
         // Config::validate checked the names.
         let ds = h.derivations().unwrap_or_default();
-        let psk = crate::tls_key::choose(key, &ds, identity)?;
-        Some(crate::tls_key::choice(key, psk))
+        crate::tls_key::choice(key, &ds, identity)
     }
 
     /// The configuration that rebuilds this subsystem as it is now
@@ -378,88 +375,31 @@ fn parse_hex16(s: &str) -> Option<[u8; 16]> {
     Some(out)
 }
 
-/// Opens the backend of one namespace of subsystem `nqn`.
+/// What building namespaces takes from the world: opening storage and
+/// PTPL files. The command layer does no I/O; the control plane
+/// (`farflash-control`) implements this.
+pub trait Provision {
+    /// Opens the storage of namespace `nsid` of subsystem `nqn`, configured
+    /// as `nc`: the backend and its description for the start-up banner.
+    fn open_backend(
+        &self,
+        nqn: &str,
+        nc: &NamespaceConfig,
+        nsid: u32,
+    ) -> Result<(SharedBackend, String), BuildError>;
+    /// The PTPL file at `path` (Base 2.0 §7.3), not yet read.
+    fn ptpl_file(&self, path: &std::path::Path) -> Arc<dyn PtplFile>;
+}
+
+/// Builds one namespace of subsystem `nqn`, its backend opened by `p`.
 pub fn build_namespace(
     nqn: &str,
     nc: &NamespaceConfig,
     nsid: u32,
+    p: &dyn Provision,
 ) -> Result<Namespace, BuildError> {
     let bs = nc.block_size.unwrap_or(512);
-    let size = nc.size.map(|s| s.0);
-    let err = |what: &str, cause| BuildError::Backend {
-        nqn: nqn.to_owned(),
-        nsid,
-        what: what.to_owned(),
-        cause,
-    };
-    let (backend, describe) = match nc.backend {
-        BackendKind::Ram => {
-            let sz = size.unwrap_or(0);
-            // Lazily committed (pages on first write), so that a first run
-            // on a small machine does not take the whole namespace's memory;
-            // `commit = true` (serve --ram-commit) faults it all in up front,
-            // as SPDK's malloc bdev, when it fits in half of MemAvailable.
-            let fits = || mem_available().is_some_and(|avail| sz <= avail / 2);
-            let commit = nc.commit && fits();
-            if nc.commit && !commit {
-                tracing::warn!(
-                    nqn,
-                    nsid,
-                    size = sz,
-                    "RAM namespace not committed up front: more than half of MemAvailable"
-                );
-            }
-            let open = if commit { open_ram_committed } else { open_ram };
-            (
-                open(sz, bs).map_err(|e| err("RAM backend", e))?,
-                format!(
-                    "ram {}{}",
-                    human(sz),
-                    if commit { " (committed)" } else { "" }
-                ),
-            )
-        }
-        BackendKind::Null => {
-            let sz = size.unwrap_or(0);
-            (
-                open_null(sz, bs).map_err(|e| err("null backend", e))?,
-                format!("null {}", human(sz)),
-            )
-        }
-        BackendKind::File => {
-            let path = nc.path.clone().unwrap_or_default();
-            let opts = FileOptions {
-                block_size: bs,
-                create_size: size,
-                ..FileOptions::default()
-            };
-            let b =
-                open_file(&path, &opts).map_err(|e| err(&format!("file {}", path.display()), e))?;
-            let d = format!("{} {} ({})", b.kind(), path.display(), human(b.capacity()));
-            (b, d)
-        }
-        BackendKind::Rbd => {
-            let Some(r) = &nc.rbd else {
-                return Err(BuildError::Invalid {
-                    nqn: nqn.to_owned(),
-                    nsid,
-                    msg: "rbd namespace without an rbd table".into(),
-                });
-            };
-            let opts = RbdOptions {
-                pool: r.pool.clone(),
-                image: r.image.clone(),
-                conf: r.conf.clone(),
-                id: r.id.clone(),
-                keyring: r.keyring.clone(),
-                block_size: bs,
-            };
-            let name = format!("rbd {}/{}", r.pool, r.image);
-            let b = open_rbd(&opts).map_err(|e| err(&name, e))?;
-            let d = format!("{name} ({})", human(b.capacity()));
-            (b, d)
-        }
-    };
+    let (backend, describe) = p.open_backend(nqn, nc, nsid)?;
     let blocks = backend.capacity() / bs as u64;
     if blocks == 0 {
         return Err(BuildError::Invalid {
@@ -483,7 +423,8 @@ pub fn build_namespace(
         Some(u) => parse_hex16(u).ok_or_else(|| invalid("nguid must be 32 hex digits"))?,
         None => derive_id(nqn, nsid, 2),
     };
-    let resv = crate::resv::NsResv::open(nc.ptpl_file.clone()).map_err(|m| invalid(&m))?;
+    let ptpl = nc.ptpl_file.as_deref().map(|f| p.ptpl_file(f));
+    let resv = crate::resv::NsResv::open(ptpl).map_err(|m| invalid(&m))?;
     Ok(Namespace {
         resv: Arc::new(resv),
         nsid,
@@ -520,19 +461,26 @@ pub fn human(bytes: u64) -> String {
 
 /// Opens every backend of `cfg`'s subsystems (refused before any is
 /// opened when their files would not fit in the open-file limit).
-pub fn build_subsystems(cfg: &Config) -> Result<Vec<Arc<Subsystem>>, BuildError> {
+pub fn build_subsystems(
+    cfg: &Config,
+    p: &dyn Provision,
+) -> Result<Vec<Arc<Subsystem>>, BuildError> {
     let files = cfg.subsystems.iter().map(|sc| files_to_open(sc, &[])).sum();
     farflash_backend::limits::check_headroom(files)?;
     let mut out = Vec::new();
     for (i, sc) in cfg.subsystems.iter().enumerate() {
-        out.push(build_subsystem(sc, i as u8)?);
+        out.push(build_subsystem(sc, i as u8, p)?);
     }
     Ok(out)
 }
 
 /// Opens one subsystem's backends; `index` goes into the generated serial
 /// number (the subsystem's position when the target started).
-pub fn build_subsystem(sc: &SubsystemConfig, index: u8) -> Result<Arc<Subsystem>, BuildError> {
+pub fn build_subsystem(
+    sc: &SubsystemConfig,
+    index: u8,
+    p: &dyn Provision,
+) -> Result<Arc<Subsystem>, BuildError> {
     let cntlids =
         crate::cntlid::CntlidRange::from_config(sc.cntlid_min, sc.cntlid_max).map_err(|msg| {
             BuildError::Invalid {
@@ -541,7 +489,7 @@ pub fn build_subsystem(sc: &SubsystemConfig, index: u8) -> Result<Arc<Subsystem>
                 msg,
             }
         })?;
-    let namespaces = build_namespaces(sc, &[])?;
+    let namespaces = build_namespaces(sc, &[], p)?;
     let serial = sc.serial.clone().unwrap_or_else(|| {
         let id = derive_id(&sc.nqn, 0, 3);
         format!(
@@ -571,6 +519,7 @@ pub fn build_subsystem(sc: &SubsystemConfig, index: u8) -> Result<Arc<Subsystem>
 pub fn build_namespaces(
     sc: &SubsystemConfig,
     current: &[Arc<Namespace>],
+    p: &dyn Provision,
 ) -> Result<Vec<Arc<Namespace>>, BuildError> {
     let mut out = Vec::with_capacity(sc.namespaces.len());
     let mut next = 1;
@@ -585,7 +534,7 @@ pub fn build_namespaces(
                 ..Namespace::with_backend(n, n.backend.clone(), &n.describe)
             }),
             Some(n) => n.clone(),
-            None => Arc::new(build_namespace(&sc.nqn, nc, nsid)?),
+            None => Arc::new(build_namespace(&sc.nqn, nc, nsid, p)?),
         };
         out.push(ns);
     }
@@ -650,27 +599,9 @@ fn same_config(a: &NamespaceConfig, b: &NamespaceConfig) -> bool {
         && a.commit == *commit
 }
 
-/// MemAvailable of /proc/meminfo in bytes (None where it cannot be read).
-fn mem_available() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ram_is_committed_only_when_asked() {
-        let mut nc = NamespaceConfig::sized(BackendKind::Ram, 4 << 20);
-        let lazy = build_namespace("nqn.t", &nc, 1).unwrap();
-        assert_eq!(lazy.describe, "ram 4M");
-        nc.commit = true;
-        let committed = build_namespace("nqn.t", &nc, 1).unwrap();
-        assert_eq!(committed.describe, "ram 4M (committed)");
-    }
 
     #[test]
     fn ids_are_stable_and_unique() {

@@ -39,8 +39,10 @@ pub struct Target {
     pub genctr: AtomicU64,
     /// Discovery log pages built for the current GENCTR.
     pub(crate) discovery_cache: crate::discovery_cache::DiscoveryCache,
-    /// When the target started (SMART power-on hours).
-    pub started: std::time::Instant,
+    /// When the target started (SMART power-on hours): set by whoever
+    /// starts it ([`Target::set_started`]; the command layer reads no
+    /// clock), else the first time a SMART log is read.
+    started: std::sync::OnceLock<std::time::Instant>,
     shutting_down: AtomicBool,
     /// Latency histograms are sampled (a metrics listener is on).
     latency_timing: AtomicBool,
@@ -102,6 +104,17 @@ impl Target {
         Target::with_listeners(subsystems, transport, ls)
     }
 
+    /// Records when the target started (the SMART log's power-on hours
+    /// count from there); only the first call counts.
+    pub fn set_started(&self, at: std::time::Instant) {
+        let _ = self.started.set(at);
+    }
+
+    /// When the target started; `now` when nobody said.
+    pub fn started(&self, now: std::time::Instant) -> std::time::Instant {
+        *self.started.get_or_init(|| now)
+    }
+
     pub fn with_listeners(
         subsystems: Vec<Arc<Subsystem>>,
         transport: TransportConfig,
@@ -114,7 +127,7 @@ impl Target {
             listeners_gen: AtomicU64::new(0),
             genctr: AtomicU64::new(1),
             discovery_cache: Default::default(),
-            started: std::time::Instant::now(),
+            started: std::sync::OnceLock::new(),
             shutting_down: AtomicBool::new(false),
             latency_timing: AtomicBool::new(false),
             keep_alive_expiries: AtomicU64::new(0),
@@ -140,7 +153,7 @@ impl Target {
         self.subsystems().iter().find(|s| s.nqn == nqn).cloned()
     }
 
-    pub(crate) fn set_subsystems(&self, list: Vec<Arc<Subsystem>>) {
+    pub fn set_subsystems(&self, list: Vec<Arc<Subsystem>>) {
         *self.subsystems.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(list);
     }
 
@@ -157,7 +170,7 @@ impl Target {
         self.listeners().iter().map(|l| l.addr).collect()
     }
 
-    pub(crate) fn set_listeners(&self, list: Vec<Listener>) {
+    pub fn set_listeners(&self, list: Vec<Listener>) {
         let removed = {
             let mut g = self.listeners.write().unwrap_or_else(|p| p.into_inner());
             let removed = g.iter().any(|l| !list.contains(l));
@@ -200,8 +213,8 @@ impl Target {
     /// An identity naming the discovery NQN (`nvme discover --tls`) is
     /// resolved with the host's key in any subsystem: the first that
     /// resolves it (a version 1 identity's digest picks the key).
-    pub fn tls_psk(&self, identity: &[u8]) -> Option<farflash_tls::PskChoice> {
-        let id = farflash_tls::PskIdentity::parse(identity).ok()?;
+    pub fn tls_psk(&self, identity: &[u8]) -> Option<farflash_psk::PskChoice> {
+        let id = farflash_psk::PskIdentity::parse(identity).ok()?;
         if id.subnqn() == farflash_wire::DISCOVERY_NQN {
             return self.subsystems().iter().find_map(|s| s.tls_psk_for(&id));
         }

@@ -2,155 +2,16 @@
 //! with no PDU and no transport, storage completions out of order or failed
 //! (scripted backend).
 
-use crate::command::{Begin, Completion, Xfer};
-use crate::config::{BackendKind, Config, NamespaceConfig, SubsystemConfig, TransportConfig};
-use crate::subsystem::{build_subsystems, Namespace};
-use crate::{NvmeQueue, Target};
-use farflash_backend::{open_scripted, OpKind, Script};
-use farflash_wire::fabrics::{ConnectCmd, ConnectData, PropertyCmd, CNTLID_DYNAMIC};
+use crate::command::{Begin, Xfer};
+pub(crate) use crate::testing::{
+    completions, connect, connect_hostid, connect_to, io_queue, queue, run, rw, target, HOST, NQN,
+};
+use crate::NvmeQueue;
+use farflash_backend::OpKind;
+use farflash_wire::fabrics::{ConnectCmd, PropertyCmd, CNTLID_DYNAMIC};
 use farflash_wire::opcode::{fctype, io};
 use farflash_wire::sqe::{SglDescriptor, PSDT_SGL};
 use farflash_wire::{props, Sqe, Status};
-use std::sync::Arc;
-
-pub(crate) const NQN: &str = "nqn.2026-11.io.farflash:core-test";
-pub(crate) const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:core-test";
-
-/// A target whose namespace 1 is a 1 MiB scripted backend (512-byte blocks).
-pub(crate) fn target() -> (Arc<Target>, Arc<Script>) {
-    let transport = TransportConfig::default();
-    let cfg = Config {
-        listen: vec!["127.0.0.1:4420".into()],
-        transport: transport.clone(),
-        subsystems: vec![SubsystemConfig::new(
-            NQN,
-            vec![NamespaceConfig {
-                nsid: Some(1),
-                block_size: Some(512),
-                ..NamespaceConfig::sized(BackendKind::Null, 1 << 20)
-            }],
-        )],
-    };
-    let subs = build_subsystems(&cfg).unwrap();
-    let old = subs[0].namespace(1).unwrap();
-    let (backend, script) = open_scripted(1 << 20, 512);
-    subs[0].replace_namespaces(vec![Arc::new(Namespace::with_backend(
-        &old, backend, "scripted",
-    ))]);
-    let addr = "127.0.0.1:4420".parse().unwrap();
-    (Target::new(subs, transport, vec![addr]), script)
-}
-
-pub(crate) fn queue(t: &Arc<Target>) -> NvmeQueue {
-    let a = "127.0.0.1:4420".parse().unwrap();
-    let p = "127.0.0.1:50000".parse().unwrap();
-    NvmeQueue::new(t.clone(), a, p, farflash_wire::discovery::TRTYPE_TCP)
-}
-
-pub(crate) fn completions(q: &mut NvmeQueue) -> Vec<Completion> {
-    let mut v = Vec::new();
-    q.take_completions(&mut v);
-    v
-}
-
-/// Runs one command with `data` as its host data; returns its completion.
-pub(crate) fn run(q: &mut NvmeQueue, sqe: Sqe, data: &[u8]) -> Completion {
-    match q.begin(sqe) {
-        Begin::Ready { slot, xfer } => {
-            if let Xfer::H2C(n) = xfer {
-                assert_eq!(n as usize, data.len());
-                q.data_buf(slot).copy_from_slice(data);
-            }
-            q.execute(slot);
-        }
-        // Refused before any data moved: its completion is queued.
-        Begin::Answered => {}
-        other => panic!("not runnable: {other:?}"),
-    }
-    q.commit();
-    while q.in_flight() > 0 {
-        q.poll_backends();
-    }
-    let mut c = completions(q);
-    assert_eq!(c.len(), 1, "{c:?}");
-    c.remove(0)
-}
-
-fn connect(q: &mut NvmeQueue, qid: u16, cntlid: u16) -> Completion {
-    connect_to(q, NQN, HOST, qid, cntlid)
-}
-
-/// A Connect (Fabrics §6.3, SQSIZE 31, KATO 5 s) to `subnqn` as `host`.
-pub(crate) fn connect_to(
-    q: &mut NvmeQueue,
-    subnqn: &str,
-    host: &str,
-    qid: u16,
-    cntlid: u16,
-) -> Completion {
-    connect_hostid(q, subnqn, host, [1; 16], qid, cntlid)
-}
-
-/// [`connect_to`] with the Connect data's Host Identifier (reservations
-/// tell hosts apart by it).
-pub(crate) fn connect_hostid(
-    q: &mut NvmeQueue,
-    subnqn: &str,
-    host: &str,
-    hostid: [u8; 16],
-    qid: u16,
-    cntlid: u16,
-) -> Completion {
-    let cmd = ConnectCmd {
-        recfmt: 0,
-        qid,
-        sqsize: 31,
-        cattr: 0,
-        kato: 5000,
-    };
-    let d = ConnectData {
-        hostid,
-        cntlid,
-        subnqn: subnqn.into(),
-        hostnqn: host.into(),
-    };
-    let mut data = [0u8; 1024];
-    d.encode(&mut data);
-    run(q, cmd.to_sqe(1), &data)
-}
-
-pub(crate) fn rw(opcode: u8, cid: u16, slba: u64, len: u32) -> Sqe {
-    Sqe {
-        opcode,
-        flags: PSDT_SGL,
-        cid,
-        nsid: 1,
-        dptr: SglDescriptor::transport(len),
-        cdw10: slba as u32,
-        cdw11: (slba >> 32) as u32,
-        cdw12: len / 512 - 1,
-        ..Sqe::default()
-    }
-}
-
-/// An enabled controller and one connected I/O queue.
-pub(crate) fn io_queue(t: &Arc<Target>) -> (NvmeQueue, NvmeQueue) {
-    let mut admin = queue(t);
-    let c = connect(&mut admin, 0, CNTLID_DYNAMIC);
-    assert_eq!(c.status, Status::SUCCESS);
-    let connected = admin.take_connected().expect("Connect tells the binding");
-    assert_eq!((connected.qid, connected.sqsize), (0, 31));
-    let en = PropertyCmd {
-        size8: false,
-        offset: props::CC,
-        value: props::cc::ENABLE_DEFAULT as u64,
-    }
-    .to_sqe(2, fctype::PROPERTY_SET);
-    assert_eq!(run(&mut admin, en, &[]).status, Status::SUCCESS);
-    let mut q = queue(t);
-    assert_eq!(connect(&mut q, 1, c.result as u16).status, Status::SUCCESS);
-    (admin, q)
-}
 
 fn block(seed: u8) -> Vec<u8> {
     (0..512u32)
@@ -510,4 +371,115 @@ fn commands_supported_and_effects_log() {
         Status::INVALID_LOG_PAGE.dnr(),
         "CSI 02h"
     );
+}
+
+/// A transport's state of a command lives in the command's slot: set after
+/// `begin`, handed back with the completion, and fresh for the next command
+/// to take the slot, even before the old completion was sent.
+#[test]
+fn a_transports_command_state_travels_with_its_command() {
+    let (t, _script) = target();
+    let a = "127.0.0.1:4420".parse().unwrap();
+    let p = "127.0.0.1:50001".parse().unwrap();
+    let mut q: NvmeQueue<u32> =
+        NvmeQueue::new(t.clone(), a, p, farflash_wire::discovery::TRTYPE_TCP);
+    let connect = |cid| {
+        ConnectCmd {
+            recfmt: 0,
+            qid: 0,
+            sqsize: 31,
+            cattr: 0,
+            kato: 5000,
+        }
+        .to_sqe(cid)
+    };
+    // A Connect naming no subsystem: it runs, and is refused.
+    let Begin::Ready { slot, .. } = q.begin(connect(1)) else {
+        panic!("a Connect is parsed")
+    };
+    *q.cmd_mut(slot).expect("its slot") = 7;
+    q.data_buf(slot).fill(0);
+    q.execute(slot);
+    // The slot is free again: the next command takes it with fresh state.
+    let Begin::Ready { slot: again, .. } = q.begin(connect(2)) else {
+        panic!("the second command")
+    };
+    assert_eq!(again, slot, "the freed slot is taken first");
+    assert_eq!(q.cmd(again), Some(&0), "a new command's state starts fresh");
+    *q.cmd_mut(again).expect("its slot") = 9;
+    q.fail(again, Status::INTERNAL_ERROR);
+    let mut done = Vec::new();
+    q.take_completions(&mut done);
+    let got: Vec<(u16, u32)> = done.iter().map(|c| (c.cid, c.cmd)).collect();
+    assert_eq!(got, [(1, 7), (2, 9)]);
+    assert_eq!(q.cmd(u16::MAX), None, "no such slot");
+}
+
+/// Without the control plane: the namespace list changes as a reload
+/// changes it (`Subsystem::replace_namespaces`).
+#[test]
+fn an_idle_queue_lets_a_removed_namespace_go_at_a_tick_without_reloading_its_list() {
+    use crate::config::{BackendKind, Config, NamespaceConfig, SubsystemConfig};
+    use crate::subsystem::build_namespace;
+    use crate::testing::Memory;
+    use std::time::{Duration, Instant};
+    let null_ns = || NamespaceConfig::sized(BackendKind::Null, 1 << 20);
+    let cfg = Config {
+        subsystems: vec![SubsystemConfig::new(
+            NQN,
+            (0..100).map(|_| null_ns()).collect(),
+        )],
+        ..Config::default()
+    };
+    let subs = crate::testing::build_subsystems(&cfg).unwrap();
+    let sub = subs[0].clone();
+    let t = crate::Target::new(
+        subs,
+        cfg.transport.clone(),
+        vec!["127.0.0.1:4420".parse().unwrap()],
+    );
+    let mut admin = queue(&t);
+    let c = connect_to(&mut admin, NQN, HOST, 0, CNTLID_DYNAMIC);
+    assert_eq!(c.status, Status::SUCCESS);
+    let without = |nsid: u32| {
+        let list = sub
+            .namespaces()
+            .iter()
+            .filter(|n| n.nsid != nsid)
+            .cloned()
+            .collect();
+        sub.replace_namespaces(list);
+    };
+    let gone = std::sync::Arc::downgrade(&sub.namespace(7).unwrap());
+    let loaded = admin.ns.generation();
+    let t0 = Instant::now();
+    admin.tick(t0);
+    // An addition moves the generation; ticks leave the table alone (the
+    // next command loads the list).
+    let mut list = sub.namespaces().to_vec();
+    list.push(std::sync::Arc::new(
+        build_namespace(NQN, &null_ns(), 101, &Memory).unwrap(),
+    ));
+    sub.replace_namespaces(list);
+    admin.tick(t0 + Duration::from_millis(1100));
+    assert_eq!(admin.ns.generation(), loaded);
+    assert!(admin.ns.key(101).is_none());
+    // A removal: the next tick lets the namespace go, without reloading
+    // the list; another removal waits for a second after that look.
+    without(7);
+    admin.tick(t0 + Duration::from_millis(1200));
+    assert!(admin.ns.key(7).is_none());
+    assert!(admin.ns.key(8).is_some());
+    without(8);
+    admin.tick(t0 + Duration::from_millis(1300));
+    assert!(admin.ns.key(8).is_some(), "at most one look a second");
+    admin.tick(t0 + Duration::from_millis(2200));
+    assert!(admin.ns.key(8).is_none());
+    assert!(admin.ns.key(9).is_some());
+    assert_eq!(admin.ns.generation(), loaded);
+    assert!(gone.upgrade().is_none(), "namespace 7 is still held");
+    // The next command loads the whole list: the added namespace appears.
+    admin.refresh_namespaces();
+    assert!(admin.ns.key(101).is_some());
+    assert!(admin.ns.key(7).is_none() && admin.ns.key(8).is_none());
 }

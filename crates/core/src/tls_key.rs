@@ -1,15 +1,18 @@
 //! A host's TLS pre-shared key in the configuration (NVMe/TCP 1.0 §3.6.1.5,
 //! the configured PSK), and which derivation layouts the target accepts
-//! for it (`farflash_tls::Derivation`, docs/tls.md).
+//! for it (`farflash_psk::Derivation`, docs/tls.md).
 //!
 //! `tls_key` under `[[subsystem.host]]` is either the interchange string
 //! `NVMeTLSkey-1:0x:<base64>:` or the path of a file holding one (SPDK's
 //! `psk` file; like SPDK, a file others may read or write is refused). The
 //! key is parsed when read, zeroized when dropped, and printed (`Debug`)
 //! only as its hash and length; saving the configuration writes back what
-//! was configured, the string or the path.
+//! was configured, the string or the path. The command layer reads no
+//! file: a key file's text comes from the control plane
+//! (`farflash_control::key_files`, [`TlsKey::load`]); until then the key
+//! resolves no identity.
 
-use farflash_tls::{ConfiguredPsk, Derivation, PskChoice, PskIdentity, TlsPsk};
+use farflash_psk::{ConfiguredPsk, Derivation, PskChoice, PskIdentity, TlsPsk};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -27,37 +30,56 @@ enum Source {
 /// A configured PSK. Compared in constant time in the key bytes.
 #[derive(Clone, PartialEq)]
 pub struct TlsKey {
-    key: ConfiguredPsk,
+    /// None: a key file not read yet.
+    key: Option<ConfiguredPsk>,
     source: Source,
 }
 
 impl TlsKey {
     /// Longest key file read (an interchange string and a newline, with room).
-    const MAX_FILE: u64 = 4096;
+    pub const MAX_FILE: u64 = 4096;
 
     /// The interchange string, or (when it does not start with
-    /// `NVMeTLSkey-`) the path of a file holding it. Errors name the file
-    /// or what is wrong with the key, never the key.
+    /// `NVMeTLSkey-`) the path of a file holding it, to be read by the
+    /// control plane ([`TlsKey::unread_file`], [`TlsKey::load`]). Errors
+    /// name what is wrong with the key, never the key.
     pub fn parse(s: &str) -> Result<TlsKey, String> {
         let s = s.trim();
         if s.starts_with("NVMeTLSkey-") {
             let key = ConfiguredPsk::parse(s).map_err(|e| format!("tls_key: {e}"))?;
             return Ok(TlsKey {
-                key,
+                key: Some(key),
                 source: Source::Inline(Zeroizing::new(s.to_owned())),
             });
         }
-        let path = PathBuf::from(s);
-        let key = read_key_file(&path)?;
         Ok(TlsKey {
-            key,
-            source: Source::File(path),
+            key: None,
+            source: Source::File(PathBuf::from(s)),
         })
     }
 
-    /// The configured PSK.
-    pub fn key(&self) -> &ConfiguredPsk {
-        &self.key
+    /// The configured PSK; None while its key file is unread.
+    pub fn key(&self) -> Option<&ConfiguredPsk> {
+        self.key.as_ref()
+    }
+
+    /// The key file still to read, if any.
+    pub fn unread_file(&self) -> Option<&Path> {
+        self.key.is_none().then(|| self.path()).flatten()
+    }
+
+    /// Takes the key file's text (read by the control plane): the
+    /// interchange string, surrounding white space ignored. Errors name
+    /// the file, never the key.
+    pub fn load(&mut self, text: &str) -> Result<(), String> {
+        let name = self
+            .path()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        let key =
+            ConfiguredPsk::parse(text.trim()).map_err(|e| format!("tls_key file {name}: {e}"))?;
+        self.key = Some(key);
+        Ok(())
     }
 
     /// The key file, when the key came from one.
@@ -67,38 +89,6 @@ impl TlsKey {
             Source::Inline(_) => None,
         }
     }
-}
-
-fn read_key_file(path: &Path) -> Result<ConfiguredPsk, String> {
-    use std::io::Read;
-    use std::os::unix::fs::PermissionsExt;
-    let name = path.display();
-    let f = std::fs::File::open(path).map_err(|e| format!("tls_key file {name}: {e}"))?;
-    let meta = f
-        .metadata()
-        .map_err(|e| format!("tls_key file {name}: {e}"))?;
-    if !meta.is_file() {
-        return Err(format!("tls_key file {name}: not a regular file"));
-    }
-    // SPDK (`nvmf_tcp_subsystem_add_host`, lib/nvmf/tcp.c before keyrings)
-    // refuses a PSK file with group or other permissions; so does this.
-    if meta.permissions().mode() & 0o077 != 0 {
-        return Err(format!(
-            "tls_key file {name}: readable or writable by others (mode {:o}); chmod 600",
-            meta.permissions().mode() & 0o777
-        ));
-    }
-    let mut text = Zeroizing::new(String::new());
-    f.take(TlsKey::MAX_FILE + 1)
-        .read_to_string(&mut text)
-        .map_err(|e| format!("tls_key file {name}: {e}"))?;
-    if text.len() as u64 > TlsKey::MAX_FILE {
-        return Err(format!(
-            "tls_key file {name}: longer than {} bytes",
-            TlsKey::MAX_FILE
-        ));
-    }
-    ConfiguredPsk::parse(text.trim()).map_err(|e| format!("tls_key file {name}: {e}"))
 }
 
 impl fmt::Debug for TlsKey {
@@ -163,28 +153,36 @@ pub fn derivations(names: &[String]) -> Result<Vec<Derivation>, String> {
 /// host `hostnqn`, whose key is `key` and whose accepted derivations are
 /// `derivations`. The tag identifies the key generation ([`key_tag`]).
 pub fn choose(key: &TlsKey, derivations: &[Derivation], identity: &PskIdentity) -> Option<TlsPsk> {
-    key.key().resolve(identity, derivations).map(|(_, psk)| psk)
+    key.key()?
+        .resolve(identity, derivations)
+        .map(|(_, psk)| psk)
 }
 
 /// A tag that tells keys apart without revealing them (the CRC-32 the
 /// interchange format carries anyway, and the hash): reported in logs and
 /// by the management API as which key a connection uses.
-pub fn key_tag(key: &TlsKey) -> u64 {
-    (key.key().crc() as u64) | ((key.key().hash().id() as u64) << 32)
+pub fn key_tag(key: &ConfiguredPsk) -> u64 {
+    (key.crc() as u64) | ((key.hash().id() as u64) << 32)
 }
 
-/// A [`PskChoice`] for the session.
-pub fn choice(key: &TlsKey, psk: TlsPsk) -> PskChoice {
-    PskChoice {
+/// The TLS PSK and its [`PskChoice`] for a ClientHello's `identity`
+/// ([`choose`]).
+pub fn choice(
+    key: &TlsKey,
+    derivations: &[Derivation],
+    identity: &PskIdentity,
+) -> Option<PskChoice> {
+    let psk = choose(key, derivations, identity)?;
+    Some(PskChoice {
         psk,
-        tag: key_tag(key),
-    }
+        tag: key_tag(key.key()?),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use farflash_tls::IdentityVersion;
+    use farflash_psk::IdentityVersion;
 
     const KEY: &str = "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:";
 
@@ -208,22 +206,19 @@ mod tests {
     }
 
     #[test]
-    fn key_files_must_be_private() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("ff-tlskey-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join("psk");
-        std::fs::write(&p, format!("{KEY}\n")).unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let e = TlsKey::parse(p.to_str().unwrap()).unwrap_err();
-        assert!(e.contains("chmod 600"), "{e}");
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let k = TlsKey::parse(p.to_str().unwrap()).unwrap();
-        assert_eq!(k.path(), Some(p.as_path()));
+    fn a_key_file_is_read_by_the_control_plane() {
+        let mut k = TlsKey::parse("/etc/farflash/psk").unwrap();
+        assert_eq!(k.unread_file(), Some(Path::new("/etc/farflash/psk")));
+        assert!(k.key().is_none(), "nothing read here");
+        let e = k.load("NVMeTLSkey-1:01:garbage:").unwrap_err();
+        assert!(
+            e.contains("/etc/farflash/psk") && !e.contains("garbage"),
+            "{e}"
+        );
+        k.load(&format!("{KEY}\n")).unwrap();
+        assert_eq!(k.unread_file(), None);
         assert!(k.key() == TlsKey::parse(KEY).unwrap().key());
-        let e = TlsKey::parse(dir.join("none").to_str().unwrap()).unwrap_err();
-        assert!(e.contains("tls_key file"), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(k.path(), Some(Path::new("/etc/farflash/psk")));
     }
 
     #[test]
@@ -233,6 +228,7 @@ mod tests {
         for d in [Derivation::Libnvme110, Derivation::Rfc8446] {
             let (id, psk) = k
                 .key()
+                .unwrap()
                 .derive(
                     "nqn.psk-test-host",
                     "nqn.psk-test-subsys",
@@ -245,6 +241,7 @@ mod tests {
         // v0 takes the first candidate.
         let (id, psk) = k
             .key()
+            .unwrap()
             .derive(
                 "nqn.h",
                 "nqn.s",

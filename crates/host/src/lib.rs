@@ -63,6 +63,7 @@ pub mod keepalive;
 pub mod logs;
 pub mod options;
 pub mod queue;
+pub mod rdma;
 pub mod slot;
 pub mod socket;
 pub mod tls;

@@ -2,7 +2,7 @@
 //! Unix socket, [`server`], [`methods`]; over TCP with mutual TLS, [`net`])
 //! and Prometheus metrics
 //! ([`metrics`]). Neither touches the I/O path: methods go through
-//! `farflash_core::manage`, metrics read the per-queue counters at scrape
+//! `farflash_control::manage`, metrics read the per-queue counters at scrape
 //! time.
 
 #![deny(clippy::undocumented_unsafe_blocks)]

@@ -1,16 +1,16 @@
 //! The management API's methods, named after the objects they act on
 //! (`subsystem_create`, `namespace_resize`, ...). The schema is
 //! docs/rpc-schema.json; every change goes through
-//! `farflash_core::manage` (and so through the path `SIGHUP` takes).
+//! `farflash_control::manage` (and so through the path `SIGHUP` takes).
 
 use crate::jsonrpc::{self, Request, RpcError};
+use farflash_control::manage::{self, ManageError};
+use farflash_control::reload::{self, ApplyError, ListenerControl, ReloadReport};
 use farflash_core::config::{
-    BackendKind, Config, ConfigError, DhchapKey, HostAuthConfig, NamespaceConfig, RbdConfig, Size,
+    BackendKind, ConfigError, DhchapKey, HostAuthConfig, NamespaceConfig, RbdConfig, Size,
     SubsystemConfig,
 };
-use farflash_core::manage::{self, ManageError};
 use farflash_core::qos::QosConfig;
-use farflash_core::reload::{self, ApplyError, ListenerControl, ReloadReport};
 use farflash_core::subsystem::BuildError;
 use farflash_core::tls_key::TlsKey;
 use farflash_core::Target;
@@ -488,8 +488,8 @@ impl Api {
             "load_config" => {
                 let a: LoadConfig = params(p)?;
                 let cfg = match (a.path, a.toml) {
-                    (Some(path), None) => Config::load(&path),
-                    (None, Some(text)) => Config::from_toml(&text, "load_config"),
+                    (Some(path), None) => farflash_control::config::load(&path),
+                    (None, Some(text)) => farflash_control::config::from_toml(&text, "load_config"),
                     _ => return Err(RpcError::params("give one of \"path\" and \"toml\"")),
                 }
                 .map_err(|e| {
@@ -611,7 +611,9 @@ impl Api {
                     !b64.is_empty() && shown.contains(b64)
                 });
             let psk = h.tls_key.as_ref().is_some_and(|k| {
-                let text = k.key().to_interchange();
+                let Some(text) = k.key().map(|k| k.to_interchange()) else {
+                    return false;
+                };
                 let b64 = text.trim_end_matches(':').rsplit(':').next().unwrap_or("");
                 !b64.is_empty() && shown.contains(b64)
             });

@@ -26,9 +26,9 @@
 
 use crate::cm::{to_sockaddr, Event, EventChannel};
 use farflash_host::error::{HostError, Result, TransportError};
+use farflash_host::rdma::{HostBuf, HostQueue};
 use farflash_host::{Completion, ConnectOptions, Connector, DataDir, HostTransport, QueueConfig};
 use farflash_rdma::cm::{decode_accept, decode_reject, CmRequest, RejectStatus, RECFMT_1_0};
-use farflash_rdma::host::{HostBuf, HostQueue};
 use farflash_rdma_sys as sys;
 use farflash_wire::cqe::CQE_SIZE;
 use farflash_wire::sqe::SQE_SIZE;

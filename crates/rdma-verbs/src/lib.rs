@@ -1,5 +1,6 @@
-//! The verbs layer of farflash's NVMe/RDMA target: it moves what the
-//! sans-I/O binding (`farflash-rdma`) decides, with rdma-core's
+//! The verbs layer of farflash's NVMe/RDMA target and host: it moves what
+//! the sans-I/O parts (`farflash-rdma` for the target, `farflash_host::rdma`
+//! for the host) decide, with rdma-core's
 //! libibverbs and librdmacm (`farflash-rdma-sys`). A crate of its own so
 //! that `farflash-rdma` and the fuzzers stay free of C libraries.
 //!

@@ -1,4 +1,4 @@
-//! The NVMe/RDMA binding of farflash's target and host (NVMe RDMA Transport
+//! The NVMe/RDMA binding of farflash's target (NVMe RDMA Transport
 //! Specification 1.0), sans-I/O part: it decides, the verbs layer moves.
 //!
 //! - [`cm`]: RDMA CM private data (Request: RECFMT, QID, HRQSIZE, HSQSIZE;
@@ -7,8 +7,12 @@
 //!   moved by RDMA READ / RDMA WRITE, and the key to invalidate.
 //! - [`capsule`]: a received command capsule cut into SQE and in-capsule
 //!   data.
-//! - [`host`]: the host side: a host queue pair's command slots, the
-//!   capsules it sends and the responses it takes.
+//! - [`queue`]: the target queue: a [`farflash_core::Binding`] over RDMA.
+//!
+//! The host side (a host queue pair's command slots, the capsules it sends
+//! and the responses it takes) is `farflash_host::rdma`, as NVMe/TCP's host
+//! is in `farflash-host`; the Keyed SGL descriptor both use is
+//! `farflash_wire::keyed_sgl`.
 //!
 //! See docs/rdma.md for what exists and what does not yet.
 
@@ -16,7 +20,6 @@
 
 pub mod capsule;
 pub mod cm;
-pub mod host;
 pub mod queue;
 pub mod sgl;
 

@@ -6,8 +6,8 @@
 use crate::cm::Geometry;
 use crate::queue::{Fault, RdmaQueue, Work};
 use crate::sgl::{KeyedSgl, IN_CAPSULE};
+use farflash_control::build_subsystems;
 use farflash_core::config::{BackendKind, Config, NamespaceConfig, SubsystemConfig};
-use farflash_core::subsystem::build_subsystems;
 use farflash_core::Target;
 use farflash_wire::fabrics::{ConnectCmd, ConnectData, PropertyCmd, CNTLID_DYNAMIC};
 use farflash_wire::opcode::{admin, cns, fctype, io};

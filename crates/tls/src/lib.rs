@@ -21,7 +21,9 @@
 
 pub mod keyfile;
 pub mod keytool;
-pub mod psk;
+/// The key material, in its own crate (`farflash-psk`) so that the command
+/// layer has it without the OpenSSL bindings.
+pub use farflash_psk as psk;
 pub mod record;
 pub mod session;
 

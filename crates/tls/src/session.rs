@@ -56,17 +56,7 @@ use farflash_ssl_sys as sys;
 use zeroize::Zeroizing;
 
 use crate::psk::{CipherSuite, TlsPsk};
-
-/// The server's answer for one identity: the TLS PSK and a value of the
-/// caller's choosing (which host, which key generation ...) that the
-/// session reports back ([`Session::tag`]).
-#[derive(Clone, Debug)]
-pub struct PskChoice {
-    /// The key, and with it the cipher suite.
-    pub psk: TlsPsk,
-    /// Reported by [`Session::tag`] once this identity is chosen.
-    pub tag: u64,
-}
+pub use farflash_psk::PskChoice;
 
 /// Finds the key of an identity a client offers. Runs inside OpenSSL's
 /// handshake (from [`Session::feed`]); a panic is caught and fails that

@@ -4,8 +4,8 @@
 //! (every 100 ms) ticks all its connections. A queue left idle for longer
 //! than `IDLE_TICK` closes well before the second it would otherwise wait.
 
+use farflash_control::build_subsystems;
 use farflash_core::config::{BackendKind, Config, NamespaceConfig, PollMode, SubsystemConfig};
-use farflash_core::subsystem::build_subsystems;
 use farflash_core::Target;
 use farflash_host::{ConnectOptions, Controller, IoQueueOptions};
 use farflash_transport::{serve, LoopOptions};

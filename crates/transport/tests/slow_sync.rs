@@ -5,10 +5,11 @@
 //! every Flush by 200 ms; one worker serves both controllers.
 
 use farflash_backend::{open_scripted, OpKind};
+use farflash_control::build_subsystems;
 use farflash_core::config::{
     BackendKind, Config, NamespaceConfig, PollMode, SubsystemConfig, TransportConfig,
 };
-use farflash_core::subsystem::{build_subsystems, Namespace};
+use farflash_core::subsystem::Namespace;
 use farflash_core::Target;
 use farflash_host::{ConnectOptions, Controller, IoQueueOptions};
 use farflash_transport::{serve, LoopOptions};

@@ -18,6 +18,7 @@ pub mod digest;
 pub mod discovery;
 pub mod fabrics;
 pub mod identify;
+pub mod keyed_sgl;
 pub mod le;
 pub mod log;
 pub mod opcode;

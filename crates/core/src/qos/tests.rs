@@ -5,7 +5,7 @@
 use super::QosConfig;
 use crate::command::{Begin, Completion, Xfer};
 use crate::config::{BackendKind, Config, NamespaceConfig, Size, SubsystemConfig, TransportConfig};
-use crate::subsystem::build_subsystems;
+use crate::testing::build_subsystems;
 use crate::tests::{io_queue, rw, HOST, NQN};
 use crate::{NvmeQueue, Target};
 use farflash_wire::opcode::io;

@@ -19,7 +19,7 @@ pub type HostId = [u8; 16];
 pub struct NsResv {
     state: std::sync::Mutex<ResvCell>,
     /// Where PTPL keeps the state (None: PTPL is not supported here).
-    pub file: Option<std::path::PathBuf>,
+    pub file: Option<std::sync::Arc<dyn ptpl::PtplFile>>,
     written: std::sync::Arc<std::sync::Mutex<u64>>,
 }
 
@@ -32,9 +32,9 @@ pub struct ResvCell {
 impl NsResv {
     /// The state of a namespace at start: loaded from `file` when PTPL
     /// was set there (`ptpl::load`; a corrupt file is an error).
-    pub fn open(file: Option<std::path::PathBuf>) -> Result<NsResv, String> {
+    pub fn open(file: Option<std::sync::Arc<dyn ptpl::PtplFile>>) -> Result<NsResv, String> {
         let r = match &file {
-            Some(f) => ptpl::load(f)?,
+            Some(f) => ptpl::load(&**f)?,
             None => Reservations::default(),
         };
         Ok(NsResv {
@@ -58,13 +58,13 @@ impl ResvCell {
     /// The write that keeps the state just changed (with `was_ptpl`, the
     /// PTPL state before the change), when there is one to make.
     pub fn persist(&mut self, res: &NsResv, was_ptpl: bool) -> Option<ptpl::PtplWrite> {
-        let path = res.file.clone()?;
+        let file = res.file.clone()?;
         if !self.r.ptpl && !was_ptpl {
             return None;
         }
         self.seq += 1;
         Some(ptpl::PtplWrite {
-            path,
+            file,
             seq: self.seq,
             data: ptpl::encode(&self.r),
             written: res.written.clone(),

@@ -12,13 +12,15 @@
 //! reservation); a file that is cut short, has another magic or version,
 //! or fails its checksum is an error naming the file, and the target does
 //! not start (silently dropping reservations would undo a host's fencing).
-//! Writes go to a temporary file, fsync, rename, fsync of the directory,
-//! on the offload thread (`queue/offload.rs`), never on an event loop.
+//! The file itself is the control plane's ([`PtplFile`], implemented in
+//! `farflash-control`: a temporary file, fsync, rename, fsync of the
+//! directory); writes run on the offload thread (`queue/offload.rs`),
+//! never on an event loop. This module only encodes, decodes and orders.
 
 use super::{Registrant, Reservations};
 use farflash_wire::le::{put_u16, put_u32, put_u64, u16_at, u32_at, u64_at};
 use farflash_wire::resv::ResvType;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 const MAGIC: &[u8; 6] = b"FFPTPL";
@@ -108,16 +110,28 @@ pub fn decode(b: &[u8]) -> Result<Reservations, String> {
     Ok(r)
 }
 
+/// Where a namespace's PTPL state lives. The command layer does no I/O:
+/// the control plane implements this over a file (`farflash-control`).
+pub trait PtplFile: Send + Sync + std::fmt::Debug {
+    /// The file's path, for messages.
+    fn path(&self) -> &Path;
+    /// The stored bytes; None when there is no file yet.
+    fn read(&self) -> std::io::Result<Option<Vec<u8>>>;
+    /// Replaces the stored bytes durably.
+    fn write(&self, data: &[u8]) -> std::io::Result<()>;
+}
+
 /// The state a namespace starts with: the file's when it exists and has
 /// PTPL set, otherwise none. Errors name the file.
-pub fn load(path: &Path) -> Result<Reservations, String> {
-    match std::fs::read(path) {
-        Ok(b) => {
-            let r = decode(&b).map_err(|e| format!("PTPL file {}: {e}", path.display()))?;
+pub fn load(file: &dyn PtplFile) -> Result<Reservations, String> {
+    let path = file.path().display();
+    match file.read() {
+        Ok(Some(b)) => {
+            let r = decode(&b).map_err(|e| format!("PTPL file {path}: {e}"))?;
             Ok(if r.ptpl { r } else { Reservations::default() })
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Reservations::default()),
-        Err(e) => Err(format!("PTPL file {}: {e}", path.display())),
+        Ok(None) => Ok(Reservations::default()),
+        Err(e) => Err(format!("PTPL file {path}: {e}")),
     }
 }
 
@@ -126,7 +140,7 @@ pub fn load(path: &Path) -> Result<Reservations, String> {
 /// dropped, so the file always ends with the newest state.
 #[derive(Debug)]
 pub struct PtplWrite {
-    pub path: PathBuf,
+    pub file: Arc<dyn PtplFile>,
     pub seq: u64,
     pub data: Vec<u8>,
     pub written: Arc<Mutex<u64>>,
@@ -138,23 +152,10 @@ impl PtplWrite {
         if self.seq <= *last {
             return Ok(());
         }
-        write_durably(&self.path, &self.data)?;
+        self.file.write(&self.data)?;
         *last = self.seq;
         Ok(())
     }
-}
-
-fn write_durably(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(data)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-    std::fs::File::open(dir.unwrap_or(Path::new(".")))?.sync_all()
 }
 
 #[cfg(test)]
@@ -196,20 +197,34 @@ mod tests {
         assert!(decode(&encode(&bad)).unwrap_err().contains("holder"));
     }
 
+    /// A PTPL file in memory.
+    #[derive(Debug, Default)]
+    struct Mem(Mutex<Option<Vec<u8>>>);
+
+    impl PtplFile for Mem {
+        fn path(&self) -> &Path {
+            Path::new("ns1.ptpl")
+        }
+        fn read(&self) -> std::io::Result<Option<Vec<u8>>> {
+            Ok(self.0.lock().unwrap().clone())
+        }
+        fn write(&self, data: &[u8]) -> std::io::Result<()> {
+            *self.0.lock().unwrap() = Some(data.to_vec());
+            Ok(())
+        }
+    }
+
     #[test]
-    fn files_missing_corrupt_and_ordered_writes() {
-        let dir = std::env::temp_dir().join(format!("farflash-ptpl-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let f = dir.join("ns1.ptpl");
-        let _ = std::fs::remove_file(&f);
+    fn missing_corrupt_and_ordered_writes() {
+        let f = Arc::new(Mem::default());
         assert_eq!(
-            load(&f),
+            load(&*f),
             Ok(Reservations::default()),
             "missing: clean state"
         );
         let written = Arc::new(Mutex::new(0));
         let w = |seq, r: &Reservations| PtplWrite {
-            path: f.clone(),
+            file: f.clone(),
             seq,
             data: encode(r),
             written: written.clone(),
@@ -217,14 +232,13 @@ mod tests {
         let r = sample();
         w(2, &r).run().unwrap();
         w(1, &Reservations::default()).run().unwrap(); // older: dropped
-        assert_eq!(load(&f), Ok(r.clone()));
+        assert_eq!(load(&*f), Ok(r.clone()));
         // PTPL cleared: the file says so and a restart starts clean.
         let off = Reservations { ptpl: false, ..r };
         w(3, &off).run().unwrap();
-        assert_eq!(load(&f), Ok(Reservations::default()));
-        std::fs::write(&f, b"FFPTPL garbage").unwrap();
-        let e = load(&f).unwrap_err();
+        assert_eq!(load(&*f), Ok(Reservations::default()));
+        *f.0.lock().unwrap() = Some(b"FFPTPL garbage".to_vec());
+        let e = load(&*f).unwrap_err();
         assert!(e.contains("ns1.ptpl"), "{e}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

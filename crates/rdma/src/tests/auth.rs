@@ -8,10 +8,10 @@
 use super::{rw, Host, HOST, NQN};
 use crate::sgl::IN_CAPSULE;
 use farflash_auth::{HostAuth, HostConfig, HostStep, OsRandom, Secret};
+use farflash_control::build_subsystems;
 use farflash_core::config::{
     BackendKind, Config, DhchapKey, HostAuthConfig, NamespaceConfig, SubsystemConfig,
 };
-use farflash_core::subsystem::build_subsystems;
 use farflash_core::Target;
 use farflash_wire::auth::{explanation as ex, AuthCmd, CONNECT_AUTHREQ_ATR};
 use farflash_wire::fabrics::CNTLID_DYNAMIC;

@@ -1,10 +1,10 @@
 //! Management changes seen by connected hosts: hosts disallowed, namespaces
-//! added and resized, the discovery log changing (farflash_core::manage,
+//! added and resized, the discovery log changing (farflash_control::manage,
 //! the path of the JSON-RPC API and SIGHUP).
 
 use super::*;
+use farflash_control::manage;
 use farflash_core::config::BackendKind;
-use farflash_core::manage;
 use farflash_core::target::{AEN_DISCOVERY_CHANGED, AEN_NS_ATTR_CHANGED};
 use std::time::Instant;
 

@@ -2,8 +2,8 @@
 //! real host takes, and the hostile inputs it must survive.
 
 use crate::QueuePair;
+use farflash_control::build_subsystems;
 use farflash_core::config::{Config, NamespaceConfig, SubsystemConfig, TransportConfig};
-use farflash_core::subsystem::build_subsystems;
 use farflash_core::Target;
 use farflash_wire::fabrics::{ConnectCmd, ConnectData, PropertyCmd, CNTLID_DYNAMIC};
 use farflash_wire::identify::IdCtrl;

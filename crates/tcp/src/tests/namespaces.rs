@@ -33,7 +33,7 @@ fn namespace_change_completes_the_aer_and_reaches_io_queues() {
     let ram = |nsid: u32| ram_ns(Some(nsid));
     sc.namespaces = vec![ram(1), ram(2)];
     cfg.subsystems.push(sc.clone());
-    let r = farflash_core::reload::apply(&t, &cfg).unwrap();
+    let r = farflash_control::reload::apply(&t, &cfg).unwrap();
     assert_eq!(r.changed, vec![(NQN.to_owned(), vec![2])]);
     // Namespace 1 was kept as it was (same configuration): its data survives.
     a.q.tick(std::time::Instant::now());
@@ -63,7 +63,7 @@ fn namespace_change_completes_the_aer_and_reaches_io_queues() {
     // Remove namespace 1: I/O to it now fails with Invalid Namespace.
     cfg.subsystems[0].namespaces = vec![ram(2)];
     assert_eq!(
-        farflash_core::reload::apply(&t, &cfg).unwrap().changed,
+        farflash_control::reload::apply(&t, &cfg).unwrap().changed,
         vec![(NQN.to_owned(), vec![1])]
     );
     assert_eq!(
@@ -71,7 +71,7 @@ fn namespace_change_completes_the_aer_and_reaches_io_queues() {
         Status::INVALID_NAMESPACE.dnr()
     );
     // A reload that changes nothing reports nothing.
-    assert!(farflash_core::reload::apply(&t, &cfg)
+    assert!(farflash_control::reload::apply(&t, &cfg)
         .unwrap()
         .changed
         .is_empty());

@@ -4,14 +4,14 @@
 //! `SIGHUP` and `load_config` take. Two calls never interleave; a call that
 //! fails changes nothing.
 
-use crate::config::{
-    BackendKind, Config, ConfigError, HostAuthConfig, NamespaceConfig, Size, SubsystemConfig,
-};
 use crate::reload::{
     apply_locked, apply_new_subsystem_locked, apply_subsystem_locked, current_config, ApplyError,
     ListenerControl, ReloadReport,
 };
-use crate::Target;
+use farflash_core::config::{
+    BackendKind, Config, ConfigError, HostAuthConfig, NamespaceConfig, Size, SubsystemConfig,
+};
+use farflash_core::Target;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ManageError {
@@ -219,9 +219,12 @@ pub fn allow_host(
     target: &Target,
     nqn: &str,
     host: &str,
-    keys: Option<HostAuthConfig>,
+    mut keys: Option<HostAuthConfig>,
 ) -> Result<ReloadReport, ManageError> {
     check_nqn(host)?;
+    if let Some(k) = keys.as_mut().and_then(|h| h.tls_key.as_mut()) {
+        crate::key_files::read(k).map_err(ManageError::Invalid)?;
+    }
     modify_subsystem(target, nqn, |s| {
         let listed = s.allowed_hosts.iter().any(|h| h == host);
         match keys {
@@ -247,7 +250,7 @@ pub fn allow_host(
 }
 
 /// Sets (adds or replaces) `host`'s TLS PSK and its accepted derivations
-/// (`crate::tls_key`), keeping its DH-HMAC-CHAP settings. Queues connected
+/// (`farflash_core::tls_key`), keeping its DH-HMAC-CHAP settings. Queues connected
 /// with the old key keep running (their TLS sessions hold their own keys);
 /// the next handshake uses the new one (SPDK cannot do this: ceph-nvmeof
 /// issue 1885). A subsystem with an allowed-hosts list must list the host.
@@ -255,11 +258,12 @@ pub fn set_host_psk(
     target: &Target,
     nqn: &str,
     host: &str,
-    key: crate::tls_key::TlsKey,
+    mut key: farflash_core::tls_key::TlsKey,
     derivation: Vec<String>,
 ) -> Result<ReloadReport, ManageError> {
     check_nqn(host)?;
-    crate::tls_key::derivations(&derivation).map_err(ManageError::Invalid)?;
+    crate::key_files::read(&mut key).map_err(ManageError::Invalid)?;
+    farflash_core::tls_key::derivations(&derivation).map_err(ManageError::Invalid)?;
     modify_subsystem(target, nqn, |s| {
         if !s.allowed_hosts.is_empty() && !s.allowed_hosts.iter().any(|h| h == host) {
             return Err(ManageError::NotFound(format!(
@@ -333,13 +337,13 @@ pub fn disallow_host(target: &Target, nqn: &str, host: &str) -> Result<ReloadRep
     })
 }
 
-/// Sets the QoS entry (`crate::qos`) for the namespace or host `entry`
+/// Sets the QoS entry (`farflash_core::qos`) for the namespace or host `entry`
 /// names, replacing the one there was; an entry with neither limits nor a
 /// weight removes it. Queues adopt the change at their next tick.
 pub fn set_qos(
     target: &Target,
     nqn: &str,
-    entry: crate::qos::QosConfig,
+    entry: farflash_core::qos::QosConfig,
 ) -> Result<ReloadReport, ManageError> {
     entry.validate().map_err(ManageError::Invalid)?;
     modify_subsystem(target, nqn, |s| {
@@ -386,7 +390,7 @@ pub fn remove_listener(
         .iter()
         .find(|l| l.config == addr)
         .or_else(|| ls.iter().find(|l| crate::reload::same_listener(l, addr)))
-        .map(|l| crate::listen::join_listen(l.transport, &l.addr.to_string()))
+        .map(|l| farflash_core::listen::join_listen(l.transport, &l.addr.to_string()))
         .ok_or_else(|| ManageError::NotFound(format!("no listener {addr}")))?;
     modify(target, Some(ctl), |cfg| {
         cfg.listen.retain(|l| *l != found);
@@ -410,7 +414,7 @@ pub fn set_ana_state(
     anagrpid: u32,
     state: &str,
 ) -> Result<ReloadReport, ManageError> {
-    use crate::listen::split_listen;
+    use farflash_core::listen::split_listen;
     // A listener as configured, or its address: plain for both transports
     // on it, `tcp:` / `rdma:` for one.
     let (t, rest) = split_listen(listen).map_err(ManageError::Invalid)?;
@@ -425,7 +429,7 @@ pub fn set_ana_state(
         })
         .map(|l| (l.addr, prefixed.then_some(l.transport)))
         .ok_or_else(|| ManageError::NotFound(format!("no listener {listen}")))?;
-    let entry = crate::ana::AnaConfig {
+    let entry = farflash_core::ana::AnaConfig {
         listen: addr.to_string(),
         transport: transport.map(|t| t.name().to_owned()),
         anagrpid,
@@ -441,7 +445,7 @@ pub fn set_ana_state(
                     .is_ok_and(|(l, at, _)| l == addr && (transport.is_none() || at == transport)))
         });
         let shadowed = transport.is_some_and(|t| {
-            crate::ana::AnaTable::build(&s.ana).state(t, &addr, anagrpid) != parsed
+            farflash_core::ana::AnaTable::build(&s.ana).state(t, &addr, anagrpid) != parsed
         });
         if parsed != farflash_wire::ana::AnaState::Optimized || shadowed {
             s.ana.push(entry);
@@ -475,7 +479,7 @@ pub fn ana_states(target: &Target, nqn: &str) -> Result<Vec<AnaRow>, ManageError
     for l in target.listeners().iter() {
         for &g in &groups {
             out.push(AnaRow {
-                listen: crate::listen::join_listen(l.transport, &l.addr.to_string()),
+                listen: farflash_core::listen::join_listen(l.transport, &l.addr.to_string()),
                 anagrpid: g,
                 state: table.state(l.transport, &l.addr, g),
                 nsids: list

@@ -2,8 +2,8 @@
 //! log page, the ANA Change event and the path-related status on I/O when
 //! the management API changes a group's state on the queue's listener.
 
-use crate::tests::{completions, io_queue, run, rw, target};
-use crate::Begin;
+use farflash_core::testing::{completions, io_queue, run, rw, target};
+use farflash_core::Begin;
 use farflash_wire::ana::{decode_ana_log, AnaState, LSP_RGO};
 use farflash_wire::identify::{IdCtrl, IdNs, CMIC_ANA, OAES_ANA_CHANGE};
 use farflash_wire::log::GetLogPage;
@@ -12,7 +12,7 @@ use farflash_wire::sqe::{SglDescriptor, PSDT_SGL};
 use farflash_wire::{Sqe, Status};
 use std::time::Instant;
 
-const NQN: &str = crate::tests::NQN;
+const NQN: &str = farflash_core::testing::NQN;
 
 fn admin_cmd(opcode: u8, cid: u16, len: u32) -> Sqe {
     Sqe {
@@ -24,7 +24,7 @@ fn admin_cmd(opcode: u8, cid: u16, len: u32) -> Sqe {
     }
 }
 
-fn ana_log(admin: &mut crate::NvmeQueue, cid: u16, rgo: bool) -> Vec<u8> {
+fn ana_log(admin: &mut farflash_core::NvmeQueue, cid: u16, rgo: bool) -> Vec<u8> {
     let mut s = admin_cmd(aop::GET_LOG_PAGE, cid, 4096);
     GetLogPage {
         lid: log_id::ANA,
@@ -90,7 +90,7 @@ fn ana_state_changes_reach_identify_log_aen_and_io() {
     assert_eq!(aen.len(), 1);
     assert_eq!(
         (aen[0].cid, aen[0].result as u32),
-        (13, crate::ana::AEN_ANA_CHANGE)
+        (13, farflash_core::ana::AEN_ANA_CHANGE)
     );
     let (cnt1, g) = decode_ana_log(&ana_log(&mut admin, 15, false)).unwrap();
     assert!(cnt1 > cnt0);
@@ -160,19 +160,22 @@ use farflash_wire::props;
 use farflash_wire::resv::{self as wr, ResvCdw10, ResvStatus};
 
 fn connect_as(
-    q: &mut crate::NvmeQueue,
+    q: &mut farflash_core::NvmeQueue,
     qid: u16,
     cntlid: u16,
     host: &str,
     hostid: [u8; 16],
-) -> crate::Completion {
-    crate::tests::connect_hostid(q, NQN, host, hostid, qid, cntlid)
+) -> farflash_core::Completion {
+    farflash_core::testing::connect_hostid(q, NQN, host, hostid, qid, cntlid)
 }
 
 /// An enabled controller of host `hostid` and one I/O queue.
-fn host(t: &std::sync::Arc<crate::Target>, n: u8) -> (crate::NvmeQueue, crate::NvmeQueue) {
+fn host(
+    t: &std::sync::Arc<farflash_core::Target>,
+    n: u8,
+) -> (farflash_core::NvmeQueue, farflash_core::NvmeQueue) {
     let nqn = format!("nqn.2014-08.org.nvmexpress:uuid:host-{n}");
-    let mut admin = crate::tests::queue(t);
+    let mut admin = farflash_core::testing::queue(t);
     let c = connect_as(&mut admin, 0, CNTLID_DYNAMIC, &nqn, [n; 16]);
     assert_eq!(c.status, Status::SUCCESS);
     let en = PropertyCmd {
@@ -182,13 +185,13 @@ fn host(t: &std::sync::Arc<crate::Target>, n: u8) -> (crate::NvmeQueue, crate::N
     }
     .to_sqe(2, fctype::PROPERTY_SET);
     assert_eq!(run(&mut admin, en, &[]).status, Status::SUCCESS);
-    let mut q = crate::tests::queue(t);
+    let mut q = farflash_core::testing::queue(t);
     let c2 = connect_as(&mut q, 1, c.result as u16, &nqn, [n; 16]);
     assert_eq!(c2.status, Status::SUCCESS);
     (admin, q)
 }
 
-fn resv(q: &mut crate::NvmeQueue, opcode: u8, c: ResvCdw10, k1: u64, k2: u64) -> Status {
+fn resv(q: &mut farflash_core::NvmeQueue, opcode: u8, c: ResvCdw10, k1: u64, k2: u64) -> Status {
     let len = if opcode == io::RESERVATION_RELEASE {
         8
     } else {
@@ -218,7 +221,7 @@ fn cdw(action: u8, rtype: u8) -> ResvCdw10 {
     }
 }
 
-fn report(q: &mut crate::NvmeQueue, eds: bool) -> (Status, Option<ResvStatus>) {
+fn report(q: &mut farflash_core::NvmeQueue, eds: bool) -> (Status, Option<ResvStatus>) {
     let s = Sqe {
         opcode: io::RESERVATION_REPORT,
         flags: PSDT_SGL,
@@ -340,7 +343,10 @@ fn two_hosts_register_acquire_conflict_report_and_notices() {
     admin_a.tick(Instant::now());
     let ev = completions(&mut admin_a);
     assert_eq!(ev.len(), 1);
-    assert_eq!(ev[0].result as u32, crate::target::AEN_RESERVATION_LOG);
+    assert_eq!(
+        ev[0].result as u32,
+        farflash_core::target::AEN_RESERVATION_LOG
+    );
     let mut s = admin_cmd(aop::GET_LOG_PAGE, 61, 64);
     GetLogPage {
         lid: log_id::RESERVATION_NOTIFICATION,
@@ -394,7 +400,9 @@ fn two_hosts_register_acquire_conflict_report_and_notices() {
 
 #[test]
 fn ptpl_keeps_a_reservation_across_a_restart() {
-    use crate::config::{BackendKind, Config, NamespaceConfig, SubsystemConfig, TransportConfig};
+    use farflash_core::config::{
+        BackendKind, Config, NamespaceConfig, SubsystemConfig, TransportConfig,
+    };
     let dir = std::env::temp_dir().join(format!("farflash-ptpl-core-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("ns1.ptpl");
@@ -412,8 +420,8 @@ fn ptpl_keeps_a_reservation_across_a_restart() {
         )],
     };
     let start = || {
-        let subs = crate::subsystem::build_subsystems(&cfg).unwrap();
-        crate::Target::new(
+        let subs = crate::provision::build_subsystems(&cfg).unwrap();
+        farflash_core::Target::new(
             subs,
             TransportConfig::default(),
             vec!["127.0.0.1:4420".parse().unwrap()],
@@ -463,7 +471,7 @@ fn ptpl_keeps_a_reservation_across_a_restart() {
     assert!(rep.unwrap().ptpls);
     // A corrupt file: the namespace does not build, the error names the file.
     std::fs::write(&file, b"FFPTPL\x01\x00junk").unwrap();
-    let e = crate::subsystem::build_subsystems(&cfg)
+    let e = crate::provision::build_subsystems(&cfg)
         .err()
         .unwrap()
         .to_string();
@@ -484,7 +492,7 @@ fn ana_changes_reach_storage_that_follows_them() {
     /// Records each call with the state hosts saw at that moment.
     struct Owner {
         inner: SharedBackend,
-        sub: Mutex<Option<Arc<crate::subsystem::Subsystem>>>,
+        sub: Mutex<Option<Arc<farflash_core::subsystem::Subsystem>>>,
         calls: Mutex<Vec<(bool, AnaState)>>,
         refuse: AtomicBool,
     }
@@ -518,7 +526,7 @@ fn ana_changes_reach_storage_that_follows_them() {
                 .as_ref()
                 .map_or(AnaState::Optimized, |s| {
                     s.ana().state(
-                        crate::listen::ListenTransport::Tcp,
+                        farflash_core::listen::ListenTransport::Tcp,
                         &"127.0.0.1:4420".parse().unwrap(),
                         1,
                     )
@@ -537,11 +545,9 @@ fn ana_changes_reach_storage_that_follows_them() {
         calls: Mutex::new(Vec::new()),
         refuse: AtomicBool::new(false),
     });
-    sub.replace_namespaces(vec![Arc::new(crate::subsystem::Namespace::with_backend(
-        &old,
-        owner.clone(),
-        "owner",
-    ))]);
+    sub.replace_namespaces(vec![Arc::new(
+        farflash_core::subsystem::Namespace::with_backend(&old, owner.clone(), "owner"),
+    )]);
     let calls = || std::mem::take(&mut *owner.calls.lock().unwrap());
 
     crate::reload::claim_storage(&t).unwrap();
@@ -570,7 +576,7 @@ fn ana_changes_reach_storage_that_follows_them() {
     );
     assert_eq!(
         sub.ana().state(
-            crate::listen::ListenTransport::Tcp,
+            farflash_core::listen::ListenTransport::Tcp,
             &"127.0.0.1:4420".parse().unwrap(),
             1,
         ),

@@ -3,12 +3,14 @@
 //! event loops (a recording `ListenerControl` here) for exactly the
 //! transport named, and only that transport's queues lose their listener.
 
-use crate::config::{BackendKind, Config, NamespaceConfig, SubsystemConfig, TransportConfig};
-use crate::listen::ListenTransport;
 use crate::manage::{add_listener, remove_listener};
+use crate::provision::build_subsystems;
 use crate::reload::{apply_with, current_config, ListenerControl};
-use crate::subsystem::build_subsystems;
-use crate::target::{Listener, Target};
+use farflash_core::config::{
+    BackendKind, Config, NamespaceConfig, SubsystemConfig, TransportConfig,
+};
+use farflash_core::listen::ListenTransport;
+use farflash_core::target::{Listener, Target};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
@@ -24,7 +26,7 @@ struct Recorder {
 
 impl ListenerControl for Recorder {
     fn add(&self, addr: &str) -> Result<SocketAddr, String> {
-        let (_, a) = crate::listen::split_listen(addr)?;
+        let (_, a) = farflash_core::listen::split_listen(addr)?;
         self.added.lock().unwrap().push(addr.to_owned());
         a.parse().map_err(|e| format!("{e}"))
     }
@@ -48,7 +50,7 @@ fn target() -> Arc<Target> {
     let ls = [ListenTransport::Tcp, ListenTransport::Rdma]
         .into_iter()
         .map(|t| Listener {
-            config: crate::listen::join_listen(t, "10.0.2.15:4420"),
+            config: farflash_core::listen::join_listen(t, "10.0.2.15:4420"),
             addr,
             transport: t,
         })

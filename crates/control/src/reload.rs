@@ -14,12 +14,11 @@
 //! Everything that can fail (opening backends, binding listeners) happens
 //! before anything changes: a bad configuration changes nothing.
 
-use crate::config::{Config, SubsystemConfig};
-use crate::listen::ListenTransport;
-use crate::subsystem::{
-    build_namespaces, build_subsystem, files_to_open, BuildError, HostAccess, Namespace, Subsystem,
-};
-use crate::target::{Listener, Target};
+use crate::provision::{build_namespaces, build_subsystem};
+use farflash_core::config::{Config, SubsystemConfig};
+use farflash_core::listen::ListenTransport;
+use farflash_core::subsystem::{files_to_open, BuildError, HostAccess, Namespace, Subsystem};
+use farflash_core::target::{Listener, Target};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 
@@ -27,7 +26,7 @@ use std::sync::Arc;
 /// list) or new (None).
 type Plan = (
     Arc<Subsystem>,
-    Option<Vec<Arc<crate::subsystem::Namespace>>>,
+    Option<Vec<Arc<farflash_core::subsystem::Namespace>>>,
 );
 
 /// Starts and stops listeners: the event loops own the sockets.
@@ -72,7 +71,7 @@ impl ReloadReport {
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
     #[error("{0}")]
-    Invalid(#[from] crate::config::ConfigError),
+    Invalid(#[from] farflash_core::config::ConfigError),
     #[error("{0}")]
     Build(#[from] BuildError),
     #[error("listener {addr}: {msg}")]
@@ -94,12 +93,18 @@ pub enum ApplyError {
 /// made here (an error stops at the first), the namespaces to demote are
 /// returned, for [`demote_storage`] once hosts see the new states.
 fn promote_storage<'a>(
-    subs: impl Iterator<Item = (&'a str, &'a [Arc<Namespace>], &'a [crate::ana::AnaConfig])>,
+    subs: impl Iterator<
+        Item = (
+            &'a str,
+            &'a [Arc<Namespace>],
+            &'a [farflash_core::ana::AnaConfig],
+        ),
+    >,
     listeners: &[(SocketAddr, ListenTransport)],
 ) -> Result<Vec<Arc<Namespace>>, ApplyError> {
     let mut demote = Vec::new();
     for (nqn, namespaces, ana) in subs {
-        let table = crate::ana::AnaTable::build(ana);
+        let table = farflash_core::ana::AnaTable::build(ana);
         for ns in namespaces {
             if !table.optimized_on_any(listeners, ns.anagrpid) {
                 demote.push(ns.clone());
@@ -162,7 +167,7 @@ pub fn current_config(target: &Target) -> Config {
         listen: target
             .listeners()
             .iter()
-            .map(|l| crate::listen::join_listen(l.transport, &l.addr.to_string()))
+            .map(|l| farflash_core::listen::join_listen(l.transport, &l.addr.to_string()))
             .collect(),
         transport: target.transport.clone(),
         subsystems: target.subsystems().iter().map(|s| s.to_config()).collect(),
@@ -174,7 +179,7 @@ pub(crate) fn same_listener(l: &Listener, want: &str) -> bool {
     if l.config == want {
         return true;
     }
-    let Ok((t, want)) = crate::listen::split_listen(want) else {
+    let Ok((t, want)) = farflash_core::listen::split_listen(want) else {
         return false;
     };
     if t != l.transport {
@@ -225,7 +230,8 @@ pub(crate) fn apply_locked(
     for (i, sc) in cfg.subsystems.iter().enumerate() {
         match current.iter().find(|s| s.nqn == sc.nqn) {
             Some(sub) => {
-                let range = crate::cntlid::CntlidRange::from_config(sc.cntlid_min, sc.cntlid_max);
+                let range =
+                    farflash_core::cntlid::CntlidRange::from_config(sc.cntlid_min, sc.cntlid_max);
                 if range.ok() != Some(sub.cntlids) {
                     let what = format!("{}: cntlid_min/cntlid_max (restart to change)", sc.nqn);
                     report.ignored.push(what);
@@ -273,7 +279,7 @@ pub(crate) fn apply_locked(
                 }
                 match ctl.add(want) {
                     Ok(addr) => {
-                        let transport = crate::listen::split_listen(want)
+                        let transport = farflash_core::listen::split_listen(want)
                             .map(|(t, _)| t)
                             .unwrap_or_default();
                         report.listeners_added.push(addr);
@@ -424,7 +430,7 @@ pub(crate) fn apply_subsystem_locked(
     sc: &SubsystemConfig,
 ) -> Result<ReloadReport, ApplyError> {
     let mut report = ReloadReport::default();
-    let range = crate::cntlid::CntlidRange::from_config(sc.cntlid_min, sc.cntlid_max);
+    let range = farflash_core::cntlid::CntlidRange::from_config(sc.cntlid_min, sc.cntlid_max);
     if range.ok() != Some(sub.cntlids) {
         let what = format!("{}: cntlid_min/cntlid_max (restart to change)", sc.nqn);
         report.ignored.push(what);

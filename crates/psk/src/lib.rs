@@ -1,5 +1,7 @@
 //! NVMe/TCP TLS pre-shared keys (NVMe TCP Transport Specification 1.0
-//! §3.6.1, TP 8011; identities version 1 from TP 8018), without I/O.
+//! §3.6.1, TP 8011; identities version 1 from TP 8018), without I/O and
+//! without the OpenSSL bindings: the key material the command layer
+//! (`farflash-core`) and the TLS sessions (`farflash-tls`) share.
 //!
 //! The chain a host and a controller each run from one configured key:
 //!
@@ -27,6 +29,8 @@
 //! Every key type keeps its bytes in zeroize-on-drop storage, compares in
 //! constant time and prints (`Debug`) only its kind and length.
 
+#![forbid(unsafe_code)]
+
 mod identity;
 mod interchange;
 
@@ -42,6 +46,17 @@ use zeroize::Zeroizing;
 
 pub use identity::{IdentityError, IdentityVersion, PskIdentity, PskKind, NQN_MAX_LEN};
 pub use interchange::{format_interchange, KeyFormatError, MAX_INTERCHANGE_LEN};
+
+/// The server's answer for one identity: the TLS PSK and a value of the
+/// caller's choosing (which host, which key generation ...) that the
+/// session reports back (`farflash_tls::Session::tag`).
+#[derive(Clone, Debug)]
+pub struct PskChoice {
+    /// The key, and with it the cipher suite.
+    pub psk: TlsPsk,
+    /// Reported by the TLS session once this identity is chosen.
+    pub tag: u64,
+}
 
 /// The hash of a PSK: the "hash specifier" of an identity, the `HH` of a
 /// transformed interchange key, and the hash of the TLS cipher suite.

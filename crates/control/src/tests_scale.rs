@@ -2,13 +2,13 @@
 //! in pieces, namespace lists that change one namespace among thousands,
 //! and the limits on subsystems and namespaces.
 
-use crate::command::Completion;
-use crate::config::{BackendKind, Config, ConfigError, NamespaceConfig, SubsystemConfig};
 use crate::manage::{self, ManageError};
+use crate::provision::build_subsystems;
 use crate::reload::ApplyError;
-use crate::subsystem::build_subsystems;
-use crate::tests::{connect_to, queue, run, HOST};
-use crate::Target;
+use farflash_core::config::{BackendKind, Config, ConfigError, NamespaceConfig, SubsystemConfig};
+use farflash_core::testing::{connect_to, queue, run, HOST};
+use farflash_core::Completion;
+use farflash_core::Target;
 use farflash_wire::discovery::{decode_header, DiscEntry, DISC_ENTRY_LEN, DISC_HEADER_LEN};
 use farflash_wire::fabrics::{PropertyCmd, CNTLID_DYNAMIC};
 use farflash_wire::log::GetLogPage;
@@ -45,7 +45,7 @@ fn target_of(cfg: &Config) -> Arc<Target> {
 }
 
 /// A discovery controller's admin queue, enabled.
-fn discovery_queue(t: &Arc<Target>) -> crate::NvmeQueue {
+fn discovery_queue(t: &Arc<Target>) -> farflash_core::NvmeQueue {
     let mut q = queue(t);
     let c = connect_to(
         &mut q,
@@ -66,7 +66,7 @@ fn discovery_queue(t: &Arc<Target>) -> crate::NvmeQueue {
 }
 
 /// Get Log Page 70h: `len` bytes from `offset` (LPOL/LPOU, NUMDL/NUMDU).
-fn get_log(q: &mut crate::NvmeQueue, cid: u16, len: u32, offset: u64) -> Completion {
+fn get_log(q: &mut farflash_core::NvmeQueue, cid: u16, len: u32, offset: u64) -> Completion {
     let mut sqe = Sqe {
         opcode: admin::GET_LOG_PAGE,
         flags: PSDT_SGL,
@@ -95,7 +95,7 @@ fn data(c: &Completion) -> Vec<u8> {
 /// pieces from offset 1024, the header again. Returns (GENCTR before,
 /// GENCTR after, entries).
 fn read_in_pieces(
-    q: &mut crate::NvmeQueue,
+    q: &mut farflash_core::NvmeQueue,
     between: &mut dyn FnMut(usize),
 ) -> (u64, u64, Vec<DiscEntry>) {
     let (genctr, numrec) = decode_header(&data(&get_log(q, 1, 20, 0)));
@@ -276,43 +276,7 @@ fn the_changed_namespace_list_of_a_live_controller_stays_bounded() {
     let n = ctrl.lock().changed_ns.len();
     assert_eq!(
         n,
-        crate::target::CHANGED_NS_MAX + 1,
+        farflash_core::target::CHANGED_NS_MAX + 1,
         "more than 1024: the log's overflow mark"
     );
-}
-
-#[test]
-fn an_idle_queue_lets_a_removed_namespace_go_at_a_tick_without_reloading_its_list() {
-    let t = target_of(&config(1, 100));
-    let mut admin = queue(&t);
-    let c = connect_to(&mut admin, &nqn(0), HOST, 0, CNTLID_DYNAMIC);
-    assert_eq!(c.status, Status::SUCCESS);
-    let gone = Arc::downgrade(&t.subsystem(&nqn(0)).unwrap().namespace(7).unwrap());
-    let loaded = admin.ns.generation();
-    let t0 = std::time::Instant::now();
-    admin.tick(t0);
-    // An addition moves the generation; ticks leave the table alone (the
-    // next command loads the list).
-    manage::add_namespace(&t, &nqn(0), null_ns()).unwrap();
-    admin.tick(t0 + std::time::Duration::from_millis(1100));
-    assert_eq!(admin.ns.generation(), loaded);
-    assert!(admin.ns.key(101).is_none());
-    // A removal: the next tick lets the namespace go, without reloading
-    // the list; another removal waits for a second after that look.
-    manage::remove_namespace(&t, &nqn(0), 7).unwrap();
-    admin.tick(t0 + std::time::Duration::from_millis(1200));
-    assert!(admin.ns.key(7).is_none());
-    assert!(admin.ns.key(8).is_some());
-    manage::remove_namespace(&t, &nqn(0), 8).unwrap();
-    admin.tick(t0 + std::time::Duration::from_millis(1300));
-    assert!(admin.ns.key(8).is_some(), "at most one look a second");
-    admin.tick(t0 + std::time::Duration::from_millis(2200));
-    assert!(admin.ns.key(8).is_none());
-    assert!(admin.ns.key(9).is_some());
-    assert_eq!(admin.ns.generation(), loaded);
-    assert!(gone.upgrade().is_none(), "namespace 7 is still held");
-    // The next command loads the whole list: the added namespace appears.
-    admin.refresh_namespaces();
-    assert!(admin.ns.key(101).is_some());
-    assert!(admin.ns.key(7).is_none() && admin.ns.key(8).is_none());
 }

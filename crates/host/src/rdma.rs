@@ -9,11 +9,11 @@
 //! in flight or twice for one, or a remote invalidation this host never
 //! asked for fails the queue with an error naming it.
 
-use crate::sgl::{KeyedSgl, KEYED_MAX_LEN};
-use farflash_host::cids::Cids;
-use farflash_host::error::{HostError, Result, TransportError};
-use farflash_host::{Completion, DataDir};
+use crate::cids::Cids;
+use crate::error::{HostError, Result, TransportError};
+use crate::{Completion, DataDir};
 use farflash_wire::cqe::CQE_SIZE;
+use farflash_wire::keyed_sgl::{KeyedSgl, KEYED_MAX_LEN};
 use farflash_wire::sqe::{SglDescriptor, PSDT_SGL, SQE_SIZE};
 use farflash_wire::{Cqe, Sqe};
 
@@ -326,7 +326,7 @@ mod tests {
             .submit(c3, Sqe::default(), DataDir::FromCtrl, 512, BUF)
             .unwrap();
         assert_eq!(cap.in_capsule, 0);
-        assert_eq!(cap.sqe[39], crate::sgl::KEYED_ADDRESS);
+        assert_eq!(cap.sqe[39], farflash_wire::keyed_sgl::KEYED_ADDRESS);
         // No data: a zero-length keyed descriptor, no key exposed.
         let c4 = q.alloc_cid().unwrap();
         let cap = q
@@ -344,7 +344,7 @@ mod tests {
         let c = q.alloc_cid().unwrap();
         let cap = q.submit(c, write(2), DataDir::ToCtrl, 1024, BUF).unwrap();
         assert_eq!(cap.in_capsule, 0);
-        assert_eq!(cap.sqe[39], crate::sgl::KEYED_ADDRESS);
+        assert_eq!(cap.sqe[39], farflash_wire::keyed_sgl::KEYED_ADDRESS);
     }
 
     #[test]

@@ -1,0 +1,364 @@
+//! farflash's volume store: thin-provisioned volumes, snapshots and clones
+//! in a *local pool* over one or more files or block devices (the model
+//! is SPDK's blobstore/lvol store and Linux dm-thin; no code is shared).
+//!
+//! The control plane manages pools through [`VolumeStore`] (implemented
+//! here by [`LocalPool`], later by RBD pools) and exports a volume as a
+//! namespace with [`VolumeStore::open`], which returns a
+//! [`farflash_backend::SharedBackend`] like any other backend.
+//!
+//! # Clusters
+//!
+//! Space is handed out in clusters, chosen at creation (power of two,
+//! 64 KiB..=64 MiB). The default is **1 MiB**: dm-thin's 64 KiB needs a
+//! mapping per 64 KiB (16x the metadata and 16x the allocations of a
+//! sequential fill) and SPDK's 4 MiB copies 4 MiB for the first 4 KiB
+//! write after a snapshot and zeroes 4 MiB per first write; ZFS's 128 KiB
+//! recordsize is a checksum/compression unit, not an allocation map. At
+//! 1 MiB a 1 TiB pool has 1 Mi clusters (8 MiB of map in memory, 21 MiB
+//! of checkpoint at most), a first write or a copy-on-write moves at most
+//! 1 MiB, and 128 KiB I/O stays inside one cluster 7 times out of 8.
+//!
+//! # Layout
+//!
+//! Device 0 (4 KiB blocks):
+//!
+//! | blocks | what |
+//! |---|---|
+//! | 0, 1 | superblock copies ([`format::Superblock`]), written alternately: generation g goes to block g mod 2 |
+//! | 2 .. 2+S | checkpoint slot 0 (S = `slot_blocks`) |
+//! | 2+S .. 2+2S | checkpoint slot 1 |
+//! | 2+2S .. 2+2S+J | journal (J = `journal_blocks`) |
+//! | from the next cluster boundary | data clusters |
+//!
+//! Other devices: blocks 0 and 1 hold a label (the same superblock with
+//! the device's index, generation 1, never rewritten), data clusters
+//! start at the first cluster boundary. Physical cluster numbers run over
+//! the devices in index order.
+//!
+//! The superblock (CRC32C over bytes 16..4096) holds the pool UUID and
+//! name, cluster size, every device's size (a device of another size at
+//! open is refused, naming it), the sizes of the metadata areas, which
+//! checkpoint slot is live with its block count and chain seed, and the
+//! journal's first sequence number and chain seed.
+//!
+//! Checkpoint and journal blocks share one header ([`format::BlockHeader`]:
+//! magic, CRC32C seeded with the pool UUID, sequence, the CRC of the
+//! previous block of the chain, kind, last-block flag, payload length)
+//! and carry records that never span blocks ([`format::Record`]):
+//!
+//! | tag | record | fields (little-endian) |
+//! |---|---|---|
+//! | 1 | VolPut | id u32, uuid [16], size u64, parent id u32 (FFFFFFFFh none), flags u8 (1 snapshot), name length u8, name |
+//! | 2 | VolDel | id u32 |
+//! | 3 | Map | id u32, logical cluster u64, value u64: 0 unmapped (read the parent), FFFF..FF zero (hide the parent), else physical cluster + 1 |
+//!
+//! A checkpoint is the whole state as records (each volume's VolPut and
+//! its Map records); a journal transaction is the changes of one commit.
+//! Free space is not stored: a cluster is used when a map holds it, so
+//! recovery rebuilds the allocator from the maps and a crash cannot leak
+//! a cluster.
+//!
+//! # Commit protocol
+//!
+//! Changes (allocations, unmaps, management calls) are made in memory and
+//! queued as records. A commit (at Flush, at a FUA write that allocated,
+//! at every management call, and about once a second):
+//!
+//! 1. takes the queued records (and, when they do not fit the journal,
+//!    the whole state) under the state lock;
+//! 2. flushes every device: the data and cluster preparation the records
+//!    refer to are durable before any mapping that exposes them;
+//! 3. appends the records as one transaction (blocks chained by CRC, the
+//!    last flagged) at the journal's head and flushes device 0; or, when
+//!    the journal is full, writes the whole state to the idle checkpoint
+//!    slot, flushes, writes the next superblock generation (naming that
+//!    slot and restarting the journal with a new seed) to the other copy,
+//!    and flushes;
+//! 4. only then lets clusters freed by those records be allocated again
+//!    (and only once no write that may target them is in flight).
+//!
+//! Recovery reads the superblock copies (the valid one with the highest
+//! generation wins: a torn superblock write leaves the other), the live
+//! checkpoint (every block checked), then journal transactions until the
+//! first block that is not the chain's next (torn, stale, foreign or
+//! never written); a transaction without its last block is dropped. Its
+//! cost is the checkpoint plus the journal since it, not the device size.
+//!
+//! # Data path
+//!
+//! See [`volume`]: one atomic map lookup and one io_uring request per
+//! I/O inside an allocated cluster; the first write to a cluster
+//! allocates it under the pool lock and prepares it before mapping it (a
+//! new cluster never shows earlier data: zeroed with Write Zeroes, or the
+//! parent's data copied in). A full pool fails only writes that need a
+//! new cluster, with `ENOSPC` ([`no_space`], NVMe Capacity Exceeded).
+//!
+//! # Using it
+//!
+//! ```no_run
+//! use farflash_pool::{LocalPool, VolumeStore};
+//! # fn main() -> Result<(), farflash_pool::PoolError> {
+//! let devs = ["/dev/nvme1n1".into(), "/dev/nvme2n1".into()];
+//! let pool = LocalPool::create("fast", &devs, None)?; // 1 MiB clusters
+//! let vol = pool.create_volume("db", 100 << 30)?;      // thin: nothing allocated
+//! let backend = pool.open("db")?;                      // a namespace's SharedBackend
+//! pool.snapshot("db", "db-monday")?;                   // O(1), point in time
+//! pool.clone_volume("db-monday", "db-test")?;
+//! # let _ = (vol, backend); Ok(()) }
+//! ```
+//!
+//! A pool opened from paths holds an exclusive `flock` on every device
+//! while it, or a volume exported from it, lives; [`check`] takes shared
+//! locks, so it reads only a pool nobody has open.
+//!
+//! # Known limits
+//!
+//! * Cluster preparation (zeroing, copy-on-write), Write Zeroes,
+//!   Deallocate, and the commit a Flush or FUA write needs run on the
+//!   submitting thread (synchronously) rather than through the queue; the
+//!   pool's own I/O (metadata, preparation) opens a short-lived device
+//!   queue per request.
+//! * A first write to a cluster zeroes the whole cluster before writing,
+//!   even when the write covers it.
+//! * Freed clusters go back to the pool's allocator but are not punched
+//!   out of the underlying file or device.
+//! * Deleting a snapshot with children is refused (naming them) rather
+//!   than merged into a single child: decouple the children first.
+//! * Metadata lives on device 0 only; other devices carry labels.
+//! * A cluster freed while requests are in flight on its volume's layer
+//!   becomes allocatable at a moment when none are.
+
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+mod check;
+mod dev;
+mod error;
+pub mod format;
+mod layer;
+mod lock;
+mod meta;
+mod ops;
+mod pool;
+pub mod rbd;
+mod recover;
+mod state;
+pub mod testing;
+pub mod volume;
+
+pub use check::{check, check_backends, Report};
+pub use error::{is_no_space, no_space, PoolError};
+pub use pool::{PoolOptions, DEFAULT_CLUSTER};
+pub use rbd::RbdPool;
+
+use farflash_backend::{DirectMode, FileOptions, SharedBackend};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// A volume's or snapshot's description (serializes for management
+/// replies; the UUID as its hyphenated string).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct VolumeInfo {
+    pub name: String,
+    /// Stable and persisted; the namespace's NGUID/UUID derive from it.
+    #[serde(serialize_with = "uuid_string")]
+    pub uuid: uuid::Uuid,
+    pub size: u64,
+    /// Bytes of clusters the volume holds itself.
+    pub allocated: u64,
+    /// Bytes read through from snapshots (shared with them).
+    pub shared: u64,
+    /// The snapshot this volume or clone reads through, if any.
+    pub parent: Option<String>,
+    /// Snapshots are read-only.
+    pub is_snapshot: bool,
+    /// Volumes (clones, or the snapshot's origin) reading through this one.
+    pub clones: Vec<String>,
+    /// Opened with [`VolumeStore::open`] and not dropped yet.
+    pub exported: bool,
+}
+
+fn uuid_string<S: serde::Serializer>(u: &uuid::Uuid, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&u.hyphenated())
+}
+
+/// A pool's space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct PoolStats {
+    pub size: u64,
+    pub allocated: u64,
+    pub free: u64,
+    /// Part of `allocated` freed and waiting for its commit.
+    pub freeing: u64,
+    pub cluster_size: u64,
+    pub volumes: usize,
+}
+
+/// A store of volumes: local pools now, RBD pools later.
+pub trait VolumeStore: Send + Sync + 'static {
+    /// "local" | "rbd".
+    fn kind(&self) -> &'static str;
+    fn name(&self) -> &str;
+    fn stats(&self) -> PoolStats;
+    fn create_volume(&self, name: &str, size: u64) -> Result<VolumeInfo, PoolError>;
+    fn list(&self) -> Vec<VolumeInfo>;
+    fn get(&self, name: &str) -> Result<VolumeInfo, PoolError>;
+    fn rename(&self, name: &str, new_name: &str) -> Result<(), PoolError>;
+    /// Grows online; shrinks only when not exported, and below the highest
+    /// written cluster only with `force`.
+    fn resize(&self, name: &str, size: u64, force: bool) -> Result<(), PoolError>;
+    fn delete(&self, name: &str) -> Result<(), PoolError>;
+    /// A read-only, point-in-time snapshot of `volume` (O(1): the map
+    /// moves to the snapshot).
+    fn snapshot(&self, volume: &str, snapshot: &str) -> Result<VolumeInfo, PoolError>;
+    /// A writable child of `snapshot`, copy-on-write per cluster.
+    fn clone_volume(&self, snapshot: &str, name: &str) -> Result<VolumeInfo, PoolError>;
+    /// Copies the parent's clusters in and cuts the volume from it.
+    fn decouple(&self, name: &str) -> Result<(), PoolError>;
+    /// Exports the volume; it counts as exported until the backend drops.
+    fn open(&self, name: &str) -> Result<SharedBackend, PoolError>;
+}
+
+/// A pool of thin volumes over local files or block devices. Opened
+/// from paths, it holds an exclusive `flock` on each device while it (or
+/// any volume exported from it) lives.
+pub struct LocalPool {
+    inner: Arc<pool::PoolInner>,
+}
+
+fn open_devices(
+    devices: &[PathBuf],
+    read_only: bool,
+) -> Result<Vec<(String, SharedBackend)>, PoolError> {
+    let opts = FileOptions {
+        block_size: 4096,
+        direct: DirectMode::Auto,
+        create_size: None,
+        read_only,
+    };
+    devices
+        .iter()
+        .map(|p| {
+            let label = p.display().to_string();
+            farflash_backend::open_file(p, &opts)
+                .map(|b| (label.clone(), b))
+                .map_err(PoolError::io(format!("opening device {label}")))
+        })
+        .collect()
+}
+
+impl LocalPool {
+    /// Creates a pool named `name` over `devices` (their content is lost).
+    pub fn create(
+        name: &str,
+        devices: &[PathBuf],
+        cluster_size: Option<u64>,
+    ) -> Result<LocalPool, PoolError> {
+        let opts = PoolOptions {
+            cluster_size,
+            ..PoolOptions::default()
+        };
+        Self::create_opts(name, devices, &opts)
+    }
+
+    /// Opens the pool on `devices` (any order).
+    pub fn open(devices: &[PathBuf]) -> Result<LocalPool, PoolError> {
+        Self::open_opts(devices, &PoolOptions::default())
+    }
+
+    /// [`LocalPool::create`] with every option.
+    pub fn create_opts(
+        name: &str,
+        devices: &[PathBuf],
+        opts: &PoolOptions,
+    ) -> Result<LocalPool, PoolError> {
+        let locks = lock::lock_devices(devices, true)?;
+        let pool = Self::create_with(name, open_devices(devices, false)?, opts)?;
+        pool.inner.hold(locks);
+        Ok(pool)
+    }
+
+    /// [`LocalPool::open`] with options (`cluster_size`, `max_volumes` and
+    /// `journal_blocks` are the pool's own and ignored here).
+    pub fn open_opts(devices: &[PathBuf], opts: &PoolOptions) -> Result<LocalPool, PoolError> {
+        let locks = lock::lock_devices(devices, true)?;
+        let pool = Self::open_with(open_devices(devices, false)?, opts)?;
+        pool.inner.hold(locks);
+        Ok(pool)
+    }
+
+    /// [`LocalPool::create`] over backends, each with a label for errors.
+    pub fn create_with(
+        name: &str,
+        devices: Vec<(String, SharedBackend)>,
+        opts: &PoolOptions,
+    ) -> Result<LocalPool, PoolError> {
+        Ok(LocalPool {
+            inner: pool::create(name, devices, opts)?,
+        })
+    }
+
+    /// [`LocalPool::open`] over backends.
+    pub fn open_with(
+        devices: Vec<(String, SharedBackend)>,
+        opts: &PoolOptions,
+    ) -> Result<LocalPool, PoolError> {
+        Ok(LocalPool {
+            inner: pool::open(devices, opts)?,
+        })
+    }
+
+    /// Commits every change now (what a Flush does).
+    pub fn commit(&self) -> Result<(), PoolError> {
+        self.inner
+            .commit()
+            .map_err(PoolError::io("committing metadata"))
+    }
+
+    /// Whether changes (new mappings, frees) wait for a commit.
+    pub fn uncommitted(&self) -> bool {
+        self.inner.dirty()
+    }
+}
+
+impl VolumeStore for LocalPool {
+    fn kind(&self) -> &'static str {
+        "local"
+    }
+    fn name(&self) -> &str {
+        &self.inner.name
+    }
+    fn stats(&self) -> PoolStats {
+        self.inner.stats()
+    }
+    fn create_volume(&self, name: &str, size: u64) -> Result<VolumeInfo, PoolError> {
+        self.inner.create_volume(name, size)
+    }
+    fn list(&self) -> Vec<VolumeInfo> {
+        self.inner.list()
+    }
+    fn get(&self, name: &str) -> Result<VolumeInfo, PoolError> {
+        self.inner.get(name)
+    }
+    fn rename(&self, name: &str, new_name: &str) -> Result<(), PoolError> {
+        self.inner.rename(name, new_name)
+    }
+    fn resize(&self, name: &str, size: u64, force: bool) -> Result<(), PoolError> {
+        self.inner.resize(name, size, force)
+    }
+    fn delete(&self, name: &str) -> Result<(), PoolError> {
+        self.inner.delete(name)
+    }
+    fn snapshot(&self, volume: &str, snapshot: &str) -> Result<VolumeInfo, PoolError> {
+        self.inner.snapshot(volume, snapshot)
+    }
+    fn clone_volume(&self, snapshot: &str, name: &str) -> Result<VolumeInfo, PoolError> {
+        self.inner.clone_volume(snapshot, name)
+    }
+    fn decouple(&self, name: &str) -> Result<(), PoolError> {
+        self.inner.decouple(name)
+    }
+    fn open(&self, name: &str) -> Result<SharedBackend, PoolError> {
+        self.inner.open_volume(name)
+    }
+}

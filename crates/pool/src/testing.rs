@@ -1,0 +1,289 @@
+//! Test support: an in-memory device that records every write and flush
+//! (the dm-log-writes method), and images rebuilt from any subset of the
+//! log, so crash tests can open a pool from whatever a device could have
+//! kept.
+
+use farflash_backend::{
+    Backend, BackendQueue, IoBuf, IoCompletion, IoOp, IoRequest, SharedBackend,
+};
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::{Arc, Mutex};
+
+const PAGE: u64 = 4096;
+/// Sector size a torn write is cut at.
+pub const SECTOR: u64 = 512;
+
+/// One thing a device was asked to do.
+#[derive(Debug, Clone)]
+pub enum Op {
+    Write { offset: u64, data: Arc<[u8]> },
+    Zero { offset: u64, len: u64 },
+    Flush,
+}
+
+/// Device content: 4 KiB pages, absent ones zero.
+#[derive(Clone, Default)]
+pub struct Image {
+    pages: HashMap<u64, Box<[u8]>>,
+}
+
+impl Image {
+    fn page(&mut self, p: u64) -> &mut [u8] {
+        self.pages
+            .entry(p)
+            .or_insert_with(|| vec![0u8; PAGE as usize].into_boxed_slice())
+    }
+
+    /// Applies `op` whole.
+    pub fn apply(&mut self, op: &Op) {
+        self.apply_sectors(op, &mut |_| true);
+    }
+
+    /// Applies the 512-byte sectors of `op` that `keep` selects (by index
+    /// within the op): a torn write.
+    pub fn apply_sectors(&mut self, op: &Op, keep: &mut dyn FnMut(u64) -> bool) {
+        match op {
+            Op::Write { offset, data } => {
+                for s in 0..(data.len() as u64).div_ceil(SECTOR) {
+                    if keep(s) {
+                        let at = offset + s * SECTOR;
+                        let src = &data[(s * SECTOR) as usize
+                            ..((s + 1) * SECTOR).min(data.len() as u64) as usize];
+                        let pg = self.page(at / PAGE);
+                        let o = (at % PAGE) as usize;
+                        pg[o..o + src.len()].copy_from_slice(src);
+                    }
+                }
+            }
+            Op::Zero { offset, len } => {
+                for s in 0..len.div_ceil(SECTOR) {
+                    if keep(s) {
+                        let at = offset + s * SECTOR;
+                        if self.pages.contains_key(&(at / PAGE)) {
+                            let o = (at % PAGE) as usize;
+                            self.page(at / PAGE)[o..o + SECTOR as usize].fill(0);
+                        }
+                    }
+                }
+            }
+            Op::Flush => {}
+        }
+    }
+
+    /// The pages holding data: (byte offset, 4 KiB).
+    pub fn pages(&self) -> impl Iterator<Item = (u64, &[u8])> + '_ {
+        self.pages.iter().map(|(p, b)| (p * PAGE, &b[..]))
+    }
+
+    fn read(&self, offset: u64, out: &mut [u8]) {
+        for (k, chunk) in out.chunks_mut(PAGE as usize).enumerate() {
+            let at = offset + k as u64 * PAGE;
+            match self.pages.get(&(at / PAGE)) {
+                Some(pg) => chunk.copy_from_slice(&pg[..chunk.len()]),
+                None => chunk.fill(0),
+            }
+        }
+    }
+}
+
+/// A log several devices share, each entry tagged with its device.
+type Log = Arc<Mutex<Vec<(usize, Op)>>>;
+
+struct Inner {
+    size: u64,
+    image: Mutex<Image>,
+    log: Log,
+    index: usize,
+    record: bool,
+}
+
+/// An in-memory device (4 KiB blocks, synchronous, volatile cache).
+#[derive(Clone)]
+pub struct MemDevice(Arc<Inner>);
+
+impl MemDevice {
+    /// A zeroed device that records what it is asked to do.
+    pub fn recording(size: u64) -> MemDevice {
+        Self::with_image(size, Image::default(), true, Log::default(), 0)
+    }
+
+    /// Zeroed devices recording into one log, in order (a flush on one
+    /// device does not flush the others).
+    pub fn recording_group(sizes: &[u64]) -> Vec<MemDevice> {
+        let log = Log::default();
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| Self::with_image(s, Image::default(), true, log.clone(), i))
+            .collect()
+    }
+
+    /// A device holding `image` (not recording).
+    pub fn from_image(size: u64, image: Image) -> MemDevice {
+        Self::with_image(size, image, false, Log::default(), 0)
+    }
+
+    fn with_image(size: u64, image: Image, record: bool, log: Log, index: usize) -> MemDevice {
+        MemDevice(Arc::new(Inner {
+            size,
+            image: Mutex::new(image),
+            log,
+            index,
+            record,
+        }))
+    }
+
+    /// This device's entries of the log so far.
+    pub fn log(&self) -> Vec<Op> {
+        let log = self.0.log.lock().unwrap_or_else(|p| p.into_inner());
+        log.iter()
+            .filter(|(d, _)| *d == self.0.index)
+            .map(|(_, o)| o.clone())
+            .collect()
+    }
+
+    /// The whole (shared) log so far: (device index in its group, op).
+    pub fn group_log(&self) -> Vec<(usize, Op)> {
+        self.0.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Entries in the (shared) log so far.
+    pub fn log_len(&self) -> usize {
+        self.0.log.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// The current content.
+    pub fn image(&self) -> Image {
+        self.0
+            .image
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// As a backend.
+    pub fn backend(&self) -> SharedBackend {
+        Arc::new(self.clone())
+    }
+
+    fn exec(&self, op: IoOp, buf: &mut IoBuf) -> io::Result<()> {
+        let inner = &self.0;
+        let ok = |o: u64, l: u64| {
+            o.is_multiple_of(PAGE)
+                && l.is_multiple_of(PAGE)
+                && o.checked_add(l).is_some_and(|e| e <= inner.size)
+        };
+        let mut img = inner.image.lock().unwrap_or_else(|p| p.into_inner());
+        let mut ops = Vec::new();
+        match op {
+            IoOp::Read { offset, len } => {
+                if !ok(offset, len.into()) || len as usize > buf.capacity() {
+                    return Err(io::Error::from_raw_os_error(libc::EINVAL));
+                }
+                buf.set_len(len as usize);
+                img.read(offset, buf);
+                return Ok(());
+            }
+            IoOp::Write { offset, len, fua } => {
+                if !ok(offset, len.into()) || len as usize > buf.len() {
+                    return Err(io::Error::from_raw_os_error(libc::EINVAL));
+                }
+                ops.push(Op::Write {
+                    offset,
+                    data: Arc::from(&buf[..len as usize]),
+                });
+                if fua {
+                    ops.push(Op::Flush);
+                }
+            }
+            IoOp::Flush => ops.push(Op::Flush),
+            IoOp::WriteZeroes { offset, len, .. } => {
+                if !ok(offset, len) {
+                    return Err(io::Error::from_raw_os_error(libc::EINVAL));
+                }
+                ops.push(Op::Zero { offset, len });
+            }
+            IoOp::Deallocate { ranges } => {
+                for i in 0..ranges as usize {
+                    let e = buf
+                        .get(i * 16..i * 16 + 16)
+                        .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+                    let o = u64::from_ne_bytes(e[..8].try_into().unwrap_or([0; 8]));
+                    let l = u64::from_ne_bytes(e[8..].try_into().unwrap_or([0; 8]));
+                    if !ok(o, l) {
+                        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+                    }
+                    ops.push(Op::Zero { offset: o, len: l });
+                }
+            }
+        }
+        for o in &ops {
+            img.apply(o);
+        }
+        if inner.record {
+            let i = inner.index;
+            let mut log = inner.log.lock().unwrap_or_else(|p| p.into_inner());
+            log.extend(ops.into_iter().map(|o| (i, o)));
+        }
+        Ok(())
+    }
+}
+
+impl Backend for MemDevice {
+    fn kind(&self) -> &'static str {
+        "mem"
+    }
+    fn capacity(&self) -> u64 {
+        self.0.size
+    }
+    fn block_size(&self) -> u32 {
+        PAGE as u32
+    }
+    fn volatile_write_cache(&self) -> bool {
+        true
+    }
+    fn open_queue(&self, _depth: u32) -> io::Result<Box<dyn BackendQueue>> {
+        Ok(Box::new(MemQueue {
+            dev: self.clone(),
+            done: Vec::new(),
+        }))
+    }
+    fn sync_all(&self) -> io::Result<()> {
+        let mut b = IoBuf::with_capacity(0);
+        self.exec(IoOp::Flush, &mut b)
+    }
+}
+
+struct MemQueue {
+    dev: MemDevice,
+    done: Vec<IoCompletion>,
+}
+
+impl BackendQueue for MemQueue {
+    fn submit(&mut self, req: IoRequest) {
+        let IoRequest { tag, op, mut buf } = req;
+        let result = self.dev.exec(op, &mut buf);
+        self.done.push(IoCompletion { tag, buf, result });
+    }
+    fn commit(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+    fn reap(&mut self, out: &mut Vec<IoCompletion>) -> usize {
+        let n = self.done.len();
+        out.append(&mut self.done);
+        n
+    }
+    fn notify_fd(&self) -> Option<RawFd> {
+        None
+    }
+    fn in_flight(&self) -> usize {
+        self.done.len()
+    }
+}
+
+/// Runs one request on `q` (any backend queue) and waits for it.
+pub fn run(q: &mut dyn BackendQueue, op: IoOp, buf: IoBuf) -> io::Result<IoBuf> {
+    crate::dev::run_one(q, op, buf)
+}

@@ -1,0 +1,735 @@
+//! A volume as a [`Backend`]: the data path.
+//!
+//! A read or write of an allocated cluster is one atomic load of the map
+//! entry (the layer, cached per queue and re-fetched only when the
+//! volume's epoch moves) and one request on the device's io_uring queue,
+//! carrying the caller's own buffer when the request stays in one cluster
+//! (a request that spans clusters is split over bounce buffers from the
+//! queue's [`BufPool`]). A write to a cluster the volume does not own yet
+//! takes the pool's state lock once to allocate and prepare it (zero it,
+//! or copy the parent's data in) and map it; the mapping is committed at
+//! the next Flush, FUA write or periodic commit, not before the write
+//! completes. Write Zeroes and Deallocate run on the caller's thread.
+//!
+//! Each request (read, write, zeroing) also bumps two counters of its
+//! layer (issued, completed), in a cache-line shard of the queue's own
+//! (16 shards per layer): a snapshot or another layer switch waits on
+//! them for the requests that looked the old map up, and a freed cluster
+//! is reused only once they show nothing in flight on the layer that
+//! freed it.
+
+use crate::error::no_space;
+use crate::format::{UNMAPPED, ZERO};
+use crate::layer::{Layer, Source};
+use crate::pool::{lock, Alloc, PoolInner};
+use crate::state::Handle;
+use farflash_backend::{Backend, BackendQueue, BufPool, IoBuf, IoCompletion, IoOp, IoRequest};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Block size volumes expose.
+pub(crate) const VOLUME_BLOCK: u32 = 4096;
+/// Shards handed to queues in turn.
+static NEXT_SHARD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// Segment index of a request passed through with the caller's buffer.
+const PASS: u64 = 0xffff;
+
+pub(crate) struct VolumeBackend {
+    pool: Arc<PoolInner>,
+    handle: Arc<Handle>,
+    seen_size: AtomicU64,
+}
+
+impl VolumeBackend {
+    /// Exports the volume until the backend drops.
+    pub(crate) fn new(pool: Arc<PoolInner>, handle: Arc<Handle>) -> VolumeBackend {
+        handle.exported.fetch_add(1, Ordering::SeqCst);
+        let size = handle.size.load(Ordering::SeqCst);
+        VolumeBackend {
+            pool,
+            handle,
+            seen_size: AtomicU64::new(size),
+        }
+    }
+}
+
+impl Drop for VolumeBackend {
+    fn drop(&mut self) {
+        self.handle.exported.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Backend for VolumeBackend {
+    fn kind(&self) -> &'static str {
+        "local"
+    }
+    fn capacity(&self) -> u64 {
+        self.handle.size.load(Ordering::SeqCst)
+    }
+    fn block_size(&self) -> u32 {
+        VOLUME_BLOCK
+    }
+    /// True: completed writes and their new mappings are durable only
+    /// after a Flush (or with FUA).
+    fn volatile_write_cache(&self) -> bool {
+        true
+    }
+    fn open_queue(&self, depth: u32) -> io::Result<Box<dyn BackendQueue>> {
+        Ok(Box::new(VolumeQueue::new(
+            self.pool.clone(),
+            self.handle.clone(),
+            depth,
+        )?))
+    }
+    fn sync_all(&self) -> io::Result<()> {
+        self.pool.devs.flush_all()?;
+        self.pool.make_durable()
+    }
+    fn refresh_capacity(&self) -> io::Result<bool> {
+        let now = self.capacity();
+        Ok(self.seen_size.swap(now, Ordering::SeqCst) != now)
+    }
+}
+
+/// Part of a request split over clusters.
+struct Seg {
+    at: usize,
+    len: usize,
+    read: bool,
+}
+
+/// A request in flight.
+struct Job {
+    tag: u64,
+    buf: Option<IoBuf>,
+    pending: u32,
+    result: io::Result<()>,
+    /// The slot of `VolumeQueue::held` whose layer counts this request.
+    held: Option<usize>,
+    fua: bool,
+    segs: Vec<Seg>,
+}
+
+/// The queue's wake-up: an epoll set over the device queues' eventfds and
+/// its own eventfd (for requests completed without a device).
+struct Notify {
+    epoll: OwnedFd,
+    own: OwnedFd,
+}
+
+fn cvt(r: i32) -> io::Result<i32> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+impl Notify {
+    fn new(fds: &[RawFd]) -> io::Result<Notify> {
+        // SAFETY: plain system calls; each fd returned is checked and owned
+        // by exactly one OwnedFd.
+        let epoll = unsafe { OwnedFd::from_raw_fd(cvt(libc::epoll_create1(libc::EPOLL_CLOEXEC))?) };
+        // SAFETY: as above.
+        let own = unsafe {
+            OwnedFd::from_raw_fd(cvt(libc::eventfd(
+                0,
+                libc::EFD_NONBLOCK | libc::EFD_CLOEXEC,
+            ))?)
+        };
+        for &fd in fds.iter().chain([own.as_raw_fd()].iter()) {
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: fd as u64,
+            };
+            // SAFETY: `ev` is valid for the call; the kernel copies it.
+            cvt(unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) })?;
+        }
+        Ok(Notify { epoll, own })
+    }
+
+    fn signal(&self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a live buffer to our own eventfd.
+        unsafe { libc::write(self.own.as_raw_fd(), one.as_ptr().cast(), 8) };
+    }
+
+    fn clear(&self) {
+        let mut b = [0u8; 8];
+        // SAFETY: reads at most 8 bytes into a live buffer (non-blocking fd).
+        unsafe { libc::read(self.own.as_raw_fd(), b.as_mut_ptr().cast(), 8) };
+    }
+}
+
+pub(crate) struct VolumeQueue {
+    pool: Arc<PoolInner>,
+    handle: Arc<Handle>,
+    layer: Arc<Layer>,
+    epoch: u64,
+    devs: Vec<Box<dyn BackendQueue>>,
+    jobs: Vec<Option<Job>>,
+    free: Vec<usize>,
+    spare_segs: Vec<Vec<Seg>>,
+    ready: Vec<IoCompletion>,
+    scratch: Vec<IoCompletion>,
+    bounce: BufPool,
+    notify: Option<Notify>,
+    /// Scratch: the physical clusters of a write's pieces.
+    phys: Vec<u64>,
+    /// This queue's shard of the layers' in-flight counters.
+    shard: usize,
+    /// Layers with requests of this queue in flight, and how many (the
+    /// current one stays): requests name a slot, not an `Arc`, so the
+    /// I/O path does not touch a shared reference count.
+    held: Vec<Option<(Arc<Layer>, u32)>>,
+}
+
+/// One piece of a request inside one cluster.
+#[derive(Clone, Copy)]
+struct Piece {
+    index: u64,
+    within: u64,
+    len: u64,
+    /// Offset in the request.
+    at: u64,
+}
+
+fn pieces(offset: u64, len: u64, cs: u64) -> impl Iterator<Item = Piece> {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        if at >= len {
+            return None;
+        }
+        let o = offset + at;
+        let n = (cs - o % cs).min(len - at);
+        let p = Piece {
+            index: o / cs,
+            within: o % cs,
+            len: n,
+            at,
+        };
+        at += n;
+        Some(p)
+    })
+}
+
+fn einval() -> io::Error {
+    io::Error::from_raw_os_error(libc::EINVAL)
+}
+
+impl VolumeQueue {
+    fn new(pool: Arc<PoolInner>, handle: Arc<Handle>, depth: u32) -> io::Result<VolumeQueue> {
+        let devs = pool
+            .devs
+            .devs
+            .iter()
+            .map(|d| d.backend.open_queue(depth))
+            .collect::<io::Result<Vec<_>>>()?;
+        let fds: Vec<RawFd> = devs.iter().filter_map(|q| q.notify_fd()).collect();
+        let notify = if fds.is_empty() {
+            None
+        } else {
+            Some(Notify::new(&fds)?)
+        };
+        let (layer, epoch) = handle.current();
+        Ok(VolumeQueue {
+            pool,
+            handle,
+            layer,
+            epoch,
+            devs,
+            jobs: Vec::with_capacity(depth as usize),
+            free: Vec::new(),
+            spare_segs: Vec::new(),
+            ready: Vec::with_capacity(depth as usize),
+            scratch: Vec::with_capacity(depth as usize),
+            bounce: BufPool::new(),
+            notify,
+            phys: Vec::with_capacity(64),
+            shard: NEXT_SHARD.fetch_add(1, Ordering::Relaxed),
+            held: Vec::with_capacity(2),
+        })
+    }
+
+    /// Re-reads the volume's layer when its epoch moved.
+    #[inline]
+    fn refresh(&mut self) {
+        if self.handle.epoch() != self.epoch {
+            (self.layer, self.epoch) = self.handle.current();
+        }
+    }
+
+    fn complete(&mut self, tag: u64, buf: IoBuf, result: io::Result<()>) {
+        self.ready.push(IoCompletion { tag, buf, result });
+        if let Some(n) = &self.notify {
+            n.signal();
+        }
+    }
+
+    fn new_job(&mut self, tag: u64, buf: IoBuf, fua: bool) -> usize {
+        let job = Job {
+            tag,
+            buf: Some(buf),
+            pending: 0,
+            result: Ok(()),
+            held: None,
+            fua,
+            segs: self.spare_segs.pop().unwrap_or_default(),
+        };
+        match self.free.pop() {
+            Some(i) => {
+                self.jobs[i] = Some(job);
+                i
+            }
+            None => {
+                self.jobs.push(Some(job));
+                self.jobs.len() - 1
+            }
+        }
+    }
+
+    /// Checks a request against the volume's size and block size.
+    fn validate(&self, op: &IoOp, buf: &IoBuf) -> io::Result<()> {
+        let cap = self.handle.size.load(Ordering::SeqCst);
+        let bs = u64::from(VOLUME_BLOCK);
+        let range = |o: u64, l: u64| {
+            o.is_multiple_of(bs)
+                && l.is_multiple_of(bs)
+                && o.checked_add(l).is_some_and(|e| e <= cap)
+        };
+        let writes = !matches!(op, IoOp::Read { .. } | IoOp::Flush);
+        if writes && self.handle.read_only.load(Ordering::Relaxed) {
+            return Err(io::Error::from_raw_os_error(libc::EROFS));
+        }
+        let ok = match *op {
+            IoOp::Read { offset, len } => {
+                range(offset, len.into()) && len as usize <= buf.capacity()
+            }
+            IoOp::Write { offset, len, .. } => {
+                range(offset, len.into()) && len as usize <= buf.len()
+            }
+            IoOp::Flush => true,
+            IoOp::WriteZeroes { offset, len, .. } => range(offset, len),
+            IoOp::Deallocate { ranges } => {
+                (ranges as usize)
+                    .checked_mul(16)
+                    .is_some_and(|b| b <= buf.len())
+                    && (0..ranges).all(|i| {
+                        let (o, l) = dealloc_range(buf, i);
+                        range(o, l)
+                    })
+            }
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(einval())
+        }
+    }
+
+    /// Sends a piece of job `j` to its device: with the caller's buffer
+    /// when it is the whole request, else through a bounce buffer.
+    fn issue(&mut self, j: usize, p: Piece, phys: u64, op: IoOp, whole: bool) -> io::Result<()> {
+        let (dev, off) = self
+            .pool
+            .locate(phys, p.within)
+            .ok_or_else(|| io::Error::other("cluster outside the devices"))?;
+        let Some(job) = self.jobs[j].as_mut() else {
+            return Err(io::Error::other("job vanished"));
+        };
+        let (read, fua) = match op {
+            IoOp::Write { fua, .. } => (false, fua),
+            _ => (true, false),
+        };
+        let len = p.len as u32;
+        let dop = if read {
+            IoOp::Read { offset: off, len }
+        } else {
+            IoOp::Write {
+                offset: off,
+                len,
+                fua,
+            }
+        };
+        let (seg, buf) = if whole {
+            (
+                PASS,
+                job.buf
+                    .take()
+                    .ok_or_else(|| io::Error::other("buffer vanished"))?,
+            )
+        } else {
+            let mut b = self.bounce.get(p.len as usize);
+            if let (false, Some(src)) = (read, job.buf.as_ref()) {
+                b.copy_from_slice(&src[p.at as usize..(p.at + p.len) as usize]);
+            }
+            job.segs.push(Seg {
+                at: p.at as usize,
+                len: p.len as usize,
+                read,
+            });
+            ((job.segs.len() - 1) as u64, b)
+        };
+        job.pending += 1;
+        self.devs[dev].submit(IoRequest {
+            tag: ((j as u64) << 16) | seg,
+            op: dop,
+            buf,
+        });
+        Ok(())
+    }
+
+    /// Counts a request on the volume's current layer before it looks the
+    /// map up, then checks the epoch: a layer switch (snapshot, resize,
+    /// decouple) either sees the request in flight on the old layer or
+    /// the request sees the new one. Returns the `held` slot.
+    fn enter(&mut self) -> usize {
+        loop {
+            self.refresh();
+            self.layer.begin(self.shard);
+            if self.handle.epoch() == self.epoch {
+                break;
+            }
+            self.layer.end(self.shard);
+        }
+        let same = |h: &Option<(Arc<Layer>, u32)>| {
+            h.as_ref().is_some_and(|(l, _)| Arc::ptr_eq(l, &self.layer))
+        };
+        let i = match self.held.iter().position(same) {
+            Some(i) => i,
+            None => match self.held.iter().position(Option::is_none) {
+                Some(i) => {
+                    self.held[i] = Some((self.layer.clone(), 0));
+                    i
+                }
+                None => {
+                    self.held.push(Some((self.layer.clone(), 0)));
+                    self.held.len() - 1
+                }
+            },
+        };
+        if let Some((_, n)) = self.held[i].as_mut() {
+            *n += 1;
+        }
+        i
+    }
+
+    /// Ends a request counted by [`VolumeQueue::enter`].
+    fn leave(&mut self, i: usize) {
+        let Some((l, n)) = self.held.get_mut(i).and_then(Option::as_mut) else {
+            return;
+        };
+        l.end(self.shard);
+        *n -= 1;
+        if *n == 0 && !Arc::ptr_eq(l, &self.layer) {
+            self.held[i] = None;
+        }
+    }
+
+    fn start_read(&mut self, tag: u64, mut buf: IoBuf, offset: u64, len: u32) {
+        let h = self.enter();
+        buf.set_len(len as usize);
+        let cs = self.pool.cluster_size();
+        let one = offset % cs + u64::from(len) <= cs;
+        let j = self.new_job(tag, buf, false);
+        if let Some(job) = self.jobs[j].as_mut() {
+            job.held = Some(h);
+        }
+        let mut res = Ok(());
+        for p in pieces(offset, len.into(), cs) {
+            match self.layer.resolve(p.index) {
+                Source::Zero => {
+                    if let Some(b) = self.jobs[j].as_mut().and_then(|x| x.buf.as_mut()) {
+                        b[p.at as usize..(p.at + p.len) as usize].fill(0);
+                    }
+                }
+                Source::Own(q) | Source::Inherited(q) => {
+                    let op = IoOp::Read { offset: 0, len: 0 };
+                    if let Err(e) = self.issue(j, p, q, op, one) {
+                        res = Err(e);
+                        break;
+                    }
+                }
+            }
+        }
+        self.settle(j, res);
+    }
+
+    fn start_write(&mut self, tag: u64, buf: IoBuf, offset: u64, len: u32, fua: bool) {
+        let h = self.enter();
+        let cs = self.pool.cluster_size();
+        let mut phys = std::mem::take(&mut self.phys);
+        phys.clear();
+        for p in pieces(offset, len.into(), cs) {
+            match self.layer.resolve(p.index) {
+                Source::Own(q) => phys.push(q),
+                _ => match self.pool.own_cluster(&self.layer, p.index) {
+                    Ok((q, _)) => phys.push(q),
+                    Err(Alloc::Retry) => {
+                        self.leave(h);
+                        self.phys = phys;
+                        return self.start_write(tag, buf, offset, len, fua);
+                    }
+                    Err(Alloc::Failed(e)) => {
+                        self.leave(h);
+                        self.phys = phys;
+                        return self.complete(tag, buf, Err(e));
+                    }
+                },
+            }
+        }
+        let one = offset % cs + u64::from(len) <= cs;
+        let j = self.new_job(tag, buf, fua);
+        if let Some(job) = self.jobs[j].as_mut() {
+            job.held = Some(h);
+        }
+        let mut res = Ok(());
+        for (p, &q) in pieces(offset, len.into(), cs).zip(phys.iter()) {
+            let op = IoOp::Write {
+                offset: 0,
+                len: 0,
+                fua,
+            };
+            if let Err(e) = self.issue(j, p, q, op, one) {
+                res = Err(e);
+                break;
+            }
+        }
+        self.phys = phys;
+        self.settle(j, res);
+    }
+
+    /// After issuing: records a failure, and finishes a job with nothing
+    /// left in flight.
+    fn settle(&mut self, j: usize, res: io::Result<()>) {
+        let Some(job) = self.jobs[j].as_mut() else {
+            return;
+        };
+        if let Err(e) = res {
+            if job.result.is_ok() {
+                job.result = Err(e);
+            }
+        }
+        if job.pending == 0 {
+            self.finish(j);
+        }
+    }
+
+    fn finish(&mut self, j: usize) {
+        let Some(mut job) = self.jobs[j].take() else {
+            return;
+        };
+        self.free.push(j);
+        if let Some(h) = job.held.take() {
+            self.leave(h);
+        }
+        // FUA: the data is durable (device FUA); its mapping must be too,
+        // whichever write created it, so any pending mapping is committed.
+        if job.result.is_ok() && job.fua && self.pool.dirty() {
+            job.result = self.pool.commit();
+        }
+        job.segs.clear();
+        self.spare_segs.push(std::mem::take(&mut job.segs));
+        let buf = job.buf.take().unwrap_or_else(|| IoBuf::with_capacity(0));
+        self.complete(job.tag, buf, job.result);
+    }
+
+    fn on_device(&mut self, c: IoCompletion) {
+        let (j, seg) = ((c.tag >> 16) as usize, c.tag & 0xffff);
+        let Some(job) = self.jobs.get_mut(j).and_then(Option::as_mut) else {
+            tracing::warn!(tag = c.tag, "device completion for an unknown request");
+            return;
+        };
+        if c.result.is_err() && job.result.is_ok() {
+            job.result = c.result;
+        }
+        if seg == PASS {
+            job.buf = Some(c.buf);
+        } else if let Some(s) = job.segs.get_mut(seg as usize) {
+            if s.read && job.result.is_ok() {
+                if let Some(dst) = job.buf.as_mut() {
+                    dst[s.at..s.at + s.len].copy_from_slice(&c.buf[..s.len]);
+                }
+            }
+            self.bounce.put(c.buf);
+        }
+        job.pending -= 1;
+        if job.pending == 0 {
+            self.finish(j);
+        }
+    }
+
+    fn start_flush(&mut self, tag: u64, buf: IoBuf) {
+        if self.pool.dirty() {
+            let r = self.pool.commit();
+            return self.complete(tag, buf, r);
+        }
+        let j = self.new_job(tag, buf, false);
+        let n = self.devs.len();
+        if let Some(job) = self.jobs[j].as_mut() {
+            job.pending = n as u32;
+        }
+        for q in self.devs.iter_mut() {
+            let b = IoBuf::with_capacity(0);
+            q.submit(IoRequest {
+                tag: ((j as u64) << 16) | 0xfffe,
+                op: IoOp::Flush,
+                buf: b,
+            });
+        }
+    }
+
+    /// Write Zeroes and Deallocate: whole clusters are unmapped (freed
+    /// once committed), parts zeroed in place.
+    fn zero_range(&mut self, offset: u64, len: u64) -> io::Result<()> {
+        let cs = self.pool.cluster_size();
+        for p in pieces(offset, len, cs) {
+            loop {
+                let h = self.enter();
+                let r = self.zero_piece(p, cs);
+                self.leave(h);
+                if r? {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// False when the layer was replaced meanwhile (retry).
+    fn zero_piece(&mut self, p: Piece, cs: u64) -> io::Result<bool> {
+        let layer = self.layer.clone();
+        if p.len == cs {
+            let mut st = lock(&self.pool.state);
+            if layer.is_retired() {
+                return Ok(false);
+            }
+            let below = layer
+                .parent
+                .as_ref()
+                .is_some_and(|a| a.resolve(p.index) != Source::Zero);
+            match (layer.resolve(p.index), below) {
+                (Source::Own(q), _) => {
+                    st.set_entry(&layer, p.index, if below { ZERO } else { UNMAPPED });
+                    st.defer_free(q, &layer);
+                }
+                (Source::Inherited(_), _) => {
+                    if !st.fits(0, 1) {
+                        return Err(no_space());
+                    }
+                    st.set_entry(&layer, p.index, ZERO);
+                }
+                (Source::Zero, _) => {}
+            }
+            self.pool.note(&st);
+            return Ok(true);
+        }
+        let q = match layer.resolve(p.index) {
+            Source::Zero => return Ok(true),
+            Source::Own(q) => q,
+            Source::Inherited(_) => match self.pool.own_cluster(&layer, p.index) {
+                Ok((q, _)) => q,
+                Err(Alloc::Retry) => return Ok(false),
+                Err(Alloc::Failed(e)) => return Err(e),
+            },
+        };
+        let (d, off) = self
+            .pool
+            .locate(q, p.within)
+            .ok_or_else(|| io::Error::other("cluster outside the devices"))?;
+        self.pool.devs.zero(d, off, p.len)?;
+        Ok(true)
+    }
+
+    fn start_zero(&mut self, tag: u64, buf: IoBuf, op: IoOp) {
+        let r = match op {
+            IoOp::WriteZeroes { offset, len, fua } => {
+                self.zero_range(offset, len).and_then(|()| match fua {
+                    true => self.pool.commit(),
+                    false => Ok(()),
+                })
+            }
+            IoOp::Deallocate { ranges } => (0..ranges).try_for_each(|i| {
+                let (o, l) = dealloc_range(&buf, i);
+                self.zero_range(o, l)
+            }),
+            _ => Err(einval()),
+        };
+        self.complete(tag, buf, r);
+    }
+}
+
+impl Drop for VolumeQueue {
+    /// Device queues first (they wait for the kernel to finish with every
+    /// buffer), then the writes that were in flight stop counting on
+    /// their layers, so snapshots and frees do not wait for them.
+    fn drop(&mut self) {
+        self.devs.clear();
+        let held: Vec<usize> = self
+            .jobs
+            .iter_mut()
+            .filter_map(Option::take)
+            .filter_map(|j| j.held)
+            .collect();
+        for h in held {
+            self.leave(h);
+        }
+    }
+}
+
+/// Range `i` of a Deallocate buffer (native-endian `(offset, len)` pairs;
+/// the caller checked the length).
+fn dealloc_range(buf: &IoBuf, i: u32) -> (u64, u64) {
+    let at = i as usize * 16;
+    let mut o = [0u8; 8];
+    let mut l = [0u8; 8];
+    o.copy_from_slice(&buf[at..at + 8]);
+    l.copy_from_slice(&buf[at + 8..at + 16]);
+    (u64::from_ne_bytes(o), u64::from_ne_bytes(l))
+}
+
+impl BackendQueue for VolumeQueue {
+    fn submit(&mut self, req: IoRequest) {
+        let IoRequest { tag, op, buf } = req;
+        if let Err(e) = self.validate(&op, &buf) {
+            return self.complete(tag, buf, Err(e));
+        }
+        match op {
+            IoOp::Read { offset, len } => self.start_read(tag, buf, offset, len),
+            IoOp::Write { offset, len, fua } => self.start_write(tag, buf, offset, len, fua),
+            IoOp::Flush => self.start_flush(tag, buf),
+            IoOp::WriteZeroes { .. } | IoOp::Deallocate { .. } => self.start_zero(tag, buf, op),
+        }
+    }
+
+    fn commit(&mut self) -> io::Result<()> {
+        self.devs.iter_mut().try_for_each(|q| q.commit())
+    }
+
+    fn reap(&mut self, out: &mut Vec<IoCompletion>) -> usize {
+        if let Some(n) = &self.notify {
+            n.clear();
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        for q in 0..self.devs.len() {
+            self.devs[q].reap(&mut scratch);
+            for c in scratch.drain(..) {
+                self.on_device(c);
+            }
+        }
+        self.scratch = scratch;
+        let n = self.ready.len();
+        out.append(&mut self.ready);
+        n
+    }
+
+    fn notify_fd(&self) -> Option<RawFd> {
+        self.notify.as_ref().map(|n| n.epoll.as_raw_fd())
+    }
+
+    fn in_flight(&self) -> usize {
+        self.jobs.len() - self.free.len() + self.ready.len()
+    }
+}
