@@ -57,6 +57,8 @@ fn the_schema_documents_every_error_code() {
         jsonrpc::INVALID_CONFIG,
         jsonrpc::FAILED,
         jsonrpc::LIMIT_EXCEEDED,
+        jsonrpc::IN_USE,
+        jsonrpc::NO_SPACE,
     ] {
         assert!(codes.contains(&c), "{c} undocumented");
     }
