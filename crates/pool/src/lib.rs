@@ -144,11 +144,13 @@ mod committer;
 mod dev;
 mod error;
 pub mod format;
+mod grace;
 mod layer;
 mod lock;
 mod meta;
 mod ops;
 mod pool;
+mod prep;
 pub mod rbd;
 mod recover;
 mod state;
@@ -321,7 +323,9 @@ impl LocalPool {
     pub fn commit(&self) -> Result<(), PoolError> {
         self.inner
             .commit()
-            .map_err(PoolError::io("committing metadata"))
+            .map_err(PoolError::io("committing metadata"))?;
+        self.inner.reclaim_now();
+        Ok(())
     }
 
     /// Whether changes (new mappings, frees) wait for a commit.
