@@ -107,7 +107,7 @@ struct Seg {
 }
 
 /// How a request in flight is counted: the slot of `VolumeQueue::held`
-/// whose layer counts it, and its grace parity.
+/// whose layer counts it, and its grace epoch's slot.
 #[derive(Clone, Copy)]
 pub(crate) struct Ticket {
     slot: usize,
