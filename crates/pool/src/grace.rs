@@ -21,11 +21,14 @@
 //! own cache line and a load of the epoch (written only when frees
 //! happen).
 
-use crate::layer::SHARDS;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Epochs whose requests are told apart.
 const SLOTS: usize = 4;
+
+/// Shards of the counters, pool-wide: queues of every volume spread over
+/// them (a queue's shard number modulo this), one cache line each.
+const SHARDS: usize = 64;
 
 #[derive(Default)]
 #[repr(align(64))]

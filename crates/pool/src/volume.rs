@@ -6,7 +6,7 @@
 //! carrying the caller's own buffer when the request stays in one cluster
 //! (a request that spans clusters is split over bounce buffers from the
 //! queue's [`BufPool`]). A write to a cluster the volume does not own yet
-//! goes to the pool's preparation thread ([`crate::prep`]), which
+//! goes to the pool's preparation thread (`prep.rs`), which
 //! allocates and prepares it (zeroes it, or copies the parent's data in)
 //! and maps it, then wakes the queue, which sends the write down the
 //! ordinary path; Write Zeroes and Deallocate go there too, so `submit`
@@ -20,7 +20,7 @@
 //! layer (issued, completed), in a cache-line shard of the queue's own
 //! (16 shards per layer): a snapshot or another layer switch waits on
 //! them for the requests that looked the old map up. It is also counted
-//! in the pool's grace epoch ([`crate::grace`]): a freed cluster is
+//! in the pool's grace epoch (`grace.rs`): a freed cluster is
 //! reused only once every request in flight when it was freed, on any
 //! volume, has ended.
 
