@@ -111,7 +111,7 @@ struct Seg {
 #[derive(Clone, Copy)]
 pub(crate) struct Ticket {
     slot: usize,
-    parity: u8,
+    epoch_slot: u8,
 }
 
 /// A request in flight.
@@ -426,7 +426,7 @@ impl VolumeQueue {
     /// layer switch (snapshot, resize, decouple) either sees the request
     /// in flight on the old layer or the request sees the new one.
     fn enter(&mut self) -> Ticket {
-        let parity = self.pool.grace.enter(self.shard);
+        let epoch_slot = self.pool.grace.enter(self.shard);
         loop {
             self.refresh();
             self.layer.begin(self.shard);
@@ -454,12 +454,15 @@ impl VolumeQueue {
         if let Some((_, n)) = self.held[i].as_mut() {
             *n += 1;
         }
-        Ticket { slot: i, parity }
+        Ticket {
+            slot: i,
+            epoch_slot,
+        }
     }
 
     /// Ends a request counted by [`VolumeQueue::enter`].
     fn leave(&mut self, t: Ticket) {
-        self.pool.grace.leave(self.shard, t.parity);
+        self.pool.grace.leave(self.shard, t.epoch_slot);
         let i = t.slot;
         let Some((l, n)) = self.held.get_mut(i).and_then(Option::as_mut) else {
             return;
