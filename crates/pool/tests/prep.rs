@@ -89,7 +89,6 @@ fn preparation_does_not_block_submit() {
     write(qb.as_mut(), 0, 2, false).expect("b block 0");
 
     d.hold_thread(Some("pool-prep"));
-    let started = Instant::now();
     qa.submit(write_req(1, 1, 1, 11)); // copy-on-write of cluster 0
     qa.submit(write_req(2, per, 1, 12)); // a new cluster, zeroed
     qa2.submit(write_req(3, per + 1, 1, 13)); // the same cluster, another queue
@@ -111,7 +110,6 @@ fn preparation_does_not_block_submit() {
     for q in [&mut qa, &mut qa2] {
         q.commit().expect("commit");
     }
-    let submitted = started.elapsed();
     until("the preparation thread to be held", || d.held() >= 1);
     let mut none = Vec::new();
     assert_eq!(qa.reap(&mut none) + qa2.reap(&mut none), 0, "all held");
@@ -148,7 +146,6 @@ fn preparation_does_not_block_submit() {
     }
     let info = pool.get("a").expect("info");
     assert_eq!(info.allocated, 3 * MIB, "clusters 0, 1 and 2, once each");
-    eprintln!("submitting six requests took {submitted:?} while preparation was held");
 }
 
 /// The interleaving of the crate's old known limit: a read through a
