@@ -34,8 +34,8 @@ mod pipe;
 mod storage;
 
 use conn::Conn;
-pub use storage::DelayRule;
 use storage::Storage;
+pub use storage::{DelayRule, Done as StorageDone};
 
 /// A working connection's next tick (the worker's `sched.rs` TICK).
 pub const TICK: Duration = Duration::from_millis(100);
@@ -50,9 +50,16 @@ const ADMIN_MAX_DATA: u32 = 1 << 20;
 /// `drive` gives up (a livelock) after this many passes at one time.
 const MAX_PASSES: usize = 100_000;
 
-/// A connection of a pair.
+/// A connection of a pair (its index, [`ConnId::index`], is what
+/// [`StorageDone::conn`] names).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnId(usize);
+
+impl ConnId {
+    pub fn index(self) -> usize {
+        self.0
+    }
+}
 
 /// A RAM namespace of 512-byte blocks, `size` bytes, NSID `nsid`.
 pub fn ram_namespace(nsid: u32, size: u64) -> NamespaceConfig {
@@ -124,13 +131,9 @@ impl Pair {
     ) {
         self.storage.set_delay(Box::new(rule));
     }
-    /// Storage completions so far, in order: (connection, the queue's tag).
-    pub fn storage_log(&self) -> Vec<(ConnId, u64)> {
-        self.storage
-            .log()
-            .iter()
-            .map(|&(c, t)| (ConnId(c), t))
-            .collect()
+    /// Storage requests completed so far, in completion order.
+    pub fn storage_log(&self) -> &[StorageDone] {
+        self.storage.log()
     }
 
     /// Opens a connection (the host's ICReq goes out) and drives until the

@@ -12,18 +12,31 @@ use std::time::{Duration, Instant};
 /// takes; `op` is what it does.
 pub type DelayRule = Box<dyn FnMut(u64, &IoOp) -> Duration>;
 
+/// One storage request completed, as the log keeps it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Done {
+    /// The connection whose queue emitted it (its index in the pair).
+    pub conn: usize,
+    /// The queue's tag of it.
+    pub tag: u64,
+    /// Its number in the order requests were emitted (from 0).
+    pub emitted: u64,
+}
+
 pub(crate) struct Storage {
     set: QueueSet,
-    /// Requests not yet due: when, which connection, the backend, the request.
-    waiting: Vec<(Instant, usize, SharedBackend, IoRequest)>,
-    /// The queue set's tag of a request running → (connection, the queue's own tag).
-    running: HashMap<u64, (usize, u64)>,
+    /// Requests not yet due: when, which connection, the backend, the
+    /// request, its number in emission order.
+    waiting: Vec<(Instant, usize, SharedBackend, IoRequest, u64)>,
+    /// The queue set's tag of a request running → (connection, the
+    /// queue's own tag, its number).
+    running: HashMap<u64, (usize, u64, u64)>,
     serial: u64,
     /// The queue set's tags, unique over the pair's life.
     next_tag: u64,
     delay: DelayRule,
-    /// Requests completed so far, in completion order, as (connection, tag).
-    log: Vec<(usize, u64)>,
+    /// Requests completed so far, in completion order.
+    log: Vec<Done>,
 }
 
 impl Storage {
@@ -47,7 +60,8 @@ impl Storage {
     pub(crate) fn emit(&mut self, now: Instant, conn: usize, be: &SharedBackend, req: IoRequest) {
         let d = (self.delay)(self.serial, &req.op);
         self.serial += 1;
-        self.waiting.push((now + d, conn, be.clone(), req));
+        self.waiting
+            .push((now + d, conn, be.clone(), req, self.serial - 1));
     }
 
     /// When the next request is due.
@@ -69,17 +83,21 @@ impl Storage {
         }
         due.sort_by_key(|w| w.0);
         let mut out = Vec::new();
-        for (_, conn, be, req) in due {
+        for (_, conn, be, req, n) in due {
             let tag = self.serial_tag();
-            self.running.insert(tag, (conn, req.tag));
+            self.running.insert(tag, (conn, req.tag, n));
             let mut failed = Vec::new();
             self.set.submit(&be, IoRequest { tag, ..req }, &mut failed);
             self.set.commit();
             let mut done = failed;
             self.set.reap(&mut done);
             for c in done {
-                if let Some((conn, own)) = self.running.remove(&c.tag) {
-                    self.log.push((conn, own));
+                if let Some((conn, own, n)) = self.running.remove(&c.tag) {
+                    self.log.push(Done {
+                        conn,
+                        tag: own,
+                        emitted: n,
+                    });
                     out.push((conn, IoCompletion { tag: own, ..c }));
                 }
             }
@@ -97,8 +115,8 @@ impl Storage {
         self.waiting.len() + self.running.len()
     }
 
-    /// The completions so far, in order: (connection, the queue's tag).
-    pub(crate) fn log(&self) -> &[(usize, u64)] {
+    /// The completions so far, in order.
+    pub(crate) fn log(&self) -> &[Done] {
         &self.log
     }
 }
