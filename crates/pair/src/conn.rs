@@ -22,7 +22,9 @@ struct KeepAlive {
 
 pub(crate) struct Conn {
     host: farflash_host::QueuePair,
-    target: farflash_tcp::QueuePair,
+    /// The target's queue pair; dropped (as the worker drops a finished
+    /// connection: an admin queue's drop ends the association) once closed.
+    target: Option<farflash_tcp::QueuePair>,
     /// Host to target.
     up: Pipe,
     /// Target to host.
@@ -46,7 +48,7 @@ impl Conn {
         let peer = std::net::SocketAddr::from(([127, 0, 0, 1], peer_port));
         Conn {
             host: farflash_host::QueuePair::new(cfg),
-            target: farflash_tcp::QueuePair::new(t.clone(), local, peer),
+            target: Some(farflash_tcp::QueuePair::new(t.clone(), local, peer)),
             up: Pipe::default(),
             down: Pipe::default(),
             done: Vec::new(),
@@ -62,8 +64,9 @@ impl Conn {
     pub(crate) fn host(&self) -> &farflash_host::QueuePair {
         &self.host
     }
-    pub(crate) fn target(&self) -> &farflash_tcp::QueuePair {
-        &self.target
+    /// The target's queue pair, until the target dropped the connection.
+    pub(crate) fn target(&self) -> Option<&farflash_tcp::QueuePair> {
+        self.target.as_ref()
     }
     pub(crate) fn pipes(&mut self) -> (&mut Pipe, &mut Pipe) {
         (&mut self.up, &mut self.down)
@@ -171,10 +174,10 @@ impl Conn {
 
     /// The target queue's tick (scheduled, or the worker's scan after a change).
     pub(crate) fn tick(&mut self, now: Instant) {
-        if self.closed.is_some() {
+        let Some(target) = self.target.as_mut() else {
             return;
-        }
-        self.target.tick(now);
+        };
+        target.tick(now);
         let period = if self.moved {
             crate::TICK
         } else {
@@ -186,18 +189,26 @@ impl Conn {
 
     /// A storage request of this connection finished.
     pub(crate) fn on_storage(&mut self, c: farflash_backend::IoCompletion) {
-        self.target.on_storage_completion(c);
-        self.moved = true;
+        // A connection is dropped only with nothing out at storage.
+        if let Some(t) = self.target.as_mut() {
+            t.on_storage_completion(c);
+            self.moved = true;
+        }
     }
 
     /// One pass at `now`: every byte and request that can move, moves.
     /// Returns whether anything did.
     pub(crate) fn step(&mut self, now: Instant, storage: &mut Storage, idx: usize) -> bool {
-        self.target.set_now(now);
         let mut any = self.host_send(now);
-        any |= self.target_receive(now);
-        any |= self.target_emit(now, storage, idx);
-        any |= self.target_send(now);
+        if let Some(t) = self.target.as_mut() {
+            t.set_now(now);
+            any |= receive(t, &mut self.up, now, &mut self.moved);
+            any |= emit(t, now, storage, idx);
+            if t.output_len() > 0 {
+                self.down.write(now, t.take_output());
+                any = true;
+            }
+        }
         any |= self.host_receive(now);
         any |= self.close_check(now);
         any
@@ -228,63 +239,6 @@ impl Conn {
         true
     }
 
-    fn target_receive(&mut self, now: Instant) -> bool {
-        let mut any = false;
-        while let Some(bytes) = self.up.pop_due(now) {
-            any = true;
-            if self.target.wants_close() {
-                // The event loop reads no more from a closing connection.
-                continue;
-            }
-            let mut rest = &bytes[..];
-            while !rest.is_empty() && self.target.wants_read() {
-                let space = self.target.rx_space();
-                let n = space.len().min(rest.len());
-                if n == 0 {
-                    break;
-                }
-                space[..n].copy_from_slice(&rest[..n]);
-                self.target.on_received(n);
-                rest = &rest[n..];
-            }
-            self.moved = true;
-            if !rest.is_empty() && !self.target.wants_close() {
-                self.up.unread(now, rest.to_vec());
-                break;
-            }
-        }
-        any
-    }
-
-    fn target_emit(&mut self, now: Instant, storage: &mut Storage, idx: usize) -> bool {
-        let mut any = false;
-        if self.target.has_storage_requests() {
-            self.target
-                .take_storage(|be, req| storage.emit(now, idx, be, req));
-            any = true;
-        }
-        if self.target.has_offloads() {
-            let mut done: Vec<OffloadDone> = Vec::new();
-            self.target.take_offloads(|o| done.push(o.run()));
-            for d in done {
-                self.target.on_offload_completion(d);
-            }
-            any = true;
-        }
-        any
-    }
-
-    fn target_send(&mut self, now: Instant) -> bool {
-        if self.target.output_len() == 0 {
-            return false;
-        }
-        let out = self.target.take_output();
-        if self.closed.is_none() {
-            self.down.write(now, out);
-        }
-        true
-    }
-
     fn host_receive(&mut self, now: Instant) -> bool {
         let mut any = false;
         while let Some(bytes) = self.down.pop_due(now) {
@@ -311,9 +265,14 @@ impl Conn {
     /// The target drops a connection that is closing, has nothing out
     /// and nothing left to send (the worker's zombie ends then too).
     fn close_check(&mut self, now: Instant) -> bool {
-        if self.closed.is_some() || !self.target.finished() || self.target.output_len() > 0 {
+        let done = self
+            .target
+            .as_ref()
+            .is_some_and(|t| t.finished() && t.output_len() == 0);
+        if !done {
             return false;
         }
+        self.target = None;
         self.closed = Some(now);
         self.up.clear();
         true
@@ -322,10 +281,56 @@ impl Conn {
     /// The host closes its end: the target reads EOF.
     pub(crate) fn host_close(&mut self) {
         self.up.clear();
-        self.target.close();
+        if let Some(t) = self.target.as_mut() {
+            t.close();
+        }
     }
+}
 
-    pub(crate) fn storage_idle(&self) -> bool {
-        self.target.in_flight() == 0
+/// Hands the target what arrived on `up` by `now`, as far as it reads.
+fn receive(t: &mut farflash_tcp::QueuePair, up: &mut Pipe, now: Instant, moved: &mut bool) -> bool {
+    let mut any = false;
+    while let Some(bytes) = up.pop_due(now) {
+        any = true;
+        if t.wants_close() {
+            // The event loop reads no more from a closing connection.
+            continue;
+        }
+        let mut rest = &bytes[..];
+        while !rest.is_empty() && t.wants_read() {
+            let space = t.rx_space();
+            let n = space.len().min(rest.len());
+            if n == 0 {
+                break;
+            }
+            space[..n].copy_from_slice(&rest[..n]);
+            t.on_received(n);
+            rest = &rest[n..];
+        }
+        *moved = true;
+        if !rest.is_empty() && !t.wants_close() {
+            up.unread(now, rest.to_vec());
+            break;
+        }
     }
+    any
+}
+
+/// Takes the target's storage requests (to `storage`) and runs its
+/// offloads (authentication's DH, PTPL writes) here and now.
+fn emit(t: &mut farflash_tcp::QueuePair, now: Instant, storage: &mut Storage, idx: usize) -> bool {
+    let mut any = false;
+    if t.has_storage_requests() {
+        t.take_storage(|be, req| storage.emit(now, idx, be, req));
+        any = true;
+    }
+    if t.has_offloads() {
+        let mut done: Vec<OffloadDone> = Vec::new();
+        t.take_offloads(|o| done.push(o.run()));
+        for d in done {
+            t.on_offload_completion(d);
+        }
+        any = true;
+    }
+    any
 }

@@ -157,8 +157,8 @@ impl Pair {
     pub fn host(&self, c: ConnId) -> &farflash_host::QueuePair {
         self.conn(c).host()
     }
-    /// The target's queue pair of `c`.
-    pub fn target_queue(&self, c: ConnId) -> &farflash_tcp::QueuePair {
+    /// The target's queue pair of `c`, until the target dropped it.
+    pub fn target_queue(&self, c: ConnId) -> Option<&farflash_tcp::QueuePair> {
         self.conn(c).target()
     }
     /// The slot buffer of `cid` on `c` (a read's data once it completed).
@@ -411,9 +411,5 @@ impl Pair {
     /// Storage requests out and not completed, over all connections.
     pub fn storage_pending(&self) -> usize {
         self.storage.pending()
-    }
-    /// Whether `c`'s target queue has nothing out at storage.
-    pub fn storage_idle(&self, c: ConnId) -> bool {
-        self.conn(c).storage_idle()
     }
 }
