@@ -33,6 +33,8 @@ pub(crate) struct Conn {
     done: Vec<Completion>,
     /// When the target dropped the connection (closed and drained).
     closed: Option<Instant>,
+    /// The network between them failed: nothing more travels either way.
+    severed: bool,
     /// The target queue received or completed something since its last tick.
     moved: bool,
     next_tick: Instant,
@@ -53,6 +55,7 @@ impl Conn {
             down: Pipe::default(),
             done: Vec::new(),
             closed: None,
+            severed: false,
             moved: false,
             next_tick: now + crate::TICK,
             keep_alive: None,
@@ -77,7 +80,7 @@ impl Conn {
     /// The host's end is closed: the target dropped the connection and
     /// everything it sent before has arrived (the host's read sees EOF).
     pub(crate) fn host_sees_close(&self) -> bool {
-        self.closed.is_some() && self.down.is_empty()
+        self.severed || (self.closed.is_some() && self.down.is_empty())
     }
     /// The fatal transport error the host's queue pair met, if any.
     pub(crate) fn host_error(&self) -> Option<&TransportError> {
@@ -205,7 +208,10 @@ impl Conn {
             any |= receive(t, &mut self.up, now, &mut self.moved);
             any |= emit(t, now, storage, idx);
             if t.output_len() > 0 {
-                self.down.write(now, t.take_output());
+                let out = t.take_output();
+                if !self.severed {
+                    self.down.write(now, out);
+                }
                 any = true;
             }
         }
@@ -232,7 +238,7 @@ impl Conn {
             let sent = bytes.len() - before;
             self.host.tx_advance(sent);
         }
-        if self.closed.is_none() {
+        if self.closed.is_none() && !self.severed {
             self.up.write(now, bytes);
         }
         self.host.take_completions(&mut self.done);
@@ -276,6 +282,14 @@ impl Conn {
         self.closed = Some(now);
         self.up.clear();
         true
+    }
+
+    /// The network fails: what is in flight is lost, both ends see the
+    /// connection closed (the target as an EOF), nothing more travels.
+    pub(crate) fn sever(&mut self) {
+        self.severed = true;
+        self.down.clear();
+        self.host_close();
     }
 
     /// The host closes its end: the target reads EOF.

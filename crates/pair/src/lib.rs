@@ -199,6 +199,12 @@ impl Pair {
         let (up, down) = self.conn_mut(c).pipes();
         if to_target { up } else { down }.hold(on);
     }
+    /// The connection `c` breaks: bytes in flight are lost and both ends
+    /// see it closed (TCP loses nothing short of the connection).
+    pub fn sever(&mut self, c: ConnId) {
+        self.conn_mut(c).sever();
+        self.drive();
+    }
     /// The host closes `c` (the target reads EOF).
     pub fn host_close(&mut self, c: ConnId) {
         self.conn_mut(c).host_close();
