@@ -1,9 +1,10 @@
 //! `Pair`: farflash's host and the target's queues wired in memory, on a
 //! simulated clock (issue #41; quinn-proto's `tests/util.rs` `Pair` is the
-//! model). Nothing here opens a socket, starts a thread or reads a clock.
+//! model). Nothing here opens a socket or starts a thread; the clock is
+//! read once, for the simulated clock's origin.
 //!
-//! A pair owns a [`Target`] (subsystems of RAM namespaces, built through
-//! `farflash_core::testing`), and connections: each is the host's
+//! A pair owns a [`Target`] (subsystems of RAM and null namespaces, built
+//! by the control plane as `farflash serve` builds them), and connections: each is the host's
 //! sans-I/O NVMe/TCP queue pair ([`farflash_host::QueuePair`]: commands in,
 //! PDU bytes out; bytes in, completions out) facing the target's
 //! ([`farflash_tcp::QueuePair`]), with a byte pipe each way (a latency, a
@@ -17,7 +18,11 @@
 //! The target queues are ticked as the worker's scheduler (`sched.rs`)
 //! ticks connections: `TICK` after the last tick when the queue moved
 //! anything since, else `IDLE_TICK`; and every queue at once at the next
-//! `TICK` scan after `farflash_core::controller::changes` moved.
+//! `TICK` scan after `farflash_core::controller::changes` moved. Not
+//! modelled: the 50 ms grid ticks are rounded to (the scheduler's own
+//! tests cover it), and that counter is process-wide: another test's
+//! change in the same process adds scans here (extra ticks, which only
+//! bring an expiry nearer its lower bound).
 
 use farflash_core::config::{
     BackendKind, Config, NamespaceConfig, SubsystemConfig, TransportConfig,
@@ -81,7 +86,7 @@ pub fn config(namespaces: Vec<NamespaceConfig>) -> Config {
 
 /// A target of `cfg`, its namespaces in memory.
 pub fn target(cfg: &Config) -> Result<Arc<Target>, String> {
-    let subs = farflash_core::testing::build_subsystems(cfg).map_err(|e| e.to_string())?;
+    let subs = farflash_control::build_subsystems(cfg).map_err(|e| e.to_string())?;
     let addr = "127.0.0.1:4420".parse().map_err(|e| format!("{e}"))?;
     Ok(Target::new(subs, cfg.transport.clone(), vec![addr]))
 }
