@@ -862,6 +862,9 @@ impl GapPredictor {
 }
 
 #[cfg(test)]
+mod sim;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
