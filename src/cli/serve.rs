@@ -72,6 +72,10 @@ pub struct ServeFlags {
     /// Add a namespace backed by the Ceph RBD image POOL/IMAGE (docs/rbd.md).
     #[arg(long = "rbd", value_name = "POOL/IMAGE")]
     pub rbd: Vec<RbdConfig>,
+    /// Add a namespace exporting volume NAME of pool POOL, a `[[pool]]` of
+    /// the --config file (docs/volumes.md).
+    #[arg(long = "volume", value_name = "POOL/NAME")]
+    pub volume: Vec<String>,
     /// The ceph.conf of the --rbd images (default: Ceph's search, $CEPH_CONF,
     /// /etc/ceph/ceph.conf).
     #[arg(long = "ceph-conf", value_name = "PATH")]
@@ -180,6 +184,7 @@ pub enum NsFlag {
     File(PathBuf),
     Null(Size),
     Rbd(RbdConfig),
+    Volume(String),
 }
 
 impl FromArgMatches for ServeArgs {
@@ -214,6 +219,11 @@ impl FromArgMatches for ServeArgs {
                 ..r.clone()
             })
         })));
+        order.extend(
+            idx("volume")
+                .into_iter()
+                .zip(flags.volume.iter().map(|v| NsFlag::Volume(v.clone()))),
+        );
         order.sort_by_key(|(i, _)| *i);
         Ok(ServeArgs {
             flags,
@@ -270,6 +280,11 @@ impl ServeArgs {
                     NsFlag::Null(s) => (BackendKind::Null, None, Some(*s), None),
                     NsFlag::File(p) => (BackendKind::File, Some(p.clone()), None, None),
                     NsFlag::Rbd(r) => (BackendKind::Rbd, None, None, Some(r.clone())),
+                    NsFlag::Volume(_) => (BackendKind::Volume, None, None, None),
+                };
+                let volume = match n {
+                    NsFlag::Volume(v) => Some(v.clone()),
+                    _ => None,
                 };
                 NamespaceConfig {
                     nsid: None,
@@ -282,6 +297,7 @@ impl ServeArgs {
                     anagrpid: None,
                     ptpl_file: None,
                     rbd,
+                    volume,
                     commit: backend == BackendKind::Ram && f.ram_commit,
                 }
             })
@@ -301,7 +317,7 @@ impl ServeArgs {
             if touches_subsystem {
                 // Flags describe one more subsystem beside the file's.
                 if flag_ns.is_empty() {
-                    bail!("with --config, --nqn/--allow-host/--block-size/--dhchap-*/--tls-key/--qos need namespaces (--ram/--file/--null/--rbd)");
+                    bail!("with --config, --nqn/--allow-host/--block-size/--dhchap-*/--tls-key/--qos need namespaces (--ram/--file/--null/--rbd/--volume)");
                 }
                 let mut sub = SubsystemConfig::new(
                     f.nqn.clone().unwrap_or_else(|| DEFAULT_NQN.to_owned()),

@@ -10,6 +10,7 @@
 pub mod config;
 pub mod key_files;
 pub mod manage;
+pub mod pools;
 pub mod provision;
 pub mod reload;
 

@@ -321,6 +321,7 @@ impl Api {
                     anagrpid: a.anagrpid,
                     ptpl_file: a.ptpl_file,
                     rbd: a.rbd,
+                    volume: None,
                     commit: false,
                 };
                 let (r, nsid) = manage::add_namespace(t, &a.nqn, nc).map_err(manage_err)?;

@@ -244,6 +244,10 @@ pub mod ns_off {
     pub const NMIC: usize = 30;
     pub const RESCAP: usize = 31;
     pub const DLFEAT: usize = 33;
+    pub const NPWG: usize = 64;
+    pub const NPWA: usize = 66;
+    pub const NPDG: usize = 68;
+    pub const NPDA: usize = 70;
     pub const NOWS: usize = 72;
     pub const ANAGRPID: usize = 92;
     pub const NGUID: usize = 104;
@@ -254,6 +258,9 @@ pub mod ns_off {
 /// NSFEAT bit 2: Deallocated or Unwritten Logical Block error support... we
 /// use bit 3 (NSFEAT.OPTPERF) not at all; DLFEAT 001b: deallocated blocks read as zeroes.
 pub const DLFEAT_READ_ZEROES: u8 = 0x01;
+/// NSFEAT bit 4 (OPTPERF, NVM Command Set §4.1.5.1): NPWG, NPWA, NPDG,
+/// NPDA and NOWS are defined.
+pub const NSFEAT_OPTPERF: u8 = 0x10;
 
 /// What a namespace reports in Identify Namespace.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -267,6 +274,10 @@ pub struct IdNs {
     /// Reservation Capabilities (NVM Command Set §4.1.5.1 RESCAP).
     pub rescap: u8,
     pub dlfeat: u8,
+    /// Namespace Preferred Deallocate Granularity and Alignment, in
+    /// logical blocks, 0's based (meaningful with NSFEAT.OPTPERF).
+    pub npdg: u16,
+    pub npda: u16,
     /// ANA Group Identifier (0: not in an ANA group).
     pub anagrpid: u32,
     pub nguid: [u8; 16],
@@ -288,6 +299,8 @@ impl IdNs {
         b[NMIC] = self.nmic;
         b[RESCAP] = self.rescap;
         b[DLFEAT] = self.dlfeat;
+        b[NPDG..NPDG + 2].copy_from_slice(&self.npdg.to_le_bytes());
+        b[NPDA..NPDA + 2].copy_from_slice(&self.npda.to_le_bytes());
         put_u32(b, ANAGRPID, self.anagrpid);
         b[NGUID..NGUID + 16].copy_from_slice(&self.nguid);
         b[EUI64..EUI64 + 8].copy_from_slice(&self.eui64);
@@ -310,6 +323,8 @@ impl IdNs {
             nmic: b[NMIC],
             rescap: b[RESCAP],
             dlfeat: b[DLFEAT],
+            npdg: u16::from_le_bytes([b[NPDG], b[NPDG + 1]]),
+            npda: u16::from_le_bytes([b[NPDA], b[NPDA + 1]]),
             anagrpid: u32_at(b, ANAGRPID),
             nguid,
             eui64,
@@ -432,13 +447,15 @@ mod tests {
             ncap: 1 << 21,
             nuse: 1 << 21,
             dlfeat: 1,
+            npdg: 255,
+            npda: 255,
+            nsfeat: NSFEAT_OPTPERF,
             nmic: 1,
             rescap: 0xFF,
             anagrpid: 7,
             nguid: [3; 16],
             eui64: [0; 8],
             lbads: 9,
-            ..IdNs::default()
         };
         let mut b = vec![0u8; IDENTIFY_LEN];
         n.encode(&mut b);
