@@ -13,6 +13,7 @@ pub mod manage;
 pub mod pools;
 pub mod provision;
 pub mod reload;
+pub mod volumes;
 
 pub use provision::{build_namespaces, build_subsystem, build_subsystems, System};
 

@@ -11,5 +11,6 @@ pub mod methods;
 pub mod metrics;
 pub mod net;
 pub mod server;
+pub mod volumes;
 
 pub use methods::Api;

@@ -66,6 +66,7 @@ fn manage_err(e: ManageError) -> RpcError {
             ApplyError::Invalid(ConfigError::Limit(_))
             | ApplyError::Build(BuildError::Descriptors(_)),
         ) => jsonrpc::LIMIT_EXCEEDED,
+        ManageError::Apply(ApplyError::Pools(p)) => crate::volumes::code(p),
         ManageError::Invalid(_) | ManageError::Apply(ApplyError::Invalid(_)) => {
             jsonrpc::INVALID_CONFIG
         }
@@ -174,6 +175,9 @@ struct AddNamespace {
     /// For `backend: "rbd"`: `{pool, image, conf?, id?, keyring?}`.
     #[serde(default)]
     rbd: Option<RbdConfig>,
+    /// For `backend: "volume"`: `POOL/NAME` (docs/volumes.md).
+    #[serde(default)]
+    volume: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -289,8 +293,15 @@ impl Api {
         let t = &self.target;
         let rep =
             |r: Result<ReloadReport, ManageError>| r.map(|r| report_json(&r)).map_err(manage_err);
+        // Pools and volumes (volumes.rs).
+        if let Some(r) = crate::volumes::call(t, &req.method, p) {
+            return r;
+        }
         match req.method.as_str() {
-            "rpc_methods" => Ok(json!(METHODS)),
+            "rpc_methods" => Ok(json!(METHODS
+                .iter()
+                .chain(crate::volumes::METHODS)
+                .collect::<Vec<_>>())),
             "subsystem_list" => {
                 let a: NqnOpt = params(p)?;
                 Ok(self.subsystem_list(a.nqn.as_deref()))
@@ -321,7 +332,7 @@ impl Api {
                     anagrpid: a.anagrpid,
                     ptpl_file: a.ptpl_file,
                     rbd: a.rbd,
-                    volume: None,
+                    volume: a.volume,
                     commit: false,
                 };
                 let (r, nsid) = manage::add_namespace(t, &a.nqn, nc).map_err(manage_err)?;
@@ -702,7 +713,12 @@ mod tests {
             .iter()
             .map(|m| m["name"].as_str().unwrap())
             .collect();
-        assert_eq!(names, METHODS);
+        let all: Vec<&str> = METHODS
+            .iter()
+            .chain(crate::volumes::METHODS)
+            .copied()
+            .collect();
+        assert_eq!(names, all);
         let codes: Vec<i64> = doc["components"]["errors"]
             .as_object()
             .unwrap()
@@ -719,6 +735,8 @@ mod tests {
             jsonrpc::INVALID_CONFIG,
             jsonrpc::FAILED,
             jsonrpc::LIMIT_EXCEEDED,
+            jsonrpc::IN_USE,
+            jsonrpc::NO_SPACE,
         ] {
             assert!(codes.contains(&c), "{c} undocumented");
         }
