@@ -25,87 +25,17 @@
 //!
 //! `cargo test --test rbd -- --ignored --test-threads=1` (tests/run.sh).
 
+mod ceph;
 mod common;
 
+use ceph::Cluster;
 use common::{Serve, NQN};
 use farflash_host::{ConnectOptions, Controller, IoQueueOptions};
 use farflash_wire::Status;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-/// A cluster started by tests/ceph/cluster.sh, stopped on drop.
-struct Cluster {
-    dir: PathBuf,
-    conf: PathBuf,
-}
-
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ceph/cluster.sh")
-}
-
-impl Cluster {
-    fn start(name: &str) -> Cluster {
-        let dir = std::env::temp_dir().join(format!("ff-ceph-{name}-{}", std::process::id()));
-        let _ = Command::new("bash")
-            .arg(script())
-            .args(["stop".as_ref(), dir.as_os_str()])
-            .status();
-        let t = Instant::now();
-        let out = Command::new("bash")
-            .arg(script())
-            .args(["start".as_ref(), dir.as_os_str()])
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run tests/ceph/cluster.sh");
-        let c = Cluster {
-            conf: dir.join("ceph.conf"),
-            dir,
-        };
-        assert!(out.status.success(), "the Ceph cluster did not start");
-        eprintln!("ceph cluster up in {:.1?}", t.elapsed());
-        c
-    }
-
-    fn conf(&self) -> &str {
-        self.conf.to_str().expect("utf-8 path")
-    }
-
-    /// The `rbd` CLI on this cluster.
-    fn rbd(&self, args: &[&str]) -> std::process::Output {
-        let out = Command::new("timeout")
-            .args(["120", "rbd", "-c", self.conf()])
-            .args(args)
-            .output()
-            .expect("run rbd");
-        assert!(
-            out.status.success(),
-            "rbd {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
-    }
-
-    fn stop_osd(&self) {
-        let st = Command::new("bash")
-            .arg(script())
-            .args(["stop-osd".as_ref(), self.dir.as_os_str()])
-            .status()
-            .expect("stop the OSD");
-        assert!(st.success());
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(script())
-            .args(["stop".as_ref(), self.dir.as_os_str()])
-            .status();
-    }
-}
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
     (0..n)
@@ -158,12 +88,12 @@ fn serve_fails(args: &[&str], within: Duration) -> (String, Duration) {
 fn rbd_namespace_verified_io_and_the_data_is_in_ceph() {
     let c = Cluster::start("io");
     // An image filled from outside farflash: librbd's own import.
-    let src = c.dir.join("import.bin");
+    let src = c.dir().join("import.bin");
     let imported = pattern(1 << 20, 0x5a);
     std::fs::write(&src, &imported).unwrap();
     c.rbd(&["import", src.to_str().unwrap(), "rbd/imported"]);
 
-    let sock = c.dir.join("rpc.sock");
+    let sock = c.dir().join("rpc.sock");
     let s = Serve::start(&[
         "--rpc-socket",
         sock.to_str().unwrap(),
@@ -299,7 +229,7 @@ fn rbd_namespace_verified_io_and_the_data_is_in_ceph() {
     ctrl.shutdown().unwrap();
     drop(s);
 
-    let exported = c.dir.join("export.bin");
+    let exported = c.dir().join("export.bin");
     c.rbd(&["export", "rbd/test", exported.to_str().unwrap()]);
     let img = std::fs::read(&exported).unwrap();
     assert_eq!(img.len(), 384 << 20);
@@ -356,7 +286,7 @@ fn bad_rbd_settings_fail_the_start_naming_what_is_wrong() {
     );
 
     // The right client, the wrong key.
-    let wrong = c.dir.join("wrong.keyring");
+    let wrong = c.dir().join("wrong.keyring");
     let st = Command::new("ceph-authtool")
         .args([
             "--create-keyring",
@@ -404,9 +334,9 @@ fn bad_rbd_settings_fail_the_start_naming_what_is_wrong() {
 
     // Nothing listens where the ceph.conf points: fails within
     // client_mount_timeout (farflash's 10 s), not Ceph's 300 s.
-    let dead = c.dir.join("dead.conf");
+    let dead = c.dir().join("dead.conf");
     let port = common::free_port();
-    let text = std::fs::read_to_string(&c.conf).unwrap();
+    let text = std::fs::read_to_string(c.conf()).unwrap();
     let text: String = text
         .lines()
         .map(|l| {
@@ -436,9 +366,9 @@ fn stopped_osd_fails_rbd_commands_in_bounded_time_and_ram_keeps_serving() {
     let c = Cluster::start("osd");
     // A short OSD operation timeout for this client (farflash keeps a value
     // the ceph.conf sets).
-    let mut conf = std::fs::read_to_string(&c.conf).unwrap();
+    let mut conf = std::fs::read_to_string(c.conf()).unwrap();
     conf.push_str("\n[client.admin]\nrados_osd_op_timeout = 4\n");
-    std::fs::write(&c.conf, conf).unwrap();
+    std::fs::write(c.conf(), conf).unwrap();
     let s = Serve::start(&[
         "--rpc-socket",
         "none",
@@ -516,7 +446,7 @@ fn gateway(c: &Cluster, name: &str, port: u16, cntlid_min: u16, state: &str) -> 
     } else {
         format!("[[subsystem.ana]]\nlisten = \"{addr}\"\nanagrpid = 1\nstate = \"{state}\"\n")
     };
-    let cfg = c.dir.join(format!("{name}.toml"));
+    let cfg = c.dir().join(format!("{name}.toml"));
     std::fs::write(
         &cfg,
         format!(
@@ -530,7 +460,7 @@ fn gateway(c: &Cluster, name: &str, port: u16, cntlid_min: u16, state: &str) -> 
         ),
     )
     .expect("write the gateway's config");
-    Serve::start_config(&cfg, &c.dir.join(format!("{name}.sock")), port)
+    Serve::start_config(&cfg, &c.dir().join(format!("{name}.sock")), port)
 }
 
 /// `farflash ctl ana set` on gateway `name`: group 1 in `state` through its listener.
@@ -538,7 +468,7 @@ fn ana_set(c: &Cluster, name: &str, g: &Serve, state: &str) {
     let out = Command::new(env!("CARGO_BIN_EXE_farflash"))
         .arg("ctl")
         .arg("--rpc-socket")
-        .arg(c.dir.join(format!("{name}.sock")))
+        .arg(c.dir().join(format!("{name}.sock")))
         .args(["ana", "set", HA_NQN, &g.addr, "1", state])
         .output()
         .expect("run farflash ctl");
@@ -666,7 +596,7 @@ fn two_gateways_move_the_exclusive_lock_with_ana() {
     assert_eq!(buf, vec![0u8; 4096], "A's fenced write is not in the image");
 
     drop((qa, qb, a, b));
-    let exported = c.dir.join("export.bin");
+    let exported = c.dir().join("export.bin");
     c.rbd(&["export", "rbd/test", exported.to_str().unwrap()]);
     let img = std::fs::read(&exported).unwrap();
     for (lba, seed) in [(0, 1), (8, 3), (16, 4), (24, 6), (32, 7)] {
@@ -790,8 +720,8 @@ fn keep_alives_stay_on_time_while_rbd_images_open_and_close() {
     // 200 ms late, as from a distant or loaded cluster. An open (a dozen
     // round trips) takes about 2 s, a close some hundreds of ms: a worker
     // either held up could not hide it among the Keep Alives.
-    let slow = c.dir.join("slow.conf");
-    let conf = std::fs::read_to_string(&c.conf).unwrap().replacen(
+    let slow = c.dir().join("slow.conf");
+    let conf = std::fs::read_to_string(c.conf()).unwrap().replacen(
         "[client]\n",
         "[client]\nms_inject_delay_type = mon osd\nms_inject_delay_max = 0.2\n\
          ms_inject_delay_probability = 1\n",
@@ -799,7 +729,7 @@ fn keep_alives_stay_on_time_while_rbd_images_open_and_close() {
     );
     assert!(conf.contains("ms_inject_delay_type"), "no [client] section");
     std::fs::write(&slow, conf).unwrap();
-    let sock = c.dir.join("rpc.sock");
+    let sock = c.dir().join("rpc.sock");
     let mut s = Serve::start(&[
         "--rpc-socket",
         sock.to_str().unwrap(),

@@ -188,6 +188,8 @@ step "fuzz corpus and regression replay (cargo test --manifest-path fuzz/Cargo.t
 	cargo test --manifest-path fuzz/Cargo.toml
 step "RBD namespaces on a single-node Ceph cluster (cargo test --test rbd -- --ignored)" 900 \
 	cargo test --test rbd -- --ignored --test-threads=1 --nocapture
+step "RBD pools: the volume API on a single-node Ceph cluster (cargo test --test rbd_pool -- --ignored)" 600 \
+	cargo test --test rbd_pool -- --ignored --test-threads=1 --nocapture
 step "fresh Debian 12 root: release build without libclang or headers, serve, .deb install (tests/fresh-root.sh)" 2400 \
 	bash tests/fresh-root.sh
 if [[ ${FARFLASH_SKIP_INTEROP:-0} = 1 ]]; then

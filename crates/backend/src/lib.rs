@@ -48,7 +48,7 @@ pub use file::{open_file, DirectMode, FileOptions};
 pub use null::open_null;
 pub use queue_set::QueueSet;
 pub use ram::{open_ram, open_ram_committed};
-pub use rbd::{is_not_lock_owner, open_rbd, wait_closed, NotLockOwner, RbdOptions};
+pub use rbd::{is_not_lock_owner, open_rbd, wait_closed, NotLockOwner, RadosPool, RbdOptions};
 #[cfg(any(test, feature = "testing"))]
 pub use scripted::{open_scripted, OpKind, Script};
 

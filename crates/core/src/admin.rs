@@ -1,13 +1,13 @@
 //! Admin commands (Base §5) for I/O and discovery controllers.
 
-use crate::command::{Outcome, Xfer};
+use crate::command::{AdminCmd, Outcome, Xfer};
 use crate::controller::{Controller, AER_LIMIT};
 use crate::queue::NvmeQueue;
 use crate::{discovery, identify};
 use farflash_wire::ana as wlog_ana;
 use farflash_wire::identify::{IDENTIFY_LEN, OAES_ANA_CHANGE, OAES_DISCOVERY_CHANGE, OAES_NS_ATTR};
 use farflash_wire::log::{self as wlog, GetLogPage, Smart, ERROR_ENTRY_LEN};
-use farflash_wire::opcode::{admin as op, cns, feature as fid, io as iop, log_id};
+use farflash_wire::opcode::{admin as op, cns, feature as fid, log_id};
 use farflash_wire::{Sqe, Status};
 
 /// The admin commands an I/O controller supports, and their effects (the
@@ -22,20 +22,6 @@ const ADMIN_EFFECTS: [(u8, u32); 7] = [
     (op::KEEP_ALIVE, wlog::CSUPP),
 ];
 
-/// The NVM commands `io.rs` runs; those that write change logical block
-/// content (LBCC).
-const IO_EFFECTS: [(u8, u32); 9] = [
-    (iop::FLUSH, wlog::CSUPP),
-    (iop::WRITE, wlog::CSUPP | wlog::LBCC),
-    (iop::READ, wlog::CSUPP),
-    (iop::WRITE_ZEROES, wlog::CSUPP | wlog::LBCC),
-    (iop::DATASET_MANAGEMENT, wlog::CSUPP | wlog::LBCC),
-    (iop::RESERVATION_REGISTER, wlog::CSUPP),
-    (iop::RESERVATION_REPORT, wlog::CSUPP),
-    (iop::RESERVATION_ACQUIRE, wlog::CSUPP),
-    (iop::RESERVATION_RELEASE, wlog::CSUPP),
-];
-
 /// Largest log page transfer we build in one command.
 const MAX_LOG_LEN: u64 = 4 << 20;
 /// The extended (128-bit) Host Identifier, the only one Fabrics has.
@@ -43,66 +29,76 @@ const HOSTID_LEN: usize = 16;
 /// Get Features Host Identifier CDW11 bit 0: Enable Extended Host Identifier.
 const EXHID: u32 = 1;
 
-fn is_discovery(q: &NvmeQueue) -> bool {
+fn is_discovery<C: Default>(q: &NvmeQueue<C>) -> bool {
     q.ctrl.as_ref().is_some_and(|c| c.is_discovery())
 }
 
-pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<Xfer, Status> {
+/// Parses an admin command once: which it is and what data it moves.
+pub(crate) fn classify<C: Default>(
+    q: &NvmeQueue<C>,
+    sqe: &Sqe,
+) -> Result<(Xfer, AdminCmd), Status> {
     let disc = is_discovery(q);
-    match sqe.opcode {
-        op::IDENTIFY => Ok(Xfer::C2H(IDENTIFY_LEN as u32)),
+    Ok(match sqe.opcode {
+        op::IDENTIFY => (Xfer::C2H(IDENTIFY_LEN as u32), AdminCmd::Identify),
         op::GET_LOG_PAGE => {
             let g = GetLogPage::from_sqe(sqe);
             if g.len > MAX_LOG_LEN {
                 return Err(Status::INVALID_FIELD.dnr());
             }
-            Ok(Xfer::C2H(g.len as u32))
+            (Xfer::C2H(g.len as u32), AdminCmd::GetLogPage)
         }
         // Get Features Host Identifier returns the 128-bit HOSTID as data.
         // (SEL 011b, the capabilities, has no data.)
         op::GET_FEATURES
             if !disc && sqe.cdw10 as u8 == fid::HOST_IDENTIFIER && (sqe.cdw10 >> 8) & 7 != 3 =>
         {
-            Ok(Xfer::C2H(HOSTID_LEN as u32))
+            (Xfer::C2H(HOSTID_LEN as u32), AdminCmd::GetFeatures)
         }
-        op::GET_FEATURES | op::SET_FEATURES | op::KEEP_ALIVE | op::ASYNC_EVENT_REQUEST => {
-            Ok(Xfer::None)
-        }
-        op::ABORT if !disc => Ok(Xfer::None),
-        _ => Err(Status::INVALID_OPCODE.dnr()),
-    }
+        op::GET_FEATURES => (Xfer::None, AdminCmd::GetFeatures),
+        op::SET_FEATURES => (Xfer::None, AdminCmd::SetFeatures),
+        op::KEEP_ALIVE => (Xfer::None, AdminCmd::KeepAlive),
+        op::ASYNC_EVENT_REQUEST => (Xfer::None, AdminCmd::AsyncEventRequest),
+        op::ABORT if !disc => (Xfer::None, AdminCmd::Abort),
+        _ => return Err(Status::INVALID_OPCODE.dnr()),
+    })
 }
 
-pub(crate) fn execute(q: &mut NvmeQueue, idx: usize) -> Outcome {
+/// Runs an admin command `classify` parsed.
+pub(crate) fn execute<C: Default>(q: &mut NvmeQueue<C>, idx: usize, cmd: AdminCmd) -> Outcome {
     let sqe = q.slots[idx].sqe;
     let Some(ctrl) = q.ctrl.clone() else {
         return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR.dnr(), 0);
     };
-    match sqe.opcode {
-        op::IDENTIFY => identify_cmd(q, idx, &ctrl, &sqe),
-        op::GET_LOG_PAGE => get_log_page(q, idx, &ctrl, &sqe),
-        op::SET_FEATURES => set_features(q, &ctrl, &sqe),
-        op::GET_FEATURES => get_features(q, idx, &ctrl, &sqe),
-        op::KEEP_ALIVE => {
+    match cmd {
+        AdminCmd::Identify => identify_cmd(q, idx, &ctrl, &sqe),
+        AdminCmd::GetLogPage => get_log_page(q, idx, &ctrl, &sqe),
+        AdminCmd::SetFeatures => set_features(q, &ctrl, &sqe),
+        AdminCmd::GetFeatures => get_features(q, idx, &ctrl, &sqe),
+        AdminCmd::KeepAlive => {
             q.note_keep_alive();
             Outcome::Done(Status::SUCCESS, 0)
         }
-        op::ASYNC_EVENT_REQUEST => {
+        AdminCmd::AsyncEventRequest => {
             if q.slots.aers.len() >= AER_LIMIT {
                 return Outcome::Done(Status::AER_LIMIT_EXCEEDED, 0);
             }
             Outcome::Parked
         }
-        op::ABORT => {
+        AdminCmd::Abort => {
             // A minimal Abort (Base §5.1): commands in flight are not aborted;
             // DW0 bit 0 = 1 says so, and the host lets them finish.
             Outcome::Done(Status::SUCCESS, 1)
         }
-        _ => Outcome::Done(Status::INVALID_OPCODE.dnr(), 0),
     }
 }
 
-fn identify_cmd(q: &mut NvmeQueue, idx: usize, ctrl: &Controller, sqe: &Sqe) -> Outcome {
+fn identify_cmd<C: Default>(
+    q: &mut NvmeQueue<C>,
+    idx: usize,
+    ctrl: &Controller,
+    sqe: &Sqe,
+) -> Outcome {
     let cns_v = sqe.cdw10 as u8;
     let csi = (sqe.cdw11 >> 24) as u8;
     let disc = ctrl.is_discovery();
@@ -176,7 +172,12 @@ fn identify_cmd(q: &mut NvmeQueue, idx: usize, ctrl: &Controller, sqe: &Sqe) -> 
     Outcome::Done(st, 0)
 }
 
-fn get_log_page(q: &mut NvmeQueue, idx: usize, ctrl: &Controller, sqe: &Sqe) -> Outcome {
+fn get_log_page<C: Default>(
+    q: &mut NvmeQueue<C>,
+    idx: usize,
+    ctrl: &Controller,
+    sqe: &Sqe,
+) -> Outcome {
     let g = GetLogPage::from_sqe(sqe);
     let disc = ctrl.is_discovery();
     let page: Vec<u8> = match g.lid {
@@ -231,7 +232,7 @@ fn get_log_page(q: &mut NvmeQueue, idx: usize, ctrl: &Controller, sqe: &Sqe) -> 
                 return Outcome::Done(Status::INVALID_LOG_PAGE.dnr(), 0);
             }
             let mut v = vec![0u8; wlog::CMD_EFFECTS_LEN];
-            wlog::encode_cmd_effects(&mut v, &ADMIN_EFFECTS, &IO_EFFECTS);
+            wlog::encode_cmd_effects(&mut v, &ADMIN_EFFECTS, &crate::io::EFFECTS);
             v
         }
         log_id::FIRMWARE_SLOT if !disc => {
@@ -289,7 +290,7 @@ fn get_log_page(q: &mut NvmeQueue, idx: usize, ctrl: &Controller, sqe: &Sqe) -> 
 
 /// Answers a Get Log Page with the `g.len` bytes of `page` from `g.offset`
 /// (LPOL/LPOU; zeroes past the end): a host reads a large log in pieces.
-fn copy_log(q: &mut NvmeQueue, idx: usize, g: &GetLogPage, page: &[u8]) -> Outcome {
+fn copy_log<C: Default>(q: &mut NvmeQueue<C>, idx: usize, g: &GetLogPage, page: &[u8]) -> Outcome {
     if !g.offset.is_multiple_of(4) || g.offset > page.len() as u64 {
         // Base §5.16: an offset beyond the log page is an invalid field.
         return Outcome::Done(Status::INVALID_FIELD.dnr(), 0);
@@ -301,7 +302,7 @@ fn copy_log(q: &mut NvmeQueue, idx: usize, g: &GetLogPage, page: &[u8]) -> Outco
     Outcome::Done(Status::SUCCESS, 0)
 }
 
-fn set_features(q: &mut NvmeQueue, ctrl: &Controller, sqe: &Sqe) -> Outcome {
+fn set_features<C: Default>(q: &mut NvmeQueue<C>, ctrl: &Controller, sqe: &Sqe) -> Outcome {
     let f = sqe.cdw10 as u8;
     if sqe.cdw10 & (1 << 31) != 0 {
         // SV: nothing here is saved across power cycles.
@@ -362,7 +363,12 @@ fn set_features(q: &mut NvmeQueue, ctrl: &Controller, sqe: &Sqe) -> Outcome {
     }
 }
 
-fn get_features(q: &mut NvmeQueue, idx: usize, ctrl: &Controller, sqe: &Sqe) -> Outcome {
+fn get_features<C: Default>(
+    q: &mut NvmeQueue<C>,
+    idx: usize,
+    ctrl: &Controller,
+    sqe: &Sqe,
+) -> Outcome {
     let f = sqe.cdw10 as u8;
     let sel = (sqe.cdw10 >> 8) & 7;
     let disc = ctrl.is_discovery();

@@ -38,7 +38,7 @@ pub(crate) const MAX_RECEIVE_LEN: u32 = 65536;
 
 /// Parse-time checks (Fabrics §6.2.1, §6.2.2): the security protocol
 /// fields, a non-zero length, and a queue that asked for authentication.
-pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<Xfer, Status> {
+pub(crate) fn classify<C: Default>(q: &NvmeQueue<C>, sqe: &Sqe) -> Result<Xfer, Status> {
     if q.ctrl.is_none() {
         return Err(Status::COMMAND_SEQUENCE_ERROR.dnr());
     }
@@ -63,7 +63,7 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<Xfer, Status> {
 /// Authentication Send: the message goes to the queue's state machine.
 /// The command succeeds even when the message fails the transaction: the
 /// host learns that from the AUTH_Failure1 it receives next.
-pub(crate) fn send(q: &mut NvmeQueue, idx: usize) -> Outcome {
+pub(crate) fn send<C: Default>(q: &mut NvmeQueue<C>, idx: usize) -> Outcome {
     let len = q.slots[idx].len as usize;
     let data = match q.slots[idx].buf.as_ref() {
         Some(b) if b.as_slice().len() >= len => b.as_slice()[..len].to_vec(),
@@ -101,7 +101,7 @@ pub(crate) fn send(q: &mut NvmeQueue, idx: usize) -> Outcome {
 
 /// The DH work of the Authentication Send in slot `idx` came back: the
 /// transaction goes on and the command completes.
-pub(crate) fn computed(q: &mut NvmeQueue, done: DhDone) -> Outcome {
+pub(crate) fn computed<C: Default>(q: &mut NvmeQueue<C>, done: DhDone) -> Outcome {
     // None: the transaction expired or failed meanwhile (already reported).
     let ev = q.life.auth.as_mut().and_then(|a| a.computed(done));
     if let Some(ev) = ev {
@@ -112,7 +112,7 @@ pub(crate) fn computed(q: &mut NvmeQueue, done: DhDone) -> Outcome {
 }
 
 /// Logs and counts what an Authentication Send did.
-fn report(q: &mut NvmeQueue, ev: CtrlEvent) {
+fn report<C: Default>(q: &mut NvmeQueue<C>, ev: CtrlEvent) {
     let cntlid = q.ctrl.as_ref().map(|c| c.cntlid).unwrap_or(0);
     match ev {
         CtrlEvent::Continue => {}
@@ -134,7 +134,7 @@ fn report(q: &mut NvmeQueue, ev: CtrlEvent) {
 
 /// Authentication Receive: the next message of the transaction, in AL bytes;
 /// Command Sequence Error when none is due.
-pub(crate) fn receive(q: &mut NvmeQueue, idx: usize) -> Outcome {
+pub(crate) fn receive<C: Default>(q: &mut NvmeQueue<C>, idx: usize) -> Outcome {
     let Some(auth) = q.life.auth.as_mut() else {
         return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR.dnr(), 0);
     };
@@ -158,7 +158,7 @@ pub(crate) fn receive(q: &mut NvmeQueue, idx: usize) -> Outcome {
 /// After a failed authentication on the admin queue the controller stops
 /// (Linux `nvmet_ctrl_fatal_error`): every queue of the association closes
 /// at its next tick, once this completion has gone out.
-fn fatal_if_admin(q: &mut NvmeQueue) {
+fn fatal_if_admin<C: Default>(q: &mut NvmeQueue<C>) {
     if q.qid != 0 {
         return;
     }

@@ -17,7 +17,13 @@ use farflash_wire::Cqe;
 use std::time::Instant;
 
 /// What a transport binding does differently from the others.
-pub trait Transport {
+pub trait Transport: Sized {
+    /// The transport's state of one command (its data transfer, its
+    /// response), kept in the command's slot beside the command layer's:
+    /// reset when a command takes the slot, handed back with its
+    /// [`Completion`].
+    type Cmd: Default;
+
     /// The transport wants the queue closed (a fatal transport error, the
     /// host's termination): nothing more is read or run.
     fn closing(&self) -> bool;
@@ -28,32 +34,32 @@ pub trait Transport {
 
     /// A Connect succeeded, before its completion goes out: the queue's
     /// size, SQ flow control and data limits follow it.
-    fn connected(&mut self, q: &mut NvmeQueue, c: Connected);
+    fn connected(&mut self, q: &mut NvmeQueue<Self::Cmd>, c: Connected);
 
     /// One finished command to the host: its data (`c.data`), if any, then
     /// its response carrying `cqe`.
-    fn respond(&mut self, q: &mut NvmeQueue, c: Completion, cqe: Cqe);
+    fn respond(&mut self, q: &mut NvmeQueue<Self::Cmd>, c: Completion<Self::Cmd>, cqe: Cqe);
 
     /// After a round of responses (NVMe/TCP starts the commands that
     /// waited for the buffer budget those freed). Anything it completes is
     /// sent in the next round.
-    fn responded(&mut self, _q: &mut NvmeQueue) {}
+    fn responded(&mut self, _q: &mut NvmeQueue<Self::Cmd>) {}
 }
 
 /// One queue of one transport: the command layer's [`NvmeQueue`] and the
 /// transport's state, with the drain rule kept in one place.
-pub struct Binding<T> {
-    q: NvmeQueue,
+pub struct Binding<T: Transport> {
+    q: NvmeQueue<T::Cmd>,
     t: T,
 }
 
 impl<T: Transport> Binding<T> {
-    pub fn new(q: NvmeQueue, t: T) -> Binding<T> {
+    pub fn new(q: NvmeQueue<T::Cmd>, t: T) -> Binding<T> {
         Binding { q, t }
     }
 
     /// The command layer's queue (tests and tools look at it).
-    pub fn nvme(&self) -> &NvmeQueue {
+    pub fn nvme(&self) -> &NvmeQueue<T::Cmd> {
         &self.q
     }
 
@@ -65,13 +71,13 @@ impl<T: Transport> Binding<T> {
     /// The transport and the queue, without the drain: only for access that
     /// runs no command (a receive buffer to fill); everything else goes
     /// through [`Binding::with`].
-    pub fn parts_mut(&mut self) -> (&mut T, &mut NvmeQueue) {
+    pub fn parts_mut(&mut self) -> (&mut T, &mut NvmeQueue<T::Cmd>) {
         (&mut self.t, &mut self.q)
     }
 
     /// Runs `f` on the transport and the queue (a receive, a transfer that
     /// finished, output the peer took), then sends what completed.
-    pub fn with<R>(&mut self, f: impl FnOnce(&mut T, &mut NvmeQueue) -> R) -> R {
+    pub fn with<R>(&mut self, f: impl FnOnce(&mut T, &mut NvmeQueue<T::Cmd>) -> R) -> R {
         let r = f(&mut self.t, &mut self.q);
         self.drain();
         r
@@ -197,11 +203,11 @@ impl<T: Transport> Binding<T> {
 
 /// Sends what the command layer finished: the Connect's geometry, then
 /// every completion with its CQE, round after round until none is left.
-/// [`Binding`] runs it after every call; a transport that handles several
-/// commands in one call (NVMe/TCP: the PDUs of one receive) runs it after
-/// each, so that a slot the command layer freed is the transport's again
-/// before a new command takes it.
-pub fn drain<T: Transport>(q: &mut NvmeQueue, t: &mut T) {
+/// [`Binding`] runs it after every call, once however many commands the
+/// call handled (NVMe/TCP: the PDUs of one receive): a completed command's
+/// transport state left its slot with its [`Completion`], so a slot the
+/// command layer freed may take a new command before the old one is sent.
+fn drain<T: Transport>(q: &mut NvmeQueue<T::Cmd>, t: &mut T) {
     if let Some(c) = q.take_connected() {
         t.connected(q, c);
     }

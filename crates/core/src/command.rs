@@ -1,6 +1,6 @@
 //! The vocabulary between the command layer and a transport binding: what
-//! data a command moves, typed I/O commands (parsed once), what executing a
-//! command did, and the completions the binding sends.
+//! data a command moves, typed commands (parsed once, `Cmd`), what
+//! executing a command did, and the completions the binding sends.
 
 use farflash_backend::IoBuf;
 use farflash_wire::Status;
@@ -58,9 +58,11 @@ pub enum Outcome {
     Parked,
 }
 
-/// A finished command, for the binding to send.
+/// A finished command, for the binding to send, with the transport's state
+/// of it (`C`) taken out of its slot: the slot may take a new command before
+/// this one is sent.
 #[derive(Debug)]
-pub struct Completion {
+pub struct Completion<C = ()> {
     pub cid: u16,
     pub status: Status,
     /// CQE DW0 (low half) and DW1 (high half).
@@ -71,6 +73,8 @@ pub struct Completion {
     /// Data for the host, sent before the completion (a successful read,
     /// Identify, a log page): the buffer and how many bytes of it.
     pub data: Option<(IoBuf, u32)>,
+    /// The transport's state of the command (default when it never had a slot).
+    pub cmd: C,
 }
 
 /// Sent to the binding once a Connect succeeded, before its completion:
@@ -82,6 +86,53 @@ pub struct Connected {
     pub sqsize: u16,
     /// The host disabled SQ flow control (Connect CATTR bit 2).
     pub disable_sq_flow: bool,
+}
+
+/// A command parsed once, at arrival (`exec.rs` `classify`, as Linux nvmet
+/// sets `req->execute` at parse time): its command set and which command
+/// it is, kept in its slot; the dispatcher matches it once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Cmd {
+    /// Not classified (a free slot, or a command answered before it was).
+    #[default]
+    Unparsed,
+    Fabrics(FabricsCmd),
+    Admin(AdminCmd),
+    Io(IoCmd),
+}
+
+impl Cmd {
+    /// The I/O command, if it is one.
+    #[inline]
+    pub(crate) fn io(self) -> Option<IoCmd> {
+        match self {
+            Cmd::Io(c) => Some(c),
+            _ => None,
+        }
+    }
+}
+
+/// A Fabrics command (Fabrics §6), by FCTYPE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FabricsCmd {
+    Connect,
+    PropertyGet,
+    PropertySet,
+    Disconnect,
+    AuthSend,
+    AuthReceive,
+}
+
+/// An admin command (Base §5), by opcode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AdminCmd {
+    Identify,
+    GetLogPage,
+    GetFeatures,
+    SetFeatures,
+    KeepAlive,
+    AsyncEventRequest,
+    Abort,
 }
 
 /// An I/O command parsed once, at arrival: namespace key and byte range
@@ -135,5 +186,18 @@ impl IoCmd {
     /// Whether the command modifies the medium (an EIO is then a write fault).
     pub(crate) fn writes(&self) -> bool {
         matches!(self, IoCmd::Write { .. } | IoCmd::WriteZeroes { .. })
+    }
+
+    /// What the command spends under QoS (`queue/qos.rs`): reads and writes
+    /// their I/O and bytes, Write Zeroes one write I/O (no data moves), the
+    /// rest nothing.
+    pub(crate) fn qos_cost(&self) -> (crate::qos::Class, u64) {
+        use crate::qos::Class;
+        match *self {
+            IoCmd::Read { len, .. } => (Class::Read, len as u64),
+            IoCmd::Write { len, .. } => (Class::Write, len as u64),
+            IoCmd::WriteZeroes { .. } => (Class::Write, 0),
+            IoCmd::Flush { .. } | IoCmd::Dsm { .. } | IoCmd::Resv { .. } => (Class::Other, 0),
+        }
     }
 }

@@ -972,7 +972,9 @@ impl SubsystemConfig {
 mod tests {
     #[test]
     fn the_management_endpoint_is_off_or_whole() {
-        let full = "[transport.management]\nlisten = '127.0.0.1:4430'\ncert = '/etc/farflash/mgmt.crt'\nkey = '/etc/farflash/mgmt.key'\nclient_ca = '/etc/farflash/ca.crt'\n";
+        // A subsystem, so that only the endpoint is what is checked.
+        const SUB: &str = "[[subsystem]]\nnqn = 'nqn.t:a'\n";
+        let full = "[[subsystem]]\nnqn = 'nqn.t:a'\n[transport.management]\nlisten = '127.0.0.1:4430'\ncert = '/etc/farflash/mgmt.crt'\nkey = '/etc/farflash/mgmt.key'\nclient_ca = '/etc/farflash/ca.crt'\n";
         let c = super::Config::from_toml(full, "t").unwrap();
         let m = &c.transport.management;
         assert_eq!(m.listen.as_deref(), Some("127.0.0.1:4430"));
@@ -993,11 +995,12 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("transport.management.client_ca"), "{e}");
-        let e = super::Config::from_toml("[transport.management]\ncert = 'c'\n", "t")
-            .unwrap_err()
-            .to_string();
+        let e =
+            super::Config::from_toml(&format!("{SUB}[transport.management]\ncert = 'c'\n"), "t")
+                .unwrap_err()
+                .to_string();
         assert!(e.contains("transport.management.listen"), "{e}");
-        let e = super::Config::from_toml("[transport.management]\nport = 1\n", "t")
+        let e = super::Config::from_toml(&format!("{SUB}[transport.management]\nport = 1\n"), "t")
             .unwrap_err()
             .to_string();
         assert!(e.contains("port"), "{e}");

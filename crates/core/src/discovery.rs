@@ -64,7 +64,7 @@ fn entry(l: &Listener, portid: u16, subtype: u8, nqn: &str, asqsz: u16) -> DiscE
 /// it carries, and a host that reads the header, the entries (in as many
 /// pieces as it likes) and the header again (libnvme, the kernel) sees
 /// GENCTR move whenever what it read may have.
-pub(crate) fn log_page(q: &NvmeQueue, ctrl: &Controller) -> Arc<Vec<u8>> {
+pub(crate) fn log_page<C: Default>(q: &NvmeQueue<C>, ctrl: &Controller) -> Arc<Vec<u8>> {
     let t = &q.target;
     let genctr = t.genctr.load(Ordering::Acquire);
     if let Some(page) = t.discovery_cache.get(genctr, &ctrl.hostnqn) {

@@ -3,7 +3,7 @@
 //! Linux nvmet chooses `req->execute` at parse time. The only module that
 //! knows every command set; the executors know only the queue.
 
-use crate::command::{Begin, Outcome, Xfer};
+use crate::command::{Begin, Cmd, Outcome, Xfer};
 use crate::queue::{CmdState, Done, Event, NvmeQueue, OffloadDone};
 use crate::{admin, auth, fabrics, io, resv_cmd};
 use farflash_backend::{IoCompletion, IoRequest, SharedBackend};
@@ -25,7 +25,7 @@ pub(crate) enum Step {
     Offloaded(Done),
 }
 
-impl NvmeQueue {
+impl<C: Default> NvmeQueue<C> {
     /// A command arrived: claims a slot, parses and checks it before any data
     /// moves (so that a command that will fail never asks for its data).
     pub fn begin(&mut self, sqe: Sqe) -> Begin {
@@ -135,23 +135,17 @@ impl NvmeQueue {
     /// The one dispatcher: runs the executor of the command in `idx`
     /// (`Running`) for `step`, and acts on what it did.
     pub(crate) fn dispatch(&mut self, idx: usize, step: Step) {
-        let s = &self.slots[idx];
-        let (opcode, io) = (s.sqe.opcode, s.io);
-        let outcome = match step {
-            Step::Start if opcode == aop::FABRICS => fabrics::execute(self, idx),
-            Step::Start => match io {
-                Some(cmd) if !self.qos_admit(idx, cmd) => return, // Throttled
-                Some(cmd) => io::execute(self, idx, cmd),
-                None if self.qid == 0 => admin::execute(self, idx),
-                None => Outcome::Done(Status::INVALID_OPCODE.dnr(), 0),
-            },
-            Step::Admitted => match io {
-                Some(cmd) => io::execute(self, idx, cmd),
-                None => Outcome::Done(Status::INTERNAL_ERROR, 0),
-            },
-            Step::Stored => self.stored(idx),
-            Step::Offloaded(Done::Dh(done)) => auth::computed(self, done),
-            Step::Offloaded(Done::Ptpl(r)) => resv_cmd::persisted(r),
+        let cmd = self.slots[idx].cmd;
+        let outcome = match (step, cmd) {
+            (Step::Start, Cmd::Fabrics(c)) => fabrics::execute(self, idx, c),
+            (Step::Start, Cmd::Admin(c)) => admin::execute(self, idx, c),
+            (Step::Start, Cmd::Io(c)) if !self.qos_admit(idx, c) => return, // Throttled
+            (Step::Start | Step::Admitted, Cmd::Io(c)) => io::execute(self, idx, c),
+            // Only a classified I/O command starts or is admitted (a bug).
+            (Step::Start | Step::Admitted, _) => Outcome::Done(Status::INTERNAL_ERROR, 0),
+            (Step::Stored, _) => self.stored(idx),
+            (Step::Offloaded(Done::Dh(done)), _) => auth::computed(self, done),
+            (Step::Offloaded(Done::Ptpl(r)), _) => resv_cmd::persisted(r),
         };
         match outcome {
             Outcome::Done(st, result) => self.complete(idx, st, result),
@@ -167,8 +161,16 @@ impl NvmeQueue {
         }
     }
 
-    /// What data the command in `idx` moves, after checking it can run here.
+    /// What data the command in `idx` moves, after checking it can run
+    /// here; its typed command goes into its slot for the dispatcher.
     fn classify(&mut self, idx: usize) -> Result<Xfer, Status> {
+        let (xfer, cmd) = self.parse(idx)?;
+        self.slots[idx].cmd = cmd;
+        Ok(xfer)
+    }
+
+    /// Checks the command in `idx` can run here and parses it once.
+    fn parse(&self, idx: usize) -> Result<(Xfer, Cmd), Status> {
         let sqe = self.slots[idx].sqe;
         if sqe.flags & FUSE_MASK != 0 {
             // Base §3.4.2: no fused operation is supported (Identify
@@ -186,7 +188,8 @@ impl NvmeQueue {
             return Err(Status::INVALID_FIELD.dnr());
         }
         if sqe.opcode == aop::FABRICS {
-            return fabrics::classify(self, &sqe);
+            let (x, c) = fabrics::classify(self, &sqe)?;
+            return Ok((x, Cmd::Fabrics(c)));
         }
         let Some(ctrl) = self.ctrl.as_ref() else {
             // Nothing but Connect before the queue is connected (Fabrics §6.3).
@@ -205,11 +208,11 @@ impl NvmeQueue {
             return Err(Status::COMMAND_SEQUENCE_ERROR.dnr());
         }
         if self.qid == 0 {
-            admin::classify(self, &sqe)
+            let (x, c) = admin::classify(self, &sqe)?;
+            Ok((x, Cmd::Admin(c)))
         } else {
-            let (x, cmd) = io::classify(self, &sqe)?;
-            self.slots[idx].io = Some(cmd);
-            Ok(x)
+            let (x, c) = io::classify(self, &sqe)?;
+            Ok((x, Cmd::Io(c)))
         }
     }
 }

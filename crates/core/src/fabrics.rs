@@ -1,7 +1,7 @@
 //! Fabrics commands (Fabrics §6): Connect, Property Get/Set, Disconnect,
 //! Authentication Send/Receive (`auth.rs`).
 
-use crate::command::{Outcome, Xfer};
+use crate::command::{FabricsCmd, Outcome, Xfer};
 use crate::controller::Kind;
 use crate::queue::NvmeQueue;
 use farflash_wire::fabrics::{
@@ -18,42 +18,56 @@ const MAX_ADMIN_QUEUE_DEPTH: u32 = 128;
 /// CAP.TO: 500 ms units the host may wait for CSTS.RDY (we are ready at once).
 const CAP_TIMEOUT: u8 = 20;
 
-pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<Xfer, Status> {
-    match sqe.fctype() {
-        fctype::CONNECT => Ok(Xfer::H2C(CONNECT_DATA_LEN as u32)),
-        fctype::PROPERTY_GET | fctype::PROPERTY_SET if q.ctrl.is_none() => {
-            Err(Status::COMMAND_SEQUENCE_ERROR.dnr())
-        }
+/// Parses a Fabrics command once: which it is and what data it moves.
+pub(crate) fn classify<C: Default>(
+    q: &NvmeQueue<C>,
+    sqe: &Sqe,
+) -> Result<(Xfer, FabricsCmd), Status> {
+    let cmd = match sqe.fctype() {
+        fctype::CONNECT => FabricsCmd::Connect,
+        fctype::PROPERTY_GET => FabricsCmd::PropertyGet,
+        fctype::PROPERTY_SET => FabricsCmd::PropertySet,
+        fctype::DISCONNECT => FabricsCmd::Disconnect,
+        fctype::AUTH_SEND => FabricsCmd::AuthSend,
+        fctype::AUTH_RECEIVE => FabricsCmd::AuthReceive,
+        _ => return Err(Status::INVALID_OPCODE.dnr()),
+    };
+    Ok((xfer(q, sqe, cmd)?, cmd))
+}
+
+/// What data the Fabrics command moves, after checking it can run here.
+fn xfer<C: Default>(q: &NvmeQueue<C>, sqe: &Sqe, cmd: FabricsCmd) -> Result<Xfer, Status> {
+    use FabricsCmd::*;
+    match cmd {
+        Connect => Ok(Xfer::H2C(CONNECT_DATA_LEN as u32)),
+        PropertyGet | PropertySet if q.ctrl.is_none() => Err(Status::COMMAND_SEQUENCE_ERROR.dnr()),
         // Property Get/Set only on the admin queue (Fabrics §6.5, §6.6).
-        fctype::PROPERTY_GET | fctype::PROPERTY_SET if q.qid != 0 => {
-            Err(Status::INVALID_OPCODE.dnr())
-        }
-        fctype::PROPERTY_GET | fctype::PROPERTY_SET => Ok(Xfer::None),
-        fctype::DISCONNECT if q.ctrl.is_none() => Err(Status::COMMAND_SEQUENCE_ERROR.dnr()),
+        PropertyGet | PropertySet if q.qid != 0 => Err(Status::INVALID_OPCODE.dnr()),
+        PropertyGet | PropertySet => Ok(Xfer::None),
+        Disconnect if q.ctrl.is_none() => Err(Status::COMMAND_SEQUENCE_ERROR.dnr()),
         // Base §6.4: a Disconnect names an I/O queue; on the Admin Queue it
         // fails with Invalid Queue Type (Linux nvmet and SPDK do not
         // implement Disconnect: Invalid Opcode). Was: the association ended.
-        fctype::DISCONNECT if q.qid == 0 => Err(Status::INVALID_QUEUE_TYPE.dnr()),
-        fctype::DISCONNECT => Ok(Xfer::None),
-        fctype::AUTH_SEND | fctype::AUTH_RECEIVE => crate::auth::classify(q, sqe),
-        _ => Err(Status::INVALID_OPCODE.dnr()),
+        Disconnect if q.qid == 0 => Err(Status::INVALID_QUEUE_TYPE.dnr()),
+        Disconnect => Ok(Xfer::None),
+        AuthSend | AuthReceive => crate::auth::classify(q, sqe),
     }
 }
 
-pub(crate) fn execute(q: &mut NvmeQueue, idx: usize) -> Outcome {
+/// Runs a Fabrics command `classify` parsed.
+pub(crate) fn execute<C: Default>(q: &mut NvmeQueue<C>, idx: usize, cmd: FabricsCmd) -> Outcome {
     let sqe = q.slots[idx].sqe;
-    match sqe.fctype() {
-        fctype::CONNECT => connect(q, idx, &sqe),
-        fctype::PROPERTY_GET => property_get(q, &sqe),
-        fctype::PROPERTY_SET => property_set(q, idx, &sqe),
-        fctype::DISCONNECT => {
+    match cmd {
+        FabricsCmd::Connect => connect(q, idx, &sqe),
+        FabricsCmd::PropertyGet => property_get(q, &sqe),
+        FabricsCmd::PropertySet => property_set(q, idx, &sqe),
+        FabricsCmd::Disconnect => {
             // Base §6.4: the I/O queue is deleted after the response.
             q.close();
             Outcome::Done(Status::SUCCESS, 0)
         }
-        fctype::AUTH_SEND => crate::auth::send(q, idx),
-        fctype::AUTH_RECEIVE => crate::auth::receive(q, idx),
-        _ => Outcome::Done(Status::INVALID_OPCODE.dnr(), 0),
+        FabricsCmd::AuthSend => crate::auth::send(q, idx),
+        FabricsCmd::AuthReceive => crate::auth::receive(q, idx),
     }
 }
 
@@ -66,7 +80,7 @@ fn invalid(in_data: bool, offset: u16) -> Outcome {
 
 /// Connect (Fabrics §6.3): creates a controller (admin queue, CNTLID FFFFh)
 /// or binds an I/O queue to one.
-fn connect(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
+fn connect<C: Default>(q: &mut NvmeQueue<C>, idx: usize, sqe: &Sqe) -> Outcome {
     if q.ctrl.is_some() {
         // A queue connects once.
         return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR.dnr(), 0);
@@ -217,7 +231,11 @@ fn connect(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
 /// the host has a secret here; the queue then must authenticate (every
 /// queue, as Linux's `nvmet_execute_admin_connect` / `_io_connect` ask).
 /// ASCR is never set: secure channel concatenation is not offered.
-fn with_auth(q: &mut NvmeQueue, auth: Option<farflash_auth::CtrlConfig>, cntlid: u32) -> u64 {
+fn with_auth<C: Default>(
+    q: &mut NvmeQueue<C>,
+    auth: Option<farflash_auth::CtrlConfig>,
+    cntlid: u32,
+) -> u64 {
     match auth {
         Some(cfg) => {
             q.life.auth = Some(Box::new(farflash_auth::CtrlAuth::new(cfg)));
@@ -229,13 +247,13 @@ fn with_auth(q: &mut NvmeQueue, auth: Option<farflash_auth::CtrlConfig>, cntlid:
 }
 
 /// CAP for this target (Base §3.1.3.1).
-pub(crate) fn cap(q: &NvmeQueue) -> u64 {
+pub(crate) fn cap<C: Default>(q: &NvmeQueue<C>) -> u64 {
     let mqes = q.target.transport.max_queue_depth.min(65536) - 1;
     props::cap(mqes as u16, CAP_TIMEOUT)
 }
 
 /// Property Get (Fabrics §6.5): CAP (8 bytes), VS, CC, CSTS, CRTO (4 bytes).
-fn property_get(q: &mut NvmeQueue, sqe: &Sqe) -> Outcome {
+fn property_get<C: Default>(q: &mut NvmeQueue<C>, sqe: &Sqe) -> Outcome {
     let p = PropertyCmd::from_sqe(sqe);
     let Some(ctrl) = q.ctrl.clone() else {
         return Outcome::Done(Status::COMMAND_SEQUENCE_ERROR.dnr(), 0);
@@ -276,7 +294,7 @@ fn css_supported(css: u32) -> bool {
 /// once; clearing EN resets the controller; SHN emits one Flush per
 /// namespace and the command completes (CSTS.SHST 01b -> 10b) when they have
 /// (Base §3.6.2): no sync ever runs on the event loop.
-fn property_set(q: &mut NvmeQueue, idx: usize, sqe: &Sqe) -> Outcome {
+fn property_set<C: Default>(q: &mut NvmeQueue<C>, idx: usize, sqe: &Sqe) -> Outcome {
     let p = PropertyCmd::from_sqe(sqe);
     if p.offset != props::CC || p.size8 {
         return Outcome::Done(Status::INVALID_FIELD.dnr(), 0);

@@ -12,7 +12,7 @@ pub const FIRMWARE_REVISION: &str = env!("CARGO_PKG_VERSION");
 /// Keep Alive Support granularity unit: 100 ms (Base §5.17.2.1 KAS).
 const KAS_UNIT_MS: u32 = 100;
 
-pub(crate) fn controller(q: &NvmeQueue, ctrl: &Controller) -> IdCtrl {
+pub(crate) fn controller<C: Default>(q: &NvmeQueue<C>, ctrl: &Controller) -> IdCtrl {
     let t = &q.target.transport;
     let kas = (t.keep_alive_granularity_ms / KAS_UNIT_MS).clamp(1, u16::MAX as u32) as u16;
     let mut c = IdCtrl {
@@ -70,7 +70,7 @@ pub(crate) fn controller(q: &NvmeQueue, ctrl: &Controller) -> IdCtrl {
             // from a controller that reports ANA.
             c.nn = sub.max_nsid().max(1);
             c.mnan = c.nn;
-            c.oncs = wid::ONCS_DSM | wid::ONCS_WRITE_ZEROES | wid::ONCS_RESERVATIONS;
+            c.oncs = crate::io::ONCS;
             c.oaes = wid::OAES_NS_ATTR | wid::OAES_ANA_CHANGE;
             c.vwc = sub
                 .namespaces()

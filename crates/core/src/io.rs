@@ -6,8 +6,60 @@
 use crate::command::{IoCmd, Outcome, Xfer};
 use crate::queue::NvmeQueue;
 use farflash_backend::{IoOp, IoRequest};
+use farflash_wire::identify as wid;
+use farflash_wire::log as wlog;
 use farflash_wire::opcode::io as op;
 use farflash_wire::{Sqe, Status};
+
+/// The NVM commands this file runs, with their Commands Supported and
+/// Effects (Base §5.16.1.6; those that write change logical block content,
+/// LBCC) and the Identify Controller ONCS bit that advertises an optional
+/// one (Base §5.17.2.1; 0: mandatory). A new command adds its row here.
+const COMMANDS: [(u8, u32, u16); 9] = [
+    (op::FLUSH, wlog::CSUPP, 0),
+    (op::WRITE, wlog::CSUPP | wlog::LBCC, 0),
+    (op::READ, wlog::CSUPP, 0),
+    (
+        op::WRITE_ZEROES,
+        wlog::CSUPP | wlog::LBCC,
+        wid::ONCS_WRITE_ZEROES,
+    ),
+    (
+        op::DATASET_MANAGEMENT,
+        wlog::CSUPP | wlog::LBCC,
+        wid::ONCS_DSM,
+    ),
+    (
+        op::RESERVATION_REGISTER,
+        wlog::CSUPP,
+        wid::ONCS_RESERVATIONS,
+    ),
+    (op::RESERVATION_REPORT, wlog::CSUPP, wid::ONCS_RESERVATIONS),
+    (op::RESERVATION_ACQUIRE, wlog::CSUPP, wid::ONCS_RESERVATIONS),
+    (op::RESERVATION_RELEASE, wlog::CSUPP, wid::ONCS_RESERVATIONS),
+];
+
+/// The I/O part of the Commands Supported and Effects log (`admin.rs`).
+pub(crate) const EFFECTS: [(u8, u32); COMMANDS.len()] = {
+    let mut e = [(0, 0); COMMANDS.len()];
+    let mut i = 0;
+    while i < COMMANDS.len() {
+        e[i] = (COMMANDS[i].0, COMMANDS[i].1);
+        i += 1;
+    }
+    e
+};
+
+/// Identify Controller ONCS: the optional NVM commands supported (`identify.rs`).
+pub(crate) const ONCS: u16 = {
+    let mut bits = 0;
+    let mut i = 0;
+    while i < COMMANDS.len() {
+        bits |= COMMANDS[i].2;
+        i += 1;
+    }
+    bits
+};
 
 /// NSID meaning "every namespace" (Base §3.2.1.2), valid for Flush.
 pub const NSID_ALL: u32 = 0xFFFF_FFFF;
@@ -19,7 +71,12 @@ const DSM_AD: u32 = 1 << 2;
 /// Byte offset and length of an LBA range, checked against the namespace
 /// (NVM Command Set §3.1 Figure "Status Code – Generic Command Status Values": 80h
 /// "LBA Out of Range").
-fn range(q: &NvmeQueue, ns_idx: usize, slba: u64, nlb: u64) -> Result<(u64, u64), Status> {
+fn range<C: Default>(
+    q: &NvmeQueue<C>,
+    ns_idx: usize,
+    slba: u64,
+    nlb: u64,
+) -> Result<(u64, u64), Status> {
     let Some(ns) = q.ns.get(ns_idx) else {
         return Err(Status::INVALID_NAMESPACE.dnr());
     };
@@ -29,7 +86,7 @@ fn range(q: &NvmeQueue, ns_idx: usize, slba: u64, nlb: u64) -> Result<(u64, u64)
     }
 }
 
-fn ns_index(q: &NvmeQueue, nsid: u32) -> Result<usize, Status> {
+fn ns_index<C: Default>(q: &NvmeQueue<C>, nsid: u32) -> Result<usize, Status> {
     let key = q
         .namespace_index(nsid)
         .ok_or(Status::INVALID_NAMESPACE.dnr())?;
@@ -43,7 +100,7 @@ fn ns_index(q: &NvmeQueue, nsid: u32) -> Result<usize, Status> {
 /// lost or changing through this path gets the path-related status (no
 /// DNR: the host retries on another path).
 #[cold]
-fn ana_check(q: &NvmeQueue, key: usize) -> Result<(), Status> {
+fn ana_check<C: Default>(q: &NvmeQueue<C>, key: usize) -> Result<(), Status> {
     let Some(ns) = q.ns.get(key) else {
         return Ok(());
     };
@@ -54,7 +111,7 @@ fn ana_check(q: &NvmeQueue, key: usize) -> Result<(), Status> {
 }
 
 /// Parses and checks an I/O command before any data moves.
-pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status> {
+pub(crate) fn classify<C: Default>(q: &NvmeQueue<C>, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status> {
     match sqe.opcode {
         op::READ | op::WRITE => {
             let ns = ns_index(q, sqe.nsid)?;
@@ -139,7 +196,7 @@ pub(crate) fn classify(q: &NvmeQueue, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status
 }
 
 /// Runs a parsed I/O command: storage requests out, tagged with the slot.
-pub(crate) fn execute(q: &mut NvmeQueue, idx: usize, cmd: IoCmd) -> Outcome {
+pub(crate) fn execute<C: Default>(q: &mut NvmeQueue<C>, idx: usize, cmd: IoCmd) -> Outcome {
     let tag = idx as u64;
     let result = match cmd {
         IoCmd::Read { ns, offset, len } => {
@@ -205,7 +262,13 @@ pub(crate) fn execute(q: &mut NvmeQueue, idx: usize, cmd: IoCmd) -> Outcome {
 
 /// Dataset Management (NVM Command Set §3.2.3): only Deallocate acts;
 /// the other attributes are hints a RAM or file backend cannot use.
-fn dsm(q: &mut NvmeQueue, idx: usize, ns_idx: usize, nr: u32, deallocate: bool) -> Outcome {
+fn dsm<C: Default>(
+    q: &mut NvmeQueue<C>,
+    idx: usize,
+    ns_idx: usize,
+    nr: u32,
+    deallocate: bool,
+) -> Outcome {
     if !deallocate {
         return Outcome::Done(Status::SUCCESS, 0);
     }
@@ -254,5 +317,28 @@ fn dsm(q: &mut NvmeQueue, idx: usize, ns_idx: usize, nr: u32, deallocate: bool) 
     ) {
         Ok(()) => Outcome::Pending,
         Err(st) => Outcome::Done(st, 0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{COMMANDS, EFFECTS, ONCS};
+    use farflash_wire::identify as wid;
+    use farflash_wire::log as wlog;
+    use farflash_wire::opcode::io as op;
+
+    /// The effects log and ONCS follow the one table of commands.
+    #[test]
+    fn the_effects_log_and_oncs_come_from_the_command_table() {
+        assert_eq!(
+            ONCS,
+            wid::ONCS_DSM | wid::ONCS_WRITE_ZEROES | wid::ONCS_RESERVATIONS
+        );
+        assert_eq!(EFFECTS.len(), COMMANDS.len());
+        for (e, c) in EFFECTS.iter().zip(COMMANDS) {
+            assert_eq!(*e, (c.0, c.1));
+        }
+        assert!(EFFECTS.contains(&(op::WRITE, wlog::CSUPP | wlog::LBCC)));
+        assert!(EFFECTS.contains(&(op::READ, wlog::CSUPP)));
     }
 }

@@ -31,7 +31,11 @@ pub(crate) fn classify(sqe: &Sqe) -> Result<Xfer, Status> {
 /// Base §8.19: a read or write the reservation does not allow this host
 /// gets Reservation Conflict.
 #[cold]
-pub(crate) fn check_access(q: &NvmeQueue, key: usize, write: bool) -> Result<(), Status> {
+pub(crate) fn check_access<C: Default>(
+    q: &NvmeQueue<C>,
+    key: usize,
+    write: bool,
+) -> Result<(), Status> {
     match q.blocks.resv_block.iter().find(|(k, _)| *k == key) {
         Some((_, a)) if (write && !a.write) || (!write && !a.read) => {
             Err(Status::RESERVATION_CONFLICT)
@@ -40,7 +44,12 @@ pub(crate) fn check_access(q: &NvmeQueue, key: usize, write: bool) -> Result<(),
     }
 }
 
-pub(crate) fn execute(q: &mut NvmeQueue, idx: usize, key: usize, opcode: u8) -> Outcome {
+pub(crate) fn execute<C: Default>(
+    q: &mut NvmeQueue<C>,
+    idx: usize,
+    key: usize,
+    opcode: u8,
+) -> Outcome {
     let sqe = q.slots[idx].sqe;
     let (Some(ns), Some(ctrl)) = (q.ns.get(key).cloned(), q.ctrl.clone()) else {
         return Outcome::Done(Status::INVALID_NAMESPACE.dnr(), 0);

@@ -5,7 +5,7 @@
 
 use crate::queue::NvmeQueue;
 
-impl NvmeQueue {
+impl<C: Default> NvmeQueue<C> {
     /// Runs the emitted offloads here and now, and hands the storage
     /// requests to the kernel on the private queue set.
     pub fn commit(&mut self) {

@@ -8,7 +8,7 @@ pub(crate) use crate::testing::{
 };
 use crate::NvmeQueue;
 use farflash_backend::OpKind;
-use farflash_wire::fabrics::{PropertyCmd, CNTLID_DYNAMIC};
+use farflash_wire::fabrics::{ConnectCmd, PropertyCmd, CNTLID_DYNAMIC};
 use farflash_wire::opcode::{fctype, io};
 use farflash_wire::sqe::{SglDescriptor, PSDT_SGL};
 use farflash_wire::{props, Sqe, Status};
@@ -371,6 +371,48 @@ fn commands_supported_and_effects_log() {
         Status::INVALID_LOG_PAGE.dnr(),
         "CSI 02h"
     );
+}
+
+/// A transport's state of a command lives in the command's slot: set after
+/// `begin`, handed back with the completion, and fresh for the next command
+/// to take the slot, even before the old completion was sent.
+#[test]
+fn a_transports_command_state_travels_with_its_command() {
+    let (t, _script) = target();
+    let a = "127.0.0.1:4420".parse().unwrap();
+    let p = "127.0.0.1:50001".parse().unwrap();
+    let mut q: NvmeQueue<u32> =
+        NvmeQueue::new(t.clone(), a, p, farflash_wire::discovery::TRTYPE_TCP);
+    let connect = |cid| {
+        ConnectCmd {
+            recfmt: 0,
+            qid: 0,
+            sqsize: 31,
+            cattr: 0,
+            kato: 5000,
+        }
+        .to_sqe(cid)
+    };
+    // A Connect naming no subsystem: it runs, and is refused.
+    let Begin::Ready { slot, .. } = q.begin(connect(1)) else {
+        panic!("a Connect is parsed")
+    };
+    *q.cmd_mut(slot).expect("its slot") = 7;
+    q.data_buf(slot).fill(0);
+    q.execute(slot);
+    // The slot is free again: the next command takes it with fresh state.
+    let Begin::Ready { slot: again, .. } = q.begin(connect(2)) else {
+        panic!("the second command")
+    };
+    assert_eq!(again, slot, "the freed slot is taken first");
+    assert_eq!(q.cmd(again), Some(&0), "a new command's state starts fresh");
+    *q.cmd_mut(again).expect("its slot") = 9;
+    q.fail(again, Status::INTERNAL_ERROR);
+    let mut done = Vec::new();
+    q.take_completions(&mut done);
+    let got: Vec<(u16, u32)> = done.iter().map(|c| (c.cid, c.cmd)).collect();
+    assert_eq!(got, [(1, 7), (2, 9)]);
+    assert_eq!(q.cmd(u16::MAX), None, "no such slot");
 }
 
 /// Without the control plane: the namespace list changes as a reload

@@ -8,8 +8,12 @@
 //! opens queues of its own.
 
 use crate::format::BLOCK;
-use farflash_backend::{BackendQueue, IoBuf, IoCompletion, IoOp, IoRequest, SharedBackend};
+use farflash_backend::{
+    Backend, BackendQueue, IoBuf, IoCompletion, IoOp, IoRequest, SharedBackend,
+};
+use std::cell::RefCell;
 use std::io;
+use std::sync::{Arc, Weak};
 
 /// One device: its backend and where its clusters are.
 pub(crate) struct Dev {
@@ -61,16 +65,15 @@ impl Devices {
         })
     }
 
-    /// Runs one request on device `dev` and waits for it, on a queue of
-    /// its own (queues are per thread; this is the pool's slow path:
-    /// metadata, cluster preparation).
+    /// Runs one request on device `dev` and waits for it (the pool's slow
+    /// path: metadata, cluster preparation), on this thread's queue for
+    /// the device (queues belong to a thread).
     pub(crate) fn run(&self, dev: usize, op: IoOp, buf: IoBuf) -> io::Result<IoBuf> {
         let d = self
             .devs
             .get(dev)
             .ok_or_else(|| io::Error::other("no such device"))?;
-        let mut q = d.backend.open_queue(2)?;
-        run_one(q.as_mut(), op, buf)
+        with_queue(&d.backend, |q| run_one(q, op, buf))
     }
 
     /// Reads `len` bytes at `offset` of device `dev`.
@@ -112,6 +115,41 @@ impl Devices {
         (0..self.devs.len())
             .try_for_each(|i| self.run(i, IoOp::Flush, IoBuf::with_capacity(0)).map(drop))
     }
+}
+
+/// A device (while it lives) and this thread's queue on it.
+type Held = (Weak<dyn Backend>, Box<dyn BackendQueue>);
+
+thread_local! {
+    /// This thread's slow-path queues, by device; a dead device's queue
+    /// goes at the next lookup.
+    static QUEUES: RefCell<Vec<Held>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on this thread's queue for `backend` (opened on first use).
+fn with_queue<T>(
+    backend: &SharedBackend,
+    f: impl FnOnce(&mut dyn BackendQueue) -> io::Result<T>,
+) -> io::Result<T> {
+    let taken = QUEUES.with(|qs| {
+        let mut qs = qs.borrow_mut();
+        qs.retain(|(w, _)| w.strong_count() > 0);
+        let i = qs
+            .iter()
+            .position(|(w, _)| w.upgrade().is_some_and(|b| Arc::ptr_eq(&b, backend)))?;
+        Some(qs.swap_remove(i).1)
+    });
+    // Taken out while in use, so a nested call (none today) would open
+    // its own rather than find it borrowed.
+    let mut q = match taken {
+        Some(q) => q,
+        None => backend.open_queue(2)?,
+    };
+    let r = f(q.as_mut());
+    if r.is_ok() && q.in_flight() == 0 {
+        QUEUES.with(|qs| qs.borrow_mut().push((Arc::downgrade(backend), q)));
+    }
+    r
 }
 
 /// Submits one request and waits for its completion.

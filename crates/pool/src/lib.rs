@@ -49,7 +49,7 @@
 //!
 //! | tag | record | fields (little-endian) |
 //! |---|---|---|
-//! | 1 | VolPut | id u32, uuid [16], size u64, parent id u32 (FFFFFFFFh none), flags u8 (1 snapshot), name length u8, name |
+//! | 1 | VolPut | id u32, uuid (16 bytes), size u64, parent id u32 (FFFFFFFFh none), flags u8 (1 snapshot), name length u8, name |
 //! | 2 | VolDel | id u32 |
 //! | 3 | Map | id u32, logical cluster u64, value u64: 0 unmapped (read the parent), FFFF..FF zero (hide the parent), else physical cluster + 1 |
 //!
@@ -76,7 +76,9 @@
 //!    slot and restarting the journal with a new seed) to the other copy,
 //!    and flushes;
 //! 4. only then lets clusters freed by those records be allocated again
-//!    (and only once no write that may target them is in flight).
+//!    (and only once no request that may touch them is in flight), after
+//!    punching them out of their device (Deallocate: a hole in a file, a
+//!    discard on a device), so freed space is given back below the pool.
 //!
 //! Recovery reads the superblock copies (the valid one with the highest
 //! generation wins: a torn superblock write leaves the other), the live
@@ -114,24 +116,31 @@
 //!
 //! # Known limits
 //!
-//! * Cluster preparation (zeroing, copy-on-write), Write Zeroes,
-//!   Deallocate, and the commit a Flush or FUA write needs run on the
-//!   submitting thread (synchronously) rather than through the queue; the
-//!   pool's own I/O (metadata, preparation) opens a short-lived device
-//!   queue per request.
-//! * A first write to a cluster zeroes the whole cluster before writing,
-//!   even when the write covers it.
-//! * Freed clusters go back to the pool's allocator but are not punched
-//!   out of the underlying file or device.
+//! * Cluster preparation (zeroing, copy-on-write), Write Zeroes and
+//!   Deallocate run on the submitting thread (synchronously) rather than
+//!   through the queue (the pool's own I/O uses a queue per thread and
+//!   device). A Flush or FUA write that needs a commit does not: the
+//!   committer thread commits and wakes the queue (without a committer,
+//!   `commit_interval: None`, the submitting thread commits).
+//! * A first write to part of a cluster zeroes (or copies) the whole
+//!   cluster before writing; a first write of a whole cluster is written
+//!   directly (synchronously, before the mapping is published).
 //! * Deleting a snapshot with children is refused (naming them) rather
 //!   than merged into a single child: decouple the children first.
 //! * Metadata lives on device 0 only; other devices carry labels.
 //! * A cluster freed while requests are in flight on its volume's layer
 //!   becomes allocatable at a moment when none are.
+//! * Requests are counted on the layer of the volume they address, not on
+//!   the ancestors they read through: a read through a clone that is
+//!   still in flight while the snapshot it reads from is decoupled and its
+//!   parent deleted, committed, and the freed cluster reallocated and
+//!   rewritten, could return the new data. Closing that window needs
+//!   counting on every layer of the chain (or an epoch scheme).
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod check;
+mod committer;
 mod dev;
 mod error;
 pub mod format;
@@ -140,6 +149,7 @@ mod lock;
 mod meta;
 mod ops;
 mod pool;
+pub mod rbd;
 mod recover;
 mod state;
 pub mod testing;
@@ -148,6 +158,7 @@ pub mod volume;
 pub use check::{check, check_backends, Report};
 pub use error::{is_no_space, no_space, PoolError};
 pub use pool::{PoolOptions, DEFAULT_CLUSTER};
+pub use rbd::RbdPool;
 
 use farflash_backend::{DirectMode, FileOptions, SharedBackend};
 use std::path::PathBuf;

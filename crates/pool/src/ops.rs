@@ -80,6 +80,15 @@ fn quiesce(old: &Layer) {
 }
 
 impl PoolInner {
+    /// The current layer of `name` (tests).
+    #[cfg(test)]
+    pub(crate) fn handle_layer(&self, name: &str) -> Arc<Layer> {
+        let st = lock(&self.state);
+        st.by_name(name)
+            .map(|v| v.handle.current().0)
+            .expect("volume")
+    }
+
     fn commit_mgmt(&self) -> Result<(), PoolError> {
         self.commit().map_err(PoolError::io(format!(
             "pool {:?}: committing metadata",
@@ -347,7 +356,7 @@ impl PoolInner {
     /// then cuts it from its parent.
     pub(crate) fn decouple(&self, name: &str) -> Result<(), PoolError> {
         let _g = lock(&self.mgmt);
-        let layer = {
+        let (layer, snapshot) = {
             let st = lock(&self.state);
             let v = st
                 .by_name(name)
@@ -355,7 +364,7 @@ impl PoolInner {
             if v.parent().is_none() {
                 return Err(PoolError::NoParent(name.to_owned()));
             }
-            v.layer.clone()
+            (v.layer.clone(), v.rec.snapshot)
         };
         let mut wanted = BTreeSet::new();
         let mut up = layer.parent.as_deref();
@@ -371,7 +380,13 @@ impl PoolInner {
             if !matches!(layer.resolve(i), Source::Inherited(_)) {
                 continue;
             }
-            match self.own_cluster(&layer, i) {
+            // A snapshot's content does not change: its children read the
+            // same data, now from it rather than from its ancestors.
+            let owned = match snapshot {
+                true => self.own_snapshot_cluster(&layer, i),
+                false => self.own_cluster(&layer, i),
+            };
+            match owned {
                 Ok(_) => {}
                 Err(Alloc::Retry) => {
                     return Err(PoolError::invalid(

@@ -1,5 +1,6 @@
 //! A local pool: creation, opening, commits, and cluster allocation.
 
+use crate::committer::Committer;
 use crate::dev::Devices;
 use crate::error::{no_space, PoolError};
 use crate::format::{
@@ -10,10 +11,10 @@ use crate::layer::{Layer, Source};
 use crate::meta::{self, Meta};
 use crate::recover::{self, Bounds};
 use crate::state::{Replay, State};
-use farflash_backend::{IoOp, SharedBackend};
+use farflash_backend::{IoBuf, IoOp, SharedBackend};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// The default cluster size: 1 MiB (see the crate documentation).
@@ -59,9 +60,20 @@ pub(crate) struct PoolInner {
     pub(crate) durable: AtomicU64,
     /// Serializes management calls.
     pub(crate) mgmt: Mutex<()>,
-    stop: Arc<(Mutex<bool>, Condvar)>,
+    pub(crate) committer: Arc<Committer>,
     /// Device locks held while the pool lives (pools opened from paths).
     locks: Mutex<Vec<std::fs::File>>,
+}
+
+/// What a newly allocated cluster is filled with before it is mapped.
+pub(crate) enum Fill<'a> {
+    /// What the logical cluster read so far: zeroes, or the parent's data.
+    Prepare,
+    /// A write of the whole cluster: its data (taken and given back).
+    Data {
+        buf: &'a mut Option<IoBuf>,
+        fua: bool,
+    },
 }
 
 /// Why an allocation did not happen.
@@ -105,7 +117,7 @@ impl PoolInner {
         match res {
             Ok(()) => {
                 self.durable.fetch_max(upto, Ordering::SeqCst);
-                lock(&self.state).release_frees(upto);
+                self.reclaim(upto);
                 Ok(())
             }
             Err(e) => {
@@ -114,6 +126,40 @@ impl PoolInner {
                 Err(e)
             }
         }
+    }
+
+    /// Frees the clusters whose release `upto` committed: punched out of
+    /// their device first (thin reclaim on the file or device; they are
+    /// not allocatable meanwhile), then handed to the allocator.
+    fn reclaim(&self, upto: u64) {
+        let mut freed = lock(&self.state).take_releasable(upto);
+        freed.sort_unstable();
+        let cs = self.cluster_size();
+        let mut runs: Vec<(usize, Vec<(u64, u64)>)> = Vec::new();
+        for &p in &freed {
+            let Some((d, off)) = self.devs.locate(p) else {
+                continue;
+            };
+            match runs.iter_mut().find(|(x, _)| *x == d) {
+                Some((_, r)) => match r.last_mut() {
+                    Some(last) if last.0 + last.1 == off => last.1 += cs,
+                    _ => r.push((off, cs)),
+                },
+                None => runs.push((d, vec![(off, cs)])),
+            }
+        }
+        for (d, ranges) in runs {
+            for chunk in ranges.chunks(256) {
+                let buf = farflash_backend::dealloc_buf(chunk);
+                let op = IoOp::Deallocate {
+                    ranges: chunk.len() as u32,
+                };
+                if let Err(e) = self.devs.run(d, op, buf) {
+                    tracing::debug!(pool = %self.name, device = d, error = %e, "punching freed clusters failed");
+                }
+            }
+        }
+        lock(&self.state).release(&freed);
     }
 
     /// Commits everything changed so far.
@@ -144,13 +190,47 @@ impl PoolInner {
     /// (zeroed, or the parent's data copied in) before it is mapped.
     /// Returns it and the change sequence of its mapping.
     pub(crate) fn own_cluster(&self, layer: &Arc<Layer>, i: u64) -> Result<(u64, u64), Alloc> {
+        self.own_cluster_with(layer, i, Fill::Prepare)
+            .map(|(p, seq, _)| (p, seq))
+    }
+
+    /// [`PoolInner::own_cluster`] in a snapshot's layer (retired since the
+    /// snapshot was taken, but with no writer that could race): decouple.
+    pub(crate) fn own_snapshot_cluster(
+        &self,
+        layer: &Arc<Layer>,
+        i: u64,
+    ) -> Result<(u64, u64), Alloc> {
+        self.own_cluster_in(layer, i, Fill::Prepare, true)
+            .map(|(p, seq, _)| (p, seq))
+    }
+
+    /// [`PoolInner::own_cluster`], filled as `fill` says; also returns
+    /// whether `fill`'s data was written (false when the cluster turned
+    /// out to be owned already).
+    pub(crate) fn own_cluster_with(
+        &self,
+        layer: &Arc<Layer>,
+        i: u64,
+        fill: Fill<'_>,
+    ) -> Result<(u64, u64, bool), Alloc> {
+        self.own_cluster_in(layer, i, fill, false)
+    }
+
+    fn own_cluster_in(
+        &self,
+        layer: &Arc<Layer>,
+        i: u64,
+        fill: Fill<'_>,
+        retired_ok: bool,
+    ) -> Result<(u64, u64, bool), Alloc> {
         let mut st = lock(&self.state);
-        if layer.is_retired() {
+        if layer.is_retired() && !retired_ok {
             return Err(Alloc::Retry);
         }
         let src = layer.resolve(i);
         if let Source::Own(p) = src {
-            return Ok((p, 0));
+            return Ok((p, 0, false));
         }
         let p = match st.fits(0, 1) {
             true => st.alloc(self.durable.load(Ordering::SeqCst)),
@@ -159,13 +239,37 @@ impl PoolInner {
         let Some(p) = p else {
             return Err(Alloc::Failed(no_space()));
         };
-        if let Err(e) = self.prepare(p, src) {
+        let (filled, wrote) = match fill {
+            Fill::Prepare => (self.prepare(p, src), false),
+            Fill::Data { buf, fua } => (self.write_whole(p, buf, fua), true),
+        };
+        if let Err(e) = filled {
             st.unalloc(p);
             return Err(Alloc::Failed(e));
         }
         st.set_entry(layer, i, p + 1);
         self.note(&st);
-        Ok((p, st.change_seq))
+        Ok((p, st.change_seq, wrote))
+    }
+
+    /// Writes a whole cluster's data (the buffer goes out and comes back
+    /// in `slot`; a failed write loses it).
+    fn write_whole(&self, p: u64, slot: &mut Option<IoBuf>, fua: bool) -> io::Result<()> {
+        let cs = self.cluster_size();
+        let (dev, off) = self
+            .devs
+            .locate(p)
+            .ok_or_else(|| io::Error::other("cluster outside the devices"))?;
+        let buf = slot
+            .take()
+            .ok_or_else(|| io::Error::other("no data buffer"))?;
+        let op = IoOp::Write {
+            offset: off,
+            len: cs as u32,
+            fua,
+        };
+        *slot = Some(self.devs.run(dev, op, buf)?);
+        Ok(())
     }
 
     /// Makes cluster `p` hold what `src` reads.
@@ -203,33 +307,7 @@ impl Drop for PoolInner {
                 tracing::error!(pool = %self.name, error = %e, "final commit failed");
             }
         }
-        let (m, cv) = &*self.stop;
-        *lock(m) = true;
-        cv.notify_all();
-    }
-}
-
-/// Commits about every `every` while the pool lives.
-fn start_committer(pool: Weak<PoolInner>, stop: Arc<(Mutex<bool>, Condvar)>, every: Duration) {
-    let run = move || loop {
-        {
-            let (m, cv) = &*stop;
-            let g = lock(m);
-            let (g, _) = cv.wait_timeout(g, every).unwrap_or_else(|p| p.into_inner());
-            if *g {
-                return;
-            }
-        }
-        let Some(p) = pool.upgrade() else { return };
-        if p.dirty() {
-            let _ = p.commit();
-        }
-    };
-    if let Err(e) = std::thread::Builder::new()
-        .name("pool-commit".into())
-        .spawn(run)
-    {
-        tracing::warn!(error = %e, "cannot start the pool committer; mappings commit at Flush only");
+        self.committer.stop();
     }
 }
 
@@ -342,7 +420,7 @@ fn finish(
     m: Meta,
     opts: &PoolOptions,
 ) -> Arc<PoolInner> {
-    let stop = Arc::new((Mutex::new(false), Condvar::new()));
+    let committer = Arc::new(Committer::default());
     let pool = Arc::new(PoolInner {
         name,
         devs,
@@ -351,11 +429,11 @@ fn finish(
         changed: AtomicU64::new(0),
         durable: AtomicU64::new(0),
         mgmt: Mutex::new(()),
-        stop: stop.clone(),
+        committer: committer.clone(),
         locks: Mutex::new(Vec::new()),
     });
     if let Some(every) = opts.commit_interval {
-        start_committer(Arc::downgrade(&pool), stop, every);
+        committer.start(Arc::downgrade(&pool), every);
     }
     pool
 }

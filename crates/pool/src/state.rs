@@ -194,16 +194,33 @@ impl State {
 
     /// Frees what waited for commit `durable` and has no write in flight.
     pub(crate) fn release_frees(&mut self, durable: u64) {
+        for p in self.take_releasable(durable) {
+            self.set_used(p, false);
+        }
+    }
+
+    /// Takes the clusters that may be freed (committed by `durable`, no
+    /// request in flight on their layer); they stay marked used until
+    /// [`State::release`].
+    pub(crate) fn take_releasable(&mut self, durable: u64) -> Vec<u64> {
+        let mut out = Vec::new();
         let mut i = 0;
         while i < self.pending_free.len() {
             let f = &self.pending_free[i];
             if f.seq <= durable && f.layer.quiet() {
-                let p = f.phys;
+                out.push(f.phys);
                 self.pending_free.swap_remove(i);
-                self.set_used(p, false);
             } else {
                 i += 1;
             }
+        }
+        out
+    }
+
+    /// Makes clusters from [`State::take_releasable`] allocatable.
+    pub(crate) fn release(&mut self, clusters: &[u64]) {
+        for &p in clusters {
+            self.set_used(p, false);
         }
     }
 

@@ -92,6 +92,9 @@ impl Image {
 type Log = Arc<Mutex<Vec<(usize, Op)>>>;
 
 struct Inner {
+    /// While true, Flush requests wait (tests of what blocks on a flush).
+    hold: Mutex<bool>,
+    released: std::sync::Condvar,
     size: u64,
     image: Mutex<Image>,
     log: Log,
@@ -127,6 +130,8 @@ impl MemDevice {
 
     fn with_image(size: u64, image: Image, record: bool, log: Log, index: usize) -> MemDevice {
         MemDevice(Arc::new(Inner {
+            hold: Mutex::new(false),
+            released: std::sync::Condvar::new(),
             size,
             image: Mutex::new(image),
             log,
@@ -163,6 +168,12 @@ impl MemDevice {
             .clone()
     }
 
+    /// Makes Flush requests wait (`true`) until released (`false`).
+    pub fn hold_flushes(&self, on: bool) {
+        *self.0.hold.lock().unwrap_or_else(|p| p.into_inner()) = on;
+        self.0.released.notify_all();
+    }
+
     /// As a backend.
     pub fn backend(&self) -> SharedBackend {
         Arc::new(self.clone())
@@ -170,6 +181,11 @@ impl MemDevice {
 
     fn exec(&self, op: IoOp, buf: &mut IoBuf) -> io::Result<()> {
         let inner = &self.0;
+        if matches!(op, IoOp::Flush) {
+            let held = inner.hold.lock().unwrap_or_else(|p| p.into_inner());
+            let wait = inner.released.wait_while(held, |h| *h);
+            drop(wait.unwrap_or_else(|p| p.into_inner()));
+        }
         let ok = |o: u64, l: u64| {
             o.is_multiple_of(PAGE)
                 && l.is_multiple_of(PAGE)

@@ -9,7 +9,10 @@
 //! takes the pool's state lock once to allocate and prepare it (zero it,
 //! or copy the parent's data in) and map it; the mapping is committed at
 //! the next Flush, FUA write or periodic commit, not before the write
-//! completes. Write Zeroes and Deallocate run on the caller's thread.
+//! completes. A Flush or FUA write that needs a commit waits for the
+//! pool's committer thread, which wakes the queue through its eventfd
+//! (an epoll set over the device queues' eventfds and its own). Write
+//! Zeroes and Deallocate run on the caller's thread.
 //!
 //! Each request (read, write, zeroing) also bumps two counters of its
 //! layer (issued, completed), in a cache-line shard of the queue's own
@@ -18,10 +21,11 @@
 //! is reused only once they show nothing in flight on the layer that
 //! freed it.
 
+use crate::committer::Wake;
 use crate::error::no_space;
 use crate::format::{UNMAPPED, ZERO};
 use crate::layer::{Layer, Source};
-use crate::pool::{lock, Alloc, PoolInner};
+use crate::pool::{lock, Alloc, Fill, PoolInner};
 use crate::state::Handle;
 use farflash_backend::{Backend, BackendQueue, BufPool, IoBuf, IoCompletion, IoOp, IoRequest};
 use std::io;
@@ -136,6 +140,12 @@ fn cvt(r: i32) -> io::Result<i32> {
     }
 }
 
+impl Wake for Notify {
+    fn wake(&self) {
+        self.signal_own();
+    }
+}
+
 impl Notify {
     fn new(fds: &[RawFd]) -> io::Result<Notify> {
         // SAFETY: plain system calls; each fd returned is checked and owned
@@ -159,7 +169,7 @@ impl Notify {
         Ok(Notify { epoll, own })
     }
 
-    fn signal(&self) {
+    fn signal_own(&self) {
         let one = 1u64.to_ne_bytes();
         // SAFETY: writes 8 bytes from a live buffer to our own eventfd.
         unsafe { libc::write(self.own.as_raw_fd(), one.as_ptr().cast(), 8) };
@@ -184,7 +194,10 @@ pub(crate) struct VolumeQueue {
     ready: Vec<IoCompletion>,
     scratch: Vec<IoCompletion>,
     bounce: BufPool,
-    notify: Option<Notify>,
+    notify: Option<Arc<Notify>>,
+    /// Requests waiting for a commit: (tag, buffer, change sequence,
+    /// committer failures seen when they started waiting).
+    waiting: Vec<(u64, IoBuf, u64, u64)>,
     /// Scratch: the physical clusters of a write's pieces.
     phys: Vec<u64>,
     /// This queue's shard of the layers' in-flight counters.
@@ -237,10 +250,15 @@ impl VolumeQueue {
             .map(|d| d.backend.open_queue(depth))
             .collect::<io::Result<Vec<_>>>()?;
         let fds: Vec<RawFd> = devs.iter().filter_map(|q| q.notify_fd()).collect();
-        let notify = if fds.is_empty() {
+        // A queue whose requests may complete later (device queues with an
+        // eventfd, or commits left to the committer) needs a wake-up.
+        let notify = if fds.is_empty() && !pool.committer.running() {
             None
         } else {
-            Some(Notify::new(&fds)?)
+            let n = Arc::new(Notify::new(&fds)?);
+            let w: Arc<dyn Wake> = n.clone();
+            pool.committer.register(Arc::downgrade(&w));
+            Some(n)
         };
         let (layer, epoch) = handle.current();
         Ok(VolumeQueue {
@@ -250,12 +268,13 @@ impl VolumeQueue {
             epoch,
             devs,
             jobs: Vec::with_capacity(depth as usize),
-            free: Vec::new(),
-            spare_segs: Vec::new(),
+            free: Vec::with_capacity(depth as usize),
+            spare_segs: Vec::with_capacity(depth as usize),
             ready: Vec::with_capacity(depth as usize),
             scratch: Vec::with_capacity(depth as usize),
             bounce: BufPool::new(),
             notify,
+            waiting: Vec::with_capacity(depth as usize),
             phys: Vec::with_capacity(64),
             shard: NEXT_SHARD.fetch_add(1, Ordering::Relaxed),
             held: Vec::with_capacity(2),
@@ -267,13 +286,21 @@ impl VolumeQueue {
     fn refresh(&mut self) {
         if self.handle.epoch() != self.epoch {
             (self.layer, self.epoch) = self.handle.current();
+            // Replaced layers this queue has nothing in flight on go.
+            for h in &mut self.held {
+                if h.as_ref()
+                    .is_some_and(|(l, n)| *n == 0 && !Arc::ptr_eq(l, &self.layer))
+                {
+                    *h = None;
+                }
+            }
         }
     }
 
     fn complete(&mut self, tag: u64, buf: IoBuf, result: io::Result<()>) {
         self.ready.push(IoCompletion { tag, buf, result });
         if let Some(n) = &self.notify {
-            n.signal();
+            n.signal_own();
         }
     }
 
@@ -285,7 +312,10 @@ impl VolumeQueue {
             result: Ok(()),
             held: None,
             fua,
-            segs: self.spare_segs.pop().unwrap_or_default(),
+            segs: self
+                .spare_segs
+                .pop()
+                .unwrap_or_else(|| Vec::with_capacity(4)),
         };
         match self.free.pop() {
             Some(i) => {
@@ -469,6 +499,14 @@ impl VolumeQueue {
     fn start_write(&mut self, tag: u64, buf: IoBuf, offset: u64, len: u32, fua: bool) {
         let h = self.enter();
         let cs = self.pool.cluster_size();
+        let whole = offset.is_multiple_of(cs) && u64::from(len) == cs;
+        let buf = match whole && !matches!(self.layer.resolve(offset / cs), Source::Own(_)) {
+            true => match self.first_whole_write(h, tag, buf, offset, fua) {
+                Some(buf) => buf,
+                None => return,
+            },
+            false => buf,
+        };
         let mut phys = std::mem::take(&mut self.phys);
         phys.clear();
         for p in pieces(offset, len.into(), cs) {
@@ -510,6 +548,51 @@ impl VolumeQueue {
         self.settle(j, res);
     }
 
+    /// A first write of a whole cluster: its data is the cluster's
+    /// preparation (no zeroing or copy), written before the mapping is
+    /// published. Returns the buffer when the request is not finished
+    /// (the cluster turned out to be owned already: the normal path).
+    fn first_whole_write(
+        &mut self,
+        h: usize,
+        tag: u64,
+        buf: IoBuf,
+        offset: u64,
+        fua: bool,
+    ) -> Option<IoBuf> {
+        let cs = self.pool.cluster_size();
+        let mut slot = Some(buf);
+        let r = self.pool.own_cluster_with(
+            &self.layer,
+            offset / cs,
+            Fill::Data {
+                buf: &mut slot,
+                fua,
+            },
+        );
+        let buf = slot.take().unwrap_or_else(|| IoBuf::with_capacity(0));
+        match r {
+            Ok((_, _, false)) => return Some(buf),
+            Ok((_, _, true)) => {
+                self.leave(h);
+                if fua && self.pool.dirty() {
+                    self.after_commit(tag, buf);
+                } else {
+                    self.complete(tag, buf, Ok(()));
+                }
+            }
+            Err(Alloc::Retry) => {
+                self.leave(h);
+                self.start_write(tag, buf, offset, cs as u32, fua);
+            }
+            Err(Alloc::Failed(e)) => {
+                self.leave(h);
+                self.complete(tag, buf, Err(e));
+            }
+        }
+        None
+    }
+
     /// After issuing: records a failure, and finishes a job with nothing
     /// left in flight.
     fn settle(&mut self, j: usize, res: io::Result<()>) {
@@ -534,14 +617,14 @@ impl VolumeQueue {
         if let Some(h) = job.held.take() {
             self.leave(h);
         }
-        // FUA: the data is durable (device FUA); its mapping must be too,
-        // whichever write created it, so any pending mapping is committed.
-        if job.result.is_ok() && job.fua && self.pool.dirty() {
-            job.result = self.pool.commit();
-        }
         job.segs.clear();
         self.spare_segs.push(std::mem::take(&mut job.segs));
         let buf = job.buf.take().unwrap_or_else(|| IoBuf::with_capacity(0));
+        // FUA: the data is durable (device FUA); its mapping must be too,
+        // whichever write created it, so pending mappings are committed.
+        if job.result.is_ok() && job.fua && self.pool.dirty() {
+            return self.after_commit(job.tag, buf);
+        }
         self.complete(job.tag, buf, job.result);
     }
 
@@ -570,10 +653,46 @@ impl VolumeQueue {
         }
     }
 
+    /// Completes the request once every change made so far is committed:
+    /// the committer does it and wakes this queue (or, without a
+    /// committer, this thread does it now).
+    fn after_commit(&mut self, tag: u64, buf: IoBuf) {
+        let target = self.pool.changed.load(Ordering::SeqCst);
+        if self.notify.is_none() || !self.pool.committer.running() {
+            let r = self.pool.commit_to(target);
+            return self.complete(tag, buf, r);
+        }
+        let failures = self.pool.committer.failures();
+        self.waiting.push((tag, buf, target, failures));
+        self.pool.committer.kick();
+    }
+
+    /// Completes the waiting requests whose commit happened (or failed).
+    fn check_waiting(&mut self) {
+        let durable = self.pool.durable.load(Ordering::SeqCst);
+        let failures = self.pool.committer.failures();
+        let running = self.pool.committer.running();
+        let mut i = 0;
+        while i < self.waiting.len() {
+            let (_, _, target, seen) = self.waiting[i];
+            let result = if durable >= target {
+                Ok(())
+            } else if failures > seen || !running {
+                Err(io::Error::from_raw_os_error(libc::EIO))
+            } else {
+                i += 1;
+                continue;
+            };
+            let (tag, buf, _, _) = self.waiting.swap_remove(i);
+            self.ready.push(IoCompletion { tag, buf, result });
+        }
+    }
+
+    /// Flush: a commit when mappings changed (it flushes the devices
+    /// first), else a flush of every device.
     fn start_flush(&mut self, tag: u64, buf: IoBuf) {
         if self.pool.dirty() {
-            let r = self.pool.commit();
-            return self.complete(tag, buf, r);
+            return self.after_commit(tag, buf);
         }
         let j = self.new_job(tag, buf, false);
         let n = self.devs.len();
@@ -654,12 +773,10 @@ impl VolumeQueue {
 
     fn start_zero(&mut self, tag: u64, buf: IoBuf, op: IoOp) {
         let r = match op {
-            IoOp::WriteZeroes { offset, len, fua } => {
-                self.zero_range(offset, len).and_then(|()| match fua {
-                    true => self.pool.commit(),
-                    false => Ok(()),
-                })
-            }
+            IoOp::WriteZeroes { offset, len, fua } => match self.zero_range(offset, len) {
+                Ok(()) if fua => return self.start_flush(tag, buf),
+                r => r,
+            },
             IoOp::Deallocate { ranges } => (0..ranges).try_for_each(|i| {
                 let (o, l) = dealloc_range(&buf, i);
                 self.zero_range(o, l)
@@ -729,6 +846,9 @@ impl BackendQueue for VolumeQueue {
             }
         }
         self.scratch = scratch;
+        if !self.waiting.is_empty() {
+            self.check_waiting();
+        }
         let n = self.ready.len();
         out.append(&mut self.ready);
         n
@@ -739,6 +859,51 @@ impl BackendQueue for VolumeQueue {
     }
 
     fn in_flight(&self) -> usize {
-        self.jobs.len() - self.free.len() + self.ready.len()
+        self.jobs.len() - self.free.len() + self.ready.len() + self.waiting.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::MemDevice;
+    use crate::{LocalPool, PoolOptions, VolumeStore};
+    use farflash_backend::{IoBuf, IoOp};
+    use std::sync::Arc;
+
+    #[test]
+    fn a_queue_lets_go_of_replaced_layers() {
+        let d = MemDevice::recording(16 << 20);
+        let opts = PoolOptions {
+            cluster_size: Some(64 << 10),
+            max_volumes: 16,
+            journal_blocks: 16,
+            commit_interval: None,
+        };
+        let pool = LocalPool::create_with("h", vec![("m".into(), d.backend())], &opts).unwrap();
+        pool.create_volume("v", 1 << 20).unwrap();
+        let be = pool.open("v").unwrap();
+        let mut q = be.open_queue(4).unwrap();
+        let read = |q: &mut dyn farflash_backend::BackendQueue| {
+            crate::testing::run(
+                q,
+                IoOp::Read {
+                    offset: 0,
+                    len: 4096,
+                },
+                IoBuf::with_capacity(4096),
+            )
+            .unwrap();
+        };
+        read(q.as_mut());
+        let first = pool.inner.handle_layer("v");
+        for size in 2..6u64 {
+            pool.resize("v", size << 20, false).unwrap();
+            read(q.as_mut());
+        }
+        assert_eq!(
+            Arc::strong_count(&first),
+            1,
+            "only this test holds the first layer"
+        );
     }
 }

@@ -241,8 +241,10 @@ fn workload(seed: u64, sizes: &[u64]) -> Work {
     w.random_writes("v1", 8);
     w.snapshot("v1", "s1");
     w.random_writes("v1", 8);
+    w.write("v1", 32, 16, false); // a whole cluster, first written after the snapshot
     w.clone_of("s1", "c1");
     w.open("c1");
+    w.write("c1", 48, 16, false); // a whole cluster over the snapshot's
     w.random_writes("c1", 8);
     w.zero("v1", 16, 16, true, false); // a whole cluster
     w.zero("v1", 40, 3, true, false); // part of one

@@ -454,3 +454,184 @@ fn stores_are_objects_and_infos_serialize() {
     let s = serde_json::to_value(store.stats()).unwrap();
     assert_eq!(s["cluster_size"], CS);
 }
+
+#[test]
+fn a_flush_needing_a_commit_does_not_block_the_submitter() {
+    let d = vec![MemDevice::recording(16 * MIB)];
+    let o = farflash_pool::PoolOptions {
+        commit_interval: Some(std::time::Duration::from_secs(3600)),
+        ..opts()
+    };
+    let pool = LocalPool::create_with("nb", devs(&d), &o).unwrap();
+    pool.create_volume("v", MIB).unwrap();
+    let be = pool.open("v").unwrap();
+    let mut q = be.open_queue(4).unwrap();
+    write(q.as_mut(), 3, 9, false).unwrap();
+    assert!(pool.uncommitted());
+    d[0].hold_flushes(true);
+    // A watchdog releases the devices if submit blocks (the test then
+    // fails instead of hanging).
+    let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (dog_dev, dog_fired) = (d[0].clone(), fired.clone());
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let dog = std::thread::spawn(move || {
+        if rx.recv_timeout(std::time::Duration::from_secs(20)).is_err() {
+            dog_fired.store(true, std::sync::atomic::Ordering::SeqCst);
+            dog_dev.hold_flushes(false);
+        }
+    });
+    // The Flush needs a commit, which needs device flushes, which are
+    // held: a synchronous commit would not return from submit.
+    q.submit(farflash_backend::IoRequest {
+        tag: 7,
+        op: IoOp::Flush,
+        buf: IoBuf::with_capacity(0),
+    });
+    q.commit().unwrap();
+    let mut out = Vec::new();
+    assert!(
+        !fired.load(std::sync::atomic::Ordering::SeqCst),
+        "submit blocked on the commit"
+    );
+    tx.send(()).unwrap();
+    dog.join().unwrap();
+    assert_eq!(q.reap(&mut out), 0, "not complete while the devices hold");
+    assert_eq!(q.in_flight(), 1);
+    let fd = q.notify_fd().expect("a wake-up for later completions");
+    d[0].hold_flushes(false);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while out.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "flush never completed"
+        );
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the duration of the call.
+        unsafe { libc::poll(&mut p, 1, 100) };
+        q.reap(&mut out);
+    }
+    assert_eq!(out[0].tag, 7);
+    out[0].result.as_ref().unwrap();
+    assert!(!pool.uncommitted());
+    // FUA writes that allocate wait the same way, and complete.
+    write(q.as_mut(), 40, 10, true).unwrap();
+    assert!(!pool.uncommitted());
+}
+
+#[test]
+fn freed_clusters_are_punched_out_of_the_device() {
+    let (pool, d) = new_pool(&[16 * MIB]);
+    pool.create_volume("v", MIB).unwrap();
+    let be = pool.open("v").unwrap();
+    let mut q = be.open_queue(4).unwrap();
+    write_span(q.as_mut(), 0, 48, 4).unwrap();
+    flush(q.as_mut());
+    let before = d[0].log_len();
+    dealloc(q.as_mut(), 0, 32).unwrap();
+    flush(q.as_mut());
+    let punched: Vec<u64> = d[0].log()[before..]
+        .iter()
+        .filter_map(|o| match o {
+            farflash_pool::testing::Op::Zero { len, .. } => Some(*len),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(punched, vec![2 * CS], "two adjacent clusters, one punch");
+    assert_eq!(pool.stats().allocated, CS);
+}
+
+#[test]
+fn a_first_whole_cluster_write_is_its_own_preparation() {
+    use farflash_pool::testing::Op;
+    let (pool, d) = new_pool(&[16 * MIB]);
+    pool.create_volume("v", MIB).unwrap();
+    let be = pool.open("v").unwrap();
+    let mut q = be.open_queue(4).unwrap();
+    let count = |ops: &[Op]| -> (usize, usize) {
+        let zeroes = ops
+            .iter()
+            .filter(|o| matches!(o, Op::Zero { len, .. } if *len == CS))
+            .count();
+        let writes = ops
+            .iter()
+            .filter(|o| matches!(o, Op::Write { data, .. } if data.len() as u64 == CS))
+            .count();
+        (zeroes, writes)
+    };
+    let before = d[0].log_len();
+    write_span(q.as_mut(), 16, 16, 5).unwrap();
+    assert_eq!(
+        count(&d[0].log()[before..]),
+        (0, 1),
+        "one write, no zeroing"
+    );
+    for b in 16..32 {
+        assert_eq!(read_id(q.as_mut(), b), Some(5));
+    }
+    assert_eq!(read_id(q.as_mut(), 0), Some(0));
+    assert_eq!(pool.get("v").unwrap().allocated, CS);
+    // Over a snapshot: no copy of the parent's cluster either.
+    pool.snapshot("v", "s").unwrap();
+    let before = d[0].log_len();
+    write_span(q.as_mut(), 16, 16, 6).unwrap();
+    assert_eq!(count(&d[0].log()[before..]), (0, 1), "one write, no copy");
+    assert_eq!(read_id(q.as_mut(), 20), Some(6));
+    let sb = pool.open("s").unwrap();
+    let mut sq = sb.open_queue(4).unwrap();
+    assert_eq!(read_id(sq.as_mut(), 20), Some(5));
+    // A partial first write still prepares the cluster.
+    let before = d[0].log_len();
+    write(q.as_mut(), 40, 7, false).unwrap();
+    assert_eq!(count(&d[0].log()[before..]).0, 1, "zeroed first");
+}
+
+#[test]
+fn a_snapshot_can_be_decoupled_so_its_parent_can_go() {
+    let (pool, d) = new_pool(&[16 * MIB]);
+    pool.create_volume("v", MIB).unwrap();
+    {
+        let be = pool.open("v").unwrap();
+        let mut q = be.open_queue(4).unwrap();
+        write(q.as_mut(), 1, 21, false).unwrap();
+        write(q.as_mut(), 17, 22, false).unwrap();
+    }
+    pool.snapshot("v", "s1").unwrap();
+    pool.clone_volume("s1", "c").unwrap();
+    {
+        let be = pool.open("c").unwrap();
+        let mut q = be.open_queue(4).unwrap();
+        write(q.as_mut(), 2, 23, false).unwrap();
+    }
+    pool.snapshot("c", "s2").unwrap(); // s2's parent is s1
+    assert_eq!(pool.get("s2").unwrap().parent.as_deref(), Some("s1"));
+    assert!(matches!(
+        pool.delete("s1"),
+        Err(PoolError::HasClones { .. })
+    ));
+    pool.decouple("s2").unwrap();
+    pool.decouple("v").unwrap();
+    assert_eq!(pool.get("s2").unwrap().parent, None);
+    pool.delete("s1").unwrap();
+    for (name, want) in [
+        ("s2", [21, 22, 23]),
+        ("c", [21, 22, 23]),
+        ("v", [21, 22, 0]),
+    ] {
+        let be = pool.open(name).unwrap();
+        let mut q = be.open_queue(4).unwrap();
+        let got = [1, 17, 2].map(|b| read_id(q.as_mut(), b).unwrap());
+        assert_eq!(got, want, "{name}");
+    }
+    pool.commit().unwrap();
+    drop(pool);
+    let r = check_backends(devs(&d));
+    assert!(r.ok(), "{r:?}");
+    let again = LocalPool::open_with(devs(&d), &opts()).unwrap();
+    let be = again.open("c").unwrap();
+    let mut q = be.open_queue(4).unwrap();
+    assert_eq!(read_id(q.as_mut(), 17), Some(22));
+}

@@ -338,6 +338,13 @@ pub type rbd_completion_t = *mut ::std::os::raw::c_void;
 pub type rbd_callback_t = ::std::option::Option<
     unsafe extern "C" fn(cb: rbd_completion_t, arg: *mut ::std::os::raw::c_void),
 >;
+pub type librbd_progress_fn_t = ::std::option::Option<
+    unsafe extern "C" fn(
+        offset: u64,
+        total: u64,
+        ptr: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int,
+>;
 pub type rbd_update_callback_t = ::std::option::Option<
     unsafe extern "C" fn(arg: *mut ::std::os::raw::c_void),
 >;
@@ -1116,6 +1123,10 @@ const _: () = {
 pub const LIBRARIES: [&str; 2usize] = ["librados.so.2", "librbd.so.1"];
 /// The C functions farflash calls, resolved at run time.
 pub struct Api {
+    pub rados_cluster_stat: unsafe extern "C" fn(
+        rados_t,
+        *mut rados_cluster_stat_t,
+    ) -> ::std::os::raw::c_int,
     pub rados_conf_get: unsafe extern "C" fn(
         rados_t,
         *const ::std::os::raw::c_char,
@@ -1142,6 +1153,10 @@ pub struct Api {
         *mut rados_ioctx_t,
     ) -> ::std::os::raw::c_int,
     pub rados_ioctx_destroy: unsafe extern "C" fn(rados_ioctx_t),
+    pub rados_ioctx_pool_stat: unsafe extern "C" fn(
+        rados_ioctx_t,
+        *mut rados_pool_stat_t,
+    ) -> ::std::os::raw::c_int,
     pub rados_shutdown: unsafe extern "C" fn(rados_t),
     pub rados_version: unsafe extern "C" fn(
         *mut ::std::os::raw::c_int,
@@ -1181,19 +1196,78 @@ pub struct Api {
         ::std::os::raw::c_int,
         ::std::os::raw::c_int,
     ) -> ::std::os::raw::c_int,
+    pub rbd_clone2: unsafe extern "C" fn(
+        rados_ioctx_t,
+        *const ::std::os::raw::c_char,
+        *const ::std::os::raw::c_char,
+        rados_ioctx_t,
+        *const ::std::os::raw::c_char,
+        u64,
+        *mut ::std::os::raw::c_int,
+        u64,
+        ::std::os::raw::c_int,
+    ) -> ::std::os::raw::c_int,
     pub rbd_close: unsafe extern "C" fn(rbd_image_t) -> ::std::os::raw::c_int,
+    pub rbd_create2: unsafe extern "C" fn(
+        rados_ioctx_t,
+        *const ::std::os::raw::c_char,
+        u64,
+        u64,
+        *mut ::std::os::raw::c_int,
+    ) -> ::std::os::raw::c_int,
+    pub rbd_diff_iterate2: unsafe extern "C" fn(
+        rbd_image_t,
+        *const ::std::os::raw::c_char,
+        u64,
+        u64,
+        u8,
+        u8,
+        ::std::option::Option<
+            unsafe extern "C" fn(
+                arg1: u64,
+                arg2: usize,
+                arg3: ::std::os::raw::c_int,
+                arg4: *mut ::std::os::raw::c_void,
+            ) -> ::std::os::raw::c_int,
+        >,
+        *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int,
+    pub rbd_flatten: unsafe extern "C" fn(rbd_image_t) -> ::std::os::raw::c_int,
     pub rbd_flush: unsafe extern "C" fn(rbd_image_t) -> ::std::os::raw::c_int,
     pub rbd_get_features: unsafe extern "C" fn(
         rbd_image_t,
         *mut u64,
     ) -> ::std::os::raw::c_int,
+    pub rbd_get_parent: unsafe extern "C" fn(
+        rbd_image_t,
+        *mut rbd_linked_image_spec_t,
+        *mut rbd_snap_spec_t,
+    ) -> ::std::os::raw::c_int,
     pub rbd_get_size: unsafe extern "C" fn(
         rbd_image_t,
         *mut u64,
     ) -> ::std::os::raw::c_int,
+    pub rbd_image_spec_list_cleanup: unsafe extern "C" fn(*mut rbd_image_spec_t, usize),
     pub rbd_is_exclusive_lock_owner: unsafe extern "C" fn(
         rbd_image_t,
         *mut ::std::os::raw::c_int,
+    ) -> ::std::os::raw::c_int,
+    pub rbd_linked_image_spec_cleanup: unsafe extern "C" fn(
+        *mut rbd_linked_image_spec_t,
+    ),
+    pub rbd_linked_image_spec_list_cleanup: unsafe extern "C" fn(
+        *mut rbd_linked_image_spec_t,
+        usize,
+    ),
+    pub rbd_list2: unsafe extern "C" fn(
+        rados_ioctx_t,
+        *mut rbd_image_spec_t,
+        *mut usize,
+    ) -> ::std::os::raw::c_int,
+    pub rbd_list_children3: unsafe extern "C" fn(
+        rbd_image_t,
+        *mut rbd_linked_image_spec_t,
+        *mut usize,
     ) -> ::std::os::raw::c_int,
     pub rbd_lock_acquire: unsafe extern "C" fn(
         rbd_image_t,
@@ -1215,11 +1289,91 @@ pub struct Api {
         usize,
     ),
     pub rbd_lock_release: unsafe extern "C" fn(rbd_image_t) -> ::std::os::raw::c_int,
+    pub rbd_metadata_get: unsafe extern "C" fn(
+        rbd_image_t,
+        *const ::std::os::raw::c_char,
+        *mut ::std::os::raw::c_char,
+        *mut usize,
+    ) -> ::std::os::raw::c_int,
+    pub rbd_metadata_remove: unsafe extern "C" fn(
+        rbd_image_t,
+        *const ::std::os::raw::c_char,
+    ) -> ::std::os::raw::c_int,
+    pub rbd_metadata_set: unsafe extern "C" fn(
+        rbd_image_t,
+        *const ::std::os::raw::c_char,
+        *const ::std::os::raw::c_char,
+    ) -> ::std::os::raw::c_int,
     pub rbd_open: unsafe extern "C" fn(
         rados_ioctx_t,
         *const ::std::os::raw::c_char,
         *mut rbd_image_t,
         *const ::std::os::raw::c_char,
+    ) -> ::std::os::raw::c_int,
+    pub rbd_open_read_only: unsafe extern "C" fn(
+        rados_ioctx_t,
+        *const ::std::os::raw::c_char,
+        *mut rbd_image_t,
+        *const ::std::os::raw::c_char,
+    ) -> ::std::os::raw::c_int,
+    pub rbd_remove: unsafe extern "C" fn(
+        rados_ioctx_t,
+        *const ::std::os::raw::c_char,
+    ) -> ::std::os::raw::c_int,
+    pub rbd_rename: unsafe extern "C" fn(
+        rados_ioctx_t,
+        *const ::std::os::raw::c_char,
+        *const ::std::os::raw::c_char,
+    ) -> ::std::os::raw::c_int,
+    pub rbd_resize2: unsafe extern "C" fn(
+        rbd_image_t,
+        u64,
+        bool,
+        librbd_progress_fn_t,
+        *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int,
+    pub rbd_snap_create: unsafe extern "C" fn(
+        rbd_image_t,
+        *const ::std::os::raw::c_char,
+    ) -> ::std::os::raw::c_int,
+    pub rbd_snap_get_id: unsafe extern "C" fn(
+        rbd_image_t,
+        *const ::std::os::raw::c_char,
+        *mut u64,
+    ) -> ::std::os::raw::c_int,
+    pub rbd_snap_is_protected: unsafe extern "C" fn(
+        rbd_image_t,
+        *const ::std::os::raw::c_char,
+        *mut ::std::os::raw::c_int,
+    ) -> ::std::os::raw::c_int,
+    pub rbd_snap_list: unsafe extern "C" fn(
+        rbd_image_t,
+        *mut rbd_snap_info_t,
+        *mut ::std::os::raw::c_int,
+    ) -> ::std::os::raw::c_int,
+    pub rbd_snap_list_end: unsafe extern "C" fn(*mut rbd_snap_info_t),
+    pub rbd_snap_protect: unsafe extern "C" fn(
+        rbd_image_t,
+        *const ::std::os::raw::c_char,
+    ) -> ::std::os::raw::c_int,
+    pub rbd_snap_remove: unsafe extern "C" fn(
+        rbd_image_t,
+        *const ::std::os::raw::c_char,
+    ) -> ::std::os::raw::c_int,
+    pub rbd_snap_rename: unsafe extern "C" fn(
+        rbd_image_t,
+        *const ::std::os::raw::c_char,
+        *const ::std::os::raw::c_char,
+    ) -> ::std::os::raw::c_int,
+    pub rbd_snap_spec_cleanup: unsafe extern "C" fn(*mut rbd_snap_spec_t),
+    pub rbd_snap_unprotect: unsafe extern "C" fn(
+        rbd_image_t,
+        *const ::std::os::raw::c_char,
+    ) -> ::std::os::raw::c_int,
+    pub rbd_stat: unsafe extern "C" fn(
+        rbd_image_t,
+        *mut rbd_image_info_t,
+        usize,
     ) -> ::std::os::raw::c_int,
     pub rbd_update_unwatch: unsafe extern "C" fn(
         rbd_image_t,
@@ -1236,6 +1390,12 @@ pub struct Api {
         *mut ::std::os::raw::c_int,
         *mut ::std::os::raw::c_int,
     ),
+    pub rbd_watchers_list: unsafe extern "C" fn(
+        rbd_image_t,
+        *mut rbd_image_watcher_t,
+        *mut usize,
+    ) -> ::std::os::raw::c_int,
+    pub rbd_watchers_list_cleanup: unsafe extern "C" fn(*mut rbd_image_watcher_t, usize),
 }
 impl Api {
     /// Resolves every function in `libs`, the opened `LIBRARIES`.
@@ -1248,6 +1408,12 @@ impl Api {
         requirement: ::farflash_dynload::Requirement,
     ) -> Result<Self, ::farflash_dynload::LoadError> {
         Ok(Self {
+            rados_cluster_stat: ::farflash_dynload::symbol(
+                &libs[0usize],
+                LIBRARIES[0usize],
+                requirement,
+                "rados_cluster_stat",
+            )?,
             rados_conf_get: ::farflash_dynload::symbol(
                 &libs[0usize],
                 LIBRARIES[0usize],
@@ -1289,6 +1455,12 @@ impl Api {
                 LIBRARIES[0usize],
                 requirement,
                 "rados_ioctx_destroy",
+            )?,
+            rados_ioctx_pool_stat: ::farflash_dynload::symbol(
+                &libs[0usize],
+                LIBRARIES[0usize],
+                requirement,
+                "rados_ioctx_pool_stat",
             )?,
             rados_shutdown: ::farflash_dynload::symbol(
                 &libs[0usize],
@@ -1344,11 +1516,35 @@ impl Api {
                 requirement,
                 "rbd_aio_write_zeroes",
             )?,
+            rbd_clone2: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_clone2",
+            )?,
             rbd_close: ::farflash_dynload::symbol(
                 &libs[1usize],
                 LIBRARIES[1usize],
                 requirement,
                 "rbd_close",
+            )?,
+            rbd_create2: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_create2",
+            )?,
+            rbd_diff_iterate2: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_diff_iterate2",
+            )?,
+            rbd_flatten: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_flatten",
             )?,
             rbd_flush: ::farflash_dynload::symbol(
                 &libs[1usize],
@@ -1362,17 +1558,53 @@ impl Api {
                 requirement,
                 "rbd_get_features",
             )?,
+            rbd_get_parent: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_get_parent",
+            )?,
             rbd_get_size: ::farflash_dynload::symbol(
                 &libs[1usize],
                 LIBRARIES[1usize],
                 requirement,
                 "rbd_get_size",
             )?,
+            rbd_image_spec_list_cleanup: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_image_spec_list_cleanup",
+            )?,
             rbd_is_exclusive_lock_owner: ::farflash_dynload::symbol(
                 &libs[1usize],
                 LIBRARIES[1usize],
                 requirement,
                 "rbd_is_exclusive_lock_owner",
+            )?,
+            rbd_linked_image_spec_cleanup: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_linked_image_spec_cleanup",
+            )?,
+            rbd_linked_image_spec_list_cleanup: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_linked_image_spec_list_cleanup",
+            )?,
+            rbd_list2: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_list2",
+            )?,
+            rbd_list_children3: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_list_children3",
             )?,
             rbd_lock_acquire: ::farflash_dynload::symbol(
                 &libs[1usize],
@@ -1404,11 +1636,119 @@ impl Api {
                 requirement,
                 "rbd_lock_release",
             )?,
+            rbd_metadata_get: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_metadata_get",
+            )?,
+            rbd_metadata_remove: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_metadata_remove",
+            )?,
+            rbd_metadata_set: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_metadata_set",
+            )?,
             rbd_open: ::farflash_dynload::symbol(
                 &libs[1usize],
                 LIBRARIES[1usize],
                 requirement,
                 "rbd_open",
+            )?,
+            rbd_open_read_only: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_open_read_only",
+            )?,
+            rbd_remove: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_remove",
+            )?,
+            rbd_rename: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_rename",
+            )?,
+            rbd_resize2: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_resize2",
+            )?,
+            rbd_snap_create: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_snap_create",
+            )?,
+            rbd_snap_get_id: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_snap_get_id",
+            )?,
+            rbd_snap_is_protected: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_snap_is_protected",
+            )?,
+            rbd_snap_list: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_snap_list",
+            )?,
+            rbd_snap_list_end: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_snap_list_end",
+            )?,
+            rbd_snap_protect: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_snap_protect",
+            )?,
+            rbd_snap_remove: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_snap_remove",
+            )?,
+            rbd_snap_rename: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_snap_rename",
+            )?,
+            rbd_snap_spec_cleanup: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_snap_spec_cleanup",
+            )?,
+            rbd_snap_unprotect: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_snap_unprotect",
+            )?,
+            rbd_stat: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_stat",
             )?,
             rbd_update_unwatch: ::farflash_dynload::symbol(
                 &libs[1usize],
@@ -1428,8 +1768,28 @@ impl Api {
                 requirement,
                 "rbd_version",
             )?,
+            rbd_watchers_list: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_watchers_list",
+            )?,
+            rbd_watchers_list_cleanup: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_watchers_list_cleanup",
+            )?,
         })
     }
+}
+/// `rados_cluster_stat` from `librados.so.2`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rados_cluster_stat(
+    cluster: rados_t,
+    result: *mut rados_cluster_stat_t,
+) -> ::std::os::raw::c_int {
+    (crate::api().rados_cluster_stat)(cluster, result)
 }
 /// `rados_conf_get` from `librados.so.2`, resolved at run time: call only after `crate::load()` succeeded.
 #[inline]
@@ -1484,6 +1844,14 @@ pub unsafe fn rados_ioctx_create(
 #[inline]
 pub unsafe fn rados_ioctx_destroy(io: rados_ioctx_t) {
     (crate::api().rados_ioctx_destroy)(io)
+}
+/// `rados_ioctx_pool_stat` from `librados.so.2`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rados_ioctx_pool_stat(
+    io: rados_ioctx_t,
+    stats: *mut rados_pool_stat_t,
+) -> ::std::os::raw::c_int {
+    (crate::api().rados_ioctx_pool_stat)(io, stats)
 }
 /// `rados_shutdown` from `librados.so.2`, resolved at run time: call only after `crate::load()` succeeded.
 #[inline]
@@ -1560,10 +1928,83 @@ pub unsafe fn rbd_aio_write_zeroes(
 ) -> ::std::os::raw::c_int {
     (crate::api().rbd_aio_write_zeroes)(image, off, len, c, zero_flags, op_flags)
 }
+/// `rbd_clone2` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_clone2(
+    p_ioctx: rados_ioctx_t,
+    p_name: *const ::std::os::raw::c_char,
+    p_snapname: *const ::std::os::raw::c_char,
+    c_ioctx: rados_ioctx_t,
+    c_name: *const ::std::os::raw::c_char,
+    features: u64,
+    c_order: *mut ::std::os::raw::c_int,
+    stripe_unit: u64,
+    stripe_count: ::std::os::raw::c_int,
+) -> ::std::os::raw::c_int {
+    (crate::api()
+        .rbd_clone2)(
+        p_ioctx,
+        p_name,
+        p_snapname,
+        c_ioctx,
+        c_name,
+        features,
+        c_order,
+        stripe_unit,
+        stripe_count,
+    )
+}
 /// `rbd_close` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
 #[inline]
 pub unsafe fn rbd_close(image: rbd_image_t) -> ::std::os::raw::c_int {
     (crate::api().rbd_close)(image)
+}
+/// `rbd_create2` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_create2(
+    io: rados_ioctx_t,
+    name: *const ::std::os::raw::c_char,
+    size: u64,
+    features: u64,
+    order: *mut ::std::os::raw::c_int,
+) -> ::std::os::raw::c_int {
+    (crate::api().rbd_create2)(io, name, size, features, order)
+}
+/// `rbd_diff_iterate2` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_diff_iterate2(
+    image: rbd_image_t,
+    fromsnapname: *const ::std::os::raw::c_char,
+    ofs: u64,
+    len: u64,
+    include_parent: u8,
+    whole_object: u8,
+    cb: ::std::option::Option<
+        unsafe extern "C" fn(
+            arg1: u64,
+            arg2: usize,
+            arg3: ::std::os::raw::c_int,
+            arg4: *mut ::std::os::raw::c_void,
+        ) -> ::std::os::raw::c_int,
+    >,
+    arg: *mut ::std::os::raw::c_void,
+) -> ::std::os::raw::c_int {
+    (crate::api()
+        .rbd_diff_iterate2)(
+        image,
+        fromsnapname,
+        ofs,
+        len,
+        include_parent,
+        whole_object,
+        cb,
+        arg,
+    )
+}
+/// `rbd_flatten` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_flatten(image: rbd_image_t) -> ::std::os::raw::c_int {
+    (crate::api().rbd_flatten)(image)
 }
 /// `rbd_flush` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
 #[inline]
@@ -1578,10 +2019,27 @@ pub unsafe fn rbd_get_features(
 ) -> ::std::os::raw::c_int {
     (crate::api().rbd_get_features)(image, features)
 }
+/// `rbd_get_parent` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_get_parent(
+    image: rbd_image_t,
+    parent_image: *mut rbd_linked_image_spec_t,
+    parent_snap: *mut rbd_snap_spec_t,
+) -> ::std::os::raw::c_int {
+    (crate::api().rbd_get_parent)(image, parent_image, parent_snap)
+}
 /// `rbd_get_size` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
 #[inline]
 pub unsafe fn rbd_get_size(image: rbd_image_t, size: *mut u64) -> ::std::os::raw::c_int {
     (crate::api().rbd_get_size)(image, size)
+}
+/// `rbd_image_spec_list_cleanup` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_image_spec_list_cleanup(
+    images: *mut rbd_image_spec_t,
+    num_images: usize,
+) {
+    (crate::api().rbd_image_spec_list_cleanup)(images, num_images)
 }
 /// `rbd_is_exclusive_lock_owner` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
 #[inline]
@@ -1590,6 +2048,37 @@ pub unsafe fn rbd_is_exclusive_lock_owner(
     is_owner: *mut ::std::os::raw::c_int,
 ) -> ::std::os::raw::c_int {
     (crate::api().rbd_is_exclusive_lock_owner)(image, is_owner)
+}
+/// `rbd_linked_image_spec_cleanup` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_linked_image_spec_cleanup(image: *mut rbd_linked_image_spec_t) {
+    (crate::api().rbd_linked_image_spec_cleanup)(image)
+}
+/// `rbd_linked_image_spec_list_cleanup` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_linked_image_spec_list_cleanup(
+    images: *mut rbd_linked_image_spec_t,
+    num_images: usize,
+) {
+    (crate::api().rbd_linked_image_spec_list_cleanup)(images, num_images)
+}
+/// `rbd_list2` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_list2(
+    io: rados_ioctx_t,
+    images: *mut rbd_image_spec_t,
+    max_images: *mut usize,
+) -> ::std::os::raw::c_int {
+    (crate::api().rbd_list2)(io, images, max_images)
+}
+/// `rbd_list_children3` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_list_children3(
+    image: rbd_image_t,
+    images: *mut rbd_linked_image_spec_t,
+    max_images: *mut usize,
+) -> ::std::os::raw::c_int {
+    (crate::api().rbd_list_children3)(image, images, max_images)
 }
 /// `rbd_lock_acquire` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
 #[inline]
@@ -1631,6 +2120,33 @@ pub unsafe fn rbd_lock_get_owners_cleanup(
 pub unsafe fn rbd_lock_release(image: rbd_image_t) -> ::std::os::raw::c_int {
     (crate::api().rbd_lock_release)(image)
 }
+/// `rbd_metadata_get` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_metadata_get(
+    image: rbd_image_t,
+    key: *const ::std::os::raw::c_char,
+    value: *mut ::std::os::raw::c_char,
+    val_len: *mut usize,
+) -> ::std::os::raw::c_int {
+    (crate::api().rbd_metadata_get)(image, key, value, val_len)
+}
+/// `rbd_metadata_remove` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_metadata_remove(
+    image: rbd_image_t,
+    key: *const ::std::os::raw::c_char,
+) -> ::std::os::raw::c_int {
+    (crate::api().rbd_metadata_remove)(image, key)
+}
+/// `rbd_metadata_set` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_metadata_set(
+    image: rbd_image_t,
+    key: *const ::std::os::raw::c_char,
+    value: *const ::std::os::raw::c_char,
+) -> ::std::os::raw::c_int {
+    (crate::api().rbd_metadata_set)(image, key, value)
+}
 /// `rbd_open` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
 #[inline]
 pub unsafe fn rbd_open(
@@ -1640,6 +2156,131 @@ pub unsafe fn rbd_open(
     snap_name: *const ::std::os::raw::c_char,
 ) -> ::std::os::raw::c_int {
     (crate::api().rbd_open)(io, name, image, snap_name)
+}
+/// `rbd_open_read_only` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_open_read_only(
+    io: rados_ioctx_t,
+    name: *const ::std::os::raw::c_char,
+    image: *mut rbd_image_t,
+    snap_name: *const ::std::os::raw::c_char,
+) -> ::std::os::raw::c_int {
+    (crate::api().rbd_open_read_only)(io, name, image, snap_name)
+}
+/// `rbd_remove` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_remove(
+    io: rados_ioctx_t,
+    name: *const ::std::os::raw::c_char,
+) -> ::std::os::raw::c_int {
+    (crate::api().rbd_remove)(io, name)
+}
+/// `rbd_rename` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_rename(
+    src_io_ctx: rados_ioctx_t,
+    srcname: *const ::std::os::raw::c_char,
+    destname: *const ::std::os::raw::c_char,
+) -> ::std::os::raw::c_int {
+    (crate::api().rbd_rename)(src_io_ctx, srcname, destname)
+}
+/// `rbd_resize2` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_resize2(
+    image: rbd_image_t,
+    size: u64,
+    allow_shrink: bool,
+    cb: librbd_progress_fn_t,
+    cbdata: *mut ::std::os::raw::c_void,
+) -> ::std::os::raw::c_int {
+    (crate::api().rbd_resize2)(image, size, allow_shrink, cb, cbdata)
+}
+/// `rbd_snap_create` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_snap_create(
+    image: rbd_image_t,
+    snapname: *const ::std::os::raw::c_char,
+) -> ::std::os::raw::c_int {
+    (crate::api().rbd_snap_create)(image, snapname)
+}
+/// `rbd_snap_get_id` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_snap_get_id(
+    image: rbd_image_t,
+    snapname: *const ::std::os::raw::c_char,
+    snap_id: *mut u64,
+) -> ::std::os::raw::c_int {
+    (crate::api().rbd_snap_get_id)(image, snapname, snap_id)
+}
+/// `rbd_snap_is_protected` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_snap_is_protected(
+    image: rbd_image_t,
+    snap_name: *const ::std::os::raw::c_char,
+    is_protected: *mut ::std::os::raw::c_int,
+) -> ::std::os::raw::c_int {
+    (crate::api().rbd_snap_is_protected)(image, snap_name, is_protected)
+}
+/// `rbd_snap_list` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_snap_list(
+    image: rbd_image_t,
+    snaps: *mut rbd_snap_info_t,
+    max_snaps: *mut ::std::os::raw::c_int,
+) -> ::std::os::raw::c_int {
+    (crate::api().rbd_snap_list)(image, snaps, max_snaps)
+}
+/// `rbd_snap_list_end` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_snap_list_end(snaps: *mut rbd_snap_info_t) {
+    (crate::api().rbd_snap_list_end)(snaps)
+}
+/// `rbd_snap_protect` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_snap_protect(
+    image: rbd_image_t,
+    snap_name: *const ::std::os::raw::c_char,
+) -> ::std::os::raw::c_int {
+    (crate::api().rbd_snap_protect)(image, snap_name)
+}
+/// `rbd_snap_remove` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_snap_remove(
+    image: rbd_image_t,
+    snapname: *const ::std::os::raw::c_char,
+) -> ::std::os::raw::c_int {
+    (crate::api().rbd_snap_remove)(image, snapname)
+}
+/// `rbd_snap_rename` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_snap_rename(
+    image: rbd_image_t,
+    snapname: *const ::std::os::raw::c_char,
+    dstsnapsname: *const ::std::os::raw::c_char,
+) -> ::std::os::raw::c_int {
+    (crate::api().rbd_snap_rename)(image, snapname, dstsnapsname)
+}
+/// `rbd_snap_spec_cleanup` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_snap_spec_cleanup(snap: *mut rbd_snap_spec_t) {
+    (crate::api().rbd_snap_spec_cleanup)(snap)
+}
+/// `rbd_snap_unprotect` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_snap_unprotect(
+    image: rbd_image_t,
+    snap_name: *const ::std::os::raw::c_char,
+) -> ::std::os::raw::c_int {
+    (crate::api().rbd_snap_unprotect)(image, snap_name)
+}
+/// `rbd_stat` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_stat(
+    image: rbd_image_t,
+    info: *mut rbd_image_info_t,
+    infosize: usize,
+) -> ::std::os::raw::c_int {
+    (crate::api().rbd_stat)(image, info, infosize)
 }
 /// `rbd_update_unwatch` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
 #[inline]
@@ -1667,4 +2308,21 @@ pub unsafe fn rbd_version(
     extra: *mut ::std::os::raw::c_int,
 ) {
     (crate::api().rbd_version)(major, minor, extra)
+}
+/// `rbd_watchers_list` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_watchers_list(
+    image: rbd_image_t,
+    watchers: *mut rbd_image_watcher_t,
+    max_watchers: *mut usize,
+) -> ::std::os::raw::c_int {
+    (crate::api().rbd_watchers_list)(image, watchers, max_watchers)
+}
+/// `rbd_watchers_list_cleanup` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_watchers_list_cleanup(
+    watchers: *mut rbd_image_watcher_t,
+    num_watchers: usize,
+) {
+    (crate::api().rbd_watchers_list_cleanup)(watchers, num_watchers)
 }

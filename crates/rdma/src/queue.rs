@@ -67,22 +67,26 @@ pub enum Fault {
     ConnectMismatch,
 }
 
-/// The binding's view of one command slot.
+/// NVMe/RDMA's state of one command (`Transport::Cmd`), kept in the
+/// command's slot of the command layer's queue and handed back with its
+/// completion: set once when the capsule arrives, read by the response.
 #[derive(Clone, Copy, Debug, Default)]
-struct Cmd {
+pub struct RdmaCmd {
     /// Where a read's data goes.
     write_to: Option<Remote>,
     /// The key to invalidate with the response.
     invalidate: Option<u32>,
 }
 
-/// The NVMe/RDMA side of one queue pair: its geometry, the per-command
-/// remote buffers, the verbs work waiting for send-queue entries and the
-/// receive buffers to post again. The command layer's queue is beside it
-/// in the [`Binding`].
+/// The command layer's queue with NVMe/RDMA's state of each command in its slots.
+type Queue = NvmeQueue<RdmaCmd>;
+
+/// The NVMe/RDMA side of one queue pair: its geometry, the verbs work
+/// waiting for send-queue entries and the receive buffers to post again.
+/// Each command's remote buffers are in its slot ([`RdmaCmd`]); the command
+/// layer's queue is beside it in the [`Binding`].
 pub struct Rdma {
     geo: Geometry,
-    cmds: Vec<Cmd>,
     /// Send-queue entries: all of them, and those free.
     sq_entries: usize,
     sq_free: usize,
@@ -117,7 +121,6 @@ impl RdmaQueue {
             *core.pool() = BufPool::chunked(CHUNK_BYTES, MAX_CHUNKS);
         }
         let t = Rdma {
-            cmds: vec![Cmd::default(); core.slot_count()],
             geo,
             sq_entries,
             sq_free: sq_entries,
@@ -211,7 +214,7 @@ impl RdmaQueue {
 }
 
 impl Rdma {
-    fn on_recv(&mut self, q: &mut NvmeQueue, buf: u32, msg: &[u8]) {
+    fn on_recv(&mut self, q: &mut Queue, buf: u32, msg: &[u8]) {
         let c = match capsule::parse(msg, self.geo.recv_bytes as usize) {
             Ok(c) => c,
             Err(e) => {
@@ -230,14 +233,19 @@ impl Rdma {
             }
             Begin::Ready { slot, xfer } => (slot, xfer),
         };
-        if slot as usize >= self.cmds.len() {
-            self.cmds.resize(q.slot_count(), Cmd::default());
-        }
-        self.cmds[slot as usize] = Cmd::default();
         match sgl::plan(xfer, &c.dptr, c.icd.len()) {
             Err(st) => q.fail(slot, st),
             Ok(p) => {
-                self.cmds[slot as usize].invalidate = p.invalidate;
+                let write_to = match p.data {
+                    Placement::Write(remote) => Some(remote),
+                    _ => None,
+                };
+                if let Some(cmd) = q.cmd_mut(slot) {
+                    *cmd = RdmaCmd {
+                        write_to,
+                        invalidate: p.invalidate,
+                    };
+                }
                 match p.data {
                     Placement::None => q.execute(slot),
                     Placement::InCapsule { offset, len } => {
@@ -249,10 +257,7 @@ impl Rdma {
                         q.data_buf(slot);
                         self.out.push_back(Work::Read { slot, remote });
                     }
-                    Placement::Write(remote) => {
-                        self.cmds[slot as usize].write_to = Some(remote);
-                        q.execute(slot);
-                    }
+                    Placement::Write(_) => q.execute(slot),
                 }
             }
         }
@@ -263,6 +268,8 @@ impl Rdma {
 }
 
 impl Transport for Rdma {
+    type Cmd = RdmaCmd;
+
     fn closing(&self) -> bool {
         self.fault.is_some()
     }
@@ -271,22 +278,17 @@ impl Transport for Rdma {
         self.out.is_empty() && self.sq_free == self.sq_entries
     }
 
-    fn connected(&mut self, q: &mut NvmeQueue, c: Connected) {
+    fn connected(&mut self, _q: &mut Queue, c: Connected) {
         // RDMA §3.2: the Connect matches the CM Request it came over
         // (HSQSIZE is the Connect's SQSIZE): otherwise the host could
         // send more capsules than receive buffers are posted.
         if c.qid != self.geo.qid || c.sqsize as u32 + 1 != self.geo.recv_entries {
             self.fault = Some(Fault::ConnectMismatch);
         }
-        self.cmds.resize(q.slot_count(), Cmd::default());
     }
 
-    fn respond(&mut self, q: &mut NvmeQueue, c: Completion, cqe: Cqe) {
-        let cmd = c
-            .slot
-            .and_then(|s| self.cmds.get_mut(s as usize))
-            .map(std::mem::take)
-            .unwrap_or_default();
+    fn respond(&mut self, q: &mut Queue, c: Completion<RdmaCmd>, cqe: Cqe) {
+        let cmd = c.cmd;
         let data = match (c.data, cmd.write_to) {
             (Some((buf, len)), Some(r)) if len > 0 && c.status.is_success() => {
                 // Never more than the host's SGL named (sgl::plan checked

@@ -3,6 +3,10 @@
 //! bytes for a transport-neutral [`farflash_core::NvmeQueue`].
 //!
 //! - [`QueuePair`] (`queue.rs`): the connection's state and its types.
+//! - `cmd.rs`: NVMe/TCP's state of one command ([`TcpCmd`], kept in the
+//!   command's slot) and the one table of its transfer's phases.
+//! - `link.rs`: the connection's receive state (PDUs, a payload received
+//!   in place, closed) and send state (open, terminated), each one table.
 //! - `rx.rs`: framing (TCP §3.6), ICReq, CapsuleCmd, H2CData, digests, and
 //!   the per-queue data-buffer budget a command is charged on arrival.
 //! - `tx.rs`: completions as CapsuleResp / C2HData, R2T, C2HTermReq, the
@@ -14,10 +18,13 @@
 
 #![forbid(unsafe_code)]
 
+mod cmd;
+mod link;
 mod queue;
 mod rx;
 mod tx;
 
+pub use cmd::TcpCmd;
 pub use queue::{QueuePair, Tcp, ADMIN_ICD, TRANSIENT_TRANSPORT_ERROR};
 
 #[cfg(test)]

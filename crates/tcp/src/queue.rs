@@ -7,6 +7,8 @@
 //! untouched (the shared `Binding`). Nothing here touches a socket, so every path can
 //! be driven from a unit test.
 
+use crate::cmd::TcpCmd;
+use crate::link::{RxEvent, RxState, TxState};
 use crate::tx::OutQueue;
 use farflash_core::{Binding, NvmeQueue, Target};
 use farflash_wire::pdu::Negotiated;
@@ -23,60 +25,12 @@ pub(crate) const OUTPUT_HIGH_WATER: usize = 4 << 20;
 /// Transient Transport Error (Base §4.6.1.2.1, 22h): a data digest mismatch.
 pub const TRANSIENT_TRANSPORT_ERROR: Status = Status::new(0, 0x22);
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Phase {
-    Free,
-    /// Waiting for H2CData after an R2T; `got` bytes so far.
-    H2C {
-        got: u32,
-    },
-    Exec,
-    /// Waiting for data-buffer budget before its R2T (`r2t`) or its execution.
-    WaitBuf {
-        r2t: bool,
-    },
-}
-
-/// An H2CData PDU whose header was checked and whose data is still arriving:
-/// the socket's bytes go straight into the command's data buffer
-/// ([`QueuePair::rx_space`]) instead of the receive buffer, so a large write
-/// is copied once from the socket and never staged or compacted.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct DirectRx {
-    pub slot: u16,
-    /// Next byte of the command's buffer to fill.
-    pub at: u32,
-    /// End of this PDU's data in the command's buffer.
-    pub end: u32,
-}
-
-/// The transport's view of one command slot (indexed like the core's slots;
-/// the index is also the R2T's TTAG).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Cmd {
-    pub phase: Phase,
-    pub cid: u16,
-    /// Data bytes the command moves.
-    pub len: u32,
-    /// Data-buffer bytes charged to this command's budget.
-    pub charged: u32,
-    /// A data digest failed on its H2CData.
-    pub bad_digest: bool,
-}
-
-impl Cmd {
-    pub(crate) const FREE: Cmd = Cmd {
-        phase: Phase::Free,
-        cid: 0,
-        len: 0,
-        charged: 0,
-        bad_digest: false,
-    };
-}
+/// The command layer's queue with NVMe/TCP's state of each command in its slots.
+pub(crate) type Queue = NvmeQueue<TcpCmd>;
 
 /// The NVMe/TCP side of one connection: framing state, the receive
-/// buffer, the output queue and the per-command transfer state. The
-/// command layer's queue is beside it in the [`Binding`].
+/// buffer and the output queue. Each command's transfer state is in its
+/// slot of the command layer's queue ([`TcpCmd`]), beside it in the [`Binding`].
 pub struct Tcp {
     pub(crate) target: Arc<Target>,
     pub(crate) peer: SocketAddr,
@@ -88,20 +42,17 @@ pub struct Tcp {
     pub(crate) rx: Vec<u8>,
     pub(crate) rx_start: usize,
     pub(crate) rx_end: usize,
-    /// Data of an H2CData PDU being received in place (see [`DirectRx`]).
-    pub(crate) direct: Option<DirectRx>,
+    /// What the socket's next bytes are (`link.rs`): PDUs, an H2CData
+    /// payload received in place ([`crate::link::DirectRx`]), or nothing (closed).
+    pub(crate) rx_state: RxState,
     pub(crate) out: OutQueue,
-    /// The transport wants the connection closed (TermReq, peer's H2CTermReq).
-    pub(crate) closing: bool,
-    pub(crate) cmds: Vec<Cmd>,
     /// Data-buffer bytes charged to commands in flight (reads' data waiting
     /// in the output queue is counted there).
     pub(crate) charged: usize,
     /// Commands waiting for data-buffer budget, oldest first.
     pub(crate) waiting: VecDeque<u16>,
-    /// A C2HTermReq went out: nothing may follow it (TCP §3.6.2.5); commands
-    /// still finish internally so their buffers and storage I/O drain.
-    pub(crate) term_sent: bool,
+    /// Whether anything may still be sent (`link.rs`).
+    pub(crate) tx_state: TxState,
 }
 
 /// One NVMe/TCP connection: the shared [`Binding`] over [`Tcp`]. The
@@ -122,7 +73,6 @@ impl QueuePair {
             farflash_wire::discovery::TRTYPE_TCP,
         );
         let mut t = Tcp {
-            cmds: vec![Cmd::FREE; core.slot_count()],
             target,
             peer,
             neg: Negotiated::default(),
@@ -132,12 +82,11 @@ impl QueuePair {
             rx: vec![0; 16 * 1024],
             rx_start: 0,
             rx_end: 0,
-            direct: None,
+            rx_state: RxState::Pdus,
             out: OutQueue::default(),
-            closing: false,
             charged: 0,
             waiting: VecDeque::new(),
-            term_sent: false,
+            tx_state: TxState::Open,
         };
         t.neg.max_data = (ADMIN_ICD as u32).max(maxh2cdata);
         QueuePair {
@@ -149,6 +98,46 @@ impl QueuePair {
 impl QueuePair {
     /// Stops reading; what is queued is still sent.
     pub fn close(&mut self) {
-        self.b.with(|t, _| t.closing = true);
+        self.b.with(|t, _| t.close());
+    }
+}
+
+impl Tcp {
+    /// Moves the receive side on by `ev` (`link.rs`); an event its state
+    /// does not allow is a bug of the binding: logged and refused (false).
+    pub(crate) fn rx_step(&mut self, ev: RxEvent) -> bool {
+        match self.rx_state.next(ev) {
+            Some(s) => {
+                self.rx_state = s;
+                true
+            }
+            None => {
+                tracing::error!(peer = %self.peer, state = ?self.rx_state, event = ?ev, "NVMe/TCP receive state machine: event not allowed");
+                debug_assert!(false, "{:?} cannot {ev:?}", self.rx_state);
+                false
+            }
+        }
+    }
+
+    /// Stops reading and running commands; what is queued is still sent.
+    pub(crate) fn close(&mut self) {
+        self.rx_step(RxEvent::Close);
+    }
+
+    /// The transport wants the connection closed (a fatal error, the
+    /// host's H2CTermReq, a deleted queue).
+    pub(crate) fn closed(&self) -> bool {
+        self.rx_state == RxState::Closed
+    }
+
+    /// A C2HTermReq went out: nothing more may be sent.
+    pub(crate) fn terminated(&self) -> bool {
+        self.tx_state == TxState::Terminated
+    }
+
+    /// An H2CData payload is being received in place (tests look).
+    #[cfg(test)]
+    pub(crate) fn receiving_in_place(&self) -> bool {
+        matches!(self.rx_state, RxState::Data(_))
     }
 }

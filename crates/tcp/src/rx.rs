@@ -2,11 +2,11 @@
 //! data of CapsuleCmd and H2CData, checked against the command layer's view
 //! of each command before it runs.
 
-use crate::queue::{
-    Cmd, DirectRx, Phase, QueuePair, Tcp, OUTPUT_HIGH_WATER, TRANSIENT_TRANSPORT_ERROR,
-};
+use crate::cmd::{Event, Phase, TcpCmd};
+use crate::link::{DirectRx, RxEvent, RxState};
+use crate::queue::{Queue, QueuePair, Tcp, OUTPUT_HIGH_WATER, TRANSIENT_TRANSPORT_ERROR};
 use farflash_core::stats::Oddity;
-use farflash_core::{Begin, NvmeQueue, Xfer};
+use farflash_core::{Begin, Xfer};
 use farflash_wire::pdu::{
     flags, DataHeader, Fatal, Framing, IcReq, IcResp, PduType, TermReq, CH_LEN, DGST_DDGST,
     DGST_HDGST, DIGEST_LEN, IC_HLEN,
@@ -21,8 +21,8 @@ const DIRECT_MIN: usize = 4096;
 impl Tcp {
     /// Space to receive into: the rest of an H2CData payload being received
     /// in place, else the receive buffer (at least 16 KiB).
-    pub(crate) fn rx_space<'a>(&'a mut self, q: &'a mut NvmeQueue) -> &'a mut [u8] {
-        if let Some(d) = self.direct {
+    pub(crate) fn rx_space<'a>(&'a mut self, q: &'a mut Queue) -> &'a mut [u8] {
+        if let RxState::Data(d) = self.rx_state {
             let (at, end) = (d.at as usize, d.end as usize);
             if let Some(buf) = q.data_mut(d.slot) {
                 return &mut buf[at..end];
@@ -55,15 +55,14 @@ impl Tcp {
     }
 
     /// `n` bytes were written into [`Self::rx_space`]: process every whole PDU.
-    pub(crate) fn on_received(&mut self, q: &mut NvmeQueue, n: usize) {
-        if let Some(d) = self.direct.as_mut() {
-            d.at = (d.at as usize + n).min(d.end as usize) as u32;
-            if d.at == d.end {
-                let (slot, end) = (d.slot, d.end);
-                self.direct = None;
-                if !self.is_closing(q) {
-                    self.h2c_arrived(q, slot, end, true);
-                }
+    pub(crate) fn on_received(&mut self, q: &mut Queue, n: usize) {
+        if let RxState::Data(d) = self.rx_state {
+            let n = u32::try_from(n).unwrap_or(u32::MAX);
+            if self.rx_step(RxEvent::Received(n))
+                && self.rx_state == RxState::Pdus
+                && !self.is_closing(q)
+            {
+                self.h2c_arrived(q, d.slot, d.end, true);
             }
             return;
         }
@@ -71,7 +70,7 @@ impl Tcp {
         self.process_rx(q);
     }
 
-    pub(crate) fn process_rx(&mut self, q: &mut NvmeQueue) {
+    pub(crate) fn process_rx(&mut self, q: &mut Queue) {
         let rx = std::mem::take(&mut self.rx);
         // Bytes of a validated PDU header's PDU that must be here at once
         // (all of it, or its header when its payload is received in place).
@@ -117,11 +116,9 @@ impl Tcp {
                 break;
             }
             self.rx_start += f.plen;
-            // What this PDU finished goes out before the next PDU runs: a
-            // slot the command layer freed may be the next command's, and
-            // its transfer state (`cmds`, the R2T's TTAG) must be reset by
-            // the old completion first.
-            farflash_core::binding::drain(q, self);
+            // What the PDUs finished goes out after the loop (`Binding::with`):
+            // a completed command took its transfer state out of its slot
+            // with its completion, so a new command may take the slot at once.
         }
         self.rx = rx;
         if self.rx_start == self.rx_end {
@@ -137,12 +134,7 @@ impl Tcp {
         }
     }
 
-    pub(crate) fn on_pdu(
-        &mut self,
-        q: &mut NvmeQueue,
-        f: &Framing,
-        pdu: &[u8],
-    ) -> Result<(), Fatal> {
+    pub(crate) fn on_pdu(&mut self, q: &mut Queue, f: &Framing, pdu: &[u8]) -> Result<(), Fatal> {
         check_hdgst(f, pdu)?;
         let data = &pdu[f.data_off..f.data_off + f.data_len];
         let ddgst_ok = !f.ddgst || {
@@ -154,7 +146,7 @@ impl Tcp {
             PduType::H2CTermReq => {
                 let t = TermReq::decode(pdu);
                 tracing::warn!(peer = %self.peer, fes = t.fes, fei = t.fei, "host terminated the connection (H2CTermReq)");
-                self.closing = true;
+                self.close();
                 Ok(())
             }
             PduType::CapsuleCmd => {
@@ -225,7 +217,7 @@ impl Tcp {
     /// it; its data descriptor (SGL) and data are checked here, then it runs.
     pub(crate) fn on_capsule(
         &mut self,
-        q: &mut NvmeQueue,
+        q: &mut Queue,
         sqe: Sqe,
         icd: &[u8],
         ddgst_ok: bool,
@@ -234,23 +226,15 @@ impl Tcp {
             // More commands than the queue has entries: the host broke flow control.
             Begin::Overrun => return Err(Fatal::sequence()),
             Begin::Deleted => {
-                self.closing = true;
+                self.close();
                 return Ok(());
             }
             Begin::Answered => return Ok(()),
             Begin::Ready { slot, xfer } => (slot, xfer),
         };
-        let idx = slot as usize;
-        if idx >= self.cmds.len() {
-            self.cmds.resize(q.slot_count(), Cmd::FREE);
+        if let Some(c) = q.cmd_mut(slot) {
+            *c = TcpCmd::arrived(sqe.cid, xfer.len());
         }
-        self.cmds[idx] = Cmd {
-            phase: Phase::Exec,
-            cid: sqe.cid,
-            len: xfer.len(),
-            charged: 0,
-            bad_digest: false,
-        };
         let dptr = sqe.dptr;
         match xfer {
             Xfer::H2C(len) => {
@@ -268,7 +252,7 @@ impl Tcp {
                 } else if dptr.sgl_type == sgl::IN_CAPSULE {
                     if let Some(data) = in_capsule.filter(|_| ddgst_ok) {
                         q.data_buf(slot).copy_from_slice(data);
-                        q.execute(slot);
+                        self.run(q, slot, Event::Ready);
                     } else if in_capsule.is_none() && start == 0 {
                         // Less in-capsule data than the command's.
                         q.fail(slot, Status::SGL_INVALID_DATA_LENGTH.dnr());
@@ -280,10 +264,9 @@ impl Tcp {
                     }
                 } else if dptr.sgl_type == sgl::TRANSPORT && icd.is_empty() {
                     if self.has_budget(len) {
-                        self.start_r2t(q, idx);
+                        self.start_r2t(q, slot);
                     } else {
-                        self.cmds[idx].phase = Phase::WaitBuf { r2t: true };
-                        self.waiting.push_back(slot);
+                        self.wait(q, slot, true);
                     }
                 } else {
                     q.fail(slot, Status::SGL_INVALID_TYPE.dnr());
@@ -295,18 +278,17 @@ impl Tcp {
                 } else if dptr.length < len {
                     q.fail(slot, Status::SGL_INVALID_DATA_LENGTH.dnr());
                 } else if q.qid() == 0 || self.has_budget(len) {
-                    self.charge(idx, len);
-                    q.execute(slot);
+                    self.charge(q, slot, len);
+                    self.run(q, slot, Event::Ready);
                 } else {
-                    self.cmds[idx].phase = Phase::WaitBuf { r2t: false };
-                    self.waiting.push_back(slot);
+                    self.wait(q, slot, false);
                 }
             }
             Xfer::None => {
                 if !icd.is_empty() {
                     q.fail(slot, Status::INVALID_FIELD.dnr());
                 } else {
-                    q.execute(slot);
+                    self.run(q, slot, Event::Ready);
                 }
             }
         }
@@ -316,13 +298,13 @@ impl Tcp {
     /// H2CData (TCP §3.6.2.8): data for an R2T we sent.
     pub(crate) fn on_h2c_data(
         &mut self,
-        q: &mut NvmeQueue,
+        q: &mut Queue,
         f: &Framing,
         pdu: &[u8],
         data: &[u8],
         ddgst_ok: bool,
     ) -> Result<(), Fatal> {
-        let (slot, got, end) = self.check_h2c(f, pdu)?;
+        let (slot, got, end) = self.check_h2c(q, f, pdu)?;
         if let Some(buf) = q.data_mut(slot) {
             buf[got as usize..end as usize].copy_from_slice(data);
         }
@@ -335,38 +317,37 @@ impl Tcp {
     /// here, and receives the rest into the command's buffer.
     fn start_direct(
         &mut self,
-        q: &mut NvmeQueue,
+        q: &mut Queue,
         f: &Framing,
         hdr: &[u8],
         data: &[u8],
     ) -> Result<(), Fatal> {
         check_hdgst(f, hdr)?;
-        let (slot, got, end) = self.check_h2c(f, hdr)?;
+        let (slot, got, end) = self.check_h2c(q, f, hdr)?;
         let at = got as usize + data.len();
         if let Some(buf) = q.data_mut(slot) {
             buf[got as usize..at].copy_from_slice(data);
         }
-        self.direct = Some(DirectRx {
+        self.rx_step(RxEvent::InPlace(DirectRx {
             slot,
             at: at as u32,
             end,
-        });
+        }));
         Ok(())
     }
 
     /// The checks of an H2CData header (TCP §3.6.2.8) against the R2T it
     /// answers; returns the command's slot and where its data goes.
-    fn check_h2c(&self, f: &Framing, hdr: &[u8]) -> Result<(u16, u32, u32), Fatal> {
+    fn check_h2c(&self, q: &Queue, f: &Framing, hdr: &[u8]) -> Result<(u16, u32, u32), Fatal> {
         let h = DataHeader::decode(hdr);
         // The TTAG is ours: it indexes the slot (never trust the CID for this, spdk#1546).
-        let idx = h.ttag as usize;
-        let Some(c) = self.cmds.get(idx) else {
+        let Some(c) = q.cmd(h.ttag) else {
             return Err(Fatal::field(10));
         };
-        let Phase::H2C { got } = c.phase else {
+        let Phase::H2C { got } = c.phase() else {
             return Err(Fatal::field(10));
         };
-        if c.cid != h.cccid {
+        if c.cid() != h.cccid {
             return Err(Fatal::field(8));
         }
         if h.length as usize != f.data_len {
@@ -375,7 +356,7 @@ impl Tcp {
         if h.length > self.maxh2cdata {
             return Err(Fatal::limit());
         }
-        if h.offset != got || h.offset as u64 + h.length as u64 > c.len as u64 {
+        if h.offset != got || h.offset as u64 + h.length as u64 > c.len() as u64 {
             return Err(Fatal::out_of_range());
         }
         let end = got + h.length;
@@ -384,7 +365,7 @@ impl Tcp {
         // send one R2T for all of it), so the flag is not judged, as neither
         // Linux nvmet nor SPDK does. Was: a flag at odds with the data offset
         // was a PDU Sequence Error.
-        if (f.flags & flags::DATA_LAST != 0) != (end == c.len) {
+        if (f.flags & flags::DATA_LAST != 0) != (end == c.len()) {
             self.oddity(Oddity::DataLast);
         }
         Ok((h.ttag, got, end))
@@ -392,17 +373,34 @@ impl Tcp {
 
     /// An H2CData PDU's payload is in the command's buffer up to `end`; the
     /// command runs once all its data is there.
-    pub(crate) fn h2c_arrived(&mut self, q: &mut NvmeQueue, slot: u16, end: u32, ddgst_ok: bool) {
-        let c = &mut self.cmds[slot as usize];
-        c.bad_digest |= !ddgst_ok;
-        c.phase = Phase::H2C { got: end };
-        if end == c.len {
-            c.phase = Phase::Exec;
-            if c.bad_digest {
+    pub(crate) fn h2c_arrived(&mut self, q: &mut Queue, slot: u16, end: u32, ddgst_ok: bool) {
+        let Some(c) = q.cmd_mut(slot) else {
+            return;
+        };
+        if !ddgst_ok {
+            c.note_bad_digest();
+        }
+        if c.step(Event::Data { end }) && c.phase() == Phase::Exec {
+            if c.bad_digest() {
                 q.fail(slot, TRANSIENT_TRANSPORT_ERROR);
             } else {
                 q.execute(slot);
             }
+        }
+    }
+
+    /// The command in `slot` has its data in place (`ev`): it runs.
+    pub(crate) fn run(&mut self, q: &mut Queue, slot: u16, ev: Event) {
+        if q.cmd_mut(slot).is_some_and(|c| c.step(ev)) {
+            q.execute(slot);
+        }
+    }
+
+    /// The command in `slot` waits for data-buffer budget, for its R2T
+    /// (`r2t`) or to run (`tx.rs` `resume_waiting` starts it).
+    fn wait(&mut self, q: &mut Queue, slot: u16, r2t: bool) {
+        if q.cmd_mut(slot).is_some_and(|c| c.step(Event::Wait { r2t })) {
+            self.waiting.push_back(slot);
         }
     }
 }
@@ -445,13 +443,13 @@ impl QueuePair {
 // earlier ones to finish (`tx.rs` `resume_waiting` starts them).
 impl Tcp {
     /// Closing for either layer's reason.
-    pub(crate) fn is_closing(&self, q: &NvmeQueue) -> bool {
-        self.closing || q.wants_close()
+    pub(crate) fn is_closing(&self, q: &Queue) -> bool {
+        self.closed() || q.wants_close()
     }
 
     /// Whether the transport should read more (false while closing or while
     /// the peer is not draining our output).
-    pub(crate) fn wants_read(&self, q: &NvmeQueue) -> bool {
+    pub(crate) fn wants_read(&self, q: &Queue) -> bool {
         !self.is_closing(q) && self.out.len() < OUTPUT_HIGH_WATER
     }
 
@@ -465,21 +463,27 @@ impl Tcp {
                 && used + len as usize <= self.target.transport.max_queue_buffer as usize)
     }
 
-    pub(crate) fn charge(&mut self, idx: usize, len: u32) {
-        self.cmds[idx].charged += len;
-        self.charged += len as usize;
+    /// Charges `len` data-buffer bytes to the command in `slot`.
+    pub(crate) fn charge(&mut self, q: &mut Queue, slot: u16, len: u32) {
+        if let Some(c) = q.cmd_mut(slot) {
+            c.charge(len);
+            self.charged += len as usize;
+        }
     }
 
     /// TCP §3.6.2.10: allocate the buffer and ask for the data with one R2T
     /// for the whole transfer.
-    pub(crate) fn start_r2t(&mut self, q: &mut NvmeQueue, idx: usize) {
-        let len = self.cmds[idx].len;
-        self.charge(idx, len);
-        q.data_buf(idx as u16);
-        let c = &mut self.cmds[idx];
-        c.phase = Phase::H2C { got: 0 };
-        let cid = c.cid;
-        self.send_r2t(cid, idx as u16, 0, len);
+    pub(crate) fn start_r2t(&mut self, q: &mut Queue, slot: u16) {
+        let Some(c) = q.cmd_mut(slot) else {
+            return;
+        };
+        if !c.step(Event::R2t) {
+            return;
+        }
+        let (cid, len) = (c.cid(), c.len());
+        self.charge(q, slot, len);
+        q.data_buf(slot);
+        self.send_r2t(cid, slot, 0, len);
     }
 }
 

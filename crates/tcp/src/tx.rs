@@ -3,9 +3,10 @@
 //! ([`Transport`]); commands waiting for data-buffer budget started as
 //! output drains; and the output queue the event loop's `writev` takes.
 
-use crate::queue::{Cmd, Phase, QueuePair, Tcp, ADMIN_ICD};
+use crate::cmd::{Event, Phase, TcpCmd};
+use crate::queue::{Queue, QueuePair, Tcp, ADMIN_ICD};
 use farflash_backend::{BufPool, IoBuf};
-use farflash_core::{Completion, Connected, NvmeQueue, Transport};
+use farflash_core::{Completion, Connected, Transport};
 use farflash_wire::cqe::{Cqe, CQE_SIZE};
 use farflash_wire::digest;
 use farflash_wire::pdu::{
@@ -52,7 +53,7 @@ impl QueuePair {
 impl Tcp {
     /// Output went out: commands waiting for the buffer budget it held may
     /// start, and reading may go on past the high-water mark.
-    fn after_output(&mut self, q: &mut NvmeQueue) {
+    fn after_output(&mut self, q: &mut Queue) {
         if !self.waiting.is_empty() {
             self.resume_waiting(q);
         }
@@ -66,12 +67,9 @@ impl Tcp {
     /// data transfer whose CQE would carry nothing but the CID ends with a
     /// SUCCESS C2HData instead of a CapsuleResp (TCP §3.6.2.9 / Fabrics §6.3
     /// CATTR: SQHD is not needed).
-    pub(crate) fn send_completion(&mut self, q: &mut NvmeQueue, c: Completion, cqe: Cqe) {
-        if let Some(cmd) = c.slot.and_then(|s| self.cmds.get_mut(s as usize)) {
-            self.charged -= cmd.charged as usize;
-            cmd.charged = 0;
-            cmd.phase = Phase::Free;
-        }
+    pub(crate) fn send_completion(&mut self, q: &mut Queue, c: Completion<TcpCmd>, cqe: Cqe) {
+        // Its transfer state left its slot with it: its budget is free.
+        self.charged -= c.cmd.charged() as usize;
         let mut responded = false;
         if let Some((buf, len)) = c.data {
             let success = !q.sq_flow_control() && c.result == 0;
@@ -85,7 +83,7 @@ impl Tcp {
 
     /// Sends a CapsuleResp (TCP §3.6.2.7) carrying `cqe`.
     pub(crate) fn respond(&mut self, cqe: &Cqe) {
-        if self.term_sent {
+        if self.terminated() {
             return;
         }
         let hd = self.neg.hdgst;
@@ -100,7 +98,7 @@ impl Tcp {
     }
 
     pub(crate) fn send_r2t(&mut self, cid: u16, ttag: u16, offset: u32, len: u32) {
-        if self.term_sent {
+        if self.terminated() {
             return;
         }
         let hd = self.neg.hdgst;
@@ -120,13 +118,13 @@ impl Tcp {
     /// the buffer until the socket has taken it.
     pub(crate) fn send_c2h(
         &mut self,
-        q: &mut NvmeQueue,
+        q: &mut Queue,
         cid: u16,
         buf: IoBuf,
         len: usize,
         success: bool,
     ) {
-        if self.term_sent {
+        if self.terminated() {
             q.pool().put(buf);
             return;
         }
@@ -182,32 +180,34 @@ impl Tcp {
             fei: e.fei,
         }
         .encode(&mut b, PduType::C2HTermReq, bad_header);
-        if !self.term_sent {
+        if let Some(t) = self.tx_state.next() {
             self.out.extend(&b[..n]);
+            self.tx_state = t;
         }
-        self.term_sent = true;
-        self.closing = true;
+        self.close();
     }
 }
 
 impl Tcp {
     /// Starts the commands that wait for data-buffer budget, oldest first,
     /// while the budget allows (after output went out or commands finished).
-    pub(crate) fn resume_waiting(&mut self, q: &mut NvmeQueue) {
-        while let Some(&i) = self.waiting.front() {
-            let idx = i as usize;
-            let len = self.cmds[idx].len;
+    pub(crate) fn resume_waiting(&mut self, q: &mut Queue) {
+        while let Some(&slot) = self.waiting.front() {
+            let Some(&c) = q.cmd(slot) else {
+                self.waiting.pop_front();
+                continue;
+            };
+            let len = c.len();
             let used = self.charged + self.out.held_bytes();
             if used != 0 && used + len as usize > self.target.transport.max_queue_buffer as usize {
                 break;
             }
             self.waiting.pop_front();
-            match self.cmds[idx].phase {
-                Phase::WaitBuf { r2t: true } => self.start_r2t(q, idx),
+            match c.phase() {
+                Phase::WaitBuf { r2t: true } => self.start_r2t(q, slot),
                 Phase::WaitBuf { r2t: false } => {
-                    self.cmds[idx].phase = Phase::Exec;
-                    self.charge(idx, len);
-                    q.execute(i);
+                    self.charge(q, slot, len);
+                    self.run(q, slot, Event::Budget);
                 }
                 _ => {}
             }
@@ -226,8 +226,10 @@ impl QueuePair {
 }
 
 impl Transport for Tcp {
+    type Cmd = TcpCmd;
+
     fn closing(&self) -> bool {
-        self.closing
+        self.closed()
     }
 
     fn drained(&self) -> bool {
@@ -236,21 +238,20 @@ impl Transport for Tcp {
 
     /// A Connect succeeded: the queue's in-capsule data size follows it
     /// (Fabrics §6.3, TCP §3.6.2.6).
-    fn connected(&mut self, q: &mut NvmeQueue, c: Connected) {
+    fn connected(&mut self, _q: &mut Queue, c: Connected) {
         self.icd_size = if c.qid == 0 {
             ADMIN_ICD
         } else {
             self.target.transport.in_capsule_data_size as usize
         };
         self.neg.max_data = (self.icd_size as u32).max(self.maxh2cdata);
-        self.cmds.resize(q.slot_count(), Cmd::FREE);
     }
 
-    fn respond(&mut self, q: &mut NvmeQueue, c: Completion, cqe: Cqe) {
+    fn respond(&mut self, q: &mut Queue, c: Completion<TcpCmd>, cqe: Cqe) {
         self.send_completion(q, c, cqe);
     }
 
-    fn responded(&mut self, q: &mut NvmeQueue) {
+    fn responded(&mut self, q: &mut Queue) {
         self.resume_waiting(q);
     }
 }

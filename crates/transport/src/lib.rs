@@ -1,28 +1,30 @@
-//! The target's NVMe/TCP event loops.
+//! The target's event loops (NVMe/TCP and NVMe/RDMA).
 //!
-//! One acceptor hands each accepted connection to one worker thread, round
-//! robin; a worker owns its connections outright (a [`QueuePair`] is never
-//! shared), so the I/O path takes no lock shared between threads. Each
+//! One acceptor (`acceptor.rs`) hands each accepted connection (a TCP
+//! socket or an RDMA queue pair) to one worker thread, round robin; a
+//! worker owns its connections outright, in one table for every transport
+//! (`link.rs`), so the I/O path takes no lock shared between threads. Each
 //! worker waits in epoll (mio) on its sockets and on the eventfds of its
 //! backend queues, batches whatever a read brings, and sends everything the
 //! batch produced in one write.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+mod acceptor;
 mod conn;
+mod link;
 mod offload;
 mod sched;
 mod secure;
 mod sleep;
 mod worker;
 
+use acceptor::{Acceptor, Handoff};
 pub use farflash_core::config::PollMode;
 use farflash_core::listen::{split_listen, ListenTransport};
 use farflash_core::Target;
 pub use farflash_rdma_verbs::RdmaListener;
-use farflash_rdma_verbs::{Accepted, Staging};
-use mio::net::TcpListener;
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Events, Poll, Waker};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -33,7 +35,7 @@ use std::time::Duration;
 const ACCEPT_POLL: Duration = Duration::from_millis(50);
 /// Acceptor tokens of the RDMA listeners (`RDMA_LISTEN + k`); TCP
 /// listeners count from 0.
-const RDMA_LISTEN: usize = 1 << 40;
+pub(crate) const RDMA_LISTEN: usize = 1 << 40;
 /// Connection requests an RDMA listener queues (`rdma_listen` backlog).
 pub const RDMA_BACKLOG: i32 = 128;
 
@@ -57,7 +59,7 @@ pub struct LoopOptions {
 }
 
 /// What the management API asks of the acceptor.
-enum ListenerCmd {
+pub(crate) enum ListenerCmd {
     Add(std::net::TcpListener),
     AddRdma(RdmaListener),
     Remove(std::net::SocketAddr, ListenTransport, mpsc::Sender<()>),
@@ -156,45 +158,56 @@ pub fn serve_all(
     stop: Arc<AtomicBool>,
     control: Option<ListenerControlRx>,
 ) -> io::Result<()> {
-    let threads = opts.threads.max(1);
-    let mut poll = Poll::new()?;
-    let mut ls: Vec<Option<TcpListener>> = Vec::new();
-    for (i, l) in listeners.into_iter().enumerate() {
-        l.set_nonblocking(true)?;
-        let mut ml = TcpListener::from_std(l);
-        poll.registry()
-            .register(&mut ml, Token(i), Interest::READABLE)?;
-        ls.push(Some(ml));
-    }
-    // RDMA listeners by token (`RDMA_LISTEN + k`); a removed one leaves
-    // its slot empty, as TCP listeners do.
-    let mut rdma: Vec<Option<RdmaListener>> = rdma.into_iter().map(Some).collect();
-    for (k, l) in rdma.iter().flatten().enumerate() {
-        poll.registry().register(
-            &mut mio::unix::SourceFd(&l.fd()),
-            Token(RDMA_LISTEN + k),
-            Interest::READABLE,
-        )?;
-    }
-    let t = &target.transport;
-    let limits = farflash_rdma::cm::Limits {
-        max_qid: t.max_io_queues.min(u16::MAX as u32) as u16,
-        max_io_entries: t.max_queue_depth,
-        max_admin_entries: 32,
-        icd_bytes: t.in_capsule_data_size,
-    };
-    let staging = Staging {
-        io_slots: (t.max_queue_depth as usize).min(16),
-        admin_slots: 2,
-        slot_bytes: t.max_io_size as usize,
-    };
-    let mut accepted: Vec<Accepted> = Vec::new();
     let live = Arc::new(AtomicUsize::new(0));
+    let (handoffs, threads) = spawn_workers(&target, opts, &stop, &live)?;
+    let mut acceptor = Acceptor::new(&target, live, opts.max_connections, handoffs)?;
+    for l in listeners {
+        acceptor.add_tcp(l)?;
+    }
+    for l in rdma {
+        acceptor.add_rdma(l)?;
+    }
+    let mut events = Events::with_capacity(64);
+    let served = loop {
+        if stop.load(Ordering::Acquire) {
+            break Ok(());
+        }
+        if let Some(ctl) = &control {
+            while let Ok(cmd) = ctl.0.try_recv() {
+                acceptor.control(cmd);
+            }
+        }
+        if let Err(e) = acceptor.poll(&mut events, ACCEPT_POLL) {
+            break Err(e);
+        }
+    };
+    let handoffs = acceptor.close();
+    target.begin_shutdown();
+    for h in &handoffs {
+        let _ = h.waker.wake();
+    }
+    drop(handoffs);
+    for h in threads {
+        if h.join().is_err() {
+            tracing::error!("an I/O thread panicked");
+        }
+    }
+    served
+}
+
+/// Starts the event-loop threads (with the offload helper they share):
+/// how to hand each new connections, and their join handles.
+fn spawn_workers(
+    target: &Arc<Target>,
+    opts: &LoopOptions,
+    stop: &Arc<AtomicBool>,
+    live: &Arc<AtomicUsize>,
+) -> io::Result<(Vec<Handoff>, Vec<std::thread::JoinHandle<()>>)> {
     let offloader = offload::Offloader::spawn()?;
-    let mut workers = Vec::new();
-    for n in 0..threads {
+    let mut handoffs = Vec::new();
+    let mut threads = Vec::new();
+    for n in 0..opts.threads.max(1) {
         let (tx, rx) = mpsc::channel();
-        let (rdma_tx, rdma_rx) = mpsc::channel::<Accepted>();
         let wpoll = Poll::new()?;
         let waker = Arc::new(Waker::new(wpoll.registry(), worker::WAKE_TOKEN)?);
         let t = target.clone();
@@ -211,156 +224,10 @@ pub fn serve_all(
                         tracing::warn!("cannot pin I/O thread {n} to CPU {c}: {e}");
                     }
                 }
-                worker::Worker::new(t, wpoll, rx, st, lv, port, &o)
-                    .with_rdma(rdma_rx)
-                    .run()
+                worker::Worker::new(t, wpoll, rx, st, lv, port, &o).run()
             })?;
-        workers.push((tx, waker, h, rdma_tx));
+        handoffs.push(Handoff { tx, waker });
+        threads.push(h);
     }
-    let mut events = Events::with_capacity(64);
-    let mut next = 0usize;
-    while !stop.load(Ordering::Acquire) {
-        if let Some(ctl) = &control {
-            while let Ok(cmd) = ctl.0.try_recv() {
-                match cmd {
-                    ListenerCmd::Add(l) => {
-                        let mut ml = match l.set_nonblocking(true) {
-                            Ok(()) => TcpListener::from_std(l),
-                            Err(e) => {
-                                tracing::warn!("new listener: {e}");
-                                continue;
-                            }
-                        };
-                        let i = ls.len();
-                        match poll
-                            .registry()
-                            .register(&mut ml, Token(i), Interest::READABLE)
-                        {
-                            Ok(()) => {
-                                tracing::info!(addr = ?ml.local_addr().ok(), "listener added");
-                                ls.push(Some(ml));
-                            }
-                            Err(e) => tracing::warn!("new listener: {e}"),
-                        }
-                    }
-                    ListenerCmd::AddRdma(l) => {
-                        let k = rdma.len();
-                        match poll.registry().register(
-                            &mut mio::unix::SourceFd(&l.fd()),
-                            Token(RDMA_LISTEN + k),
-                            Interest::READABLE,
-                        ) {
-                            Ok(()) => {
-                                tracing::info!(addr = %l.local_addr(), "RDMA listener added");
-                                rdma.push(Some(l));
-                            }
-                            Err(e) => tracing::warn!("new RDMA listener: {e}"),
-                        }
-                    }
-                    ListenerCmd::Remove(addr, ListenTransport::Tcp, done) => {
-                        for slot in ls.iter_mut() {
-                            if slot.as_ref().and_then(|l| l.local_addr().ok()) == Some(addr) {
-                                if let Some(mut l) = slot.take() {
-                                    let _ = poll.registry().deregister(&mut l);
-                                    tracing::info!(%addr, "listener removed");
-                                }
-                            }
-                        }
-                        let _ = done.send(());
-                    }
-                    ListenerCmd::Remove(addr, ListenTransport::Rdma, done) => {
-                        // Its CM id goes; the queues accepted through it
-                        // have ids of their own and close at their next
-                        // tick (Target::serves_on), TCP ones on the same
-                        // address stay.
-                        for slot in rdma.iter_mut() {
-                            if slot.as_ref().map(RdmaListener::local_addr) == Some(addr) {
-                                if let Some(l) = slot.take() {
-                                    let _ = poll
-                                        .registry()
-                                        .deregister(&mut mio::unix::SourceFd(&l.fd()));
-                                    tracing::info!(%addr, "RDMA listener removed");
-                                }
-                            }
-                        }
-                        let _ = done.send(());
-                    }
-                }
-            }
-        }
-        match poll.poll(&mut events, Some(ACCEPT_POLL)) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
-        for ev in events.iter() {
-            if let Some(l) = ev
-                .token()
-                .0
-                .checked_sub(RDMA_LISTEN)
-                .and_then(|k| rdma.get_mut(k))
-                .and_then(Option::as_mut)
-            {
-                l.accept(&limits, &staging, &mut accepted);
-                for a in accepted.drain(..) {
-                    // Connection cap: as for TCP, released by the worker.
-                    if live.fetch_add(1, Ordering::AcqRel) >= opts.max_connections {
-                        live.fetch_sub(1, Ordering::AcqRel);
-                        tracing::warn!(peer = %a.peer, max = opts.max_connections, "RDMA queue dropped: too many connections");
-                        continue;
-                    }
-                    let (_, waker, _, rtx) = &workers[next % workers.len()];
-                    next += 1;
-                    if rtx.send(a).is_ok() {
-                        let _ = waker.wake();
-                    }
-                }
-                continue;
-            }
-            let Some(l) = ls.get(ev.token().0).and_then(Option::as_ref) else {
-                continue;
-            };
-            loop {
-                match l.accept() {
-                    Ok((sock, peer)) => {
-                        // Connection cap: counted at accept, released by the worker at close.
-                        if live.fetch_add(1, Ordering::AcqRel) >= opts.max_connections {
-                            live.fetch_sub(1, Ordering::AcqRel);
-                            tracing::warn!(%peer, max = opts.max_connections, "connection refused: too many connections");
-                            drop(sock);
-                            continue;
-                        }
-                        let local = sock.local_addr().unwrap_or(peer);
-                        let _ = sock.set_nodelay(true);
-                        let (tx, waker, _, _) = &workers[next % workers.len()];
-                        next += 1;
-                        if tx.send(worker::NewConn { sock, local, peer }).is_ok() {
-                            let _ = waker.wake();
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => {
-                        // EMFILE and friends: log, back off, keep serving.
-                        tracing::warn!("accept failed: {e}");
-                        std::thread::sleep(Duration::from_millis(10));
-                        break;
-                    }
-                }
-            }
-        }
-    }
-    drop(ls);
-    target.begin_shutdown();
-    for (_, waker, _, _) in &workers {
-        let _ = waker.wake();
-    }
-    for (tx, _, h, rtx) in workers {
-        drop(tx);
-        drop(rtx);
-        if h.join().is_err() {
-            tracing::error!("an I/O thread panicked");
-        }
-    }
-    Ok(())
+    Ok((handoffs, threads))
 }

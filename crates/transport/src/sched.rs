@@ -8,6 +8,9 @@
 //! asks what to do ([`Scheduler::wait`], [`Scheduler::next_round`],
 //! [`Scheduler::budget`], [`Scheduler::poll_due`],
 //! [`Scheduler::poll_timeout`]). Its tests run it on a simulated clock.
+//! It knows connections by their index in the worker's one table, not by
+//! transport: an RDMA queue pair's CQ events are reported as a socket's
+//! readiness is, and its pass (polling the CQ) as a socket's (`worker.rs`).
 //!
 //! Fair sharing: a connection reads at most `fair_share` bytes per round and
 //! unit of its host's weight, then waits for the next round ([`Rx::Backlog`]);
@@ -83,15 +86,10 @@ const CONTENDED_MIN: usize = 4096;
 /// they do not slow each other down.
 const QUIET_BYTES: usize = 64 * 1024;
 
-/// One of the worker's connections: a TCP connection or an RDMA queue
-/// pair, by index (the shell also carries it in storage tags).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ConnId {
-    Tcp(usize),
-    Rdma(usize),
-}
-
-/// Where a TCP connection is in its life. Transitions happen in
+/// Where a connection is in its life, whatever its transport (an RDMA
+/// queue pair's "socket" is its completion queue: `Unread` means completions
+/// may wait there; it never reads an EOF or lingers as a zombie: it stays
+/// open until nothing of it is out). Transitions happen in
 /// [`Scheduler::on_driven`] and [`Scheduler::close`] only, and go forward:
 /// `Open` -> `ReadClosed` -> `Failed` -> `Zombie` (steps may be skipped);
 /// then the connection is removed.
@@ -188,7 +186,7 @@ pub(crate) enum Wait {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Due {
     /// A connection's periodic work (`tick`); its next is scheduled.
-    Tick(ConnId),
+    Tick(usize),
     /// The worker's own (closing orphaned storage queues); one-shot.
     Housekeeping,
     /// Look whether anything changed that every queue should see now
@@ -205,7 +203,7 @@ pub(crate) struct Round {
     pub contended: bool,
 }
 
-/// A TCP connection's scheduling state.
+/// A connection's scheduling state.
 #[derive(Clone, Copy, Debug)]
 struct Slot {
     state: State,
@@ -223,7 +221,7 @@ pub(crate) struct Scheduler {
     /// Bytes per round and unit of weight; `usize::MAX`: no fair sharing.
     quantum: usize,
     idle: IdleWindow,
-    /// TCP connections by index.
+    /// The worker's connections (every transport) by index.
     slots: Vec<Option<Slot>>,
     /// Connections queued for the next round (duplicates allowed).
     ready: Vec<usize>,
@@ -286,28 +284,26 @@ impl Scheduler {
 
     // ---- events in -------------------------------------------------------
 
-    /// A new connection: its ticks start; a TCP one is queued to be read.
-    pub(crate) fn add(&mut self, id: ConnId, now: Instant) {
-        if let ConnId::Tcp(i) = id {
-            if self.slots.len() <= i {
-                self.slots.resize(i + 1, None);
-            }
-            debug_assert!(self.slots[i].is_none(), "connection {i} added twice");
-            self.slots[i] = Some(Slot {
-                state: State::Open(Rx::Unread),
-                blocked: false,
-                last_work: now,
-                ticked_idle: false,
-            });
-            self.ready.push(i);
+    /// A new connection `i`: its ticks start, and it is queued for a pass.
+    pub(crate) fn add(&mut self, i: usize, now: Instant) {
+        if self.slots.len() <= i {
+            self.slots.resize(i + 1, None);
         }
+        debug_assert!(self.slots[i].is_none(), "connection {i} added twice");
+        self.slots[i] = Some(Slot {
+            state: State::Open(Rx::Unread),
+            blocked: false,
+            last_work: now,
+            ticked_idle: false,
+        });
+        self.ready.push(i);
         // The scan runs while there are connections (re-armed as it fires);
         // the first connection after none arms it (housekeeping may be
         // pending then, so look for the scan itself).
         if !self.timers.iter().any(|&(_, d)| d == Due::Scan) {
             self.schedule(Due::Scan, now, TICK);
         }
-        self.schedule(Due::Tick(id), now, TICK);
+        self.schedule(Due::Tick(i), now, TICK);
     }
 
     /// epoll reported connection `i` (`readable`: anything but mere
@@ -352,14 +348,14 @@ impl Scheduler {
             self.ready.push(i);
         }
         if p.worked && !p.control {
-            self.on_worked(ConnId::Tcp(i), now);
+            self.on_worked(i, now);
         }
     }
 
-    /// Something of `id`'s moved at `now` (a TCP connection joins the hot
-    /// set if there is room). The first work after a sleep teaches the idle
+    /// Something of connection `i`'s moved at `now` (it joins the hot set
+    /// if there is room). The first work after a sleep teaches the idle
     /// window the gap.
-    pub(crate) fn on_worked(&mut self, id: ConnId, now: Instant) {
+    pub(crate) fn on_worked(&mut self, i: usize, now: Instant) {
         // The gap is measured only for the modes that learn from it (the
         // clock arithmetic is a per-read cost).
         if matches!(self.mode, PollMode::Adaptive | PollMode::Hybrid) {
@@ -374,9 +370,6 @@ impl Scheduler {
             self.slept = false;
         }
         self.last_work = now;
-        let ConnId::Tcp(i) = id else {
-            return;
-        };
         if self.mode == PollMode::Never {
             return;
         }
@@ -428,30 +421,26 @@ impl Scheduler {
         }
     }
 
-    /// Connection `id` is closed: with requests in flight (`lingering`, TCP
-    /// only) it becomes a zombie, else it is removed and its timers with it.
-    pub(crate) fn close(&mut self, id: ConnId, lingering: bool) {
-        match id {
-            ConnId::Tcp(i) if lingering => {
-                if self.set_state(i, State::Zombie) {
-                    self.set_blocked(i, false);
-                    self.hot.retain(|&j| j != i);
-                    self.set_throttle(i, None);
-                }
-            }
-            ConnId::Tcp(i) => {
+    /// Connection `i` is closed: with requests in flight (`lingering`) it
+    /// becomes a zombie, else it is removed and its timers with it.
+    pub(crate) fn close(&mut self, i: usize, lingering: bool) {
+        if lingering {
+            if self.set_state(i, State::Zombie) {
                 self.set_blocked(i, false);
-                if let Some(s) = self.slots.get_mut(i) {
-                    *s = None;
-                }
                 self.hot.retain(|&j| j != i);
-                self.ready.retain(|&j| j != i);
                 self.set_throttle(i, None);
-                self.timers.retain(|&(_, d)| d != Due::Tick(id));
-                self.idle_ticks.retain(|&(_, d)| d != Due::Tick(id));
             }
-            ConnId::Rdma(_) => self.timers.retain(|&(_, d)| d != Due::Tick(id)),
+            return;
         }
+        self.set_blocked(i, false);
+        if let Some(s) = self.slots.get_mut(i) {
+            *s = None;
+        }
+        self.hot.retain(|&j| j != i);
+        self.ready.retain(|&j| j != i);
+        self.set_throttle(i, None);
+        self.timers.retain(|&(_, d)| d != Due::Tick(i));
+        self.idle_ticks.retain(|&(_, d)| d != Due::Tick(i));
     }
 
     // ---- decisions out ---------------------------------------------------
@@ -573,7 +562,7 @@ impl Scheduler {
         }
         let (_, due) = lane.pop_front()?;
         match due {
-            Due::Tick(ConnId::Tcp(i)) => {
+            Due::Tick(i) => {
                 // Idle since its last tick: the next comes later.
                 let idle = self
                     .slot_mut(i)
@@ -581,7 +570,6 @@ impl Scheduler {
                 let period = if idle == Some(true) { IDLE_TICK } else { TICK };
                 self.schedule(due, now, period);
             }
-            Due::Tick(ConnId::Rdma(_)) => self.schedule(due, now, TICK),
             Due::Scan if !(self.timers.is_empty() && self.idle_ticks.is_empty()) => {
                 self.schedule(due, now, TICK)
             }
@@ -905,18 +893,19 @@ mod tests {
     #[test]
     fn ticks_fire_at_their_deadlines_and_not_before() {
         let (mut s, t0) = sched(PollMode::Never, 0);
-        // Accepted together: one grid point, one wake-up.
-        s.add(ConnId::Tcp(0), t0 + 3 * MS);
-        s.add(ConnId::Rdma(0), t0 + 7 * MS);
-        s.add(ConnId::Tcp(1), t0 + 65 * MS);
+        // Accepted together: one grid point, one wake-up (2 may be an RDMA
+        // queue pair: the scheduler does not tell transports apart).
+        s.add(0, t0 + 3 * MS);
+        s.add(2, t0 + 7 * MS);
+        s.add(1, t0 + 65 * MS);
         assert_eq!(s.poll_timeout(t0 + 3 * MS), Some(t0 + 100 * MS));
         assert_eq!(s.poll_due(t0 + 100 * MS - US), None);
         assert_eq!(s.poll_due(t0 + 100 * MS), Some(Due::Scan));
-        assert_eq!(s.poll_due(t0 + 100 * MS), Some(Due::Tick(ConnId::Tcp(0))));
-        assert_eq!(s.poll_due(t0 + 100 * MS), Some(Due::Tick(ConnId::Rdma(0))));
+        assert_eq!(s.poll_due(t0 + 100 * MS), Some(Due::Tick(0)));
+        assert_eq!(s.poll_due(t0 + 100 * MS), Some(Due::Tick(2)));
         assert_eq!(s.poll_due(t0 + 100 * MS), None, "the next is not due");
         assert_eq!(s.poll_timeout(t0 + 100 * MS), Some(t0 + 150 * MS));
-        assert_eq!(s.poll_due(t0 + 152 * MS), Some(Due::Tick(ConnId::Tcp(1))));
+        assert_eq!(s.poll_due(t0 + 152 * MS), Some(Due::Tick(1)));
         // Connections that work: the next ticks follow a TICK after those,
         // on the grid, and a loop that wakes a little late keeps its phase:
         // never more than TICK apart.
@@ -927,10 +916,11 @@ mod tests {
             now = s.poll_timeout(now).unwrap() + 700 * US;
             s.on_driven(0, worked(), now);
             s.on_driven(1, worked(), now);
+            s.on_driven(2, worked(), now);
             while let Some(due) = s.poll_due(now) {
                 let k = match due {
-                    Due::Tick(ConnId::Tcp(0)) => 0,
-                    Due::Tick(ConnId::Rdma(0)) => 1,
+                    Due::Tick(0) => 0,
+                    Due::Tick(2) => 1,
                     Due::Scan => 3,
                     _ => 2,
                 };
@@ -950,8 +940,8 @@ mod tests {
     #[test]
     fn idle_connections_tick_rarely_and_the_scan_goes_on() {
         let (mut s, t0) = sched(PollMode::Never, 0);
-        s.add(ConnId::Tcp(0), t0);
-        s.add(ConnId::Tcp(1), t0);
+        s.add(0, t0);
+        s.add(1, t0);
         round(&mut s, |_| 0, t0);
         let (mut ticks, mut scans) = ([Vec::new(), Vec::new()], Vec::new());
         let mut now = t0;
@@ -964,7 +954,7 @@ mod tests {
             }
             while let Some(due) = s.poll_due(now) {
                 match due {
-                    Due::Tick(ConnId::Tcp(i)) => ticks[i].push(now),
+                    Due::Tick(i) => ticks[i].push(now),
                     Due::Scan => scans.push(now),
                     d => panic!("{d:?}"),
                 }
@@ -992,8 +982,8 @@ mod tests {
             ticks[0].len()
         );
         // Closing the last connection stops the scan after its next run.
-        s.close(ConnId::Tcp(0), false);
-        s.close(ConnId::Tcp(1), false);
+        s.close(0, false);
+        s.close(1, false);
         let at = s.poll_timeout(now).unwrap();
         assert_eq!(s.poll_due(at), Some(Due::Scan));
         assert_eq!(s.poll_timeout(at), None);
@@ -1002,16 +992,16 @@ mod tests {
     #[test]
     fn the_scan_is_armed_again_by_a_connection_after_none() {
         let (mut s, t0) = sched(PollMode::Never, 0);
-        s.add(ConnId::Tcp(0), t0);
-        s.close(ConnId::Tcp(0), false);
+        s.add(0, t0);
+        s.close(0, false);
         // The scan fires once more and stops: nothing left to scan.
         assert_eq!(s.poll_due(t0 + 100 * MS), Some(Due::Scan));
         assert_eq!(s.poll_timeout(t0 + 100 * MS), None);
         // Housekeeping pending when the next connection comes: the scan
         // is armed all the same, once.
         s.schedule_housekeeping(t0 + 150 * MS);
-        s.add(ConnId::Tcp(0), t0 + 160 * MS);
-        s.add(ConnId::Tcp(1), t0 + 160 * MS);
+        s.add(0, t0 + 160 * MS);
+        s.add(1, t0 + 160 * MS);
         let due: Vec<Due> = std::iter::from_fn(|| s.poll_due(t0 + 260 * MS)).collect();
         assert_eq!(
             due.iter().filter(|&&d| d == Due::Scan).count(),
@@ -1035,7 +1025,7 @@ mod tests {
     #[test]
     fn poll_timeout_is_the_earliest_of_tick_throttle_and_spin_window() {
         let (mut s, t0) = sched(PollMode::Adaptive, 0);
-        s.add(ConnId::Tcp(0), t0);
+        s.add(0, t0);
         // The spin window after the last work comes first...
         assert_eq!(s.poll_timeout(t0), Some(t0 + IDLE));
         // ...then the tick...
@@ -1069,7 +1059,7 @@ mod tests {
     #[test]
     fn idle_window_learns_from_sleeps() {
         let (mut s, t0) = sched(PollMode::Adaptive, 0);
-        s.on_worked(ConnId::Rdma(0), t0);
+        s.on_worked(0, t0);
         assert_eq!(
             s.wait(t0 + 50 * US),
             Wait::Poll(Some(Duration::ZERO)),
@@ -1078,26 +1068,26 @@ mod tests {
         // Past the window the loop sleeps; work 130 µs after the last
         // doubles the window to cover such a gap.
         assert!(matches!(s.wait(t0 + 120 * US), Wait::Poll(None)));
-        s.on_worked(ConnId::Rdma(0), t0 + 130 * US);
+        s.on_worked(0, t0 + 130 * US);
         assert_eq!(s.idle.cur, 260 * US);
         assert_eq!(s.poll_timeout(t0 + 130 * US), Some(t0 + 390 * US));
         // Work while spinning teaches nothing.
         assert_eq!(s.wait(t0 + 300 * US), Wait::Poll(Some(Duration::ZERO)));
-        s.on_worked(ConnId::Rdma(0), t0 + 300 * US);
+        s.on_worked(0, t0 + 300 * US);
         assert_eq!(s.idle.cur, 260 * US);
         // Long sleeps in a row shrink it back.
         let mut now = t0 + 300 * US;
         for _ in 0..DECAY_AFTER {
             assert!(matches!(s.wait(now + 1 * MS), Wait::Poll(None)));
             now += 5 * MS;
-            s.on_worked(ConnId::Rdma(0), now);
+            s.on_worked(0, now);
         }
         assert_eq!(s.idle.cur, 130 * US);
         // Never and Always do not learn.
         for mode in [PollMode::Never, PollMode::Always] {
             let (mut s, t0) = sched(mode, 0);
             s.wait(t0 + 1 * MS);
-            s.on_worked(ConnId::Rdma(0), t0 + 1 * MS + 10 * US);
+            s.on_worked(0, t0 + 1 * MS + 10 * US);
             assert_eq!(s.idle.cur, IDLE);
         }
     }
@@ -1112,14 +1102,14 @@ mod tests {
         );
         assert_eq!(s.poll_timeout(t0 + 10 * MS), None, "no spin deadline");
         let (mut s, t0) = sched(PollMode::Never, 0);
-        s.add(ConnId::Tcp(0), t0);
+        s.add(0, t0);
         round(&mut s, |_| 0, t0);
         s.on_driven(0, worked(), t0);
         assert!(s.hot.is_empty(), "nothing spun on");
         assert_eq!(s.wait(t0), Wait::Poll(Some(100 * MS)), "sleeps at once");
         // Blocked output keeps adaptive polling going up to the longest window.
         let (mut s, t0) = sched(PollMode::Adaptive, 0);
-        s.add(ConnId::Tcp(0), t0);
+        s.add(0, t0);
         round(&mut s, |_| 0, t0);
         s.set_blocked(0, true);
         s.on_driven(0, worked(), t0);
@@ -1145,7 +1135,7 @@ mod tests {
     #[test]
     fn hybrid_sleeps_through_the_gap_it_expects_and_polls_the_rest() {
         let (mut s, t0) = sched(PollMode::Hybrid, 0);
-        s.add(ConnId::Tcp(0), t0);
+        s.add(0, t0);
         round(&mut s, |_| 0, t0);
         // A paced host, a command every 200 µs: until 16 gaps are known it
         // behaves as adaptive (the window learns to cover the gap)...
@@ -1180,7 +1170,7 @@ mod tests {
     #[test]
     fn hybrid_does_not_sleep_at_full_load_on_irregular_gaps_or_past_a_timer() {
         let (mut s, t0) = sched(PollMode::Hybrid, 0);
-        s.add(ConnId::Tcp(0), t0);
+        s.add(0, t0);
         round(&mut s, |_| 0, t0);
         // Full load: commands 3 µs apart; a sleep would cost more than it saves.
         let now = steady(&mut s, t0, 3 * US, 2 * GAPS);
@@ -1202,7 +1192,7 @@ mod tests {
         assert!(!matches!(s.wait(now + 301 * US), Wait::Sleep(_)));
         // Steady 300 µs, but a tick due sooner: the sleep ends at the tick.
         let (mut s, t0) = sched(PollMode::Hybrid, 0);
-        s.add(ConnId::Tcp(0), t0);
+        s.add(0, t0);
         round(&mut s, |_| 0, t0);
         let now = steady(&mut s, t0 + 95 * MS, 300 * US, GAPS);
         let tick = s.timer_deadline().unwrap();
@@ -1210,7 +1200,7 @@ mod tests {
         assert_eq!(s.wait(now), Wait::Sleep(tick));
         // Adaptive never sleeps this way.
         let (mut a, t0) = sched(PollMode::Adaptive, 0);
-        a.add(ConnId::Tcp(0), t0);
+        a.add(0, t0);
         round(&mut a, |_| 0, t0);
         let now = steady(&mut a, t0, 200 * US, 2 * GAPS);
         assert!(!matches!(a.wait(now), Wait::Sleep(_)));
@@ -1219,7 +1209,7 @@ mod tests {
     #[test]
     fn admin_queue_work_neither_spins_nor_teaches_the_window() {
         let (mut s, t0) = sched(PollMode::Adaptive, 0);
-        s.add(ConnId::Tcp(0), t0);
+        s.add(0, t0);
         round(&mut s, |_| 0, t0);
         // An idle loop: past its window, it sleeps until the next tick.
         let mut now = t0 + 10 * MS;
@@ -1246,11 +1236,77 @@ mod tests {
         assert_eq!(s.poll_timeout(now), Some(now + IDLE));
     }
 
+    /// An RDMA queue pair is scheduled as a socket is (`worker.rs`
+    /// `drive_rdma` is its pass): its completion channel's event queues it,
+    /// a pass that polled its CQ empty and re-armed it leaves it drained,
+    /// work makes it hot (the loop then polls its CQ directly, without
+    /// epoll), it is quiet beside a backlogged socket (its data moves by
+    /// RDMA READ and WRITE: it holds no socket bytes), and once idle it
+    /// ticks `IDLE_TICK` apart.
+    #[test]
+    fn an_rdma_queue_is_scheduled_as_a_socket_is() {
+        let (mut s, t0) = sched(PollMode::Adaptive, 256 * 1024);
+        let (tcp, rdma) = (0, 1);
+        s.add(tcp, t0);
+        s.add(rdma, t0);
+        assert_eq!(round(&mut s, |_| 0, t0).0, [tcp, rdma], "a first pass each");
+        s.on_driven(tcp, Pass::default(), t0);
+        s.on_driven(rdma, Pass::default(), t0);
+        assert!(!s.has_ready());
+        // A completion-channel event: queued; its CQ may hold completions.
+        s.on_event(rdma, true);
+        assert_eq!(s.state(rdma), Some(State::Open(Rx::Unread)));
+        assert_eq!(round(&mut s, |_| 0, t0 + US).0, [rdma]);
+        s.on_driven(rdma, worked(), t0 + US);
+        assert_eq!(s.state(rdma), Some(State::Open(Rx::Drained)));
+        assert_eq!(s.hot, [rdma], "it worked: hot");
+        // Spinning: its CQ is polled directly.
+        assert_eq!(s.wait(t0 + 2 * US), Wait::Direct);
+        assert_eq!(round(&mut s, |_| 0, t0 + 2 * US).0, [rdma]);
+        s.on_driven(rdma, Pass::default(), t0 + 2 * US);
+        // Beside a socket with a backlog, the queue goes first and the
+        // socket reads short slices.
+        s.on_event(tcp, true);
+        round(&mut s, |_| 0, t0 + 3 * US);
+        let backlog = Pass {
+            worked: true,
+            unread: true,
+            yielded: true,
+            ..Pass::default()
+        };
+        s.on_driven(tcp, backlog, t0 + 3 * US);
+        s.on_event(rdma, true);
+        let held = |i: usize| if i == tcp { 1 << 20 } else { 0 };
+        assert_eq!(round(&mut s, held, t0 + 4 * US), (vec![rdma, tcp], true));
+        assert!(s.budget(tcp, true, 1) < s.budget(rdma, true, 1));
+        // Idle from now on: after a tick that found it idle, ticks come
+        // IDLE_TICK apart, as for an idle socket.
+        s.on_driven(rdma, Pass::default(), t0 + 4 * US);
+        let mut ticks = Vec::new();
+        let mut now = t0 + 4 * US;
+        while now < t0 + 4 * IDLE_TICK {
+            now = s.poll_timeout(now).unwrap();
+            s.on_driven(tcp, worked(), now);
+            while let Some(due) = s.poll_due(now) {
+                if due == Due::Tick(rdma) {
+                    ticks.push(now);
+                }
+            }
+        }
+        let gaps: Vec<Duration> = ticks.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(gaps.len() >= 2, "{gaps:?}");
+        assert!(gaps[1..].iter().all(|&g| g == IDLE_TICK), "{gaps:?}");
+        // Closed once nothing of it is out: its timers go with it.
+        s.close(rdma, false);
+        assert_eq!(s.state(rdma), None);
+        assert!(!s.hot.contains(&rdma));
+    }
+
     #[test]
     fn a_hot_connection_is_spun_on_until_its_quiet_period_ends() {
         let (mut s, t0) = sched(PollMode::Adaptive, 0);
-        s.add(ConnId::Tcp(0), t0);
-        s.add(ConnId::Tcp(1), t0);
+        s.add(0, t0);
+        s.add(1, t0);
         assert_eq!(round(&mut s, |_| 0, t0).0, [0, 1]);
         s.on_driven(0, worked(), t0);
         s.on_driven(1, Pass::default(), t0);
@@ -1274,7 +1330,7 @@ mod tests {
         assert!(matches!(s.wait(t0 + IDLE), Wait::Poll(_)));
         // At most HOT_MAX are hot.
         for i in 0..HOT_MAX + 2 {
-            s.add(ConnId::Tcp(10 + i), t0 + MS);
+            s.add(10 + i, t0 + MS);
             s.on_driven(10 + i, worked(), t0 + MS);
         }
         assert_eq!(s.hot.len(), HOT_MAX);
@@ -1284,8 +1340,8 @@ mod tests {
     fn a_quiet_connections_command_goes_before_a_deep_queues_next_slice() {
         let share = 256 * 1024;
         let (mut s, t0) = sched(PollMode::Adaptive, share);
-        s.add(ConnId::Tcp(0), t0);
-        s.add(ConnId::Tcp(1), t0);
+        s.add(0, t0);
+        s.add(1, t0);
         let held = |i: usize| if i == 0 { 8 << 20 } else { 4096 };
         assert_eq!(round(&mut s, held, t0), (vec![0, 1], false));
         assert_eq!(s.budget(0, false, 1), share);
@@ -1368,7 +1424,7 @@ mod tests {
     #[test]
     fn a_zombie_is_not_read_but_gets_its_completions() {
         let (mut s, t0) = sched(PollMode::Adaptive, 0);
-        s.add(ConnId::Tcp(0), t0);
+        s.add(0, t0);
         round(&mut s, |_| 0, t0);
         s.set_blocked(0, true);
         s.set_throttle(0, Some(t0 + 5 * MS));
@@ -1381,29 +1437,29 @@ mod tests {
             t0,
         );
         assert_eq!(s.state(0), Some(State::Failed));
-        s.close(ConnId::Tcp(0), true);
+        s.close(0, true);
         assert_eq!(s.state(0), Some(State::Zombie));
         assert!(s.hot.is_empty() && s.blocked == 0 && s.throttled.is_empty());
         // epoll or a spin cannot make it readable...
         s.on_event(0, true);
         assert_eq!(s.state(0), Some(State::Zombie));
         assert_eq!(round(&mut s, |_| 0, t0).0, [0]);
-        s.on_worked(ConnId::Tcp(0), t0);
+        s.on_worked(0, t0);
         assert!(s.hot.is_empty(), "never spun on");
         // ...but a completion queues it, and its ticks go on.
         s.wake(0);
         assert_eq!(round(&mut s, |_| 0, t0).0, [0]);
         assert_eq!(s.poll_due(t0 + TICK), Some(Due::Scan));
-        assert_eq!(s.poll_due(t0 + TICK), Some(Due::Tick(ConnId::Tcp(0))));
+        assert_eq!(s.poll_due(t0 + TICK), Some(Due::Tick(0)));
         // Its last request done, it goes.
-        s.close(ConnId::Tcp(0), false);
+        s.close(0, false);
         assert_eq!(s.state(0), None);
     }
 
     #[test]
     fn states_only_go_forward() {
         let (mut s, t0) = sched(PollMode::Adaptive, 0);
-        s.add(ConnId::Tcp(0), t0);
+        s.add(0, t0);
         assert_eq!(s.state(0), Some(State::Open(Rx::Unread)));
         s.on_driven(
             0,
@@ -1424,7 +1480,7 @@ mod tests {
         assert!(!State::Zombie.may_become(State::Failed));
         assert!(State::Open(Rx::Backlog).may_become(State::Zombie));
         // A report for a connection that is gone changes nothing.
-        s.close(ConnId::Tcp(0), false);
+        s.close(0, false);
         s.on_driven(0, worked(), t0);
         assert_eq!(s.state(0), None);
     }
@@ -1434,7 +1490,7 @@ mod tests {
     #[should_panic(expected = "ReadClosed -> Open")]
     fn a_step_back_is_a_bug() {
         let (mut s, t0) = sched(PollMode::Adaptive, 0);
-        s.add(ConnId::Tcp(0), t0);
+        s.add(0, t0);
         s.on_driven(
             0,
             Pass {
@@ -1449,12 +1505,12 @@ mod tests {
     #[test]
     fn removing_a_connection_cancels_its_timers() {
         let (mut s, t0) = sched(PollMode::Never, 0);
-        s.add(ConnId::Tcp(0), t0);
-        s.add(ConnId::Rdma(0), t0 + 50 * MS);
+        s.add(0, t0);
+        s.add(1, t0 + 50 * MS);
         s.set_throttle(0, Some(t0 + 20 * MS));
-        s.close(ConnId::Tcp(0), false);
-        assert!(!s.has_ready(), "no round for it");
-        // Left: the scan (connections remain) and the RDMA tick.
+        s.close(0, false);
+        assert_eq!(round(&mut s, |_| 0, t0).0, [1], "no round for it");
+        // Left: the scan (connections remain) and the other's tick.
         assert_eq!(s.poll_timeout(t0), Some(t0 + 100 * MS));
         assert_eq!(
             s.wait(t0 + 20 * MS),
@@ -1469,7 +1525,7 @@ mod tests {
         );
         assert_eq!(s.poll_due(t0 + 100 * MS), None, "its tick is gone");
         assert_eq!(s.poll_timeout(t0), Some(t0 + 150 * MS));
-        s.close(ConnId::Rdma(0), false);
+        s.close(1, false);
         assert_eq!(
             s.poll_timeout(t0),
             Some(t0 + 200 * MS),
@@ -1479,7 +1535,7 @@ mod tests {
         assert_eq!(s.poll_timeout(t0), None);
         assert_eq!(s.poll_due(t0 + 10 * TICK), None);
         // Its index is taken again afresh.
-        s.add(ConnId::Tcp(0), t0 + 200 * MS);
+        s.add(0, t0 + 200 * MS);
         assert_eq!(s.state(0), Some(State::Open(Rx::Unread)));
         assert_eq!(s.poll_timeout(t0 + 200 * MS), Some(t0 + 300 * MS));
     }

@@ -6,28 +6,34 @@
 //! hand the storage requests out, `writev` what the pass produced. Then it
 //! reports how each pass went.
 //!
+//! One connection table for every transport ([`Link`]: an NVMe/TCP
+//! connection or an NVMe/RDMA queue pair), scheduled the same way: a
+//! socket's readiness and an RDMA queue's CQ events (its completion
+//! channel's fd) both queue the connection for a round, and a round drives
+//! each in the order the scheduler gave.
+//!
 //! Storage: the worker owns one queue per namespace ([`QueueSet`]), shared
 //! by all its connections. A connection's storage requests and offloads
-//! are taken after each receive ([`hand_out`]), tagged with their
-//! connection ([`ConnId::tag_bits`]) above the command's slot, and their
-//! completions are routed back by that tag ([`deliver`]), the same way for
-//! TCP and RDMA. A connection closed with requests in flight stays as a
-//! zombie (socket shut down) until they have completed, so its index is
-//! never reused while a completion may still name it.
+//! are taken after each pass's work (`link.rs` `hand_out`), tagged with the
+//! connection's index above the command's slot, and their completions are
+//! routed back by that tag (`deliver`), the same way for every transport. A
+//! TCP connection closed with requests in flight stays as a zombie (socket
+//! shut down) until they have completed, and an RDMA queue stays until none
+//! is out, so an index is never reused while a completion may still name it.
 
 use crate::conn::Conn;
+use crate::link::{owner_of, Done, Link, Sinks};
 use crate::offload::OffloadPort;
-use crate::sched::{ConnId, Due, Pass, Scheduler, State, Wait};
+use crate::sched::{Due, Pass, Scheduler, State, Wait};
 use crate::secure::{Detected, Secure};
 use crate::sleep::SleepTimer;
 use crate::LoopOptions;
 use farflash_backend::{IoCompletion, QueueSet};
 use farflash_core::config::PollMode;
 use farflash_core::listen::SecureChannel;
-use farflash_core::{Binding, OffloadDone, Target, Transport, TAG_SLOT_BITS};
-use farflash_rdma::queue::Rdma;
+use farflash_core::Target;
 use farflash_rdma_verbs::{Accepted, RdmaConn};
-use farflash_tcp::{QueuePair, Tcp};
+use farflash_tcp::QueuePair;
 use farflash_tls::ServerConfig;
 use mio::net::TcpStream;
 use mio::unix::SourceFd;
@@ -44,19 +50,21 @@ use std::time::{Duration, Instant};
 pub(crate) const WAKE_TOKEN: Token = Token(usize::MAX);
 /// The eventfds of the worker's storage queues.
 const STORAGE_TOKEN: Token = Token(usize::MAX - 1);
-/// Token of hybrid polling's timer (`sleep.rs`).
+/// Token of hybrid polling's timer (`sleep.rs`); connections' tokens are
+/// their indices.
 const SLEEP_TOKEN: Token = Token(usize::MAX - 2);
-/// Tokens of the RDMA queues' fds (`RDMA_TOKEN + index`; TCP connections
-/// count from 0).
-const RDMA_TOKEN: usize = 1 << 40;
 /// Depth the shared storage queues are opened with (io_uring rings of this
 /// many entries; requests beyond it wait in the queue's overflow list).
 const STORAGE_DEPTH: u32 = 1024;
 
-pub(crate) struct NewConn {
-    pub sock: TcpStream,
-    pub local: SocketAddr,
-    pub peer: SocketAddr,
+/// A connection the acceptor hands to a worker.
+pub(crate) enum NewConn {
+    Tcp {
+        sock: TcpStream,
+        local: SocketAddr,
+        peer: SocketAddr,
+    },
+    Rdma(Accepted),
 }
 
 pub(crate) struct Worker {
@@ -68,7 +76,9 @@ pub(crate) struct Worker {
     live: Arc<AtomicUsize>,
     drain: Duration,
     sched: Scheduler,
-    conns: Vec<Option<Conn>>,
+    /// Every connection, whatever its transport, by index (also its token
+    /// and the connection half of its storage tags); free indices.
+    conns: Vec<Option<Link>>,
     free: Vec<usize>,
     /// One storage queue per namespace, shared by every connection here.
     storage: QueueSet,
@@ -84,10 +94,6 @@ pub(crate) struct Worker {
     /// The clock of the current pass, handed to the connections it drives
     /// (their latency samples; no clock read per command).
     now: Instant,
-    /// NVMe/RDMA queue pairs the acceptor handed here, and free indices.
-    rdma: Vec<Option<RdmaConn>>,
-    rdma_free: Vec<usize>,
-    rdma_rx: Option<Receiver<Accepted>>,
     /// TLS server configuration, made at the first TLS connection (Err:
     /// OpenSSL 3 could not be loaded; said once).
     tls: Option<Result<ServerConfig, String>>,
@@ -149,19 +155,10 @@ impl Worker {
             storage_opened: 0,
             comps: Vec::new(),
             now,
-            rdma: Vec::new(),
-            rdma_free: Vec::new(),
-            rdma_rx: None,
             tls: None,
             changes: farflash_core::controller::changes(),
             sleep,
         }
-    }
-
-    /// Takes NVMe/RDMA queue pairs from `rx` too.
-    pub fn with_rdma(mut self, rx: Receiver<Accepted>) -> Worker {
-        self.rdma_rx = Some(rx);
-        self
     }
 
     pub fn run(mut self) {
@@ -220,30 +217,27 @@ impl Worker {
                     conns
                         .get(i)
                         .and_then(Option::as_ref)
-                        .map_or(usize::MAX, |c| c.qp.pending_bytes())
+                        .map_or(usize::MAX, Link::pending_bytes)
                 });
                 for &i in &round.conns {
                     self.drive(i, round.contended);
                 }
                 self.sched.finish_round(round, now);
             }
-            if !self.rdma.is_empty() {
-                self.drive_rdma();
-            }
             if self.stop.load(Ordering::Acquire) {
                 let deadline = *drain_deadline.get_or_insert(now + self.drain);
-                if self.conns.iter().all(Option::is_none) && self.rdma.iter().all(Option::is_none) {
+                if self.conns.iter().all(Option::is_none) {
                     return;
                 }
                 if now >= deadline {
                     tracing::warn!("shutdown: closing connections that did not drain in time");
                     return;
                 }
-                for c in self.conns.iter_mut().flatten() {
-                    c.qp.tick(now);
-                }
-                for c in self.rdma.iter_mut().flatten() {
-                    c.with_queue(|q| q.tick(now));
+                // Ticks close what shutdown ends; those with something to
+                // send or to close get a pass (an RDMA queue closes in its
+                // pass once flushed).
+                for i in 0..self.conns.len() {
+                    self.tick(i, now);
                 }
             }
         }
@@ -258,26 +252,32 @@ impl Worker {
             }
             if t == WAKE_TOKEN {
                 self.accept_new();
-                self.accept_rdma();
                 self.route_offloads();
             } else if t == STORAGE_TOKEN {
                 self.route_completions(usize::MAX);
-            } else if let Some(i) = t.0.checked_sub(RDMA_TOKEN) {
-                if let Some(c) = self.rdma.get_mut(i).and_then(Option::as_mut) {
-                    c.on_events();
-                }
             } else {
                 let i = t.0;
-                if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
-                    // EPOLLRDHUP: the peer's FIN may sit right behind the
-                    // last data; read on to the EOF instead of stopping
-                    // at a short read.
-                    c.hup |= ev.is_read_closed();
-                }
-                // Only writability (EPOLLOUT while output is blocked)
-                // leaves nothing to read.
-                let readable =
-                    !ev.is_writable() || ev.is_readable() || ev.is_read_closed() || ev.is_error();
+                let readable = match self.conns.get_mut(i).and_then(Option::as_mut) {
+                    Some(Link::Tcp(c)) => {
+                        // EPOLLRDHUP: the peer's FIN may sit right behind
+                        // the last data; read on to the EOF instead of
+                        // stopping at a short read.
+                        c.hup |= ev.is_read_closed();
+                        // Only writability (EPOLLOUT while output is
+                        // blocked) leaves nothing to read.
+                        !ev.is_writable()
+                            || ev.is_readable()
+                            || ev.is_read_closed()
+                            || ev.is_error()
+                    }
+                    Some(Link::Rdma(r)) => {
+                        // Its CM channel or its completion channel: CM
+                        // events taken, the CQ to poll (and re-arm).
+                        r.on_events();
+                        true
+                    }
+                    None => continue,
+                };
                 self.sched.on_event(i, readable);
             }
         }
@@ -295,10 +295,7 @@ impl Worker {
                 if changes != self.changes {
                     self.changes = changes;
                     for i in 0..self.conns.len() {
-                        self.tick(ConnId::Tcp(i), now);
-                    }
-                    for k in 0..self.rdma.len() {
-                        self.tick(ConnId::Rdma(k), now);
+                        self.tick(i, now);
                     }
                 }
             }
@@ -314,12 +311,10 @@ impl Worker {
     }
 
     /// A connection's periodic work (the command layer's `tick`).
-    fn tick(&mut self, id: ConnId, now: Instant) {
-        match id {
-            ConnId::Tcp(i) => {
-                let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
-                    return;
-                };
+    fn tick(&mut self, i: usize, now: Instant) {
+        let wake = match self.conns.get_mut(i).and_then(Option::as_mut) {
+            None => return,
+            Some(Link::Tcp(c)) => {
                 if let Some(s) = c.secure.as_mut() {
                     if let Err(why) = s.check_deadlines(now) {
                         tracing::warn!(peer = %c.peer, "TLS: closing the connection: {why}");
@@ -328,67 +323,159 @@ impl Worker {
                     }
                 }
                 c.qp.tick(now);
-                // Only connections the tick gave work (an AEN to send, a
-                // close) need a pass; the rest wait for epoll.
-                if c.qp.output_len() > 0 || c.qp.wants_close() {
-                    self.sched.wake(i);
-                }
                 // QoS limits may have changed.
                 self.sched.set_throttle(i, c.qp.throttle_wake());
+                c.qp.output_len() > 0 || c.qp.wants_close()
             }
-            ConnId::Rdma(k) => {
-                if let Some(c) = self.rdma.get_mut(k).and_then(Option::as_mut) {
-                    c.with_queue(|q| q.tick(now));
-                }
+            Some(Link::Rdma(r)) => {
+                // What the tick answered (an AEN) is posted at once.
+                r.with_queue(|q| q.tick(now));
+                let at = r.queue().throttle_wake();
+                self.sched.set_throttle(i, at);
+                r.wants_close()
             }
+        };
+        // Only connections the tick gave work (an AEN to send, a close)
+        // need a pass; the rest wait for their events.
+        if wake {
+            self.sched.wake(i);
         }
     }
 
+    /// Takes the connections the acceptor handed over: registers their fds
+    /// (a socket, or an RDMA queue's CM and completion channels) under
+    /// their index, and queues them for a first pass.
     fn accept_new(&mut self) {
         while let Ok(nc) = self.rx.try_recv() {
             let i = self.free.pop().unwrap_or_else(|| {
                 self.conns.push(None);
                 self.conns.len() - 1
             });
-            let mut sock = nc.sock;
-            let interest = Interest::READABLE;
-            if let Err(e) = self.poll.registry().register(&mut sock, Token(i), interest) {
-                tracing::warn!(peer = %nc.peer, "cannot register connection: {e}");
-                self.live.fetch_sub(1, Ordering::AcqRel);
-                self.free.push(i);
-                continue;
-            }
-            tracing::debug!(peer = %nc.peer, local = %nc.local, "connection accepted");
-            let qp = QueuePair::new(self.target.clone(), nc.local, nc.peer);
-            let secure = match self.target.secure_channel(&nc.local) {
-                SecureChannel::None => None,
-                mode => Some(Box::new(Secure::new(
-                    mode,
-                    nc.peer,
-                    self.now,
-                    &self.target.transport,
-                ))),
+            let link = match nc {
+                NewConn::Tcp { sock, local, peer } => self.new_tcp(i, sock, local, peer),
+                NewConn::Rdma(a) => self.new_rdma(i, a),
             };
-            self.conns[i] = Some(Conn {
-                sock,
-                qp,
-                hup: false,
-                secure,
-                peer: nc.peer,
-            });
-            self.sched.add(ConnId::Tcp(i), self.now);
+            match link {
+                Some(l) => {
+                    self.conns[i] = Some(l);
+                    self.sched.add(i, self.now);
+                }
+                None => {
+                    self.live.fetch_sub(1, Ordering::AcqRel);
+                    self.free.push(i);
+                }
+            }
         }
     }
 
-    /// Moves a connection forward as far as it goes without blocking (with
+    /// A new NVMe/TCP connection as connection `i` (None: it could not be
+    /// watched, and is dropped).
+    fn new_tcp(
+        &mut self,
+        i: usize,
+        mut sock: TcpStream,
+        local: SocketAddr,
+        peer: SocketAddr,
+    ) -> Option<Link> {
+        let interest = Interest::READABLE;
+        if let Err(e) = self.poll.registry().register(&mut sock, Token(i), interest) {
+            tracing::warn!(%peer, "cannot register connection: {e}");
+            return None;
+        }
+        tracing::debug!(%peer, %local, "connection accepted");
+        let qp = QueuePair::new(self.target.clone(), local, peer);
+        let secure = match self.target.secure_channel(&local) {
+            SecureChannel::None => None,
+            mode => Some(Box::new(Secure::new(
+                mode,
+                peer,
+                self.now,
+                &self.target.transport,
+            ))),
+        };
+        Some(Link::Tcp(Conn {
+            sock,
+            qp,
+            hup: false,
+            secure,
+            peer,
+        }))
+    }
+
+    /// A new NVMe/RDMA queue pair as connection `i`: its CM and completion
+    /// channels are watched under its index (None: they could not be).
+    fn new_rdma(&mut self, i: usize, a: Accepted) -> Option<Link> {
+        let c = RdmaConn::new(a, self.target.clone());
+        let fds = c.fds();
+        for (k, fd) in fds.iter().enumerate() {
+            let r = self
+                .poll
+                .registry()
+                .register(&mut SourceFd(fd), Token(i), Interest::READABLE);
+            if let Err(e) = r {
+                tracing::warn!(peer = %c.peer(), "cannot watch an RDMA queue: {e}");
+                for fd in &fds[..k] {
+                    let _ = self.poll.registry().deregister(&mut SourceFd(fd));
+                }
+                return None;
+            }
+        }
+        tracing::debug!(peer = %c.peer(), local = %c.local(), "RDMA queue pair accepted");
+        Some(Link::Rdma(c))
+    }
+
+    /// Drives connection `i` in its turn of a round: its transport's pass.
+    fn drive(&mut self, i: usize, contended: bool) -> bool {
+        match self.conns.get(i).and_then(Option::as_ref) {
+            Some(Link::Tcp(_)) => self.drive_tcp(i, contended),
+            Some(Link::Rdma(_)) => self.drive_rdma(i),
+            None => false,
+        }
+    }
+
+    /// An RDMA queue's pass: polls its CQ until it is empty and armed
+    /// (feeding the queue, posting what it produced), runs the commands
+    /// whose QoS tokens came, hands its storage requests out and routes
+    /// what completed; closes it once finished. Returns whether anything
+    /// moved.
+    fn drive_rdma(&mut self, i: usize) -> bool {
+        let now = self.now;
+        let Some(state) = self.sched.state(i) else {
+            return false;
+        };
+        let Some(Link::Rdma(c)) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+            return false;
+        };
+        let mut p = Pass::starting(state);
+        p.control = c.queue().nvme().qid() == 0;
+        p.worked |= c.with_queue(|q| {
+            q.set_now(now);
+            q.resume_throttled()
+        });
+        p.worked |= c.drive(now);
+        p.worked |= self.pump(i);
+        let Some(Link::Rdma(c)) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+            return p.worked;
+        };
+        // The CQ was polled empty and re-armed: the next completion signals.
+        p.unread = false;
+        let finished = c.finished();
+        let at = c.queue().throttle_wake();
+        self.sched.on_driven(i, p, now);
+        if finished {
+            self.close(i);
+        } else {
+            self.sched.set_throttle(i, at);
+        }
+        p.worked
+    }
+
+    /// Moves a TCP connection forward as far as it goes without blocking (with
     /// fair sharing: as far as its budget for this round); returns whether
     /// anything moved. `contended`: [`Round::contended`](crate::sched::Round::contended).
     /// Plaintext and TLS take the same pass (`conn.rs`).
-    fn drive(&mut self, i: usize, contended: bool) -> bool {
-        let (Some(c), Some(state)) = (
-            self.conns.get(i).and_then(Option::as_ref),
-            self.sched.state(i),
-        ) else {
+    fn drive_tcp(&mut self, i: usize, contended: bool) -> bool {
+        let (Some(c), Some(state)) = (self.tcp(i), self.sched.state(i)) else {
             return false;
         };
         if state == State::Zombie {
@@ -399,7 +486,7 @@ impl Worker {
         if c.secure.as_ref().is_some_and(|s| s.detecting()) && !self.detect_secure(i, state) {
             return false;
         }
-        let Some(c) = self.conns.get(i).and_then(Option::as_ref) else {
+        let Some(c) = self.tcp(i) else {
             return false;
         };
         let now = self.now;
@@ -407,7 +494,7 @@ impl Worker {
         let mut p = Pass::starting(state);
         p.control = c.qp.nvme().qid() == 0;
         loop {
-            let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+            let Some(c) = self.tcp_mut(i) else {
                 return p.worked;
             };
             c.qp.set_now(now);
@@ -415,7 +502,7 @@ impl Worker {
             // Receive: everything the socket has, PDUs processed as they complete.
             let more = c.receive(now, &mut budget, &mut p);
             p.worked |= self.pump(i);
-            let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+            let Some(Link::Tcp(c)) = self.conns.get_mut(i).and_then(Option::as_mut) else {
                 return p.worked;
             };
             let blocked = c.send(&mut p);
@@ -430,23 +517,40 @@ impl Worker {
             // already (a deep queue answers while this pass runs).
             p.unread = true;
         }
-        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+        let Some(c) = self.tcp_mut(i) else {
             return p.worked;
         };
+        let done = c.done(&p);
+        let at = c.qp.throttle_wake();
         self.sched.on_driven(i, p, now);
-        if c.done(&p) {
+        if done {
             self.close(i);
         } else {
-            self.sched.set_throttle(i, c.qp.throttle_wake());
+            self.sched.set_throttle(i, at);
         }
         p.worked
+    }
+
+    /// TCP connection `i`, if it is one.
+    fn tcp(&self, i: usize) -> Option<&Conn> {
+        match self.conns.get(i).and_then(Option::as_ref) {
+            Some(Link::Tcp(c)) => Some(c),
+            _ => None,
+        }
+    }
+
+    fn tcp_mut(&mut self, i: usize) -> Option<&mut Conn> {
+        match self.conns.get_mut(i).and_then(Option::as_mut) {
+            Some(Link::Tcp(c)) => Some(c),
+            _ => None,
+        }
     }
 
     /// A connection on a TLS listener, before its first byte: TLS or
     /// plaintext (`secure.rs`). Returns whether the pass goes on (TLS
     /// started, or plaintext on a `tls-optional` listener).
     fn detect_secure(&mut self, i: usize, state: State) -> bool {
-        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+        let Some(Link::Tcp(c)) = self.conns.get_mut(i).and_then(Option::as_mut) else {
             return false;
         };
         let Some(sec) = c.secure.as_mut() else {
@@ -496,9 +600,9 @@ impl Worker {
             let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
                 return any;
             };
-            if c.qp.in_flight() == 0 {
-                // Nothing of this connection's to reap: others' completions
-                // wake the loop through the queues' eventfds.
+            if c.in_flight() == 0 {
+                // Nothing of this connection's to hand out or reap: others'
+                // completions wake the loop through the queues' eventfds.
                 return any;
             }
             let to = Sinks {
@@ -506,7 +610,9 @@ impl Worker {
                 storage: &mut self.storage,
                 failed: &mut self.comps,
             };
-            hand_out(&mut c.qp, ConnId::Tcp(i), to);
+            // Authentication's DH and PTPL writes go to the helper thread,
+            // storage to the worker's queues.
+            c.hand_out(i, to);
             if self.storage.len() != self.storage_opened {
                 self.sync_storage_fds();
             }
@@ -519,20 +625,16 @@ impl Worker {
     }
 
     /// Reaps the storage queues and hands each completion to the connection
-    /// its tag names; TCP connections other than `current` are queued for a
+    /// its tag names; connections other than `current` are queued for a
     /// pass. Returns whether anything was routed.
     fn route_completions(&mut self, current: usize) -> bool {
         let mut comps = std::mem::take(&mut self.comps);
         self.storage.reap(&mut comps);
         let any = !comps.is_empty();
         for c in comps.drain(..) {
-            let owner = ConnId::of_tag(c.tag);
-            if self.route(owner, Done::Storage(c)) {
-                if let ConnId::Tcp(j) = owner {
-                    if j != current {
-                        self.sched.wake(j);
-                    }
-                }
+            let owner = owner_of(c.tag);
+            if self.route(owner, Done::Storage(c)) && owner != current {
+                self.sched.wake(owner);
             }
         }
         self.comps = comps;
@@ -543,122 +645,26 @@ impl Worker {
     /// queues those for a pass.
     fn route_offloads(&mut self) {
         while let Some(d) = self.offload.try_recv() {
-            let owner = ConnId::of_tag(d.tag);
+            let owner = owner_of(d.tag);
             if self.route(owner, Done::Offload(d)) {
-                if let ConnId::Tcp(j) = owner {
-                    self.sched.wake(j);
-                }
+                self.sched.wake(owner);
             }
         }
     }
 
-    /// Hands `done` to its connection; false when there is none (a bug:
-    /// zombies keep their index until their requests complete).
-    fn route(&mut self, owner: ConnId, done: Done) -> bool {
-        let now = self.now;
-        match owner {
-            ConnId::Tcp(j) => match self.conns.get_mut(j).and_then(Option::as_mut) {
-                Some(conn) => deliver(&mut conn.qp, now, done),
-                None => {
-                    tracing::error!(?owner, "completion for no connection");
-                    return false;
-                }
-            },
-            ConnId::Rdma(k) => match self.rdma.get_mut(k).and_then(Option::as_mut) {
-                Some(r) => deliver(r, now, done),
-                None => {
-                    tracing::error!(?owner, "completion for no RDMA queue");
-                    return false;
-                }
-            },
-        }
-        true
-    }
-
-    /// Takes the RDMA queue pairs the acceptor handed over and watches
-    /// their CM and completion channels.
-    fn accept_rdma(&mut self) {
-        let Some(rx) = self.rdma_rx.take() else {
-            return;
-        };
-        while let Ok(a) = rx.try_recv() {
-            let c = RdmaConn::new(a, self.target.clone());
-            let i = self.rdma_free.pop().unwrap_or_else(|| {
-                self.rdma.push(None);
-                self.rdma.len() - 1
-            });
-            let mut ok = true;
-            for fd in c.fds() {
-                if let Err(e) = self.poll.registry().register(
-                    &mut SourceFd(&fd),
-                    Token(RDMA_TOKEN + i),
-                    Interest::READABLE,
-                ) {
-                    tracing::warn!(peer = %c.peer(), "cannot watch an RDMA queue: {e}");
-                    ok = false;
-                }
+    /// Hands `done` to connection `owner`; false when there is none (a bug:
+    /// connections keep their index until their requests complete).
+    fn route(&mut self, owner: usize, done: Done) -> bool {
+        match self.conns.get_mut(owner).and_then(Option::as_mut) {
+            Some(c) => {
+                c.deliver(self.now, done);
+                true
             }
-            self.rdma[i] = Some(c);
-            self.sched.add(ConnId::Rdma(i), self.now);
-            if !ok {
-                self.close_rdma(i);
-                continue;
-            }
-            if let Some(c) = &self.rdma[i] {
-                tracing::debug!(peer = %c.peer(), local = %c.local(), "RDMA queue pair accepted");
+            None => {
+                tracing::error!(owner, "completion for no connection");
+                false
             }
         }
-        self.rdma_rx = Some(rx);
-    }
-
-    /// Polls every RDMA queue's CQ, hands their storage requests to the
-    /// worker's queues and routes what completed; closes the finished ones.
-    fn drive_rdma(&mut self) {
-        let now = self.now;
-        for i in 0..self.rdma.len() {
-            let Some(c) = self.rdma[i].as_mut() else {
-                continue;
-            };
-            let mut worked = c.drive(now);
-            // Authentication's DH and PTPL writes go to the helper thread
-            // and storage to the worker's queues, as for TCP.
-            let to = Sinks {
-                offload: &self.offload,
-                storage: &mut self.storage,
-                failed: &mut self.comps,
-            };
-            if hand_out(c, ConnId::Rdma(i), to) {
-                if self.storage.len() != self.storage_opened {
-                    self.sync_storage_fds();
-                }
-                self.storage.commit();
-                worked = true;
-            }
-            if worked {
-                self.sched.on_worked(ConnId::Rdma(i), now);
-            }
-            if self.rdma[i].as_ref().is_some_and(|c| c.in_flight() > 0) {
-                self.route_completions(usize::MAX);
-            }
-            if self.rdma[i].as_ref().is_some_and(RdmaConn::finished) {
-                self.close_rdma(i);
-            }
-        }
-    }
-
-    /// Drops RDMA queue `i` (its QP, CQ and channels are destroyed).
-    fn close_rdma(&mut self, i: usize) {
-        let Some(c) = self.rdma.get_mut(i).and_then(Option::take) else {
-            return;
-        };
-        for fd in c.fds() {
-            let _ = self.poll.registry().deregister(&mut SourceFd(&fd));
-        }
-        // Its drop logs how its data moved (`RdmaConn`'s Drop).
-        drop(c);
-        self.sched.close(ConnId::Rdma(i), false);
-        self.live.fetch_sub(1, Ordering::AcqRel);
-        self.rdma_free.push(i);
     }
 
     /// Registers the eventfds of newly opened storage queues (closed ones
@@ -684,28 +690,38 @@ impl Worker {
         }
     }
 
-    /// Closes connection `i`; one with storage requests in flight becomes a
-    /// zombie (socket shut down, index kept) until they complete.
+    /// Closes connection `i`. A TCP connection with storage requests in
+    /// flight becomes a zombie (socket shut down, index kept) until they
+    /// complete; an RDMA queue is closed only once none is out
+    /// (`RdmaConn::finished`), and its QP, CQ and channels are destroyed.
     fn close(&mut self, i: usize) {
-        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
-            return;
-        };
-        let zombie = self.sched.state(i) == Some(State::Zombie);
-        if !zombie {
-            let _ = self.poll.registry().deregister(&mut c.sock);
-        }
-        if c.qp.in_flight() > 0 {
-            if !zombie {
-                tracing::debug!(
-                    in_flight = c.qp.in_flight(),
-                    "closing a connection with storage requests in flight"
-                );
-                let _ = c.sock.shutdown(std::net::Shutdown::Both);
-                self.sched.close(ConnId::Tcp(i), true);
+        match self.conns.get_mut(i).and_then(Option::as_mut) {
+            None => return,
+            Some(Link::Rdma(r)) => {
+                for fd in r.fds() {
+                    let _ = self.poll.registry().deregister(&mut SourceFd(&fd));
+                }
             }
-            return;
+            Some(Link::Tcp(c)) => {
+                let zombie = self.sched.state(i) == Some(State::Zombie);
+                if !zombie {
+                    let _ = self.poll.registry().deregister(&mut c.sock);
+                }
+                if c.qp.in_flight() > 0 {
+                    if !zombie {
+                        tracing::debug!(
+                            in_flight = c.qp.in_flight(),
+                            "closing a connection with storage requests in flight"
+                        );
+                        let _ = c.sock.shutdown(std::net::Shutdown::Both);
+                        self.sched.close(i, true);
+                    }
+                    return;
+                }
+            }
         }
-        self.sched.close(ConnId::Tcp(i), false);
+        self.sched.close(i, false);
+        // An RDMA queue's drop logs how its data moved (`RdmaConn`'s Drop).
         self.conns[i] = None;
         self.live.fetch_sub(1, Ordering::AcqRel);
         self.free.push(i);
@@ -734,130 +750,5 @@ fn watch_writable(
     match poll.registry().reregister(sock, Token(i), interest) {
         Ok(()) => sched.set_blocked(i, blocked),
         Err(_) => p.failed = true,
-    }
-}
-
-// ---- routing: a connection's work out, its completions back ---------------
-
-/// Storage tags: the command layer keeps the command's slot in the tag's
-/// low [`TAG_SLOT_BITS`]; the connection is the rest.
-impl ConnId {
-    /// Marks an RDMA queue's index in the connection half of a tag.
-    const RDMA_TAG: u64 = 1 << 31;
-
-    /// The tag bits to OR into a request's tag.
-    fn tag_bits(self) -> u64 {
-        let hi = match self {
-            ConnId::Tcp(i) => i as u64,
-            ConnId::Rdma(i) => i as u64 | ConnId::RDMA_TAG,
-        };
-        hi << TAG_SLOT_BITS
-    }
-
-    /// Whose request `tag` is.
-    fn of_tag(tag: u64) -> ConnId {
-        let hi = tag >> TAG_SLOT_BITS;
-        if hi & ConnId::RDMA_TAG != 0 {
-            ConnId::Rdma((hi & !ConnId::RDMA_TAG) as usize)
-        } else {
-            ConnId::Tcp(hi as usize)
-        }
-    }
-}
-
-/// A connection whose binding the worker hands work out for and routes
-/// completions back to.
-trait Routed {
-    type T: Transport;
-
-    /// Runs `f` on the connection's binding, then moves what it produced
-    /// (RDMA posts its work; TCP's output waits for the next send).
-    fn with_binding<R>(&mut self, f: impl FnOnce(&mut Binding<Self::T>) -> R) -> R;
-}
-
-impl Routed for QueuePair {
-    type T = Tcp;
-
-    fn with_binding<R>(&mut self, f: impl FnOnce(&mut Binding<Tcp>) -> R) -> R {
-        f(self)
-    }
-}
-
-impl Routed for RdmaConn {
-    type T = Rdma;
-
-    fn with_binding<R>(&mut self, f: impl FnOnce(&mut Binding<Rdma>) -> R) -> R {
-        self.with_queue(f)
-    }
-}
-
-/// Where the worker sends a connection's work.
-struct Sinks<'a> {
-    offload: &'a OffloadPort,
-    storage: &'a mut QueueSet,
-    /// Requests a storage queue refused, completed with their error.
-    failed: &'a mut Vec<IoCompletion>,
-}
-
-/// Hands `c`'s offloads and storage requests out, tagged for `owner`;
-/// returns whether it had any.
-fn hand_out<C: Routed>(c: &mut C, owner: ConnId, to: Sinks<'_>) -> bool {
-    let hi = owner.tag_bits();
-    c.with_binding(|b| {
-        let any = b.has_offloads() || b.has_storage_requests();
-        if b.has_offloads() {
-            b.take_offloads(|mut o| {
-                o.tag |= hi;
-                to.offload.submit(o);
-            });
-        }
-        if b.has_storage_requests() {
-            b.take_storage(|backend, mut req| {
-                req.tag |= hi;
-                to.storage.submit(backend, req, to.failed);
-            });
-        }
-        any
-    })
-}
-
-/// What came back for one of a connection's commands.
-enum Done {
-    Storage(IoCompletion),
-    Offload(OffloadDone),
-}
-
-/// Hands `done` to `c`, stamped with the pass's clock.
-fn deliver<C: Routed>(c: &mut C, now: Instant, done: Done) {
-    c.with_binding(|b| {
-        b.set_now(now);
-        match done {
-            Done::Storage(s) => b.on_storage_completion(s),
-            Done::Offload(o) => b.on_offload_completion(o),
-        }
-    });
-}
-
-#[cfg(test)]
-mod tests {
-    use super::ConnId;
-    use farflash_core::TAG_SLOT_BITS;
-
-    #[test]
-    fn owners_survive_the_tag_and_leave_the_slot_alone() {
-        for owner in [
-            ConnId::Tcp(0),
-            ConnId::Tcp(7),
-            ConnId::Rdma(0),
-            ConnId::Rdma(3),
-            ConnId::Tcp((1 << 31) - 1),
-            ConnId::Rdma((1 << 31) - 1),
-        ] {
-            let slot = 0xABCD_u64;
-            let tag = owner.tag_bits() | slot;
-            assert_eq!(ConnId::of_tag(tag), owner);
-            assert_eq!(tag & ((1 << TAG_SLOT_BITS) - 1), slot);
-        }
-        assert_ne!(ConnId::Tcp(1).tag_bits(), ConnId::Rdma(1).tag_bits());
     }
 }

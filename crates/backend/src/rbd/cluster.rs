@@ -92,16 +92,136 @@ unsafe impl Send for Image {}
 // SAFETY: as above; shared use goes through librbd's own locking.
 unsafe impl Sync for Image {}
 
+/// Connects `*cluster` as `opts.id` with `opts.conf` and `opts.keyring`
+/// (farflash's time limits where the ceph.conf keeps Ceph's defaults,
+/// `rbd_cache` off) and opens `*ioctx` on `opts.pool`; returns the OSD
+/// operation timeout in force. On an error, the handles left non-null are
+/// live and the caller closes them.
+fn connect(
+    opts: &RbdOptions,
+    cluster: &mut sys::rados_t,
+    ioctx: &mut sys::rados_ioctx_t,
+) -> io::Result<Duration> {
+    let id = opts.id.as_deref().unwrap_or("admin");
+    let client = format!("client.{id}");
+    let c_id = cstring(id, "ceph client id")?;
+    // librados and librbd are opened here, on first use: a machine
+    // without them serves every other backend, and this names the
+    // package to install.
+    sys::load().map_err(|e| io::Error::new(io::ErrorKind::NotFound, e))?;
+    // SAFETY: `c_id` is a valid C string; `cluster` receives the handle.
+    let rc = unsafe { sys::rados_create(cluster, c_id.as_ptr()) };
+    if rc < 0 {
+        *cluster = ptr::null_mut();
+        return Err(ceph_err(rc.into(), format!("rados_create for {client}")));
+    }
+    let conf = match &opts.conf {
+        Some(p) => {
+            if !p.is_file() {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("ceph.conf {} does not exist", p.display()),
+                ));
+            }
+            Some(cstring(&p.to_string_lossy(), "ceph.conf path")?)
+        }
+        None => None,
+    };
+    let conf_ptr = conf.as_ref().map_or(ptr::null(), |c| c.as_ptr());
+    // SAFETY: the cluster handle is live; `conf_ptr` is NULL (default
+    // search) or a valid C string.
+    let rc = unsafe { sys::rados_conf_read_file(*cluster, conf_ptr) };
+    if rc < 0 {
+        let name = opts
+            .conf
+            .as_ref()
+            .map_or("the default ceph.conf".into(), |p| p.display().to_string());
+        return Err(ceph_err(rc.into(), format!("reading {name}")));
+    }
+    if let Some(k) = &opts.keyring {
+        if !k.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("ceph keyring {} does not exist", k.display()),
+            ));
+        }
+        conf_set(*cluster, "keyring", &k.to_string_lossy())?;
+    }
+    for (name, ceph_default, ours) in TIMEOUTS {
+        if conf_secs(*cluster, name)? == ceph_default {
+            conf_set(*cluster, name, &ours.as_secs().to_string())?;
+        }
+    }
+    let osd_op_timeout = Duration::from_secs_f64(conf_secs(*cluster, "rados_osd_op_timeout")?);
+    // No write-back cache in the gateway: a write is on the OSDs when it
+    // completes, so another gateway exporting the same image (ANA
+    // failover) reads it, and the namespace reports no volatile cache.
+    conf_set(*cluster, "rbd_cache", "false")?;
+    // SAFETY: the cluster handle is configured and not yet connected.
+    let rc = unsafe { sys::rados_connect(*cluster) };
+    if rc < 0 {
+        let hint = match -rc {
+            libc::ETIMEDOUT => " (is the cluster up and mon_host right?)",
+            libc::EACCES | libc::EPERM => " (wrong key for this client id?)",
+            libc::ENOENT => " (no keyring found for this client id?)",
+            _ => "",
+        };
+        // Nothing of the failed connection may be used again.
+        // SAFETY: the handle is live and is shut down exactly once here.
+        unsafe { sys::rados_shutdown(*cluster) };
+        *cluster = ptr::null_mut();
+        return Err(ceph_err(
+            rc.into(),
+            format!("connecting to the Ceph cluster as {client}{hint}"),
+        ));
+    }
+    let c_pool = cstring(&opts.pool, "pool name")?;
+    // SAFETY: the cluster is connected; `c_pool` is a valid C string.
+    let rc = unsafe { sys::rados_ioctx_create(*cluster, c_pool.as_ptr(), ioctx) };
+    if rc < 0 {
+        *ioctx = ptr::null_mut();
+        return Err(ceph_err(rc.into(), format!("pool {:?}", opts.pool)));
+    }
+    Ok(osd_op_timeout)
+}
+
+fn conf_set(cluster: sys::rados_t, name: &str, value: &str) -> io::Result<()> {
+    let (n, v) = (cstring(name, name)?, cstring(value, name)?);
+    // SAFETY: the cluster handle is live; both are valid C strings.
+    let rc = unsafe { sys::rados_conf_set(cluster, n.as_ptr(), v.as_ptr()) };
+    if rc < 0 {
+        return Err(ceph_err(rc.into(), format!("setting {name} = {value}")));
+    }
+    Ok(())
+}
+
+/// A duration option in seconds.
+fn conf_secs(cluster: sys::rados_t, name: &str) -> io::Result<f64> {
+    let n = cstring(name, name)?;
+    let mut buf = [0 as c_char; 64];
+    // SAFETY: the cluster handle is live; librados writes at most
+    // `buf.len()` bytes, NUL included.
+    let rc = unsafe { sys::rados_conf_get(cluster, n.as_ptr(), buf.as_mut_ptr(), buf.len()) };
+    if rc < 0 {
+        return Err(ceph_err(rc.into(), format!("reading option {name}")));
+    }
+    let bytes: Vec<u8> = buf
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| *c as u8)
+        .collect();
+    let s = String::from_utf8_lossy(&bytes);
+    s.trim().parse::<f64>().map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("option {name} is {s:?}, not a number of seconds"),
+        )
+    })
+}
+
 impl Image {
     /// Connects to the cluster and opens `opts.pool`/`opts.image`.
     pub(crate) fn open(opts: &RbdOptions) -> io::Result<Image> {
-        let id = opts.id.as_deref().unwrap_or("admin");
-        let client = format!("client.{id}");
-        let c_id = cstring(id, "ceph client id")?;
-        // librados and librbd are opened here, on first use: a machine
-        // without them serves every other backend, and this names the
-        // package to install.
-        sys::load().map_err(|e| io::Error::new(io::ErrorKind::NotFound, e))?;
         let mut img = Image {
             cluster: ptr::null_mut(),
             ioctx: ptr::null_mut(),
@@ -111,79 +231,7 @@ impl Image {
             update_watch: None,
             opened: false,
         };
-        // SAFETY: `c_id` is a valid C string; `img.cluster` receives the handle.
-        let rc = unsafe { sys::rados_create(&mut img.cluster, c_id.as_ptr()) };
-        if rc < 0 {
-            img.cluster = ptr::null_mut();
-            return Err(ceph_err(rc.into(), format!("rados_create for {client}")));
-        }
-        let conf = match &opts.conf {
-            Some(p) => {
-                if !p.is_file() {
-                    return Err(io::Error::new(
-                        io::ErrorKind::NotFound,
-                        format!("ceph.conf {} does not exist", p.display()),
-                    ));
-                }
-                Some(cstring(&p.to_string_lossy(), "ceph.conf path")?)
-            }
-            None => None,
-        };
-        let conf_ptr = conf.as_ref().map_or(ptr::null(), |c| c.as_ptr());
-        // SAFETY: the cluster handle is live; `conf_ptr` is NULL (default
-        // search) or a valid C string.
-        let rc = unsafe { sys::rados_conf_read_file(img.cluster, conf_ptr) };
-        if rc < 0 {
-            let name = opts
-                .conf
-                .as_ref()
-                .map_or("the default ceph.conf".into(), |p| p.display().to_string());
-            return Err(ceph_err(rc.into(), format!("reading {name}")));
-        }
-        if let Some(k) = &opts.keyring {
-            if !k.is_file() {
-                return Err(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!("ceph keyring {} does not exist", k.display()),
-                ));
-            }
-            img.set("keyring", &k.to_string_lossy())?;
-        }
-        for (name, ceph_default, ours) in TIMEOUTS {
-            if img.get_secs(name)? == ceph_default {
-                img.set(name, &ours.as_secs().to_string())?;
-            }
-        }
-        img.osd_op_timeout = Duration::from_secs_f64(img.get_secs("rados_osd_op_timeout")?);
-        // No write-back cache in the gateway: a write is on the OSDs when it
-        // completes, so another gateway exporting the same image (ANA
-        // failover) reads it, and the namespace reports no volatile cache.
-        img.set("rbd_cache", "false")?;
-        // SAFETY: the cluster handle is configured and not yet connected.
-        let rc = unsafe { sys::rados_connect(img.cluster) };
-        if rc < 0 {
-            let hint = match -rc {
-                libc::ETIMEDOUT => " (is the cluster up and mon_host right?)",
-                libc::EACCES | libc::EPERM => " (wrong key for this client id?)",
-                libc::ENOENT => " (no keyring found for this client id?)",
-                _ => "",
-            };
-            // Nothing of the failed connection may be used again.
-            // SAFETY: the handle is live and is shut down exactly once here.
-            unsafe { sys::rados_shutdown(img.cluster) };
-            img.cluster = ptr::null_mut();
-            return Err(ceph_err(
-                rc.into(),
-                format!("connecting to the Ceph cluster as {client}{hint}"),
-            ));
-        }
-        let c_pool = cstring(&opts.pool, "pool name")?;
-        // SAFETY: the cluster is connected; `c_pool` is a valid C string.
-        let rc = unsafe { sys::rados_ioctx_create(img.cluster, c_pool.as_ptr(), &mut img.ioctx) };
-        if rc < 0 {
-            img.ioctx = ptr::null_mut();
-            return Err(ceph_err(rc.into(), format!("pool {:?}", opts.pool)));
-        }
+        img.osd_op_timeout = connect(opts, &mut img.cluster, &mut img.ioctx)?;
         let c_image = cstring(&opts.image, "image name")?;
         // SAFETY: the ioctx is live; the name is a valid C string; NULL snap
         // opens the image head read-write.
@@ -217,41 +265,6 @@ impl Image {
         img.update_watch = Some(watch);
         img.opened = true;
         Ok(img)
-    }
-
-    fn set(&self, name: &str, value: &str) -> io::Result<()> {
-        let (n, v) = (cstring(name, name)?, cstring(value, name)?);
-        // SAFETY: the cluster handle is live; both are valid C strings.
-        let rc = unsafe { sys::rados_conf_set(self.cluster, n.as_ptr(), v.as_ptr()) };
-        if rc < 0 {
-            return Err(ceph_err(rc.into(), format!("setting {name} = {value}")));
-        }
-        Ok(())
-    }
-
-    /// A duration option in seconds.
-    fn get_secs(&self, name: &str) -> io::Result<f64> {
-        let n = cstring(name, name)?;
-        let mut buf = [0 as c_char; 64];
-        // SAFETY: the cluster handle is live; librados writes at most
-        // `buf.len()` bytes, NUL included.
-        let rc =
-            unsafe { sys::rados_conf_get(self.cluster, n.as_ptr(), buf.as_mut_ptr(), buf.len()) };
-        if rc < 0 {
-            return Err(ceph_err(rc.into(), format!("reading option {name}")));
-        }
-        let bytes: Vec<u8> = buf
-            .iter()
-            .take_while(|c| **c != 0)
-            .map(|c| *c as u8)
-            .collect();
-        let s = String::from_utf8_lossy(&bytes);
-        s.trim().parse::<f64>().map_err(|_| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("option {name} is {s:?}, not a number of seconds"),
-            )
-        })
     }
 
     /// The image's size in bytes (asked of librbd, which follows resizes).
@@ -288,6 +301,60 @@ impl Drop for Image {
             close_elsewhere(h);
         } else {
             drop(h);
+        }
+    }
+}
+
+/// A connection to a Ceph cluster with an I/O context on one pool, made
+/// as an RBD namespace's is (same errors, time limits and settings): what
+/// RBD pools (farflash-pool) manage images through. librados handles are
+/// thread-safe; dropping closes the context, then the connection.
+pub struct RadosPool {
+    cluster: sys::rados_t,
+    ioctx: sys::rados_ioctx_t,
+}
+
+// SAFETY: librados cluster and I/O context handles may be used from any
+// thread; `RadosPool` closes them only in `Drop`, as their only owner.
+unsafe impl Send for RadosPool {}
+// SAFETY: as above; librados serializes shared use internally.
+unsafe impl Sync for RadosPool {}
+
+impl RadosPool {
+    /// Connects with `opts.conf`, `opts.id` and `opts.keyring` and opens
+    /// `opts.pool` (`opts.image` and `opts.block_size` are not used).
+    /// Errors name the ceph.conf, keyring, cluster or pool that is wrong.
+    pub fn connect(opts: &RbdOptions) -> io::Result<RadosPool> {
+        let mut p = RadosPool {
+            cluster: ptr::null_mut(),
+            ioctx: ptr::null_mut(),
+        };
+        connect(opts, &mut p.cluster, &mut p.ioctx)?;
+        Ok(p)
+    }
+
+    /// The connected cluster handle, live as long as `self`.
+    pub fn cluster(&self) -> sys::rados_t {
+        self.cluster
+    }
+
+    /// The pool's I/O context, live as long as `self`.
+    pub fn ioctx(&self) -> sys::rados_ioctx_t {
+        self.ioctx
+    }
+}
+
+impl Drop for RadosPool {
+    fn drop(&mut self) {
+        // SAFETY: each handle is closed once (this is their only owner),
+        // the context before the cluster; null ones were never opened.
+        unsafe {
+            if !self.ioctx.is_null() {
+                sys::rados_ioctx_destroy(self.ioctx);
+            }
+            if !self.cluster.is_null() {
+                sys::rados_shutdown(self.cluster);
+            }
         }
     }
 }

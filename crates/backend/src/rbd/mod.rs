@@ -21,7 +21,7 @@ mod lock;
 mod queue;
 
 pub use close::wait_closed;
-pub use cluster::RbdOptions;
+pub use cluster::{RadosPool, RbdOptions};
 pub use lock::{is_not_lock_owner, NotLockOwner};
 
 use crate::check::Geometry;

@@ -11,7 +11,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Slack added to KATO before a controller is declared dead.
 const KEEP_ALIVE_GRACE: Duration = Duration::from_secs(1);
 
-impl NvmeQueue {
+impl<C: Default> NvmeQueue<C> {
     /// Periodic work (the event loop calls it every 100 ms with the time).
     pub fn tick(&mut self, now: Instant) {
         self.life.clock = Some(now);

@@ -10,7 +10,7 @@
 //! a PDU, reads a clock (`tick` brings the time, `lifecycle.rs`) or
 //! performs I/O.
 
-use crate::command::{Completion, Connected, IoCmd};
+use crate::command::{Cmd, Completion, Connected};
 use crate::controller::Controller;
 use crate::listen::ListenTransport;
 use crate::nstable::NsTable;
@@ -49,8 +49,10 @@ const PRE_CONNECT_SLOTS: usize = 4;
 /// removed namespaces go ([`NvmeQueue::release_removed_namespaces`]).
 const RELEASE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// One command in flight.
-pub(crate) struct Slot {
+/// One command in flight: the command layer's state of it and the
+/// transport's (`C`, `Transport::Cmd`), in one object with one index (the
+/// slot number, also a transport's transfer tag) and one free list.
+pub(crate) struct Slot<C = ()> {
     pub sqe: Sqe,
     /// Where the command is in its life; changed only by
     /// [`Slot::step`] (`slots.rs`).
@@ -59,8 +61,8 @@ pub(crate) struct Slot {
     pub buf: Option<IoBuf>,
     /// Data bytes: expected (H2C) or to send (C2H reply).
     pub len: u32,
-    /// The parsed I/O command (I/O queues).
-    pub io: Option<IoCmd>,
+    /// The command, parsed once at arrival (`exec.rs` `classify`).
+    pub cmd: Cmd,
     /// The status to answer with once the requests still out are back (a
     /// storage error, or a request that could not be emitted).
     pub status: Status,
@@ -68,19 +70,24 @@ pub(crate) struct Slot {
     pub reply: bool,
     /// Arrival time, for the latency histograms (only while timing is on).
     pub t0: Option<Instant>,
+    /// The transport's state of the command (its data transfer, its
+    /// response): reset when the slot is claimed, handed to the transport
+    /// with the command's [`Completion`].
+    pub xport: C,
 }
 
-impl Slot {
-    fn empty() -> Slot {
+impl<C: Default> Slot<C> {
+    fn empty() -> Slot<C> {
         Slot {
             sqe: Sqe::default(),
             state: CmdState::Free,
             buf: None,
             len: 0,
-            io: None,
+            cmd: Cmd::Unparsed,
             status: Status::SUCCESS,
             reply: false,
             t0: None,
+            xport: C::default(),
         }
     }
 }
@@ -98,8 +105,8 @@ pub(crate) struct Via {
 }
 
 /// The command slots, the CIDs in flight and the parked AERs.
-pub(crate) struct CmdSlots {
-    entries: Vec<Slot>,
+pub(crate) struct CmdSlots<C = ()> {
+    entries: Vec<Slot<C>>,
     free: Vec<u16>,
     /// One bit per CID in flight.
     cid_busy: Vec<u64>,
@@ -107,12 +114,12 @@ pub(crate) struct CmdSlots {
     pub aers: Vec<u16>,
 }
 
-impl CmdSlots {
-    pub fn get(&self, idx: usize) -> Option<&Slot> {
+impl<C> CmdSlots<C> {
+    pub fn get(&self, idx: usize) -> Option<&Slot<C>> {
         self.entries.get(idx)
     }
 
-    pub fn get_mut(&mut self, idx: usize) -> Option<&mut Slot> {
+    pub fn get_mut(&mut self, idx: usize) -> Option<&mut Slot<C>> {
         self.entries.get_mut(idx)
     }
 
@@ -121,15 +128,15 @@ impl CmdSlots {
     }
 }
 
-impl std::ops::Index<usize> for CmdSlots {
-    type Output = Slot;
-    fn index(&self, idx: usize) -> &Slot {
+impl<C> std::ops::Index<usize> for CmdSlots<C> {
+    type Output = Slot<C>;
+    fn index(&self, idx: usize) -> &Slot<C> {
         &self.entries[idx]
     }
 }
 
-impl std::ops::IndexMut<usize> for CmdSlots {
-    fn index_mut(&mut self, idx: usize) -> &mut Slot {
+impl<C> std::ops::IndexMut<usize> for CmdSlots<C> {
+    fn index_mut(&mut self, idx: usize) -> &mut Slot<C> {
         &mut self.entries[idx]
     }
 }
@@ -150,10 +157,10 @@ pub(crate) struct Blocks {
 /// Everything the queue emits for its owner to take: completions (with the
 /// SQ head their CQEs carry), the Connect's outcome, storage requests and
 /// offloads, and how many of those are out.
-struct Outbox {
-    done: Vec<Completion>,
+struct Outbox<C> {
+    done: Vec<Completion<C>>,
     /// The other half of `done`'s double buffer ([`NvmeQueue::take_done`]).
-    done_spare: Vec<Completion>,
+    done_spare: Vec<Completion<C>>,
     connected: Option<Connected>,
     /// SQ Head Pointer: advanced by every command taken off the queue,
     /// reported in each CQE (Base §4.2.1) unless the host disabled SQ flow
@@ -220,27 +227,34 @@ pub(crate) struct Life {
     ns_released_at: Option<Instant>,
 }
 
-pub struct NvmeQueue {
+/// `C`: a transport's state of one command, kept in the command's slot
+/// (`Transport::Cmd`; `()` for a queue without a transport).
+pub struct NvmeQueue<C = ()> {
     pub(crate) target: Arc<Target>,
     pub(crate) via: Via,
     pub(crate) qid: u16,
     pub(crate) ctrl: Option<Arc<Controller>>,
     pub(crate) sqsize: u16,
-    pub(crate) slots: CmdSlots,
+    pub(crate) slots: CmdSlots<C>,
     /// The subsystem's namespaces as this queue sees them.
     pub(crate) ns: NsTable,
     pub(crate) blocks: Blocks,
     pub(crate) pool: BufPool,
-    out: Outbox,
+    out: Outbox<C>,
     pub(crate) qos: QosState,
     pub(crate) stats: Option<Arc<QueueStats>>,
     pub(crate) life: Life,
 }
 
-impl NvmeQueue {
+impl<C: Default> NvmeQueue<C> {
     /// A queue on a new connection from `peer` to listener `local`;
     /// `trtype` names the transport in the Error log.
-    pub fn new(target: Arc<Target>, local: SocketAddr, peer: SocketAddr, trtype: u8) -> NvmeQueue {
+    pub fn new(
+        target: Arc<Target>,
+        local: SocketAddr,
+        peer: SocketAddr,
+        trtype: u8,
+    ) -> NvmeQueue<C> {
         let life = Life {
             started: None,
             clock: None,
@@ -377,7 +391,7 @@ impl NvmeQueue {
     /// The completion queue entry of `c` as it goes out now: its result,
     /// status and CID, this queue's SQID, and the SQ head, FFFFh when the
     /// host disabled SQ flow control (Base §4.2.1; Fabrics §6.3, TP 8005).
-    pub fn cqe(&self, c: &Completion) -> Cqe {
+    pub fn cqe(&self, c: &Completion<C>) -> Cqe {
         Cqe {
             dw0: c.result as u32,
             dw1: (c.result >> 32) as u32,
@@ -393,7 +407,7 @@ impl NvmeQueue {
     }
 
     /// Moves finished commands to `out` (appends).
-    pub fn take_completions(&mut self, out: &mut Vec<Completion>) {
+    pub fn take_completions(&mut self, out: &mut Vec<Completion<C>>) {
         out.append(&mut self.out.done);
     }
 
@@ -405,13 +419,13 @@ impl NvmeQueue {
     /// The completions finished so far, for the binding driver to send;
     /// give the emptied vector back with [`NvmeQueue::give_back_done`] (a
     /// double buffer: no allocation per round).
-    pub(crate) fn take_done(&mut self) -> Vec<Completion> {
+    pub(crate) fn take_done(&mut self) -> Vec<Completion<C>> {
         let spare = std::mem::take(&mut self.out.done_spare);
         std::mem::replace(&mut self.out.done, spare)
     }
 
     /// Returns the vector [`NvmeQueue::take_done`] handed out, emptied.
-    pub(crate) fn give_back_done(&mut self, mut v: Vec<Completion>) {
+    pub(crate) fn give_back_done(&mut self, mut v: Vec<Completion<C>>) {
         v.clear();
         self.out.done_spare = v;
     }
@@ -496,6 +510,18 @@ impl NvmeQueue {
             self.slots.entries.extend((old..n).map(|_| Slot::empty()));
             self.slots.free.extend((old as u16..n as u16).rev());
         }
+    }
+
+    /// The transport's state of the command in `slot` (None: no such slot).
+    #[inline]
+    pub fn cmd(&self, slot: u16) -> Option<&C> {
+        self.slots.get(slot as usize).map(|s| &s.xport)
+    }
+
+    /// The transport's state of the command in `slot`, to change.
+    #[inline]
+    pub fn cmd_mut(&mut self, slot: u16) -> Option<&mut C> {
+        self.slots.get_mut(slot as usize).map(|s| &mut s.xport)
     }
 
     /// A Keep Alive (Base §5.27) or a new KATO: the timer restarts at the next tick.
@@ -586,7 +612,7 @@ impl NvmeQueue {
     }
 }
 
-impl Drop for NvmeQueue {
+impl<C> Drop for NvmeQueue<C> {
     fn drop(&mut self) {
         if let Some(st) = &self.stats {
             if let Some(sub) = self.ctrl.as_ref().and_then(|c| c.subsystem()) {

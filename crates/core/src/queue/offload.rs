@@ -54,7 +54,7 @@ impl Offload {
     }
 }
 
-impl NvmeQueue {
+impl<C: Default> NvmeQueue<C> {
     /// Emits `job` for the command in slot `idx`.
     pub(crate) fn offload(&mut self, idx: usize, job: Job) {
         if !self.slots[idx].step(Event::Emit) {

@@ -5,22 +5,11 @@
 
 use super::{CmdState, Event, NvmeQueue};
 use crate::command::IoCmd;
-use crate::qos::{Class, Gate};
+use crate::qos::Gate;
 use crate::stats::QueueStats;
 use std::time::Instant;
 
-/// What a command spends: reads and writes their I/O and bytes, Write
-/// Zeroes one write I/O (no data moves), the rest nothing.
-fn cost(cmd: IoCmd) -> (Class, u64) {
-    match cmd {
-        IoCmd::Read { len, .. } => (Class::Read, len as u64),
-        IoCmd::Write { len, .. } => (Class::Write, len as u64),
-        IoCmd::WriteZeroes { .. } => (Class::Write, 0),
-        IoCmd::Flush { .. } | IoCmd::Dsm { .. } | IoCmd::Resv { .. } => (Class::Other, 0),
-    }
-}
-
-impl NvmeQueue {
+impl<C: Default> NvmeQueue<C> {
     /// Builds or refreshes the gate from the subsystem's current limits
     /// (at Connect and at every tick; a change is seen within one tick).
     pub(crate) fn refresh_qos(&mut self) {
@@ -69,7 +58,7 @@ impl NvmeQueue {
         let Some(now) = self.life.now.or(self.life.clock) else {
             return true;
         };
-        let (class, bytes) = cost(cmd);
+        let (class, bytes) = cmd.qos_cost();
         let nsid = self.slots[idx].sqe.nsid;
         if gate.parked.is_empty() && gate.admit(now, nsid, class, bytes) {
             return true;
@@ -112,13 +101,13 @@ impl NvmeQueue {
             };
             let idx = slot as usize;
             let s = &self.slots[idx];
-            let Some(cmd) = s.io.filter(|_| s.state() == CmdState::Throttled) else {
+            let Some(cmd) = s.cmd.io().filter(|_| s.state() == CmdState::Throttled) else {
                 // Not waiting here (a bug `step` would have logged): forget it.
                 let t = gate.unparked(now);
                 self.count_throttled(t);
                 continue;
             };
-            let (class, bytes) = cost(cmd);
+            let (class, bytes) = cmd.qos_cost();
             if !gate.admit(now, s.sqe.nsid, class, bytes) {
                 break;
             }

@@ -27,7 +27,7 @@
 //! only when nothing of it is out: from `Parsed`, `Running` or `ParkedAer`.
 
 use super::{NvmeQueue, Slot};
-use crate::command::Completion;
+use crate::command::{Cmd, Completion};
 use crate::stats::QueueStats;
 use farflash_wire::log::ErrorEntry;
 use farflash_wire::{Sqe, Status};
@@ -105,7 +105,7 @@ impl CmdState {
     }
 }
 
-impl Slot {
+impl<C> Slot<C> {
     /// The command's state.
     pub(crate) fn state(&self) -> CmdState {
         self.state
@@ -129,7 +129,7 @@ impl Slot {
     }
 }
 
-impl NvmeQueue {
+impl<C: Default> NvmeQueue<C> {
     /// Takes a free slot for a command, or `None` when all are busy.
     pub(crate) fn take_slot(&mut self, sqe: Sqe) -> Option<usize> {
         let idx = self.slots.free.pop()? as usize;
@@ -140,10 +140,11 @@ impl NvmeQueue {
             return None;
         }
         s.len = 0;
-        s.io = None;
+        s.cmd = Cmd::Unparsed;
         s.status = Status::SUCCESS;
         s.reply = false;
         s.t0 = None;
+        s.xport = C::default();
         if self.qid != 0 {
             if let Some(st) = &self.stats {
                 QueueStats::bump(&st.outstanding, 1);
@@ -177,7 +178,8 @@ impl NvmeQueue {
         if let Some(b) = s.buf.take() {
             self.pool.put(b);
         }
-        s.io = None;
+        s.cmd = Cmd::Unparsed;
+        let cmd = std::mem::take(&mut s.xport);
         if let Some(st) = &self.stats {
             if self.qid != 0 {
                 QueueStats::drop_one(&st.outstanding);
@@ -206,6 +208,7 @@ impl NvmeQueue {
             result,
             slot: Some(idx as u16),
             data,
+            cmd,
         });
     }
 
@@ -217,6 +220,7 @@ impl NvmeQueue {
             result: 0,
             slot: None,
             data: None,
+            cmd: C::default(),
         });
     }
 
@@ -273,6 +277,7 @@ impl NvmeQueue {
         if !s.step(Event::Retire) {
             return;
         }
+        s.xport = C::default();
         if let Some(b) = s.buf.take() {
             self.pool.put(b);
         }

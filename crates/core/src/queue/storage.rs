@@ -13,7 +13,7 @@ use farflash_backend::{IoCompletion, IoRequest, QueueSet, SharedBackend};
 use farflash_wire::opcode::admin as aop;
 use farflash_wire::Status;
 
-impl NvmeQueue {
+impl<C: Default> NvmeQueue<C> {
     /// Emits a storage request for the command in `idx` on namespace `ns_idx`.
     pub(crate) fn submit(
         &mut self,
@@ -106,7 +106,7 @@ impl NvmeQueue {
             tracing::debug!(cid = s.sqe.cid, opcode = s.sqe.opcode, "{e}");
             s.status = Status::ANA_TRANSITION;
         } else if let Err(e) = &c.result {
-            let write = s.io.is_some_and(|io| io.writes());
+            let write = s.cmd.io().is_some_and(|io| io.writes());
             tracing::warn!(
                 cid = s.sqe.cid,
                 opcode = s.sqe.opcode,
@@ -155,7 +155,8 @@ impl NvmeQueue {
         if !s.status.is_success() {
             return;
         }
-        let (Some(st), Some((write, len))) = (&self.stats, s.io.and_then(|c| c.counted())) else {
+        let (Some(st), Some((write, len))) = (&self.stats, s.cmd.io().and_then(|c| c.counted()))
+        else {
             return;
         };
         let ns = st.ns(s.sqe.nsid);
@@ -172,7 +173,7 @@ impl NvmeQueue {
     }
 }
 
-impl NvmeQueue {
+impl<C: Default> NvmeQueue<C> {
     /// Standalone use: the private queue set (made on first use).
     pub(crate) fn own_storage(&mut self) -> Box<QueueSet> {
         self.out
