@@ -6,8 +6,9 @@
 //!
 //! One registry per process ([`registry`]): a process runs one target.
 
+use farflash_backend::RbdOptions;
 use farflash_core::config::PoolConfig;
-use farflash_pool::{LocalPool, PoolError, VolumeStore};
+use farflash_pool::{LocalPool, PoolError, RbdPool, VolumeStore};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -73,15 +74,28 @@ fn open_store(cfg: &PoolConfig) -> Result<Arc<dyn VolumeStore>, PoolsError> {
             }
             Ok(Arc::new(pool))
         }
-        _ => Err(unsupported(cfg)),
+        _ => {
+            // PoolConfig::validate: an rbd pool has its table.
+            let Some(r) = &cfg.rbd else {
+                return Err(PoolsError::Invalid(format!(
+                    "pool {}: an rbd pool needs rbd = {{ pool = ... }}",
+                    cfg.name
+                )));
+            };
+            let opts = RbdOptions {
+                pool: r.pool.clone(),
+                image: String::new(),
+                conf: r.conf.clone(),
+                id: r.id.clone(),
+                keyring: r.keyring.clone(),
+                // Volume namespaces have 4 KiB blocks, local or RBD.
+                block_size: 4096,
+            };
+            Ok(Arc::new(
+                RbdPool::connect(&opts).map_err(PoolsError::of(&cfg.name))?,
+            ))
+        }
     }
-}
-
-fn unsupported(cfg: &PoolConfig) -> PoolsError {
-    PoolsError::Invalid(format!(
-        "pool {:?}: backend {:?} is not available in this build (local pools are)",
-        cfg.name, cfg.backend
-    ))
 }
 
 impl Pools {
@@ -117,15 +131,18 @@ impl Pools {
         Ok(())
     }
 
-    /// Creates a pool (a local pool formats its devices: their content is
-    /// lost). Devices that hold a sound pool already are refused.
+    /// Creates a pool: a local pool formats its devices (their content is
+    /// lost; devices that hold a sound pool already are refused); an RBD
+    /// pool connects to its existing Ceph pool.
     pub fn create(&self, mut cfg: PoolConfig) -> Result<Arc<dyn VolumeStore>, PoolsError> {
         cfg.validate().map_err(PoolsError::Invalid)?;
         if lock(&self.open).contains_key(&cfg.name) {
             return Err(PoolsError::Exists(cfg.name));
         }
         if cfg.backend != "local" {
-            return Err(unsupported(&cfg));
+            let store = open_store(&cfg)?;
+            self.insert(cfg, store.clone())?;
+            return Ok(store);
         }
         let found = farflash_pool::check(&cfg.devices);
         if found.ok() {
@@ -149,9 +166,12 @@ impl Pools {
             .ok_or_else(|| PoolsError::NotFound(name.to_owned()))
     }
 
-    /// Every open pool, by name.
-    pub fn all(&self) -> Vec<Arc<dyn VolumeStore>> {
-        lock(&self.open).values().map(|e| e.store.clone()).collect()
+    /// Every open pool with its name (an RBD pool's may differ from its
+    /// Ceph pool's, `VolumeStore::name`), by name.
+    pub fn all(&self) -> Vec<(String, Arc<dyn VolumeStore>)> {
+        (lock(&self.open).iter())
+            .map(|(n, e)| (n.clone(), e.store.clone()))
+            .collect()
     }
 
     /// The configuration of every open pool (what `save_config` writes).

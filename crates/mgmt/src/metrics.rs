@@ -348,7 +348,9 @@ impl Collector for TargetCollector {
 /// Space per pool and per volume (docs/volumes.md), read at scrape time.
 fn pool_metrics(e: &mut Enc<'_, '_>) -> Result<(), std::fmt::Error> {
     let pools = farflash_control::pools::registry().all();
-    let stats: Vec<_> = pools.iter().map(|p| (p.name(), p.stats())).collect();
+    let stats: Vec<_> = (pools.iter())
+        .map(|(n, p)| (n.as_str(), p.stats()))
+        .collect();
     let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     for (name, help, f) in [
         (
@@ -373,7 +375,7 @@ fn pool_metrics(e: &mut Enc<'_, '_>) -> Result<(), std::fmt::Error> {
         e.gauge(name, help, Some(&Unit::Bytes), &rows)?;
     }
     let vols: Vec<(&str, farflash_pool::VolumeInfo)> = (pools.iter())
-        .flat_map(|p| p.list().into_iter().map(move |v| (p.name(), v)))
+        .flat_map(|(n, p)| p.list().into_iter().map(move |v| (n.as_str(), v)))
         .collect();
     for (name, help, f) in [
         (

@@ -63,10 +63,10 @@ fn err(e: PoolsError) -> RpcError {
 }
 
 /// `Pool` of docs/rpc-schema.json.
-pub fn pool_json(p: &dyn VolumeStore) -> Value {
+pub fn pool_json(name: &str, p: &dyn VolumeStore) -> Value {
     let s = p.stats();
     json!({
-        "name": p.name(),
+        "name": name,
         "backend": p.kind(),
         "cluster_size": s.cluster_size,
         "size": s.size,
@@ -199,18 +199,21 @@ fn pools(target: &Target, method: &str, p: &Value) -> Result<Value, RpcError> {
                 cluster_size: a.cluster_size.map(|s| s.0),
                 rbd: a.rbd,
             };
+            let name = cfg.name.clone();
             let store = registry().create(cfg).map_err(err)?;
-            Ok(pool_json(&*store))
+            Ok(pool_json(&name, &*store))
         }
         "pool_list" => {
             let a: NameOpt = params(p)?;
             match a.name {
                 Some(n) => {
                     let store = registry().get(&n).map_err(err)?;
-                    Ok(json!([pool_json(&*store)]))
+                    Ok(json!([pool_json(&n, &*store)]))
                 }
                 None => Ok(Value::Array(
-                    registry().all().iter().map(|s| pool_json(&**s)).collect(),
+                    (registry().all().iter())
+                        .map(|(n, s)| pool_json(n, &**s))
+                        .collect(),
                 )),
             }
         }
@@ -242,12 +245,11 @@ fn volume_reads(method: &str, p: &Value) -> Result<Value, RpcError> {
         "volume_list" => {
             let a: PoolOpt = params(p)?;
             let stores = match &a.pool {
-                Some(n) => vec![store(n)?],
+                Some(n) => vec![(n.clone(), store(n)?)],
                 None => registry().all(),
             };
-            let list = stores
-                .iter()
-                .flat_map(|s| s.list().into_iter().map(|v| volume_json(s.name(), &v)))
+            let list = (stores.iter())
+                .flat_map(|(n, s)| s.list().into_iter().map(move |v| volume_json(n, &v)))
                 .collect();
             Ok(Value::Array(list))
         }
