@@ -667,3 +667,122 @@ fn every_durable_write_survives_sigkill() {
     let o = farflash(&["pool", "check", dev.to_str().unwrap()]);
     assert!(o.status.success(), "{o:?}");
 }
+
+#[test]
+fn concurrent_calls_on_one_volume_each_get_an_answer_and_touch_no_other() {
+    let dir = TempDir::new("volumes-concurrent");
+    let dev = sparse(&dir.0, "c.img", 256 * MIB);
+    pool_create("c", &[&dev], None);
+    let cfg = config(&dir.0, &[("c", &dev)], &[]);
+    let t = start(&dir.0, &cfg, &[]);
+    ok(
+        &t,
+        "volume_create",
+        json!({"pool": "c", "name": "a", "size": "16M"}),
+    );
+    ok(
+        &t,
+        "volume_create",
+        json!({"pool": "c", "name": "other", "size": "8M"}),
+    );
+    ok(
+        &t,
+        "namespace_add",
+        json!({"nqn": NQN, "backend": "volume", "volume": "c/other"}),
+    );
+    let (ctrl, mut q) = connect(&t.serve.addr, 16 * BS as u32);
+    let data = pattern(0x77, 16);
+    q.write_at(2, 0, 16, &data).unwrap();
+    q.flush(2).unwrap();
+    drop(q);
+    let _ = ctrl.shutdown();
+    // Eight clients at once on volume "a": snapshots of one name, resizes,
+    // renames to one name. Each call succeeds or fails naming what it acted on.
+    let sock = t.sock.clone();
+    let calls: Vec<_> = (0..8)
+        .map(|i| {
+            let sock = sock.clone();
+            std::thread::spawn(move || {
+                let (m, p) = match i % 4 {
+                    0 => (
+                        "snapshot_create",
+                        json!({"pool": "c", "volume": "a", "name": "s"}),
+                    ),
+                    1 => (
+                        "volume_resize",
+                        json!({"pool": "c", "name": "a", "size": format!("{}M", 16 + 4 * i)}),
+                    ),
+                    2 => (
+                        "volume_rename",
+                        json!({"pool": "c", "name": "a", "new_name": "a2"}),
+                    ),
+                    _ => ("volume_get", json!({"pool": "c", "name": "a"})),
+                };
+                let req = json!({"jsonrpc": "2.0", "id": i, "method": m, "params": p});
+                (m, common::rpc_exchange(&sock, req.to_string().as_bytes()).0)
+            })
+        })
+        .collect();
+    let mut renamed = 0;
+    for c in calls {
+        let (m, a) = c.join().expect("client thread");
+        match a.get("error") {
+            None => renamed += (m == "volume_rename") as u32,
+            Some(e) => {
+                let msg = e["message"].as_str().unwrap_or_default();
+                assert!(
+                    msg.contains("\"a\"") || msg.contains("\"s\"") || msg.contains("a2"),
+                    "{m}: {a}"
+                );
+                assert!(
+                    [-32001, -32002].contains(&e["code"].as_i64().unwrap_or(0)),
+                    "{m}: {a}"
+                );
+            }
+        }
+    }
+    assert_eq!(renamed, 1, "exactly one rename wins");
+    let v = ok(&t, "volume_get", json!({"pool": "c", "name": "other"}));
+    assert_eq!(
+        (v["size"].as_u64(), v["allocated"].as_u64()),
+        (Some(8 * MIB), Some(MIB))
+    );
+    let (ctrl, mut q) = connect(&t.serve.addr, 16 * BS as u32);
+    assert_eq!(
+        read(&mut q, 2, 0, 16),
+        data,
+        "the other volume is untouched"
+    );
+    drop(q);
+    let _ = ctrl.shutdown();
+
+    // Shrinking below written data needs force; not exported, it is allowed.
+    ok(
+        &t,
+        "volume_create",
+        json!({"pool": "c", "name": "w", "size": "8M"}),
+    );
+    ok(
+        &t,
+        "namespace_add",
+        json!({"nqn": NQN, "nsid": 5, "backend": "volume", "volume": "c/w"}),
+    );
+    let (ctrl, mut q) = connect(&t.serve.addr, 16 * BS as u32);
+    q.write_at(5, 1536, 16, &data).unwrap(); // at 6 MiB
+    q.flush(5).unwrap();
+    drop(q);
+    let _ = ctrl.shutdown();
+    ok(&t, "namespace_remove", json!({"nqn": NQN, "nsid": 5}));
+    let unexported = eventually(Duration::from_secs(20), || {
+        ok(&t, "volume_get", json!({"pool": "c", "name": "w"}))["exported"] == false
+    });
+    assert!(unexported, "the namespace let the volume go");
+    let shrink = json!({"pool": "c", "name": "w", "size": "4M"});
+    assert_eq!(fails(&t, "volume_resize", shrink, "w"), -32003);
+    let v = ok(
+        &t,
+        "volume_resize",
+        json!({"pool": "c", "name": "w", "size": "4M", "force": true}),
+    );
+    assert_eq!(v["size"], 4 * MIB);
+}
