@@ -150,6 +150,164 @@ fn scrape(port: u16) -> String {
     body
 }
 
+/// What is refused while `db` is exported, with a snapshot `monday` that
+/// has a clone `db-test`: each error names its object.
+fn refusals(t: &Target) {
+    // What is refused, each naming its object; nothing else is touched.
+    let shrink = json!({"pool": "tank", "name": "db", "size": "32M"});
+    assert_eq!(fails(t, "volume_resize", shrink, "db"), -32006);
+    let del = json!({"pool": "tank", "name": "db"});
+    assert_eq!(fails(t, "volume_delete", del, "db"), -32006);
+    let del = json!({"pool": "tank", "name": "monday"});
+    assert_eq!(fails(t, "volume_delete", del, "db-test"), -32006);
+    let ren = json!({"pool": "tank", "name": "db", "new_name": "x"});
+    assert_eq!(fails(t, "volume_rename", ren, "db"), -32006);
+    let dup = json!({"pool": "tank", "name": "db", "size": "1M"});
+    assert_eq!(fails(t, "volume_create", dup, "db"), -32002);
+    let nopool = json!({"pool": "nope", "name": "db"});
+    assert_eq!(fails(t, "volume_get", nopool, "nope"), -32001);
+    let novol = json!({"pool": "tank", "name": "ghost"});
+    assert_eq!(fails(t, "volume_get", novol, "ghost"), -32001);
+    assert_eq!(
+        fails(t, "pool_delete", json!({"name": "tank"}), "tank"),
+        -32006
+    );
+    let big = json!({"pool": "tank", "name": "huge", "size": "1T"});
+    let code = rpc(t, "volume_create", big)["error"]["code"].as_i64();
+    assert!(code.is_none() || code == Some(-32003) || code == Some(-32007));
+    let _ = rpc(t, "volume_delete", json!({"pool": "tank", "name": "huge"}));
+}
+
+/// `farflash ctl` human output and the Prometheus gauges.
+fn ctl_and_metrics(t: &Target, mport: u16) {
+    // farflash ctl, human output.
+    let o = farflash(&[
+        "ctl",
+        "--rpc-socket",
+        t.sock.to_str().unwrap(),
+        "volume",
+        "list",
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && text.contains("tank/db-test"),
+        "{text}"
+    );
+    let o = farflash(&[
+        "ctl",
+        "--rpc-socket",
+        t.sock.to_str().unwrap(),
+        "pool",
+        "list",
+    ]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("tank"), "{o:?}");
+
+    // Prometheus: per pool and per volume.
+    let m = scrape(mport);
+    for want in [
+        "farflash_pool_size_bytes{pool=\"tank\"}",
+        "farflash_pool_free_bytes{pool=\"tank\"}",
+        "farflash_volume_allocated_bytes{pool=\"tank\",volume=\"db\"} 2097152",
+        "farflash_volume_shared_bytes{pool=\"tank\",volume=\"db\"} 1048576",
+    ] {
+        assert!(m.contains(want), "{want} not in the metrics:\n{m}");
+    }
+}
+
+/// `save_config`, a restart from the saved file: the same NGUID, size and
+/// data; then a decouple keeps the clone's data.
+fn restart_from_saved_config(
+    dir: &Path,
+    t: Target,
+    (ctrl, mut q): (Controller, IoQueue),
+    uuid: &str,
+    (a, b): (&[u8], &[u8]),
+) {
+    // save_config, restart from it: same identities, same data.
+    let saved = dir.join("saved.toml");
+    ok(&t, "save_config", json!({"path": saved}));
+    let text = std::fs::read_to_string(&saved).unwrap();
+    assert!(
+        text.contains("[[pool]]") && text.contains("tank/db-test"),
+        "{text}"
+    );
+    q.flush(2).unwrap();
+    drop(q);
+    let _ = ctrl.shutdown();
+    drop(t);
+    let t = start(dir, &saved, &[]);
+    let (ctrl, mut q) = connect(&t.serve.addr, 64 * BS as u32);
+    assert_eq!(ctrl.identify_ns(2).unwrap().nguid, hex_nguid(uuid));
+    assert_eq!(ctrl.identify_ns(2).unwrap().nsze, 128 * MIB / BS as u64);
+    assert_eq!(read(&mut q, 2, 0, 64), b);
+    assert_eq!(read(&mut q, 3, 0, 64), a);
+    assert_eq!(read(&mut q, 2, 128 * 256 - 8, 8), b[..8 * BS].to_vec());
+    let v = ok(&t, "volume_list", json!({"pool": "tank"}));
+    assert_eq!(v.as_array().unwrap().len(), 3, "{v}");
+
+    // Decouple the clone, then the snapshot's last child is db.
+    ok(
+        &t,
+        "volume_decouple",
+        json!({"pool": "tank", "name": "db-test"}),
+    );
+    assert_eq!(
+        read(&mut q, 3, 0, 64),
+        a,
+        "a decoupled clone keeps its data"
+    );
+    let d = ok(&t, "volume_get", json!({"pool": "tank", "name": "db-test"}));
+    assert_eq!(
+        (d["parent"].clone(), d["shared"].as_u64()),
+        (Value::Null, Some(0))
+    );
+    drop(q);
+    let _ = ctrl.shutdown();
+}
+
+/// Deallocating the clone's (NSID 3) own cluster frees it, visibly.
+fn thin_reclaim(t: &Target, q: &mut IoQueue, a: &[u8]) {
+    // Thin reclaim: deallocating the clone's own cluster frees it.
+    q.write_at(3, 8192, 8, &a[..8 * BS]).unwrap();
+    q.flush(3).unwrap();
+    let before = ok(t, "pool_list", json!({"name": "tank"}))[0]["allocated"]
+        .as_u64()
+        .unwrap();
+    q.deallocate(3, &[(8192, 256)]).unwrap();
+    q.flush(3).unwrap();
+    assert_eq!(
+        read(q, 3, 8192, 8),
+        vec![0u8; 8 * BS],
+        "deallocated reads zeroes"
+    );
+    let v = ok(t, "volume_get", json!({"pool": "tank", "name": "db-test"}));
+    assert_eq!(v["allocated"], 0, "{v}");
+    let freed = eventually(Duration::from_secs(20), || {
+        let p = &ok(t, "pool_list", json!({"name": "tank"}))[0];
+        p["allocated"].as_u64() == Some(before - MIB)
+    });
+    assert!(freed, "the pool got the cluster back");
+}
+
+/// Growing the exported `db` (NSID 2): the namespace follows, hosts are told.
+fn grow_online(t: &Target, ctrl: &Controller, q: &mut IoQueue, b: &[u8]) {
+    // Grow online: the namespace follows, hosts are told.
+    let r = ok(
+        t,
+        "volume_resize",
+        json!({"pool": "tank", "name": "db", "size": "128M"}),
+    );
+    assert_eq!(r["namespaces_changed"][0]["nsids"], json!([2]), "{r}");
+    assert_eq!(ctrl.identify_ns(2).unwrap().nsze, 128 * MIB / BS as u64);
+    let changed = ctrl.get_log_page(0x04, 0xFFFF_FFFF, 4096, 0).unwrap();
+    assert_eq!(
+        &changed[..4],
+        &2u32.to_le_bytes(),
+        "Changed Namespace List names NSID 2"
+    );
+    q.write_at(2, 128 * 256 - 8, 8, &b[..8 * BS]).unwrap();
+}
+
 #[test]
 fn volumes_are_exported_snapshotted_cloned_resized_and_reclaimed() {
     let dir = TempDir::new("volumes-life");
@@ -245,141 +403,13 @@ fn volumes_are_exported_snapshotted_cloned_resized_and_reclaimed() {
     );
     assert_eq!(v["allocated"], MIB, "cluster 0 was copied on write");
 
-    // Thin reclaim: deallocating the clone's own cluster frees it.
-    q.write_at(3, 8192, 8, &a[..8 * BS]).unwrap();
-    q.flush(3).unwrap();
-    let before = ok(&t, "pool_list", json!({"name": "tank"}))[0]["allocated"]
-        .as_u64()
-        .unwrap();
-    q.deallocate(3, &[(8192, 256)]).unwrap();
-    q.flush(3).unwrap();
-    assert_eq!(
-        read(&mut q, 3, 8192, 8),
-        vec![0u8; 8 * BS],
-        "deallocated reads zeroes"
-    );
-    let v = ok(&t, "volume_get", json!({"pool": "tank", "name": "db-test"}));
-    assert_eq!(v["allocated"], 0, "{v}");
-    let freed = eventually(Duration::from_secs(20), || {
-        let p = &ok(&t, "pool_list", json!({"name": "tank"}))[0];
-        p["allocated"].as_u64() == Some(before - MIB)
-    });
-    assert!(freed, "the pool got the cluster back");
-
-    // Grow online: the namespace follows, hosts are told.
-    let r = ok(
-        &t,
-        "volume_resize",
-        json!({"pool": "tank", "name": "db", "size": "128M"}),
-    );
-    assert_eq!(r["namespaces_changed"][0]["nsids"], json!([2]), "{r}");
-    assert_eq!(ctrl.identify_ns(2).unwrap().nsze, 128 * MIB / BS as u64);
-    let changed = ctrl.get_log_page(0x04, 0xFFFF_FFFF, 4096, 0).unwrap();
-    assert_eq!(
-        &changed[..4],
-        &2u32.to_le_bytes(),
-        "Changed Namespace List names NSID 2"
-    );
-    q.write_at(2, 128 * 256 - 8, 8, &b[..8 * BS]).unwrap();
-
-    // What is refused, each naming its object; nothing else is touched.
-    let shrink = json!({"pool": "tank", "name": "db", "size": "32M"});
-    assert_eq!(fails(&t, "volume_resize", shrink, "db"), -32006);
-    let del = json!({"pool": "tank", "name": "db"});
-    assert_eq!(fails(&t, "volume_delete", del, "db"), -32006);
-    let del = json!({"pool": "tank", "name": "monday"});
-    assert_eq!(fails(&t, "volume_delete", del, "db-test"), -32006);
-    let ren = json!({"pool": "tank", "name": "db", "new_name": "x"});
-    assert_eq!(fails(&t, "volume_rename", ren, "db"), -32006);
-    let dup = json!({"pool": "tank", "name": "db", "size": "1M"});
-    assert_eq!(fails(&t, "volume_create", dup, "db"), -32002);
-    let nopool = json!({"pool": "nope", "name": "db"});
-    assert_eq!(fails(&t, "volume_get", nopool, "nope"), -32001);
-    let novol = json!({"pool": "tank", "name": "ghost"});
-    assert_eq!(fails(&t, "volume_get", novol, "ghost"), -32001);
-    assert_eq!(
-        fails(&t, "pool_delete", json!({"name": "tank"}), "tank"),
-        -32006
-    );
-    let big = json!({"pool": "tank", "name": "huge", "size": "1T"});
-    let code = rpc(&t, "volume_create", big)["error"]["code"].as_i64();
-    assert!(code.is_none() || code == Some(-32003) || code == Some(-32007));
-    let _ = rpc(&t, "volume_delete", json!({"pool": "tank", "name": "huge"}));
+    thin_reclaim(&t, &mut q, &a);
+    grow_online(&t, &ctrl, &mut q, &b);
+    refusals(&t);
     assert_eq!(read(&mut q, 2, 0, 64), b, "db untouched by the refusals");
+    ctl_and_metrics(&t, mport);
 
-    // farflash ctl, human output.
-    let o = farflash(&[
-        "ctl",
-        "--rpc-socket",
-        t.sock.to_str().unwrap(),
-        "volume",
-        "list",
-    ]);
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success() && text.contains("tank/db-test"),
-        "{text}"
-    );
-    let o = farflash(&[
-        "ctl",
-        "--rpc-socket",
-        t.sock.to_str().unwrap(),
-        "pool",
-        "list",
-    ]);
-    assert!(String::from_utf8_lossy(&o.stdout).contains("tank"), "{o:?}");
-
-    // Prometheus: per pool and per volume.
-    let m = scrape(mport);
-    for want in [
-        "farflash_pool_size_bytes{pool=\"tank\"}",
-        "farflash_pool_free_bytes{pool=\"tank\"}",
-        "farflash_volume_allocated_bytes{pool=\"tank\",volume=\"db\"} 2097152",
-        "farflash_volume_shared_bytes{pool=\"tank\",volume=\"db\"} 1048576",
-    ] {
-        assert!(m.contains(want), "{want} not in the metrics:\n{m}");
-    }
-
-    // save_config, restart from it: same identities, same data.
-    let saved = dir.0.join("saved.toml");
-    ok(&t, "save_config", json!({"path": saved}));
-    let text = std::fs::read_to_string(&saved).unwrap();
-    assert!(
-        text.contains("[[pool]]") && text.contains("tank/db-test"),
-        "{text}"
-    );
-    q.flush(2).unwrap();
-    drop(q);
-    let _ = ctrl.shutdown();
-    drop(t);
-    let t = start(&dir.0, &saved, &[]);
-    let (ctrl, mut q) = connect(&t.serve.addr, 64 * BS as u32);
-    assert_eq!(ctrl.identify_ns(2).unwrap().nguid, hex_nguid(&uuid));
-    assert_eq!(ctrl.identify_ns(2).unwrap().nsze, 128 * MIB / BS as u64);
-    assert_eq!(read(&mut q, 2, 0, 64), b);
-    assert_eq!(read(&mut q, 3, 0, 64), a);
-    assert_eq!(read(&mut q, 2, 128 * 256 - 8, 8), b[..8 * BS].to_vec());
-    let v = ok(&t, "volume_list", json!({"pool": "tank"}));
-    assert_eq!(v.as_array().unwrap().len(), 3, "{v}");
-
-    // Decouple the clone, then the snapshot's last child is db.
-    ok(
-        &t,
-        "volume_decouple",
-        json!({"pool": "tank", "name": "db-test"}),
-    );
-    assert_eq!(
-        read(&mut q, 3, 0, 64),
-        a,
-        "a decoupled clone keeps its data"
-    );
-    let d = ok(&t, "volume_get", json!({"pool": "tank", "name": "db-test"}));
-    assert_eq!(
-        (d["parent"].clone(), d["shared"].as_u64()),
-        (Value::Null, Some(0))
-    );
-    drop(q);
-    let _ = ctrl.shutdown();
+    restart_from_saved_config(&dir.0, t, (ctrl, q), &uuid, (&a, &b));
 }
 
 #[test]

@@ -1194,6 +1194,44 @@ mod tests {
     }
 
     #[test]
+    fn volume_flags_and_file_build_the_same_config() {
+        let dir = std::env::temp_dir().join(format!("ff-serve-vol-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pools = "[[pool]]\nname='tank'\ndevices=['/dev/null']\n";
+        let base = format!("[[subsystem]]\nnqn='nqn.t:a'\n[[subsystem.namespace]]\nbackend='ram'\nsize='1M'\n{pools}");
+        let (p, q) = (dir.join("v.toml"), dir.join("base.toml"));
+        let vol = "[[subsystem]]\nnqn='nqn.t:v'\n[[subsystem.namespace]]\nbackend='volume'\nvolume='tank/db'\n";
+        std::fs::write(&p, format!("{base}{vol}")).unwrap();
+        std::fs::write(&q, &base).unwrap();
+        let from_file = parse(&["--config", p.to_str().unwrap()])
+            .to_config()
+            .unwrap();
+        let from_flags = parse(&[
+            "--config",
+            q.to_str().unwrap(),
+            "--nqn",
+            "nqn.t:v",
+            "--volume",
+            "tank/db",
+        ])
+        .to_config()
+        .unwrap();
+        assert_eq!(from_file, from_flags);
+        let ns = &from_flags.subsystems[1].namespaces[0];
+        assert_eq!(
+            (ns.backend, ns.volume.as_deref()),
+            (BackendKind::Volume, Some("tank/db"))
+        );
+        // A volume of a pool the configuration does not have is named.
+        let e = parse(&["--config", q.to_str().unwrap(), "--volume", "other/db"])
+            .to_config()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("other"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn rbd_flag_needs_pool_and_image() {
         for bad in ["vol1", "/vol1", "rbd/", "a/b/c"] {
             let r = T::try_parse_from(["serve", "--rbd", bad]);

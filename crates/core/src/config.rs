@@ -643,6 +643,36 @@ pub struct NamespaceConfig {
 }
 
 impl NamespaceConfig {
+    /// The fields its backend needs and no field of another backend; the
+    /// error names the field.
+    pub fn validate_backend(&self) -> Result<(), String> {
+        let err = |m: &str| Err(m.to_owned());
+        match self.backend {
+            BackendKind::File if self.path.is_none() => err("file namespace needs a path"),
+            BackendKind::Ram | BackendKind::Null if self.size.is_none() => {
+                err("ram/null namespace needs a size")
+            }
+            BackendKind::Rbd if self.rbd.is_none() => {
+                err("rbd namespace needs rbd = { pool = ..., image = ... }")
+            }
+            BackendKind::Rbd if self.size.is_some() || self.path.is_some() => {
+                err("an rbd namespace takes its size from the image (no size or path)")
+            }
+            BackendKind::Volume => match &self.volume {
+                None => err("a volume namespace needs volume = \"POOL/NAME\""),
+                Some(_) if self.size.is_some() || self.path.is_some() => {
+                    err("a volume namespace takes its size from the volume (no size or path)")
+                }
+                Some(v) => split_volume(v).map(|_| ()),
+            },
+            _ if self.volume.is_some() => err("volume = \"...\" needs backend = \"volume\""),
+            _ if self.rbd.is_some() && self.backend != BackendKind::Rbd => {
+                err("rbd = {...} needs backend = \"rbd\"")
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// A namespace of `size` bytes on a `backend` that needs no path (RAM,
     /// null), with NSID, block size, UUID and NGUID left to their defaults.
     pub fn sized(backend: BackendKind, size: u64) -> NamespaceConfig {
@@ -902,57 +932,8 @@ impl SubsystemConfig {
                 return bad(format!("{}: NSID {id} is used twice", self.nqn));
             }
             next = next.max(id + 1);
-            match n.backend {
-                BackendKind::File if n.path.is_none() => {
-                    return bad(format!("{}: file namespace needs a path", self.nqn))
-                }
-                BackendKind::Ram | BackendKind::Null if n.size.is_none() => {
-                    return bad(format!("{}: ram/null namespace needs a size", self.nqn))
-                }
-                BackendKind::Rbd if n.rbd.is_none() => {
-                    return bad(format!(
-                        "{}: rbd namespace needs rbd = {{ pool = ..., image = ... }}",
-                        self.nqn
-                    ))
-                }
-                BackendKind::Rbd if n.size.is_some() || n.path.is_some() => {
-                    return bad(format!(
-                        "{}: an rbd namespace takes its size from the image (no size or path)",
-                        self.nqn
-                    ))
-                }
-                BackendKind::Volume => match &n.volume {
-                    None => {
-                        return bad(format!(
-                            "{}: a volume namespace needs volume = \"POOL/NAME\"",
-                            self.nqn
-                        ))
-                    }
-                    Some(v) => {
-                        split_volume(v)
-                            .map_err(|e| ConfigError::Invalid(format!("{}: {e}", self.nqn)))?;
-                        if n.size.is_some() || n.path.is_some() {
-                            return bad(format!(
-                                "{}: a volume namespace takes its size from the volume (no size or path)",
-                                self.nqn
-                            ));
-                        }
-                    }
-                },
-                _ if n.volume.is_some() => {
-                    return bad(format!(
-                        "{}: volume = \"...\" needs backend = \"volume\"",
-                        self.nqn
-                    ))
-                }
-                _ if n.rbd.is_some() && n.backend != BackendKind::Rbd => {
-                    return bad(format!(
-                        "{}: rbd = {{...}} needs backend = \"rbd\"",
-                        self.nqn
-                    ))
-                }
-                _ => {}
-            }
+            n.validate_backend()
+                .map_err(|e| ConfigError::Invalid(format!("{}: {e}", self.nqn)))?;
             if let Some(g) = n.anagrpid {
                 crate::ana::check_anagrpid(g).map_err(|e| {
                     ConfigError::Invalid(format!("{}: namespace {id}: {e}", self.nqn))
@@ -1185,6 +1166,36 @@ mod tests {
         assert!(Config::from_toml("bogus = 1", "t").is_err());
         let nofile = "[[subsystem]]\nnqn='nqn.a'\n[[subsystem.namespace]]\nbackend='file'\n";
         assert!(Config::from_toml(nofile, "t").is_err());
+    }
+
+    #[test]
+    fn pools_and_volume_namespaces_are_checked_naming_the_field() {
+        let sub = "[[subsystem]]\nnqn = 'nqn.t:a'\n[[subsystem.namespace]]\nbackend = 'ram'\nsize = '1M'\n";
+        let pool = "[[pool]]\nname = 'tank'\ndevices = ['/d/0', '/d/1']\n";
+        let vol = |v: &str| format!("[[subsystem.namespace]]\nbackend = 'volume'\n{v}\n");
+        let c =
+            Config::from_toml(&format!("{sub}{}{pool}", vol("volume = 'tank/db'")), "t").unwrap();
+        assert_eq!(c.pools[0].backend, "local");
+        assert_eq!(c.pools[0].devices.len(), 2);
+        let text = toml::to_string(&c).unwrap();
+        assert_eq!(Config::from_toml(&text, "t").unwrap(), c, "{text}");
+        for (bad, named) in [
+            (format!("{sub}{}{pool}", vol("")), "volume = \"POOL/NAME\""),
+            (format!("{sub}{}{pool}", vol("volume = 'tank'")), "\"tank\""),
+            (format!("{sub}{}{pool}", vol("volume = 'tank/a/b'")), "tank/a/b"),
+            (format!("{sub}{}{pool}", vol("volume = 'tank/db'\nsize = '1G'")), "size"),
+            (format!("{sub}{}", vol("volume = 'tank/db'")), "no pool \"tank\""),
+            (format!("{sub}{}{}{pool}", vol("volume = 'tank/db'"), vol("volume = 'tank/db'")), "exported twice"),
+            (format!("{sub}{pool}{pool}"), "pool tank is listed twice"),
+            (format!("{sub}[[pool]]\nname = 'a/b'\ndevices = ['/d']\n"), "a/b"),
+            (format!("{sub}[[pool]]\nname = 'p'\n"), "needs devices"),
+            (format!("{sub}[[pool]]\nname = 'p'\nbackend = 'rbd'\n"), "rbd = { pool"),
+            (format!("{sub}[[pool]]\nname = 'p'\nbackend = 'zfs'\ndevices = ['/d']\n"), "zfs"),
+            (format!("{sub}[[subsystem.namespace]]\nbackend = 'ram'\nsize = '1M'\nvolume = 'tank/db'\n{pool}"), "needs backend = \"volume\""),
+        ] {
+            let e = Config::from_toml(&bad, "t").unwrap_err().to_string();
+            assert!(e.contains(named), "{bad}\n=> {e}");
+        }
     }
 
     #[test]
