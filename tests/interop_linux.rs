@@ -41,6 +41,7 @@ const SCENARIOS: &[&str] = &[
     "fio-ram",
     "fio-file",
     "flush-zeroes-dsm",
+    "copy-compare-verify",
     "reconnect",
     "digests",
     "sqflow",
@@ -457,7 +458,7 @@ fn harness_selftest_forward_to_kernel_target_vm() {
         "1:64M:512 2:32M:512 3:1G:512",
         &denied,
         &scenarios,
-        &["ID_CTRL_MDTS=any"],
+        &["ID_CTRL_MDTS=any", "NVM_CMDS=none"],
     ));
     args.push(guest_script("interop.sh").display().to_string());
     run_vm_scenarios(

@@ -9,8 +9,8 @@
 //! I/O queue connected; then operations until the input ends, each on the
 //! admin or the I/O queue (bit 7 of its first byte):
 //!
-//! - 0: begin a fuzzed SQE (64 bytes; fix-ups: SGL, NSID, small NLB; the
-//!   opcode steered onto every known one);
+//! - 0: begin a fuzzed SQE (64 bytes; fix-ups: SGL, with or without the
+//!   FUSE bits, NSID, small NLB; the opcode steered onto every known one);
 //! - 1: give the oldest runnable command its data (fuzzed bytes) and run it;
 //! - 2: refuse the oldest runnable command with a fuzzed status;
 //! - 3 / 4: complete the held storage request at a fuzzed position, with
@@ -224,7 +224,8 @@ fn sqe(inp: &mut Input, io: bool, block_size: u32) -> Sqe {
     }
     let mut s = Sqe::decode(&raw);
     if fix & 2 != 0 {
-        s.flags = PSDT_SGL;
+        // Bit 5 keeps the FUSE bits (fused Compare and Write halves).
+        s.flags = PSDT_SGL | if fix & 32 != 0 { raw[1] & 0x03 } else { 0 };
     }
     if fix & 4 != 0 {
         s.nsid = 1;
@@ -313,6 +314,21 @@ pub fn run(data: &[u8]) {
             _ => {}
         }
     }
+    // A fused first half waits for its second (Base §3.4.2, as SPDK): the
+    // next command on its queue answers it with Missing Fused Command (sent
+    // once the queue has run what it could, so it finds a free slot).
+    io.drain();
+    let cid = (0..=u16::MAX)
+        .rev()
+        .find(|c| io.open.values().all(|&(o, _, _)| o != *c))
+        .unwrap_or(0);
+    io.begin(Sqe {
+        opcode: farflash_wire::opcode::io::FLUSH,
+        flags: PSDT_SGL,
+        cid,
+        nsid: 1,
+        ..Sqe::default()
+    });
     for q in [&mut io, &mut a] {
         q.drain();
         // Commands waiting for QoS tokens get them as time passes.

@@ -19,7 +19,7 @@ pub const ADMIN: [u8; 13] = [
     0x80, // Format NVM: not supported
 ];
 
-pub const IO: [u8; 12] = [
+pub const IO: [u8; 14] = [
     io::FLUSH,
     io::WRITE,
     io::READ,
@@ -27,6 +27,8 @@ pub const IO: [u8; 12] = [
     io::COMPARE,
     io::WRITE_ZEROES,
     io::DATASET_MANAGEMENT,
+    io::VERIFY,
+    io::COPY,
     io::RESERVATION_REGISTER,
     io::RESERVATION_REPORT,
     io::RESERVATION_ACQUIRE,

@@ -63,3 +63,20 @@ fn seed_corpus_passes() {
 fn regressions_pass() {
     replay("regressions");
 }
+
+/// The TLS targets pass every input unread without libssl.so.3: a replay
+/// that cannot fail. Missing OpenSSL 3 fails here, unless
+/// FARFLASH_SKIP_TLS=1 asks for a printed skip (tests/run.sh refuses it).
+#[test]
+fn openssl_is_there_for_the_tls_targets() {
+    if farflash_fuzz::tls_record::available() {
+        return;
+    }
+    if std::env::var_os("FARFLASH_SKIP_TLS").is_some_and(|v| v == "1") {
+        eprintln!(
+            "SKIPPED (FARFLASH_SKIP_TLS=1): OpenSSL 3 missing, the TLS fuzz targets replay nothing"
+        );
+        return;
+    }
+    panic!("OpenSSL 3 (libssl.so.3, Debian: libssl3) is needed to replay the TLS fuzz targets; FARFLASH_SKIP_TLS=1 skips visibly");
+}

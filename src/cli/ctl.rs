@@ -317,8 +317,21 @@ pub fn run_rpc(a: RpcArgs) -> Result<()> {
 }
 
 pub fn run(a: CtlArgs) -> Result<()> {
-    let sock = &a.endpoint;
-    let (method, params) = match &a.verb {
+    let (method, params) = request(&a.verb)?;
+    let params = strip_nulls(params);
+    let result = call(&a.endpoint, method, params)?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&result)?)?;
+        return Ok(());
+    }
+    farflash_mgmt::methods::print_human(&mut out, method, &result)?;
+    Ok(())
+}
+
+/// The method a verb calls, and its parameters.
+fn request(verb: &Verb) -> Result<(&'static str, Value)> {
+    Ok(match verb {
         Verb::Subsystem(SubsystemVerb::List) => ("subsystem_list", json!({})),
         Verb::Subsystem(SubsystemVerb::Create {
             nqn,
@@ -330,54 +343,7 @@ pub fn run(a: CtlArgs) -> Result<()> {
             json!({"nqn": nqn, "serial": serial, "model": model, "allowed_hosts": allow_host}),
         ),
         Verb::Subsystem(SubsystemVerb::Delete { nqn }) => ("subsystem_delete", json!({"nqn": nqn})),
-        Verb::Namespace(NamespaceVerb::Add {
-            nqn,
-            nsid,
-            ram,
-            null,
-            file,
-            rbd,
-            volume,
-            size,
-            block_size,
-            uuid,
-            nguid,
-        }) => {
-            let mut p = json!({"nqn": nqn, "nsid": nsid, "block_size": block_size, "uuid": uuid, "nguid": nguid});
-            let RbdFlags {
-                rbd,
-                ceph_conf,
-                ceph_id,
-                ceph_keyring,
-            } = &**rbd;
-            match (ram, null, file, rbd) {
-                _ if volume.is_some() => {
-                    p["backend"] = json!("volume");
-                    p["volume"] = json!(volume);
-                }
-                (None, None, None, Some(r)) => {
-                    p["backend"] = json!("rbd");
-                    p["rbd"] = json!({"pool": r.pool, "image": r.image, "conf": ceph_conf, "id": ceph_id, "keyring": ceph_keyring});
-                }
-                (Some(s), None, None, None) => {
-                    p["backend"] = json!("ram");
-                    p["size"] = size_param(s)?;
-                }
-                (None, Some(s), None, None) => {
-                    p["backend"] = json!("null");
-                    p["size"] = size_param(s)?;
-                }
-                (None, None, Some(f), None) => {
-                    p["backend"] = json!("file");
-                    p["path"] = json!(f);
-                    if let Some(s) = size {
-                        p["size"] = size_param(s)?;
-                    }
-                }
-                _ => bail!("give one of --ram SIZE, --null SIZE, --file PATH, --rbd POOL/IMAGE, --volume POOL/NAME"),
-            }
-            ("namespace_add", p)
-        }
+        Verb::Namespace(add @ NamespaceVerb::Add { .. }) => ("namespace_add", namespace_add(add)?),
         Verb::Namespace(NamespaceVerb::Remove { nqn, nsid }) => {
             ("namespace_remove", json!({"nqn": nqn, "nsid": nsid}))
         }
@@ -435,16 +401,62 @@ pub fn run(a: CtlArgs) -> Result<()> {
             let p = std::path::absolute(path)?;
             ("load_config", json!({"path": p}))
         }
+    })
+}
+
+/// `namespace add`'s parameters: one backend and what it needs.
+fn namespace_add(verb: &NamespaceVerb) -> Result<Value> {
+    let NamespaceVerb::Add {
+        nqn,
+        nsid,
+        ram,
+        null,
+        file,
+        rbd,
+        volume,
+        size,
+        block_size,
+        uuid,
+        nguid,
+    } = verb
+    else {
+        bail!("not namespace add");
     };
-    let params = strip_nulls(params);
-    let result = call(sock, method, params)?;
-    let mut out = std::io::stdout().lock();
-    if a.json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&result)?)?;
-        return Ok(());
+    let mut p =
+        json!({"nqn": nqn, "nsid": nsid, "block_size": block_size, "uuid": uuid, "nguid": nguid});
+    let RbdFlags {
+        rbd,
+        ceph_conf,
+        ceph_id,
+        ceph_keyring,
+    } = &**rbd;
+    match (ram, null, file, rbd) {
+        _ if volume.is_some() => {
+            p["backend"] = json!("volume");
+            p["volume"] = json!(volume);
+        }
+        (None, None, None, Some(r)) => {
+            p["backend"] = json!("rbd");
+            p["rbd"] = json!({"pool": r.pool, "image": r.image, "conf": ceph_conf, "id": ceph_id, "keyring": ceph_keyring});
+        }
+        (Some(s), None, None, None) => {
+            p["backend"] = json!("ram");
+            p["size"] = size_param(s)?;
+        }
+        (None, Some(s), None, None) => {
+            p["backend"] = json!("null");
+            p["size"] = size_param(s)?;
+        }
+        (None, None, Some(f), None) => {
+            p["backend"] = json!("file");
+            p["path"] = json!(f);
+            if let Some(s) = size {
+                p["size"] = size_param(s)?;
+            }
+        }
+        _ => bail!("give one of --ram SIZE, --null SIZE, --file PATH, --rbd POOL/IMAGE, --volume POOL/NAME"),
     }
-    human(&mut out, method, &result)?;
-    Ok(())
+    Ok(p)
 }
 
 /// Optional parameters left out rather than sent as null.
@@ -453,158 +465,4 @@ fn strip_nulls(v: Value) -> Value {
         Value::Object(m) => Value::Object(m.into_iter().filter(|(_, v)| !v.is_null()).collect()),
         v => v,
     }
-}
-
-fn human(out: &mut impl Write, method: &str, r: &Value) -> Result<()> {
-    let s = |v: &Value| match v {
-        Value::String(s) => s.clone(),
-        Value::Null => "-".to_owned(),
-        v => v.to_string(),
-    };
-    if crate::cli::ctl_volumes::human(out, method, r)? {
-        return Ok(());
-    }
-    match method {
-        "subsystem_list" => {
-            for sub in r.as_array().into_iter().flatten() {
-                let hosts = sub["allowed_hosts"]
-                    .as_array()
-                    .map(|h| h.iter().map(&s).collect::<Vec<_>>().join(", "));
-                let hosts = match hosts {
-                    Some(h) if !h.is_empty() => h,
-                    _ => "any host".to_owned(),
-                };
-                writeln!(
-                    out,
-                    "{}  serial {}  controllers {}  allowed: {hosts}",
-                    s(&sub["nqn"]),
-                    s(&sub["serial"]),
-                    s(&sub["controllers"])
-                )?;
-                for n in sub["namespaces"].as_array().into_iter().flatten() {
-                    writeln!(
-                        out,
-                        "  nsid {:>3}  {:>14} bytes  {:>4}B blocks  {}  uuid {}",
-                        s(&n["nsid"]),
-                        s(&n["size"]),
-                        s(&n["block_size"]),
-                        s(&n["describe"]),
-                        s(&n["uuid"])
-                    )?;
-                }
-            }
-        }
-        "ana_state_get" => {
-            for a in r.as_array().into_iter().flatten() {
-                writeln!(
-                    out,
-                    "{} group {}: {} (namespaces {})",
-                    s(&a["listen"]),
-                    s(&a["anagrpid"]),
-                    s(&a["state"]),
-                    s(&a["nsids"])
-                )?;
-            }
-        }
-        "listener_list" => {
-            for l in r.as_array().into_iter().flatten() {
-                writeln!(out, "{} {}", s(&l["trtype"]), s(&l["addr"]))?;
-            }
-        }
-        "controller_list" => {
-            writeln!(
-                out,
-                "{:>6}  {:>9}  {:<40} host",
-                "cntlid", "io_queues", "subsystem"
-            )?;
-            for c in r.as_array().into_iter().flatten() {
-                writeln!(
-                    out,
-                    "{:>6}  {:>9}  {:<40} {}",
-                    s(&c["cntlid"]),
-                    s(&c["io_queues"]),
-                    s(&c["nqn"]),
-                    s(&c["host"])
-                )?;
-            }
-        }
-        "stats" => {
-            for sub in r["subsystems"].as_array().into_iter().flatten() {
-                writeln!(out, "{}", s(&sub["nqn"]))?;
-                for h in sub["hosts"].as_array().into_iter().flatten() {
-                    writeln!(
-                        out,
-                        "  {}: reads {} ({} bytes), writes {} ({} bytes), in flight {}, errors {}",
-                        s(&h["host"]),
-                        s(&h["read_cmds"]),
-                        s(&h["read_bytes"]),
-                        s(&h["write_cmds"]),
-                        s(&h["write_bytes"]),
-                        s(&h["outstanding"]),
-                        s(&h["errors"])
-                    )?;
-                }
-            }
-            writeln!(
-                out,
-                "controllers {}, keep-alive expiries {}",
-                s(&r["controllers"]),
-                s(&r["keep_alive_expiries"])
-            )?;
-        }
-        "save_config" => match r["path"].as_str() {
-            Some(p) => writeln!(out, "saved to {p}")?,
-            None => {
-                write!(out, "{}", r["toml"].as_str().unwrap_or(""))?;
-                if r["secrets_redacted"].as_bool() == Some(true) {
-                    writeln!(
-                        out,
-                        "# DH-HMAC-CHAP secrets redacted: save to a file to keep them"
-                    )?;
-                }
-            }
-        },
-        _ => {
-            // A change: say what it did.
-            let mut said = false;
-            if let Some(n) = r.get("nsid") {
-                writeln!(out, "namespace {} added", s(n))?;
-                said = true;
-            }
-            for c in r["namespaces_changed"].as_array().into_iter().flatten() {
-                if r.get("nsid").is_none() {
-                    writeln!(
-                        out,
-                        "{}: namespaces changed: {}",
-                        s(&c["nqn"]),
-                        s(&c["nsids"])
-                    )?;
-                    said = true;
-                }
-            }
-            for (k, what) in [
-                ("subsystems_added", "subsystem added"),
-                ("subsystems_removed", "subsystem removed"),
-                ("hosts_changed", "allowed hosts changed"),
-                ("qos_changed", "QoS limits changed"),
-                ("ana_changed", "ANA states changed"),
-                ("listeners_added", "listener added"),
-                ("listeners_removed", "listener removed"),
-                ("ignored", "not applied (restart to change)"),
-            ] {
-                for v in r[k].as_array().into_iter().flatten() {
-                    writeln!(out, "{what}: {}", s(v))?;
-                    said = true;
-                }
-            }
-            if let Some(n) = r["controllers_disconnected"].as_u64().filter(|n| *n > 0) {
-                writeln!(out, "controllers disconnected: {n}")?;
-                said = true;
-            }
-            if !said {
-                writeln!(out, "ok (nothing changed)")?;
-            }
-        }
-    }
-    Ok(())
 }

@@ -1,49 +1,24 @@
 //! `farflash serve`: export namespaces over NVMe/TCP.
 //!
 //! The flags build a [`Config`], the same structure `--config FILE` reads,
-//! so there is one code path from either to a running target.
+//! so there is one code path from either to a running target; the running
+//! target (listeners, event loops, management, reloads, the size watch,
+//! shutdown) is a [`farflash_server::Server`]. This file parses flags,
+//! prints the banner and waits for a stop signal.
 
 use anyhow::{bail, Context, Result};
 use clap::{ArgMatches, Args, FromArgMatches};
-use farflash_control::build_subsystems;
 use farflash_core::config::{
-    parse_cpu_list, BackendKind, Config, DhchapKey, HostAuthConfig, ManagementEndpoint,
-    NamespaceConfig, PollMode, RbdConfig, Size, SubsystemConfig, DEFAULT_NQN,
+    BackendKind, Config, DhchapKey, HostAuthConfig, ManagementEndpoint, NamespaceConfig, PollMode,
+    RbdConfig, Size, SubsystemConfig, DEFAULT_NQN,
 };
-use farflash_core::listen::{split_listen, ListenTransport};
+use farflash_core::listen::ListenTransport;
 use farflash_core::subsystem::human;
 use farflash_core::tls_key::TlsKey;
 use farflash_core::Target;
-use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use farflash_server::{Options, RpcSocket, Server};
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
-use std::time::Duration;
-
-/// How long shutdown waits for in-flight commands.
-const DRAIN: Duration = Duration::from_secs(5);
-
-/// How long `serve` waits at exit for RBD images still closing (a close
-/// takes round trips to the cluster, each bounded by the monitor and OSD
-/// operation timeouts: 10 s and 20 s unless the ceph.conf sets them).
-const CLOSE_WAIT: Duration = Duration::from_secs(30);
-
-/// Dropped last in [`run`], on every way out: waits for the RBD images
-/// being closed on threads of their own ([`farflash_backend::wait_closed`]),
-/// so that their exclusive locks are released before the process exits,
-/// not left for another gateway to break.
-struct ImagesClosing;
-
-impl Drop for ImagesClosing {
-    fn drop(&mut self) {
-        let left = farflash_backend::wait_closed(CLOSE_WAIT);
-        if left > 0 {
-            tracing::warn!(
-                "{left} RBD images still closing after {CLOSE_WAIT:?}; exiting without them"
-            );
-        }
-    }
-}
 
 #[derive(Args, Debug, Default, Clone)]
 pub struct ServeFlags {
@@ -424,227 +399,50 @@ fn init_logging(level: &str) -> Result<()> {
     Ok(())
 }
 
-fn bind(addr: &str) -> Result<TcpListener> {
-    let sa: SocketAddr = addr
-        .to_socket_addrs()
-        .with_context(|| format!("bad listen address {addr:?} (want ADDR:PORT)"))?
-        .next()
-        .with_context(|| format!("listen address {addr:?} resolves to nothing"))?;
-    TcpListener::bind(sa).with_context(|| format!("cannot listen on {sa}"))
-}
-
-/// An NVMe/RDMA listener (RDMA CM) on `addr`, which must be an address of
-/// an RDMA device's network interface (or unspecified).
-fn bind_rdma(addr: &str) -> Result<farflash_transport::RdmaListener> {
-    let sa: SocketAddr = addr
-        .to_socket_addrs()
-        .with_context(|| format!("bad listen address rdma:{addr} (want rdma:ADDR:PORT)"))?
-        .next()
-        .with_context(|| format!("listen address rdma:{addr} resolves to nothing"))?;
-    // Without libibverbs/librdmacm, say which packages (not "no device").
-    farflash_rdma_verbs::load_libraries()?;
-    farflash_transport::RdmaListener::bind(sa, farflash_transport::RDMA_BACKLOG).with_context(
-        || {
-            format!(
-                "cannot listen for NVMe/RDMA on {sa} (is there an RDMA device on it? rdma link)"
-            )
-        },
-    )
-}
-
 pub fn run(args: ServeArgs) -> Result<()> {
     init_logging(&args.flags.log_level)?;
-    // Declared before the namespaces exist, so dropped after them.
-    let _closing = ImagesClosing;
-    let cfg = args.to_config()?;
-    raise_fd_limit(&cfg);
-    let subsystems = build_subsystems(&cfg)?;
-    // TCP and RDMA listeners, in the configured order (the discovery log's).
-    let mut listeners: Vec<TcpListener> = Vec::new();
-    let mut rdma_listeners: Vec<farflash_transport::RdmaListener> = Vec::new();
-    let mut addrs: Vec<SocketAddr> = Vec::new();
-    let mut kinds: Vec<ListenTransport> = Vec::new();
-    for c in &cfg.listen {
-        let (t, a) = split_listen(c).map_err(anyhow::Error::msg)?;
-        match t {
-            ListenTransport::Tcp => {
-                let l = bind(a)?;
-                addrs.push(l.local_addr()?);
-                listeners.push(l);
-            }
-            ListenTransport::Rdma => {
-                let l = bind_rdma(a)?;
-                addrs.push(l.local_addr());
-                rdma_listeners.push(l);
-            }
-        }
-        kinds.push(t);
-    }
-    let cpus = parse_cpu_list(&cfg.transport.cpus_allowed).map_err(anyhow::Error::msg)?;
-    let threads = match cfg.transport.threads {
-        0 if !cpus.is_empty() => cpus.len(),
-        0 => std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1),
-        n => n as usize,
+    let f = &args.flags;
+    let metrics = f.metrics.as_deref().map(metrics_addr).transpose()?;
+    let rpc_socket = match &f.rpc_socket {
+        Some(p) if p.as_os_str() == "none" => RpcSocket::Off,
+        Some(p) => RpcSocket::Path(p.clone()),
+        None => RpcSocket::Default,
     };
-    let loop_opts = farflash_transport::LoopOptions {
-        threads,
-        cpus,
-        poll: cfg.transport.poll,
-        poll_idle: Duration::from_micros(cfg.transport.poll_idle_us as u64),
-        drain: DRAIN,
-        max_connections: cfg.transport.max_connections as usize,
-        fair_share: cfg.transport.fair_share_kib as usize * 1024,
+    // The configuration at start and at every SIGHUP: the file and the flags.
+    let source = {
+        let args = args.clone();
+        Box::new(move || args.to_config())
     };
-    let target = Target::with_listeners(
-        subsystems,
-        cfg.transport.clone(),
-        cfg.listen
-            .iter()
-            .zip(&addrs)
-            .zip(&kinds)
-            .map(|((c, a), t)| farflash_core::target::Listener {
-                config: c.clone(),
-                addr: *a,
-                transport: *t,
-            })
-            .collect(),
-    );
-    target.set_started(std::time::Instant::now());
-    // Storage shared with other targets follows ANA (RBD's exclusive lock).
-    farflash_control::reload::claim_storage(&target)?;
-    let (listener_ctl, listener_rx) = farflash_transport::listener_control();
-    let api = Arc::new(farflash_mgmt::Api {
-        target: target.clone(),
-        listeners: Some(Box::new(listener_ctl.clone())),
-    });
-    let rpc_net = start_rpc_net(&target.transport.management, api.clone())?;
-    let rpc = start_rpc(&args.flags, api)?;
-    let metrics = match &args.flags.metrics {
-        Some(a) => {
-            let sa = metrics_addr(a)?;
-            let m = farflash_mgmt::metrics::start(target.clone(), sa)
-                .with_context(|| format!("cannot serve metrics on {sa}"))?;
-            Some(m)
-        }
-        None => None,
-    };
-
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
-    }
-    print_banner(&target, &addrs, &loop_opts);
-    {
-        use std::io::Write;
-        let mut out = std::io::stdout().lock();
-        if let Some(r) = &rpc {
-            let _ = writeln!(out, "management socket {}", r.path().display());
-        }
-        if let Some(n) = &rpc_net {
-            let _ = writeln!(
-                out,
-                "management endpoint {} (TLS, client certificates required)",
-                n.addr()
-            );
-        }
-        if let Some(m) = &metrics {
-            let _ = writeln!(out, "metrics on http://{}/metrics", m.addr);
-        }
-        let _ = out.flush();
-    }
-    notify_ready();
-    let reloader = spawn_reloader(target.clone(), args.clone(), listener_ctl)?;
-    let size_watch = spawn_size_watch(target.clone(), stop.clone())?;
-    let served = farflash_transport::serve_all(
-        target.clone(),
-        listeners,
-        rdma_listeners,
-        &loop_opts,
-        stop.clone(),
-        Some(listener_rx),
-    )
-    .context("serving");
-    stop.store(true, std::sync::atomic::Ordering::Release);
-    farflash_backend::notify_changed();
-    let _ = size_watch.join();
-    // Joined, so that the target (and the images of its namespaces) goes
-    // with this thread's last reference, before `ImagesClosing` waits.
-    reloader.0.close();
-    let _ = reloader.1.join();
-    drop(rpc);
-    drop(rpc_net);
-    drop(metrics);
-    served?;
-
-    // Acknowledged writes must survive: flush every file backend before exit.
-    let mut failed = false;
-    for sub in target.subsystems().iter() {
-        for ns in sub.namespaces().iter() {
-            if let Err(e) = ns.backend.sync_all() {
-                tracing::error!(subnqn = %sub.nqn, nsid = ns.nsid, "flush at shutdown failed: {e}");
-                failed = true;
-            }
-        }
-    }
-    let t = target
-        .subsystems()
-        .iter()
-        .fold(farflash_core::stats::Totals::default(), |mut a, s| {
-            a += s.stats.totals();
-            a
-        });
-    tracing::info!(
-        reads = t.read_cmds,
-        writes = t.write_cmds,
-        read_bytes = t.read_bytes,
-        written_bytes = t.write_bytes,
-        "stopped"
-    );
-    if failed {
-        bail!("some namespaces could not be flushed at shutdown");
-    }
+    let opts = Options::new(source)
+        .rpc_socket(rpc_socket)
+        .metrics(metrics)
+        .reload_on_sighup(true);
+    let server = Server::start(opts)?;
+    server.stop_on(&[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
+    print_banner(server.target(), server.addrs(), server.loop_options());
+    print_endpoints(&server);
+    farflash_server::notify::notify("READY=1");
+    server.wait()?;
     Ok(())
 }
 
-/// Raises the open-file limit's soft value to the hard one (file
-/// namespaces hold a descriptor each, connections one each, each event
-/// loop a storage queue of 2 per file namespace it serves) and logs what it
-/// became; warns when the file namespaces could outgrow it once every event
-/// loop serves them. `build_subsystems` refuses files beyond the limit.
-fn raise_fd_limit(cfg: &Config) {
-    use farflash_backend::limits;
-    match limits::raise_nofile() {
-        Ok((before, after)) if before != after => tracing::info!(
-            "open-file limit (RLIMIT_NOFILE) raised from {} to {}",
-            before.soft,
-            after.soft
-        ),
-        Ok((_, after)) => tracing::info!("open-file limit (RLIMIT_NOFILE): {after}"),
-        Err(e) => tracing::warn!("cannot raise the open-file limit (RLIMIT_NOFILE): {e}"),
+/// The management and metrics endpoints, after the banner.
+fn print_endpoints(server: &Server) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Some(p) = server.rpc_socket() {
+        let _ = writeln!(out, "management socket {}", p.display());
     }
-    let files = (cfg.subsystems.iter())
-        .flat_map(|s| &s.namespaces)
-        .filter(|n| n.backend == BackendKind::File)
-        .count() as u64;
-    let threads = match cfg.transport.threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()) as u64,
-        n => n as u64,
-    };
-    let busy = files * (1 + 2 * threads) + limits::FD_RESERVE;
-    if let Ok(l) = limits::nofile() {
-        if files > 0 && l.soft != libc::RLIM_INFINITY && busy > l.soft {
-            tracing::warn!(
-                files,
-                threads,
-                "{files} file namespaces with I/O on all {threads} event loops would need \
-                 {busy} descriptors, more than the open-file limit (RLIMIT_NOFILE) {l}: \
-                 storage queues opened past it fail their requests; raise it (ulimit -n, \
-                 systemd LimitNOFILE=)"
-            );
-        }
+    if let Some(a) = server.rpc_net_addr() {
+        let _ = writeln!(
+            out,
+            "management endpoint {a} (TLS, client certificates required)"
+        );
     }
+    if let Some(a) = server.metrics_addr() {
+        let _ = writeln!(out, "metrics on http://{a}/metrics");
+    }
+    let _ = out.flush();
 }
 
 /// `--metrics`: ADDR:PORT, or a bare PORT on the loopback address.
@@ -676,213 +474,6 @@ fn management_flags(f: &ServeFlags, m: &mut ManagementEndpoint) -> Result<()> {
     m.validate().map_err(|e| {
         anyhow::anyhow!("{e}; as flags: --rpc-listen, --rpc-cert, --rpc-key, --rpc-client-ca")
     })
-}
-
-/// Starts the management endpoint on the network, when configured.
-fn start_rpc_net(
-    m: &ManagementEndpoint,
-    api: Arc<farflash_mgmt::Api>,
-) -> Result<Option<farflash_mgmt::net::NetServer>> {
-    let (Some(listen), Some(cert), Some(key), Some(ca)) =
-        (&m.listen, &m.cert, &m.key, &m.client_ca)
-    else {
-        return Ok(None);
-    };
-    let tls = farflash_mgmt::net::TlsFiles::new(cert, key, ca)
-        .server_config()
-        .context("management endpoint (--rpc-listen)")?;
-    let sa = listen
-        .to_socket_addrs()
-        .with_context(|| format!("bad --rpc-listen address {listen:?} (want ADDR:PORT)"))?
-        .next()
-        .with_context(|| format!("--rpc-listen address {listen:?} resolves to nothing"))?;
-    farflash_mgmt::net::start(api, sa, tls)
-        .map(Some)
-        .with_context(|| format!("cannot serve the management endpoint on {sa}"))
-}
-
-/// Starts the management socket: at `--rpc-socket` (an error if it cannot
-/// be had), or at the default path (a warning if another target holds it).
-fn start_rpc(
-    f: &ServeFlags,
-    api: Arc<farflash_mgmt::Api>,
-) -> Result<Option<farflash_mgmt::server::RpcServer>> {
-    match &f.rpc_socket {
-        Some(p) if p.as_os_str() == "none" => Ok(None),
-        Some(p) => farflash_mgmt::server::start(api, p)
-            .map(Some)
-            .with_context(|| format!("management socket {}", p.display())),
-        None => {
-            let p = farflash_mgmt::server::default_socket_path();
-            match farflash_mgmt::server::start(api, &p) {
-                Ok(s) => Ok(Some(s)),
-                Err(e) => {
-                    tracing::warn!(
-                        "no management socket: {}: {e} (use --rpc-socket PATH)",
-                        p.display()
-                    );
-                    Ok(None)
-                }
-            }
-        }
-    }
-}
-
-/// Tells systemd (Type=notify) that the target serves: `READY=1` on
-/// $NOTIFY_SOCKET, when it is set.
-fn notify_ready() {
-    notify("READY=1");
-}
-
-fn notify(msg: &str) {
-    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
-        return;
-    };
-    let Ok(sock) = std::os::unix::net::UnixDatagram::unbound() else {
-        return;
-    };
-    let bytes = path.as_encoded_bytes();
-    let r = if let Some(name) = bytes.strip_prefix(b"@") {
-        use std::os::linux::net::SocketAddrExt;
-        std::os::unix::net::SocketAddr::from_abstract_name(name)
-            .and_then(|a| sock.send_to_addr(msg.as_bytes(), &a))
-    } else {
-        sock.send_to(msg.as_bytes(), &path)
-    };
-    if let Err(e) = r {
-        tracing::warn!("sd_notify {msg}: {e}");
-    }
-}
-
-/// On SIGHUP, re-reads the configuration (the file and the flags) and
-/// applies the whole of it to the running target (subsystems, hosts,
-/// namespaces, listeners) through the code `load_config` runs. Returns the
-/// handle that stops it and its thread.
-fn spawn_reloader(
-    target: Arc<Target>,
-    args: ServeArgs,
-    listeners: farflash_transport::ListenerHandle,
-) -> Result<(signal_hook::iterator::Handle, std::thread::JoinHandle<()>)> {
-    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP])
-        .context("installing SIGHUP handler")?;
-    let handle = signals.handle();
-    let thread = std::thread::Builder::new()
-        .name("farflash-reload".into())
-        .spawn(move || {
-            for _ in signals.forever() {
-                notify("RELOADING=1");
-                let result = args.to_config().and_then(|cfg| {
-                    Ok(farflash_control::reload::apply_with(
-                        &target,
-                        &cfg,
-                        Some(&listeners),
-                    )?)
-                });
-                match result {
-                    Ok(r) => log_report("reload", &r),
-                    Err(e) => tracing::error!("reload failed, nothing changed: {e:#}"),
-                }
-                notify("READY=1");
-            }
-        })?;
-    Ok((handle, thread))
-}
-
-/// How long the size check sleeps without a notice from the storage
-/// (librbd's update watch wakes it at once; this bounds a missed one).
-const SIZE_WATCH: Duration = Duration::from_secs(30);
-
-/// Watches the size of RBD namespaces: when an image was resized in Ceph
-/// (librbd's update watch, `farflash_backend::notify_changed`), re-applies
-/// the running configuration, which gives the namespace its new size and
-/// tells the hosts (Namespace Attribute Changed). Stops with `stop` (and a
-/// `notify_changed`).
-fn spawn_size_watch(
-    target: Arc<Target>,
-    stop: Arc<AtomicBool>,
-) -> Result<std::thread::JoinHandle<()>> {
-    use std::sync::atomic::Ordering;
-    let handle = std::thread::Builder::new()
-        .name("farflash-size-watch".into())
-        .spawn(move || {
-            while !stop.load(Ordering::Acquire) {
-                farflash_backend::wait_changed(SIZE_WATCH);
-                if stop.load(Ordering::Acquire) {
-                    break;
-                }
-                let mut resized = false;
-                for sub in target.subsystems().iter() {
-                    for ns in sub.namespaces().iter() {
-                        match ns.backend.refresh_capacity() {
-                            Ok(true) => {
-                                tracing::info!(
-                                    subnqn = %sub.nqn,
-                                    nsid = ns.nsid,
-                                    bytes = ns.backend.capacity(),
-                                    "{} was resized",
-                                    ns.describe
-                                );
-                                resized = true;
-                            }
-                            Ok(false) => {}
-                            Err(e) => tracing::warn!(
-                                subnqn = %sub.nqn,
-                                nsid = ns.nsid,
-                                "cannot read the size of {}: {e}",
-                                ns.describe
-                            ),
-                        }
-                    }
-                }
-                if resized {
-                    match farflash_control::manage::modify(&target, None, |_| Ok(())) {
-                        Ok(r) => log_report("resize", &r),
-                        Err(e) => tracing::error!("applying a resize failed: {e:#}"),
-                    }
-                }
-            }
-        })?;
-    Ok(handle)
-}
-
-/// Logs what a configuration change did.
-pub fn log_report(what: &str, r: &farflash_control::reload::ReloadReport) {
-    for (nqn, ids) in &r.changed {
-        tracing::info!(subnqn = %nqn, nsids = ?ids, "{what}: namespaces changed");
-    }
-    for n in &r.subsystems_added {
-        tracing::info!(subnqn = %n, "{what}: subsystem added");
-    }
-    for n in &r.subsystems_removed {
-        tracing::info!(subnqn = %n, "{what}: subsystem removed");
-    }
-    for n in &r.hosts_changed {
-        tracing::info!(subnqn = %n, "{what}: allowed hosts changed");
-    }
-    for n in &r.qos_changed {
-        tracing::info!(subnqn = %n, "{what}: QoS limits changed");
-    }
-    for n in &r.ana_changed {
-        tracing::info!(subnqn = %n, "{what}: ANA states changed");
-    }
-    if r.disconnected > 0 {
-        tracing::info!(
-            controllers = r.disconnected,
-            "{what}: controllers disconnected"
-        );
-    }
-    for a in &r.listeners_added {
-        tracing::info!(%a, "{what}: listener added");
-    }
-    for a in &r.listeners_removed {
-        tracing::info!(%a, "{what}: listener removed");
-    }
-    for w in &r.ignored {
-        tracing::warn!("{what}: not applied: {w}");
-    }
-    if r.is_empty() {
-        tracing::info!("{what}: nothing changed");
-    }
 }
 
 /// Namespaces the start-up banner lists per subsystem.

@@ -13,7 +13,7 @@ use farflash_sweep::tenants::TenantsOptions;
 use farflash_sweep::transport::parse_transports;
 use farflash_sweep::{Mode, Plan, SweepOptions, Transport, BUILTIN};
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug)]
 pub struct SweepArgs {
@@ -221,6 +221,65 @@ fn cpu_load_options(a: &SweepArgs, farflash: &std::path::Path) -> anyhow::Result
     })
 }
 
+/// `--replot`: the plots and reports of the plans' results in `out`
+/// drawn again, nothing run.
+fn replot(out: &Path, tenants: bool, cpu_load: bool, plans: &[Plan]) -> anyhow::Result<()> {
+    if cpu_load {
+        let dir = out.join(CPU_LOAD);
+        farflash_sweep::cpuload::replot(&dir)?;
+        println!("{}", dir.display());
+    }
+    if tenants {
+        let dir = out.join("tenants");
+        farflash_sweep::tenants::replot(&dir)?;
+        println!("{}", dir.display());
+    }
+    for p in plans {
+        let dir = out.join(&p.name);
+        farflash_sweep::output::replot(&dir)?;
+        println!("{}", dir.display());
+    }
+    Ok(())
+}
+
+/// `--plan tenants`: its options, checked against the other flags.
+fn tenants_options(
+    a: &SweepArgs,
+    transports: &[Transport],
+    farflash: &Path,
+    dir: &Path,
+) -> anyhow::Result<TenantsOptions> {
+    if a.target.is_some() || a.filename.is_some() || a.only.is_some() {
+        bail!("--plan tenants starts its own target on files of its own: --target, --filename and --only do not apply");
+    }
+    if transports != [Transport::Tcp] || a.address.is_some() {
+        bail!("--plan tenants runs over NVMe/TCP on 127.0.0.1 (and iSCSI with --baseline): --transport {} and --address do not apply", a.transport);
+    }
+    let baseline_iscsi = match a.baseline.as_deref() {
+        None => false,
+        Some("iscsi") => true,
+        Some(b) => bail!("--baseline {b:?}: the only baseline is iscsi"),
+    };
+    let plan = TenantsPlan::builtin(parse_counts(&a.tenants)?, parse_size(&a.job_size)?);
+    let plan = TenantsPlan {
+        target_threads: a.target_threads,
+        ..plan
+    };
+    plan.validate()?;
+    Ok(TenantsOptions {
+        farflash: farflash.to_path_buf(),
+        plan,
+        out: a.out.clone(),
+        dir: dir.to_path_buf(),
+        perf_poll: a.perf_poll.clone(),
+        serve_poll: a.serve_poll.clone(),
+        progress_bar: std::io::stderr().is_terminal(),
+        plots: !a.no_plots,
+        note: a.note.clone(),
+        baseline_iscsi,
+    })
+}
+
 pub fn run(a: SweepArgs) -> anyhow::Result<()> {
     let tenants = a.plan.iter().any(|p| p == "tenants");
     let cpu_load = a.plan.iter().any(|p| p == CPU_LOAD);
@@ -232,22 +291,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
         .collect();
     let plans = plans(&others)?;
     if a.replot {
-        if cpu_load {
-            let dir = a.out.join(CPU_LOAD);
-            farflash_sweep::cpuload::replot(&dir)?;
-            println!("{}", dir.display());
-        }
-        if tenants {
-            let dir = a.out.join("tenants");
-            farflash_sweep::tenants::replot(&dir)?;
-            println!("{}", dir.display());
-        }
-        for p in &plans {
-            let dir = a.out.join(&p.name);
-            farflash_sweep::output::replot(&dir)?;
-            println!("{}", dir.display());
-        }
-        return Ok(());
+        return replot(&a.out, tenants, cpu_load, &plans);
     }
     let transports = parse_transports(&a.transport)?;
     let only = match a.only.as_deref() {
@@ -275,35 +319,7 @@ pub fn run(a: SweepArgs) -> anyhow::Result<()> {
     };
     let dir = a.dir.clone().unwrap_or_else(std::env::temp_dir);
     let tenants = if tenants {
-        if a.target.is_some() || a.filename.is_some() || a.only.is_some() {
-            bail!("--plan tenants starts its own target on files of its own: --target, --filename and --only do not apply");
-        }
-        if transports != [Transport::Tcp] || a.address.is_some() {
-            bail!("--plan tenants runs over NVMe/TCP on 127.0.0.1 (and iSCSI with --baseline): --transport {} and --address do not apply", a.transport);
-        }
-        let baseline_iscsi = match a.baseline.as_deref() {
-            None => false,
-            Some("iscsi") => true,
-            Some(b) => bail!("--baseline {b:?}: the only baseline is iscsi"),
-        };
-        let plan = TenantsPlan::builtin(parse_counts(&a.tenants)?, parse_size(&a.job_size)?);
-        let plan = TenantsPlan {
-            target_threads: a.target_threads,
-            ..plan
-        };
-        plan.validate()?;
-        Some(TenantsOptions {
-            farflash: farflash.clone(),
-            plan,
-            out: a.out.clone(),
-            dir: dir.clone(),
-            perf_poll: a.perf_poll.clone(),
-            serve_poll: a.serve_poll.clone(),
-            progress_bar: std::io::stderr().is_terminal(),
-            plots: !a.no_plots,
-            note: a.note.clone(),
-            baseline_iscsi,
-        })
+        Some(tenants_options(&a, &transports, &farflash, &dir)?)
     } else {
         if a.baseline.is_some() {
             bail!("--baseline is for --plan tenants");

@@ -220,44 +220,7 @@ impl JobRun<'_> {
         let mut now = Instant::now();
         let mut pacer = spec.rate_iops.map(|r| Pacer::new(r, now));
         loop {
-            // One clock read stamps the whole refill: the commands of a
-            // batch are prepared within nanoseconds of each other.
-            let mut prepared = None;
-            while inflight < depth && src.has_more(now) {
-                if pacer.as_mut().is_some_and(|p| !p.take(now)) {
-                    break;
-                }
-                let Some(slot) = e.alloc_slot() else { break };
-                let (write, offset, len) = src.next();
-                if write && spec.verify {
-                    verify::fill(&mut e.buf_mut(slot)[..len as usize], offset, self.seed);
-                }
-                let m = &mut st.meta[slot as usize];
-                *m = SlotMeta {
-                    start: Some(*prepared.get_or_insert_with(Instant::now)),
-                    issued: None,
-                    offset,
-                    len,
-                    write,
-                };
-                if let Err(err) = e.submit(slot, write, offset, len) {
-                    e.release(slot);
-                    return Err(err);
-                }
-                st.fresh.push(slot);
-                inflight += 1;
-            }
-            if !st.fresh.is_empty() {
-                // Hand the batch to the kernel, then stamp it: what came
-                // before is submission latency, what follows completion
-                // latency (fio's slat/clat split).
-                e.commit()?;
-                let t = Instant::now();
-                for &s in &st.fresh {
-                    st.meta[s as usize].issued = Some(t);
-                }
-                st.fresh.clear();
-            }
+            inflight += self.refill(e, src, st, pacer.as_mut(), now, depth - inflight)?;
             if inflight == 0 && !src.has_more(now) {
                 return Ok(());
             }
@@ -301,52 +264,120 @@ impl JobRun<'_> {
             if n == 0 {
                 continue;
             }
-            for i in 0..st.done.len() {
-                let d = st.done[i];
-                inflight -= 1;
-                let m = st.meta[d.slot as usize];
-                if let Some(err) = d.error {
-                    e.release(d.slot);
-                    anyhow::bail!(
-                        "job {}: {} of {} bytes at offset {} failed: {err}",
-                        self.index,
-                        if m.write { "write" } else { "read" },
-                        m.len,
-                        m.offset
-                    );
-                }
-                if spec.verify && !m.write {
-                    self.check(e.buf(d.slot), m, lba, st);
-                }
-                e.release(d.slot);
-                let (slat, clat) = match (m.start, m.issued) {
-                    (Some(s), Some(i)) => (
-                        i.saturating_duration_since(s).as_nanos() as u64,
-                        now.saturating_duration_since(i).as_nanos() as u64,
-                    ),
-                    _ => (0, 0),
-                };
-                if st.measuring {
-                    let dir = if m.write {
-                        &mut st.stats.write
-                    } else {
-                        &mut st.stats.read
-                    };
-                    dir.record(m.len, slat, clat);
-                } else {
-                    st.stats.ramp_ios += 1;
-                    st.stats.ramp_bytes += m.len as u64;
-                }
+            inflight -= st.done.len();
+            self.reap(e, st, now, lba)?;
+        }
+    }
+
+    /// Submits up to `room` new I/Os (as the source and the pacer allow)
+    /// and commits them as one batch; how many.
+    fn refill(
+        &self,
+        e: &mut dyn Engine,
+        src: &mut Source,
+        st: &mut State,
+        mut pacer: Option<&mut Pacer>,
+        now: Instant,
+        room: usize,
+    ) -> anyhow::Result<usize> {
+        let spec = self.spec;
+        let mut added = 0;
+        // One clock read stamps the whole refill: the commands of a
+        // batch are prepared within nanoseconds of each other.
+        let mut prepared = None;
+        while added < room && src.has_more(now) {
+            if pacer.as_mut().is_some_and(|p| !p.take(now)) {
+                break;
             }
-            st.done.clear();
-            st.last = now;
-            if let Some(p) = self.progress {
-                p.read_ios.store(st.stats.read.ios, Ordering::Relaxed);
-                p.write_ios.store(st.stats.write.ios, Ordering::Relaxed);
-                p.read_bytes.store(st.stats.read.bytes, Ordering::Relaxed);
-                p.write_bytes.store(st.stats.write.bytes, Ordering::Relaxed);
+            let Some(slot) = e.alloc_slot() else { break };
+            let (write, offset, len) = src.next();
+            if write && spec.verify {
+                verify::fill(&mut e.buf_mut(slot)[..len as usize], offset, self.seed);
+            }
+            let m = &mut st.meta[slot as usize];
+            *m = SlotMeta {
+                start: Some(*prepared.get_or_insert_with(Instant::now)),
+                issued: None,
+                offset,
+                len,
+                write,
+            };
+            if let Err(err) = e.submit(slot, write, offset, len) {
+                e.release(slot);
+                return Err(err);
+            }
+            st.fresh.push(slot);
+            added += 1;
+        }
+        if !st.fresh.is_empty() {
+            // Hand the batch to the kernel, then stamp it: what came
+            // before is submission latency, what follows completion
+            // latency (fio's slat/clat split).
+            e.commit()?;
+            let t = Instant::now();
+            for &s in &st.fresh {
+                st.meta[s as usize].issued = Some(t);
+            }
+            st.fresh.clear();
+        }
+        Ok(added)
+    }
+
+    /// Accounts for the I/Os completed (`st.done`): errors, verification,
+    /// latencies (or the ramp's counts), progress.
+    fn reap(
+        &self,
+        e: &mut dyn Engine,
+        st: &mut State,
+        now: Instant,
+        lba: usize,
+    ) -> anyhow::Result<()> {
+        let spec = self.spec;
+        for i in 0..st.done.len() {
+            let d = st.done[i];
+            let m = st.meta[d.slot as usize];
+            if let Some(err) = d.error {
+                e.release(d.slot);
+                anyhow::bail!(
+                    "job {}: {} of {} bytes at offset {} failed: {err}",
+                    self.index,
+                    if m.write { "write" } else { "read" },
+                    m.len,
+                    m.offset
+                );
+            }
+            if spec.verify && !m.write {
+                self.check(e.buf(d.slot), m, lba, st);
+            }
+            e.release(d.slot);
+            let (slat, clat) = match (m.start, m.issued) {
+                (Some(s), Some(i)) => (
+                    i.saturating_duration_since(s).as_nanos() as u64,
+                    now.saturating_duration_since(i).as_nanos() as u64,
+                ),
+                _ => (0, 0),
+            };
+            if st.measuring {
+                let dir = if m.write {
+                    &mut st.stats.write
+                } else {
+                    &mut st.stats.read
+                };
+                dir.record(m.len, slat, clat);
+            } else {
+                st.stats.ramp_ios += 1;
+                st.stats.ramp_bytes += m.len as u64;
             }
         }
+        st.done.clear();
+        st.last = now;
+        if let Some(p) = self.progress {
+            p.read_ios.store(st.stats.read.ios, Ordering::Relaxed);
+            p.write_ios.store(st.stats.write.ios, Ordering::Relaxed);
+            p.read_bytes.store(st.stats.read.bytes, Ordering::Relaxed);
+            p.write_bytes.store(st.stats.write.bytes, Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     fn check(&self, got: &[u8], m: SlotMeta, lba: usize, st: &mut State) {

@@ -11,6 +11,7 @@
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod ats;
 pub mod cpu;
 pub mod cpus;
 pub mod engine;

@@ -2,7 +2,7 @@
 //! a local backend), runs the job threads, and collects their statistics
 //! and the CPU accounting of the measured interval.
 
-use crate::cpu::{cpu_use, proc_stat, process_rusage, sys_cpu, CpuUse, SysCpu};
+use crate::cpu::{cpu_use, proc_stat, process_rusage, sys_cpu, CpuUse, ProcStat, Rusage, SysCpu};
 use crate::engine::iscsi::{probe, Iscsi};
 use crate::engine::local::Local;
 use crate::engine::remote::Remote;
@@ -36,7 +36,7 @@ pub struct RunResult {
 enum Setup {
     Remote {
         ctrl: Box<Controller>,
-        info: ControllerInfo,
+        info: Box<ControllerInfo>,
         nsid: u32,
         lba: u32,
         capacity: u64,
@@ -76,7 +76,7 @@ fn setup(spec: &JobSpec) -> anyhow::Result<Setup> {
             let lba = 1u32 << ns.lbads;
             Ok(Setup::Remote {
                 ctrl: Box::new(ctrl),
-                info,
+                info: Box::new(info),
                 nsid: *nsid,
                 lba,
                 capacity: ns.nsze.saturating_mul(lba as u64),
@@ -120,36 +120,8 @@ pub fn run(spec: &JobSpec) -> anyhow::Result<RunResult> {
         Setup::Local(b) => (b.block_size(), b.capacity()),
         Setup::Iscsi { lba, capacity } => (*lba, *capacity),
     };
-    let target = match (&spec.target, &setup) {
-        (Target::Remote { opts, nsid }, _) => {
-            format!("{} nsid {nsid} at {}", opts.subnqn, opts.addr)
-        }
-        (Target::Local { path, .. }, Setup::Local(b)) => {
-            format!("{} ({})", path.display(), b.kind())
-        }
-        (Target::Local { path, .. }, _) => path.display().to_string(),
-        (Target::Iscsi(t), _) => t.to_string(),
-    };
-    spec.bs.check(lba)?;
-    if !spec.offset.is_multiple_of(lba as u64) {
-        bail!(
-            "--offset {} is not a multiple of the {lba}-byte block",
-            spec.offset
-        );
-    }
-    if spec.offset >= capacity {
-        bail!(
-            "--offset {} is beyond the device's {capacity} bytes",
-            spec.offset
-        );
-    }
-    let len = spec.size.unwrap_or(capacity - spec.offset);
-    if spec.offset + len > capacity {
-        bail!(
-            "--offset + --size ({}) exceed the device's {capacity} bytes",
-            spec.offset + len
-        );
-    }
+    let target = describe(spec, &setup);
+    let len = check_range(spec, lba, capacity)?;
     let regions = regions(spec, len, lba)?;
     let max_io = spec.bs.max();
     if let Setup::Remote { info, .. } = &setup {
@@ -195,49 +167,9 @@ pub fn run(spec: &JobSpec) -> anyhow::Result<RunResult> {
             handles.push(h);
         }
         barrier.wait();
-        let start = Instant::now();
-        let ramp_end = start + spec.ramp_time;
-        let mut cpu_a = (process_rusage(), proc_stat(), start);
-        let mut sampled = spec.ramp_time.is_zero();
-        let mut last_print = start;
-        let mut printed = false;
-        let mut last_totals = [0u64; 4];
-        while !handles.iter().all(|h| h.is_finished()) {
-            std::thread::sleep(Duration::from_millis(20));
-            let now = Instant::now();
-            if !sampled && now >= ramp_end {
-                cpu_a = (process_rusage(), proc_stat(), now);
-                sampled = true;
-            }
-            if spec.progress && now - last_print >= PROGRESS_PERIOD {
-                let totals = progress_totals(&progress);
-                print_progress(totals, last_totals, now - last_print, now - start, spec);
-                last_totals = totals;
-                last_print = now;
-                printed = true;
-            }
-        }
-        if printed {
-            print!("\r\x1b[K");
-            let _ = std::io::stdout().flush();
-        }
+        let cpu_a = watch(&handles, spec, &progress);
         let cpu_b = (process_rusage(), proc_stat(), Instant::now());
-        let mut jobs = vec![];
-        let mut first_err = None;
-        for h in handles {
-            match h.join() {
-                Ok(Ok(j)) => jobs.push(j),
-                Ok(Err(e)) => {
-                    first_err.get_or_insert(e);
-                }
-                Err(_) => {
-                    first_err.get_or_insert(anyhow::anyhow!("a job thread panicked"));
-                }
-            }
-        }
-        if let Some(e) = first_err {
-            return Err(e);
-        }
+        let jobs = join(handles)?;
         let mut total = JobStats::default();
         for j in &jobs {
             total.merge(j);
@@ -265,6 +197,105 @@ pub fn run(spec: &JobSpec) -> anyhow::Result<RunResult> {
         }
     }
     result
+}
+
+/// What `spec` runs against, for the report.
+fn describe(spec: &JobSpec, setup: &Setup) -> String {
+    match (&spec.target, setup) {
+        (Target::Remote { opts, nsid }, _) => {
+            format!("{} nsid {nsid} at {}", opts.subnqn, opts.addr)
+        }
+        (Target::Local { path, .. }, Setup::Local(b)) => {
+            format!("{} ({})", path.display(), b.kind())
+        }
+        (Target::Local { path, .. }, _) => path.display().to_string(),
+        (Target::Iscsi(t), _) => t.to_string(),
+    }
+}
+
+/// Checks the block size, `--offset` and `--size` against the device;
+/// the length of the range the run covers.
+fn check_range(spec: &JobSpec, lba: u32, capacity: u64) -> anyhow::Result<u64> {
+    spec.bs.check(lba)?;
+    if !spec.offset.is_multiple_of(lba as u64) {
+        bail!(
+            "--offset {} is not a multiple of the {lba}-byte block",
+            spec.offset
+        );
+    }
+    if spec.offset >= capacity {
+        bail!(
+            "--offset {} is beyond the device's {capacity} bytes",
+            spec.offset
+        );
+    }
+    let len = spec.size.unwrap_or(capacity - spec.offset);
+    if spec.offset + len > capacity {
+        bail!(
+            "--offset + --size ({}) exceed the device's {capacity} bytes",
+            spec.offset + len
+        );
+    }
+    Ok(len)
+}
+
+/// Waits for the jobs to finish, printing progress; the CPU sample taken
+/// when the ramp ended (or at the start, without a ramp).
+fn watch<T>(
+    handles: &[std::thread::ScopedJoinHandle<'_, T>],
+    spec: &JobSpec,
+    progress: &[Progress],
+) -> (Rusage, ProcStat, Instant) {
+    let start = Instant::now();
+    let ramp_end = start + spec.ramp_time;
+    let mut cpu_a = (process_rusage(), proc_stat(), start);
+    let mut sampled = spec.ramp_time.is_zero();
+    let mut last_print = start;
+    let mut printed = false;
+    let mut last_totals = [0u64; 4];
+    while !handles.iter().all(|h| h.is_finished()) {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = Instant::now();
+        if !sampled && now >= ramp_end {
+            cpu_a = (process_rusage(), proc_stat(), now);
+            sampled = true;
+        }
+        if spec.progress && now - last_print >= PROGRESS_PERIOD {
+            let totals = progress_totals(progress);
+            print_progress(totals, last_totals, now - last_print, now - start, spec);
+            last_totals = totals;
+            last_print = now;
+            printed = true;
+        }
+    }
+    if printed {
+        print!("\r\x1b[K");
+        let _ = std::io::stdout().flush();
+    }
+    cpu_a
+}
+
+/// Joins the jobs: their statistics, or the first error.
+fn join(
+    handles: Vec<std::thread::ScopedJoinHandle<'_, anyhow::Result<JobStats>>>,
+) -> anyhow::Result<Vec<JobStats>> {
+    let mut jobs = vec![];
+    let mut first_err = None;
+    for h in handles {
+        match h.join() {
+            Ok(Ok(j)) => jobs.push(j),
+            Ok(Err(e)) => {
+                first_err.get_or_insert(e);
+            }
+            Err(_) => {
+                first_err.get_or_insert(anyhow::anyhow!("a job thread panicked"));
+            }
+        }
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(jobs),
+    }
 }
 
 fn make_engine(

@@ -210,7 +210,9 @@ pub fn apply_with(
 }
 
 /// [`apply_with`] for a caller that holds [`Target::manage_lock`] and has
-/// validated `cfg`.
+/// validated `cfg`. Everything that can fail is done first (building
+/// namespaces and subsystems, binding listeners, promoting storage), undone
+/// on a failure; only then is the target changed.
 pub(crate) fn apply_locked(
     target: &Target,
     cfg: &Config,
@@ -218,7 +220,45 @@ pub(crate) fn apply_locked(
 ) -> Result<ReloadReport, ApplyError> {
     let mut report = ReloadReport::default();
     let current = target.subsystems();
-    // The running limits (a `[transport]` change needs a restart).
+    check_limits(target, cfg, &current)?;
+    // Pools first: the namespaces built below may export their volumes.
+    crate::pools::registry().open_configured(&cfg.pools)?;
+    // 1. Build everything first, so a bad file changes nothing.
+    let plans = plan_subsystems(target, cfg, &current, &mut report)?;
+    // 2. Listeners: bind the new ones (undone if one fails).
+    let ls = ListenerPlan::bind(target, cfg, listeners, &mut report)?;
+    // 3. Storage shared with other targets follows ANA: promotions before
+    // hosts see them, demotions after.
+    let lists: Vec<Vec<Arc<Namespace>>> = plans
+        .iter()
+        .map(|(sub, new)| new.clone().unwrap_or_else(|| sub.namespaces().to_vec()))
+        .collect();
+    let promoted = promote_storage(
+        (cfg.subsystems.iter())
+            .zip(&lists)
+            .map(|(sc, n)| (sc.nqn.as_str(), &n[..], &sc.ana[..])),
+        &ls.serving(target, listeners),
+    );
+    let demote = match promoted {
+        Ok(d) => d,
+        Err(e) => {
+            ls.undo(listeners);
+            return Err(e);
+        }
+    };
+    // 4. Commit.
+    commit(target, cfg, &current, plans, ls, listeners, &mut report);
+    demote_storage(&demote);
+    Ok(report)
+}
+
+/// The running limits (a `[transport]` change needs a restart) and the
+/// open files the new namespaces would take.
+fn check_limits(
+    target: &Target,
+    cfg: &Config,
+    current: &[Arc<Subsystem>],
+) -> Result<(), ApplyError> {
     target.transport.limits.check_counts(&cfg.subsystems)?;
     let files = (cfg.subsystems.iter())
         .map(|sc| match current.iter().find(|s| s.nqn == sc.nqn) {
@@ -227,10 +267,17 @@ pub(crate) fn apply_locked(
         })
         .sum();
     farflash_backend::limits::check_headroom(files).map_err(BuildError::from)?;
-    // Pools first: the namespaces built below may export their volumes.
-    crate::pools::registry().open_configured(&cfg.pools)?;
+    Ok(())
+}
 
-    // 1. Build everything first, so a bad file changes nothing.
+/// Builds what `cfg` needs: each kept subsystem's new namespace list, each
+/// new subsystem; notes the subsystems removed and what needs a restart.
+fn plan_subsystems(
+    target: &Target,
+    cfg: &Config,
+    current: &[Arc<Subsystem>],
+    report: &mut ReloadReport,
+) -> Result<Vec<Plan>, ApplyError> {
     let mut plans: Vec<Plan> = Vec::new();
     for (i, sc) in cfg.subsystems.iter().enumerate() {
         match current.iter().find(|s| s.nqn == sc.nqn) {
@@ -261,92 +308,118 @@ pub(crate) fn apply_locked(
             .ignored
             .push("transport settings (restart to change)".to_owned());
     }
+    Ok(plans)
+}
 
-    // 2. Listeners: bind the new ones (undone if one fails).
-    let old_ls = target.listeners();
-    let mut new_ls: Vec<Listener> = Vec::new();
-    let mut to_remove: Vec<Listener> = Vec::new();
-    // What this call bound, to undo if a later step fails.
-    let mut added: Vec<(SocketAddr, ListenTransport)> = Vec::new();
-    let ls_differ = cfg.listen.len() != old_ls.len()
-        || cfg
-            .listen
-            .iter()
-            .any(|w| !old_ls.iter().any(|l| same_listener(l, w)));
-    match listeners {
-        Some(ctl) if ls_differ => {
-            for want in &cfg.listen {
-                if let Some(l) = old_ls.iter().find(|l| same_listener(l, want)) {
-                    if !new_ls.contains(l) {
-                        new_ls.push(l.clone());
-                    }
-                    continue;
-                }
-                match ctl.add(want) {
-                    Ok(addr) => {
-                        let transport = farflash_core::listen::split_listen(want)
-                            .map(|(t, _)| t)
-                            .unwrap_or_default();
-                        report.listeners_added.push(addr);
-                        added.push((addr, transport));
-                        new_ls.push(Listener {
-                            config: want.clone(),
-                            addr,
-                            transport,
-                        });
-                    }
-                    Err(msg) => {
-                        for (a, t) in &added {
-                            ctl.remove(*a, *t);
-                        }
-                        return Err(ApplyError::Listener {
-                            addr: want.clone(),
-                            msg,
-                        });
-                    }
-                }
+/// The listeners a reload wants: those kept and those it bound, and those
+/// to stop at the commit.
+struct ListenerPlan {
+    /// Whether the configured listeners differ from the running ones.
+    differ: bool,
+    new: Vec<Listener>,
+    remove: Vec<Listener>,
+    /// What this reload bound, to undo if a later step fails.
+    added: Vec<(SocketAddr, ListenTransport)>,
+}
+
+impl ListenerPlan {
+    /// Binds the configured listeners not running yet (with `listeners`;
+    /// without, a difference is reported as needing a restart). On a
+    /// failure, those bound are stopped again.
+    fn bind(
+        target: &Target,
+        cfg: &Config,
+        listeners: Option<&dyn ListenerControl>,
+        report: &mut ReloadReport,
+    ) -> Result<ListenerPlan, ApplyError> {
+        let old_ls = target.listeners();
+        let differ = cfg.listen.len() != old_ls.len()
+            || (cfg.listen.iter()).any(|w| !old_ls.iter().any(|l| same_listener(l, w)));
+        let mut plan = ListenerPlan {
+            differ,
+            new: Vec::new(),
+            remove: Vec::new(),
+            added: Vec::new(),
+        };
+        let ctl = match listeners {
+            Some(ctl) if differ => ctl,
+            None if differ => {
+                report
+                    .ignored
+                    .push("listeners (restart to change)".to_owned());
+                return Ok(plan);
             }
-            for l in old_ls.iter() {
-                if !new_ls.contains(l) {
-                    to_remove.push(l.clone());
+            _ => return Ok(plan),
+        };
+        for want in &cfg.listen {
+            if let Some(l) = old_ls.iter().find(|l| same_listener(l, want)) {
+                if !plan.new.contains(l) {
+                    plan.new.push(l.clone());
+                }
+                continue;
+            }
+            match ctl.add(want) {
+                Ok(addr) => {
+                    let transport = farflash_core::listen::split_listen(want)
+                        .map(|(t, _)| t)
+                        .unwrap_or_default();
+                    report.listeners_added.push(addr);
+                    plan.added.push((addr, transport));
+                    plan.new.push(Listener {
+                        config: want.clone(),
+                        addr,
+                        transport,
+                    });
+                }
+                Err(msg) => {
+                    plan.undo(listeners);
+                    let addr = want.clone();
+                    return Err(ApplyError::Listener { addr, msg });
                 }
             }
         }
-        None if ls_differ => report
-            .ignored
-            .push("listeners (restart to change)".to_owned()),
-        _ => {}
+        plan.remove = (old_ls.iter())
+            .filter(|l| !plan.new.contains(l))
+            .cloned()
+            .collect();
+        Ok(plan)
     }
 
-    // 3. Storage shared with other targets follows ANA: promotions before
-    // hosts see them, demotions after.
-    let ls_now: Vec<(SocketAddr, ListenTransport)> = match listeners {
-        Some(_) if ls_differ => new_ls.iter().map(|l| (l.addr, l.transport)).collect(),
-        _ => old_ls.iter().map(|l| (l.addr, l.transport)).collect(),
-    };
-    let lists: Vec<Vec<Arc<Namespace>>> = plans
-        .iter()
-        .map(|(sub, new)| new.clone().unwrap_or_else(|| sub.namespaces().to_vec()))
-        .collect();
-    let demote = match promote_storage(
-        cfg.subsystems
-            .iter()
-            .zip(&lists)
-            .map(|(sc, n)| (sc.nqn.as_str(), &n[..], &sc.ana[..])),
-        &ls_now,
-    ) {
-        Ok(d) => d,
-        Err(e) => {
-            if let Some(ctl) = listeners {
-                for (a, t) in &added {
-                    ctl.remove(*a, *t);
-                }
-            }
-            return Err(e);
+    /// The listeners serving once the reload is committed.
+    fn serving(
+        &self,
+        target: &Target,
+        listeners: Option<&dyn ListenerControl>,
+    ) -> Vec<(SocketAddr, ListenTransport)> {
+        match listeners {
+            Some(_) if self.differ => self.new.iter().map(|l| (l.addr, l.transport)).collect(),
+            _ => (target.listeners().iter())
+                .map(|l| (l.addr, l.transport))
+                .collect(),
         }
-    };
+    }
 
-    // 4. Commit.
+    /// Stops the listeners this reload bound.
+    fn undo(&self, listeners: Option<&dyn ListenerControl>) {
+        if let Some(ctl) = listeners {
+            for (a, t) in &self.added {
+                ctl.remove(*a, *t);
+            }
+        }
+    }
+}
+
+/// Changes the target: the subsystem list, each subsystem, the listeners,
+/// and what the hosts are owed (disconnects, the discovery log's change).
+fn commit(
+    target: &Target,
+    cfg: &Config,
+    current: &[Arc<Subsystem>],
+    plans: Vec<Plan>,
+    ls: ListenerPlan,
+    listeners: Option<&dyn ListenerControl>,
+    report: &mut ReloadReport,
+) {
     // Lists change before controllers are swept: a Connect racing with
     // this checks the lists again after creating its controller.
     let mut discovery = false;
@@ -362,23 +435,19 @@ pub(crate) fn apply_locked(
             discovery = true;
             continue;
         };
-        discovery |= commit_subsystem(target, &sub, sc, new, &mut report);
+        discovery |= commit_subsystem(target, &sub, sc, new, report);
     }
-    if let Some(ctl) = listeners {
-        if ls_differ {
-            for l in &to_remove {
-                ctl.remove(l.addr, l.transport);
-            }
-            report.listeners_removed = to_remove.iter().map(|l| l.addr).collect();
-            target.set_listeners(new_ls);
-            discovery = true;
+    if let (Some(ctl), true) = (listeners, ls.differ) {
+        for l in &ls.remove {
+            ctl.remove(l.addr, l.transport);
         }
+        report.listeners_removed = ls.remove.iter().map(|l| l.addr).collect();
+        target.set_listeners(ls.new);
+        discovery = true;
     }
     if discovery {
         target.discovery_changed();
     }
-    demote_storage(&demote);
-    Ok(report)
 }
 
 /// Commits the new configuration `sc` of subsystem `sub`, kept by a reload

@@ -3,6 +3,7 @@
 use crate::command::{AdminCmd, Outcome, Xfer};
 use crate::controller::{Controller, AER_LIMIT};
 use crate::queue::NvmeQueue;
+use crate::stats::Totals;
 use crate::{discovery, identify};
 use farflash_wire::ana as wlog_ana;
 use farflash_wire::identify::{IDENTIFY_LEN, OAES_ANA_CHANGE, OAES_DISCOVERY_CHANGE, OAES_NS_ATTR};
@@ -172,6 +173,37 @@ fn identify_cmd<C: Default>(
     Outcome::Done(st, 0)
 }
 
+/// What the SMART log counts: the whole subsystem (NSID 0h or FFFFFFFFh),
+/// or one namespace (LPA bit 0), from the per-namespace counters of every
+/// queue. Media errors are counted per queue, not per namespace: the
+/// controller-wide count is reported either way.
+fn smart_totals<C: Default>(
+    q: &NvmeQueue<C>,
+    ctrl: &Controller,
+    nsid: u32,
+) -> Result<Totals, Status> {
+    let Some(sub) = ctrl.subsystem() else {
+        return Ok(Totals::default());
+    };
+    let mut t = sub.stats.totals();
+    if nsid == 0 || nsid == u32::MAX {
+        return Ok(t);
+    }
+    if q.namespace_index(nsid).is_none() {
+        // Base §5.16: an NSID that is not active.
+        return Err(Status::INVALID_NAMESPACE.dnr());
+    }
+    let slot = crate::stats::ns_slot(nsid).ok_or(Status::INVALID_FIELD.dnr())?;
+    let mut n = [0u64; 4];
+    for h in sub.stats.by_host().values() {
+        for (a, b) in n.iter_mut().zip(h.ns[slot]) {
+            *a += b;
+        }
+    }
+    (t.read_cmds, t.write_cmds, t.read_bytes, t.write_bytes) = (n[0], n[1], n[2], n[3]);
+    Ok(t)
+}
+
 fn get_log_page<C: Default>(
     q: &mut NvmeQueue<C>,
     idx: usize,
@@ -195,19 +227,17 @@ fn get_log_page<C: Default>(
             v
         }
         log_id::SMART if !disc => {
-            if sqe.nsid != 0 && sqe.nsid != u32::MAX {
-                // LPA bit 0 is clear: no per-namespace SMART data.
-                return Outcome::Done(Status::INVALID_FIELD.dnr(), 0);
-            }
-            let t = ctrl
-                .subsystem()
-                .map(|s| s.stats.totals())
-                .unwrap_or_default();
+            let t = match smart_totals(q, ctrl, sqe.nsid) {
+                Ok(t) => t,
+                Err(st) => return Outcome::Done(st, 0),
+            };
             let errors = ctrl.lock().error_count;
+            // Base §5.16.1.3: farflash has no temperature sensor and no
+            // spare capacity; Composite Temperature, Available Spare and
+            // its threshold are 0, as Linux nvmet reports them (no
+            // critical warning: a spare of 0% is not below a threshold of
+            // 0%). Was: 35 °C and 100% invented.
             let smart = Smart {
-                temperature: 273 + 35,
-                available_spare: 100,
-                spare_threshold: 10,
                 data_units_read: Smart::data_units(t.read_bytes),
                 data_units_written: Smart::data_units(t.write_bytes),
                 host_read_commands: t.read_cmds as u128,
@@ -337,10 +367,19 @@ fn set_features<C: Default>(q: &mut NvmeQueue<C>, ctrl: &Controller, sqe: &Sqe) 
             st.aec = sqe.cdw11 & (supported | 0xFF);
             Outcome::Done(Status::SUCCESS, 0)
         }
-        fid::VOLATILE_WRITE_CACHE if !disc => {
-            st.vwc_enabled = sqe.cdw11 & 1 != 0;
+        // Base §5.27.1.4: the feature exists only when Identify Controller
+        // VWC bit 0 is set; otherwise Invalid Field, as Linux nvmet answers.
+        // Off: writes go through (`io.rs`). Was: accepted with VWC 0.
+        fid::VOLATILE_WRITE_CACHE
+            if !disc
+                && ctrl
+                    .subsystem()
+                    .is_some_and(|s| identify::volatile_write_cache(s)) =>
+        {
+            ctrl.set_write_cache(&mut st, sqe.cdw11 & 1 != 0);
             Outcome::Done(Status::SUCCESS, 0)
         }
+        fid::VOLATILE_WRITE_CACHE => Outcome::Done(Status::INVALID_FIELD.dnr(), 0),
         fid::RESERVATION_NOTIFICATION_MASK if !disc => {
             // One mask for every namespace of the controller (docs/ha.md).
             st.resv_mask = sqe.cdw11 & 0b1110;

@@ -56,6 +56,9 @@ pub enum Outcome {
     Pending,
     /// Held until an event (AER).
     Parked,
+    /// Waits, with nothing out, for another command or a range
+    /// (`crate::nvm`: a fused half, a write over a fused pair's range).
+    Held,
 }
 
 /// A finished command, for the binding to send, with the transport's state
@@ -171,6 +174,8 @@ pub(crate) enum IoCmd {
         ns: usize,
         opcode: u8,
     },
+    /// Compare, Verify, Copy, a fused half (`crate::nvm`).
+    Nvm(crate::nvm::NvmCmd),
 }
 
 impl IoCmd {
@@ -179,13 +184,23 @@ impl IoCmd {
         match *self {
             IoCmd::Read { len, .. } => Some((false, len)),
             IoCmd::Write { len, .. } => Some((true, len)),
+            // Base §5.16.1.3: Host Read Commands count Compares; the Write
+            // half of a fused pair is a write.
+            IoCmd::Nvm(crate::nvm::NvmCmd::Compare { len, .. }) => Some((false, len)),
+            IoCmd::Nvm(crate::nvm::NvmCmd::Fused {
+                len, second: true, ..
+            }) => Some((true, len)),
             _ => None,
         }
     }
 
     /// Whether the command modifies the medium (an EIO is then a write fault).
     pub(crate) fn writes(&self) -> bool {
-        matches!(self, IoCmd::Write { .. } | IoCmd::WriteZeroes { .. })
+        match self {
+            IoCmd::Write { .. } | IoCmd::WriteZeroes { .. } => true,
+            IoCmd::Nvm(c) => c.writes(),
+            _ => false,
+        }
     }
 
     /// What the command spends under QoS (`queue/qos.rs`): reads and writes
@@ -198,6 +213,10 @@ impl IoCmd {
             IoCmd::Write { len, .. } => (Class::Write, len as u64),
             IoCmd::WriteZeroes { .. } => (Class::Write, 0),
             IoCmd::Flush { .. } | IoCmd::Dsm { .. } | IoCmd::Resv { .. } => (Class::Other, 0),
+            IoCmd::Nvm(c) => match c.cost() {
+                (true, n) => (Class::Write, n),
+                (false, n) => (Class::Read, n),
+            },
         }
     }
 }

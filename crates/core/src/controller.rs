@@ -38,6 +38,10 @@ pub struct Controller {
     /// association: the host is waiting for us, so the keep-alive timer
     /// does not run meanwhile (`queue/lifecycle.rs`).
     offloads: AtomicU32,
+    /// The host disabled the volatile write cache (Set Features 06h, Base
+    /// §5.27.1.4): every write is written through (as with FUA). Read
+    /// per write, without the lock.
+    write_through: AtomicBool,
     state: Mutex<CtrlState>,
 }
 
@@ -92,6 +96,7 @@ impl Controller {
             ready: AtomicBool::new(false),
             epoch: AtomicU32::new(0),
             offloads: AtomicU32::new(0),
+            write_through: AtomicBool::new(false),
             state: Mutex::new(CtrlState {
                 kato_ms,
                 vwc_enabled: true,
@@ -130,6 +135,18 @@ impl Controller {
     /// others with Command Sequence Error.
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
+    }
+
+    /// Writes go through to stable storage (the host turned the volatile
+    /// write cache off).
+    pub fn write_through(&self) -> bool {
+        self.write_through.load(Ordering::Relaxed)
+    }
+
+    /// Set Features Volatile Write Cache (under the lock, with `vwc_enabled`).
+    pub(crate) fn set_write_cache(&self, st: &mut CtrlState, enabled: bool) {
+        st.vwc_enabled = enabled;
+        self.write_through.store(!enabled, Ordering::Relaxed);
     }
 
     /// Recomputes [`Controller::is_ready`] from CC and CSTS (under the lock).

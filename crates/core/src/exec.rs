@@ -87,6 +87,7 @@ impl<C: Default> NvmeQueue<C> {
             .get(slot as usize)
             .is_some_and(|s| s.state() == CmdState::Parsed)
         {
+            crate::nvm::fused_failed(self, slot as usize);
             self.complete(slot as usize, status, 0);
         }
     }
@@ -124,7 +125,7 @@ impl<C: Default> NvmeQueue<C> {
     /// Runs the throttled commands whose tokens have come, oldest first;
     /// returns whether any ran.
     pub fn resume_throttled(&mut self) -> bool {
-        let mut any = false;
+        let mut any = self.nvm.has_held() && crate::nvm::resume(self);
         while let Some(idx) = self.admit_throttled() {
             any = true;
             self.dispatch(idx, Step::Admitted);
@@ -150,6 +151,7 @@ impl<C: Default> NvmeQueue<C> {
         match outcome {
             Outcome::Done(st, result) => self.complete(idx, st, result),
             Outcome::Parked => self.park_aer(idx),
+            Outcome::Held => {}
             Outcome::Pending => {
                 if self.slots[idx].state().pending() == 0 {
                     // Nothing of it is out, so nothing would ever answer it.
@@ -164,7 +166,13 @@ impl<C: Default> NvmeQueue<C> {
     /// What data the command in `idx` moves, after checking it can run
     /// here; its typed command goes into its slot for the dispatcher.
     fn classify(&mut self, idx: usize) -> Result<Xfer, Status> {
-        let (xfer, cmd) = self.parse(idx)?;
+        let mut r = self.parse(idx);
+        let sqe = self.slots[idx].sqe;
+        if self.qid != 0 && (sqe.flags & FUSE_MASK != 0 || self.nvm.expects_second()) {
+            // The halves of a fused Compare and Write (`nvm/fused.rs`).
+            r = crate::nvm::fused_arrive(self, idx, &sqe, r);
+        }
+        let (xfer, cmd) = r?;
         self.slots[idx].cmd = cmd;
         Ok(xfer)
     }
@@ -172,12 +180,11 @@ impl<C: Default> NvmeQueue<C> {
     /// Checks the command in `idx` can run here and parses it once.
     fn parse(&self, idx: usize) -> Result<(Xfer, Cmd), Status> {
         let sqe = self.slots[idx].sqe;
-        if sqe.flags & FUSE_MASK != 0 {
-            // Base §3.4.2: no fused operation is supported (Identify
-            // Controller FUSES is 0). Running the second half of a Compare
-            // and Write alone would write without the compare: refuse both
-            // halves, as Linux nvmet (and SPDK for all but Compare and
-            // Write) does. Was: FUSE ignored.
+        if sqe.flags & FUSE_MASK != 0 && (self.qid == 0 || sqe.opcode == aop::FABRICS) {
+            // Base §3.4.2: the one fused operation (Compare and Write,
+            // FUSES bit 0) is an NVM I/O command pair; admin and Fabrics
+            // commands are not fused: Invalid Field, as Linux nvmet and
+            // SPDK answer.
             return Err(Status::INVALID_FIELD.dnr());
         }
         let psdt = sqe.flags & 0xC0;

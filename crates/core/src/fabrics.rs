@@ -99,18 +99,8 @@ fn connect<C: Default>(q: &mut NvmeQueue<C>, idx: usize, sqe: &Sqe) -> Outcome {
         // IPO names the one at fault (was: always SUBNQN).
         Err(off) => return invalid(true, off),
     };
-    if let Some(id) = &q.via.tls {
-        // TCP §3.6.1.3: the PSK identity names the host and the subsystem
-        // the secure channel was set up for; the association is bound to
-        // them (a key of one host does not admit another host's Connect).
-        if id.0 != data.hostnqn {
-            tracing::warn!(peer = %q.via.peer, hostnqn = %data.hostnqn, tls_hostnqn = %id.0, "connect refused: not the host of the TLS PSK identity");
-            return Outcome::Done(Status::CONNECT_INVALID_HOST.dnr(), 0);
-        }
-        if id.1 != data.subnqn {
-            tracing::warn!(peer = %q.via.peer, subnqn = %data.subnqn, tls_subnqn = %id.1, "connect refused: not the subsystem of the TLS PSK identity");
-            return invalid(true, doff::SUBNQN);
-        }
+    if let Some(refused) = tls_identity_refusal(q, &data) {
+        return refused;
     }
     let t = q.target.clone();
     let discovery = data.subnqn == DISCOVERY_NQN;
@@ -133,41 +123,83 @@ fn connect<C: Default>(q: &mut NvmeQueue<C>, idx: usize, sqe: &Sqe) -> Outcome {
         // Fabrics §6.3: SQSIZE is 0's based and at least 1.
         return invalid(false, soff::SQSIZE);
     }
+    if c.qid == 0 {
+        connect_admin(q, &c, &data, sub)
+    } else {
+        connect_io(q, &c, &data, discovery)
+    }
+}
+
+/// The host and subsystem of a Connect over TLS against the PSK identity
+/// the secure channel was set up with: the refusal, if they differ.
+fn tls_identity_refusal<C: Default>(q: &NvmeQueue<C>, data: &ConnectData) -> Option<Outcome> {
+    let id = q.via.tls.as_ref()?;
+    // TCP §3.6.1.3: the PSK identity names the host and the subsystem
+    // the secure channel was set up for; the association is bound to
+    // them (a key of one host does not admit another host's Connect).
+    if id.0 != data.hostnqn {
+        tracing::warn!(peer = %q.via.peer, hostnqn = %data.hostnqn, tls_hostnqn = %id.0, "connect refused: not the host of the TLS PSK identity");
+        return Some(Outcome::Done(Status::CONNECT_INVALID_HOST.dnr(), 0));
+    }
+    if id.1 != data.subnqn {
+        tracing::warn!(peer = %q.via.peer, subnqn = %data.subnqn, tls_subnqn = %id.1, "connect refused: not the subsystem of the TLS PSK identity");
+        return Some(invalid(true, doff::SUBNQN));
+    }
+    None
+}
+
+/// An admin queue's Connect: a new controller (CNTLID FFFFh asked).
+fn connect_admin<C: Default>(
+    q: &mut NvmeQueue<C>,
+    c: &ConnectCmd,
+    data: &ConnectData,
+    sub: Option<Arc<crate::subsystem::Subsystem>>,
+) -> Outcome {
+    let t = q.target.clone();
     let entries = c.sqsize as u32 + 1;
     let disable_flow = c.cattr & CATTR_DISABLE_SQ_FLOW_CONTROL != 0;
-    if c.qid == 0 {
-        if data.cntlid != CNTLID_DYNAMIC {
-            return invalid(true, doff::CNTLID);
-        }
-        if entries > MAX_ADMIN_QUEUE_DEPTH {
-            return invalid(false, soff::SQSIZE);
-        }
-        let kind = match sub {
-            Some(s) => Kind::Io(s),
-            None => Kind::Discovery,
-        };
-        let Some(ctrl) = t.create_controller(kind, data.hostnqn.clone(), data.hostid, c.kato)
-        else {
-            return Outcome::Done(Status::CONNECT_CONTROLLER_BUSY, 0);
-        };
-        // A management change may have disallowed the host or deleted the
-        // subsystem since the checks above; it changes the lists before it
-        // sweeps controllers, so checking again here leaves no controller
-        // behind either way.
-        if let Some(s) = ctrl.subsystem() {
-            let current = t.subsystem(&s.nqn).is_some_and(|c| Arc::ptr_eq(&c, s));
-            if !current || !s.host_allowed(&data.hostnqn) {
-                t.remove_controller(&ctrl);
-                return Outcome::Done(Status::CONNECT_INVALID_HOST.dnr(), 0);
-            }
-        }
-        tracing::info!(peer = %q.via.peer, cntlid = ctrl.cntlid, subnqn = %data.subnqn, hostnqn = %data.hostnqn, kato_ms = c.kato, sq_flow_control = !disable_flow, "controller created");
-        let cntlid = ctrl.cntlid as u32;
-        let auth = ctrl.subsystem().and_then(|s| s.auth_for(&data.hostnqn));
-        q.set_connected(ctrl, 0, c.sqsize, disable_flow);
-        return Outcome::Done(Status::SUCCESS, with_auth(q, auth, cntlid));
+    if data.cntlid != CNTLID_DYNAMIC {
+        return invalid(true, doff::CNTLID);
     }
-    // I/O queue: must join a live controller of the same subsystem and host.
+    if entries > MAX_ADMIN_QUEUE_DEPTH {
+        return invalid(false, soff::SQSIZE);
+    }
+    let kind = match sub {
+        Some(s) => Kind::Io(s),
+        None => Kind::Discovery,
+    };
+    let Some(ctrl) = t.create_controller(kind, data.hostnqn.clone(), data.hostid, c.kato) else {
+        return Outcome::Done(Status::CONNECT_CONTROLLER_BUSY, 0);
+    };
+    // A management change may have disallowed the host or deleted the
+    // subsystem since the checks above; it changes the lists before it
+    // sweeps controllers, so checking again here leaves no controller
+    // behind either way.
+    if let Some(s) = ctrl.subsystem() {
+        let current = t.subsystem(&s.nqn).is_some_and(|c| Arc::ptr_eq(&c, s));
+        if !current || !s.host_allowed(&data.hostnqn) {
+            t.remove_controller(&ctrl);
+            return Outcome::Done(Status::CONNECT_INVALID_HOST.dnr(), 0);
+        }
+    }
+    tracing::info!(peer = %q.via.peer, cntlid = ctrl.cntlid, subnqn = %data.subnqn, hostnqn = %data.hostnqn, kato_ms = c.kato, sq_flow_control = !disable_flow, "controller created");
+    let cntlid = ctrl.cntlid as u32;
+    let auth = ctrl.subsystem().and_then(|s| s.auth_for(&data.hostnqn));
+    q.set_connected(ctrl, 0, c.sqsize, disable_flow);
+    Outcome::Done(Status::SUCCESS, with_auth(q, auth, cntlid))
+}
+
+/// An I/O queue's Connect: it joins a live controller of the same
+/// subsystem and host.
+fn connect_io<C: Default>(
+    q: &mut NvmeQueue<C>,
+    c: &ConnectCmd,
+    data: &ConnectData,
+    discovery: bool,
+) -> Outcome {
+    let t = q.target.clone();
+    let entries = c.sqsize as u32 + 1;
+    let disable_flow = c.cattr & CATTR_DISABLE_SQ_FLOW_CONTROL != 0;
     let Some(ctrl) = t.controller(data.cntlid) else {
         return invalid(true, doff::CNTLID);
     };

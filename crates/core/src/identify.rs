@@ -4,7 +4,7 @@
 
 use crate::controller::{Controller, AER_LIMIT, ERROR_LOG_ENTRIES};
 use crate::queue::NvmeQueue;
-use crate::subsystem::Namespace;
+use crate::subsystem::{Namespace, Subsystem};
 use farflash_wire::identify::{self as wid, IdCtrl, IdNs};
 use farflash_wire::props;
 
@@ -38,11 +38,12 @@ pub(crate) fn controller<C: Default>(q: &NvmeQueue<C>, ctrl: &Controller) -> IdC
         ioccsz: (64 + t.in_capsule_data_size) / 16,
         iorcsz: 1,
         // An I/O controller also has the Commands Supported and Effects log.
+        // LPA bit 0: SMART per namespace (counted per NSID, `stats.rs`).
         lpa: wid::LPA_EXTENDED
             | if ctrl.is_discovery() {
                 0
             } else {
-                wid::LPA_CMD_EFFECTS
+                wid::LPA_CMD_EFFECTS | wid::LPA_SMART_PER_NS
             },
         elpe: (ERROR_LOG_ENTRIES - 1) as u8,
         aerl: (AER_LIMIT - 1) as u8,
@@ -70,12 +71,23 @@ pub(crate) fn controller<C: Default>(q: &NvmeQueue<C>, ctrl: &Controller) -> IdC
             // from a controller that reports ANA.
             c.nn = sub.max_nsid().max(1);
             c.mnan = c.nn;
+            // Each bit is a command `io.rs` / `crate::nvm` runs (tests:
+            // `nvm/tests.rs`, `nvm/tests_caps.rs`).
             c.oncs = crate::io::ONCS;
-            c.oaes = wid::OAES_NS_ATTR | wid::OAES_ANA_CHANGE;
-            c.vwc = sub
+            c.ocfs = wid::OCFS_FORMAT0;
+            // Base §3.4.2: Compare and Write, atomic over its whole range
+            // (the namespace's range exclusion), so ACWU is the largest
+            // transfer in the smallest block size (0's based).
+            c.fuses = wid::FUSES_COMPARE_AND_WRITE;
+            let min_shift = sub
                 .namespaces()
                 .iter()
-                .any(|n| n.backend.volatile_write_cache()) as u8;
+                .map(|n| n.lba_shift)
+                .min()
+                .unwrap_or(12);
+            c.acwu = ((t.max_io_size >> min_shift).clamp(1, 1 << 16) - 1) as u16;
+            c.oaes = wid::OAES_NS_ATTR | wid::OAES_ANA_CHANGE;
+            c.vwc = volatile_write_cache(sub) as u8;
         }
         None => {
             c.sn = "farflash-discovery".to_owned();
@@ -89,6 +101,14 @@ pub(crate) fn controller<C: Default>(q: &NvmeQueue<C>, ctrl: &Controller) -> IdC
     c
 }
 
+/// Identify Controller VWC bit 0: some namespace's backend has a volatile
+/// write cache (a Flush does something).
+pub(crate) fn volatile_write_cache(sub: &Subsystem) -> bool {
+    sub.namespaces()
+        .iter()
+        .any(|n| n.backend.volatile_write_cache())
+}
+
 pub(crate) fn namespace(ns: &Namespace) -> IdNs {
     // NVM Command Set §4.1.5.1 NPDG/NPDA: Deallocate frees whole units of
     // the storage's granularity (a pool's cluster), in blocks, 0's based;
@@ -98,7 +118,11 @@ pub(crate) fn namespace(ns: &Namespace) -> IdNs {
         .filter(|g| g.is_multiple_of(ns.block_size as u64))
         .map(|g| g >> ns.lba_shift)
         .and_then(|blocks| u16::try_from(blocks.checked_sub(1)?).ok());
+    let (mssrl, mcl, msrc) = crate::nvm::copy_limits(ns);
     IdNs {
+        mssrl,
+        mcl,
+        msrc,
         nsze: ns.blocks,
         ncap: ns.blocks,
         nuse: ns.blocks,

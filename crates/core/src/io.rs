@@ -4,6 +4,7 @@
 //! turns it into backend requests.
 
 use crate::command::{IoCmd, Outcome, Xfer};
+use crate::nvm::Range;
 use crate::queue::NvmeQueue;
 use farflash_backend::{IoOp, IoRequest};
 use farflash_wire::identify as wid;
@@ -15,8 +16,12 @@ use farflash_wire::{Sqe, Status};
 /// Effects (Base §5.16.1.6; those that write change logical block content,
 /// LBCC) and the Identify Controller ONCS bit that advertises an optional
 /// one (Base §5.17.2.1; 0: mandatory). A new command adds its row here.
-const COMMANDS: [(u8, u32, u16); 9] = [
+const COMMANDS: [(u8, u32, u16); 12] = [
     (op::FLUSH, wlog::CSUPP, 0),
+    // `crate::nvm`: Compare, Verify, Copy.
+    (op::COMPARE, wlog::CSUPP, wid::ONCS_COMPARE),
+    (op::VERIFY, wlog::CSUPP, wid::ONCS_VERIFY),
+    (op::COPY, wlog::CSUPP | wlog::LBCC, wid::ONCS_COPY),
     (op::WRITE, wlog::CSUPP | wlog::LBCC, 0),
     (op::READ, wlog::CSUPP, 0),
     (
@@ -71,7 +76,7 @@ const DSM_AD: u32 = 1 << 2;
 /// Byte offset and length of an LBA range, checked against the namespace
 /// (NVM Command Set §3.1 Figure "Status Code – Generic Command Status Values": 80h
 /// "LBA Out of Range").
-fn range<C: Default>(
+pub(crate) fn range<C: Default>(
     q: &NvmeQueue<C>,
     ns_idx: usize,
     slba: u64,
@@ -110,6 +115,12 @@ fn ana_check<C: Default>(q: &NvmeQueue<C>, key: usize) -> Result<(), Status> {
     }
 }
 
+/// The host turned the volatile write cache off (Set Features 06h): each
+/// write is durable when it completes, as with FUA.
+pub(crate) fn write_through<C: Default>(q: &NvmeQueue<C>) -> bool {
+    q.ctrl.as_ref().is_some_and(|c| c.write_through())
+}
+
 /// Parses and checks an I/O command before any data moves.
 pub(crate) fn classify<C: Default>(q: &NvmeQueue<C>, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status> {
     match sqe.opcode {
@@ -128,7 +139,7 @@ pub(crate) fn classify<C: Default>(q: &NvmeQueue<C>, sqe: &Sqe) -> Result<(Xfer,
             Ok(if sqe.opcode == op::READ {
                 (Xfer::C2H(len), IoCmd::Read { ns, offset, len })
             } else {
-                let fua = sqe.fua();
+                let fua = sqe.fua() || write_through(q);
                 (
                     Xfer::H2C(len),
                     IoCmd::Write {
@@ -154,7 +165,7 @@ pub(crate) fn classify<C: Default>(q: &NvmeQueue<C>, sqe: &Sqe) -> Result<(Xfer,
                 crate::resv_cmd::check_access(q, ns, true)?;
             }
             let (offset, len) = range(q, ns, sqe.slba(), sqe.nlb() as u64 + 1)?;
-            let fua = sqe.fua();
+            let fua = sqe.fua() || write_through(q);
             Ok((
                 Xfer::None,
                 IoCmd::WriteZeroes {
@@ -191,12 +202,48 @@ pub(crate) fn classify<C: Default>(q: &NvmeQueue<C>, sqe: &Sqe) -> Result<(Xfer,
                 },
             ))
         }
+        op::COMPARE | op::VERIFY | op::COPY => {
+            let ns = ns_index(q, sqe.nsid)?;
+            crate::nvm::classify(q, sqe, ns)
+        }
         _ => Err(Status::INVALID_OPCODE.dnr()),
     }
 }
 
 /// Runs a parsed I/O command: storage requests out, tagged with the slot.
+/// A write first enters its namespace's range exclusion (`crate::nvm`),
+/// and waits while a fused Compare and Write holds its range.
 pub(crate) fn execute<C: Default>(q: &mut NvmeQueue<C>, idx: usize, cmd: IoCmd) -> Outcome {
+    let extent = match cmd {
+        IoCmd::Nvm(c) => return crate::nvm::execute(q, idx, c),
+        IoCmd::Write {
+            ns, offset, len, ..
+        } => Some((ns, Range::new(offset, len as u64))),
+        IoCmd::WriteZeroes {
+            ns, offset, len, ..
+        } => Some((ns, Range::new(offset, len))),
+        IoCmd::Dsm {
+            ns,
+            deallocate: true,
+            ..
+        } => Some((ns, Range::ALL)),
+        _ => None,
+    };
+    let Some((ns, r)) = extent else {
+        return run(q, idx, cmd);
+    };
+    if !crate::nvm::admit(q, idx, ns, r) {
+        return Outcome::Held;
+    }
+    let o = run(q, idx, cmd);
+    if o != Outcome::Pending {
+        // Nothing went out: it is done with its range.
+        crate::nvm::leave(q, idx);
+    }
+    o
+}
+
+fn run<C: Default>(q: &mut NvmeQueue<C>, idx: usize, cmd: IoCmd) -> Outcome {
     let tag = idx as u64;
     let result = match cmd {
         IoCmd::Read { ns, offset, len } => {
@@ -244,6 +291,7 @@ pub(crate) fn execute<C: Default>(q: &mut NvmeQueue<C>, idx: usize, cmd: IoCmd) 
         }
         IoCmd::Dsm { ns, nr, deallocate } => return dsm(q, idx, ns, nr, deallocate),
         IoCmd::Resv { ns, opcode } => return crate::resv_cmd::execute(q, idx, ns, opcode),
+        IoCmd::Nvm(c) => return crate::nvm::execute(q, idx, c),
     };
     match result {
         Ok(()) if q.slots[idx].state().pending() > 0 => Outcome::Pending,
@@ -332,7 +380,12 @@ mod tests {
     fn the_effects_log_and_oncs_come_from_the_command_table() {
         assert_eq!(
             ONCS,
-            wid::ONCS_DSM | wid::ONCS_WRITE_ZEROES | wid::ONCS_RESERVATIONS
+            wid::ONCS_COMPARE
+                | wid::ONCS_DSM
+                | wid::ONCS_WRITE_ZEROES
+                | wid::ONCS_RESERVATIONS
+                | wid::ONCS_VERIFY
+                | wid::ONCS_COPY
         );
         assert_eq!(EFFECTS.len(), COMMANDS.len());
         for (e, c) in EFFECTS.iter().zip(COMMANDS) {
@@ -340,5 +393,6 @@ mod tests {
         }
         assert!(EFFECTS.contains(&(op::WRITE, wlog::CSUPP | wlog::LBCC)));
         assert!(EFFECTS.contains(&(op::READ, wlog::CSUPP)));
+        assert!(EFFECTS.contains(&(op::COPY, wlog::CSUPP | wlog::LBCC)));
     }
 }

@@ -46,6 +46,7 @@ mod fabrics;
 mod identify;
 mod io;
 mod nstable;
+pub mod nvm;
 mod queue;
 mod resv_cmd;
 mod size;

@@ -38,6 +38,12 @@ pub fn lat_bucket(ns: u64) -> usize {
     k.min(LAT_BUCKETS)
 }
 
+/// The counter slot of NSID `nsid` when it has one of its own (1..=NS_SLOTS).
+pub fn ns_slot(nsid: u32) -> Option<usize> {
+    let i = nsid as usize;
+    (1..=NS_SLOTS).contains(&i).then_some(i)
+}
+
 #[derive(Default, Debug)]
 pub struct NsCounters {
     pub read_cmds: AtomicU64,

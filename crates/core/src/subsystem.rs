@@ -30,6 +30,9 @@ pub struct Namespace {
     /// Reservations (`crate::resv`), shared by every controller of the
     /// subsystem in this process.
     pub resv: Arc<crate::resv::NsResv>,
+    /// Range exclusion for fused Compare and Write (`crate::nvm`), shared
+    /// by every queue of the namespace in this process.
+    pub exclusion: Arc<crate::nvm::Exclusion>,
     /// It left its subsystem's list (removed or replaced): queues holding
     /// it let it go at their next tick (`NsTable::release_left`).
     left: AtomicBool,
@@ -51,6 +54,7 @@ impl Namespace {
             describe: describe.to_owned(),
             config: old.config.clone(),
             resv: old.resv.clone(),
+            exclusion: old.exclusion.clone(),
             left: AtomicBool::new(false),
         }
     }
@@ -446,6 +450,7 @@ pub fn build_namespace(
     let resv = crate::resv::NsResv::open(ptpl).map_err(|m| invalid(&m))?;
     Ok(Namespace {
         resv: Arc::new(resv),
+        exclusion: Arc::default(),
         nsid,
         backend,
         block_size: bs,

@@ -137,19 +137,28 @@ fn more_commands_than_entries_is_an_overrun() {
 }
 
 #[test]
-fn fused_commands_are_refused_and_nothing_is_written() {
-    // Base §3.4.2: FUSES is 0; a fused pair (here the Write half of a
-    // Compare and Write) gets Invalid Field and does not run.
+fn fused_halves_alone_are_refused_and_nothing_is_written() {
+    // Base §3.4.2: the one fused operation is Compare then Write
+    // (`nvm/fused.rs`). A Write as first half, a second half with no
+    // first, FUSE 11b: refused, and nothing runs.
     let (t, script) = target();
-    let (_admin, mut q) = io_queue(&t);
-    for fuse in [0b01u8, 0b10, 0b11] {
+    let (mut admin, mut q) = io_queue(&t);
+    for (fuse, want) in [
+        (0b01u8, Status::INVALID_FIELD.dnr()),
+        (0b10, Status::FUSED_MISSING),
+        (0b11, Status::INVALID_FIELD.dnr()),
+    ] {
         let mut w = rw(io::WRITE, 40 + fuse as u16, 0, 512);
         w.flags |= fuse;
         assert_eq!(q.begin(w), Begin::Answered);
         let c = completions(&mut q);
-        assert_eq!(c[0].status, Status::INVALID_FIELD.dnr(), "FUSE {fuse:02b}");
+        assert_eq!(c[0].status, want, "FUSE {fuse:02b}");
     }
     assert!(script.submitted().is_empty());
+    // Admin commands are never fused.
+    let mut id = identify_ctrl(7);
+    id.flags |= 0b01;
+    assert_eq!(run(&mut admin, id, &[]).status, Status::INVALID_FIELD.dnr());
     // FUSE 00b runs as before.
     let w = run(&mut q, rw(io::WRITE, 50, 0, 512), &block(1));
     assert_eq!(w.status, Status::SUCCESS);
@@ -220,7 +229,7 @@ fn host_identifier_feature_reads_the_connect_hostid() {
     );
 }
 
-fn identify_ctrl(cid: u16) -> Sqe {
+pub(crate) fn identify_ctrl(cid: u16) -> Sqe {
     Sqe {
         opcode: farflash_wire::opcode::admin::IDENTIFY,
         flags: PSDT_SGL,
@@ -377,7 +386,9 @@ fn commands_supported_and_effects_log() {
     assert_eq!(entry(0, admin::FABRICS), 0);
     assert_eq!(entry(1024, io::READ), CSUPP);
     assert_eq!(entry(1024, io::WRITE), CSUPP | LBCC);
-    assert_eq!(entry(1024, io::COMPARE), 0, "not run here");
+    assert_eq!(entry(1024, io::COMPARE), CSUPP);
+    assert_eq!(entry(1024, io::COPY), CSUPP | LBCC);
+    assert_eq!(entry(1024, io::WRITE_UNCORRECTABLE), 0, "not run here");
     assert_eq!(
         log(&mut a, 2).status,
         Status::INVALID_LOG_PAGE.dnr(),

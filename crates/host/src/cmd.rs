@@ -111,6 +111,53 @@ pub fn rw(write: bool, nsid: u32, slba: u64, nlb: u32) -> Sqe {
     }
 }
 
+/// Compare (NVM §3.2.1) of `nlb` blocks at `slba` with the command's data.
+pub fn compare(nsid: u32, slba: u64, nlb: u32) -> Sqe {
+    Sqe {
+        opcode: io::COMPARE,
+        ..rw(false, nsid, slba, nlb)
+    }
+}
+
+/// CDW0 FUSE (Base §3.4.2): the first half (a Compare) and the second half
+/// (a Write) of a fused Compare and Write, next to each other in one SQ.
+pub const FUSE_FIRST: u8 = 0x01;
+pub const FUSE_SECOND: u8 = 0x02;
+
+/// The two halves of a Compare and Write of `nlb` blocks at `slba`.
+pub fn compare_and_write(nsid: u32, slba: u64, nlb: u32) -> (Sqe, Sqe) {
+    let mut c = compare(nsid, slba, nlb);
+    c.flags |= FUSE_FIRST;
+    let mut w = rw(true, nsid, slba, nlb);
+    w.flags |= FUSE_SECOND;
+    (c, w)
+}
+
+/// Copy (NVM Command Set §3.2.2) of `nr` source ranges (format 0, the
+/// command's data) to consecutive LBAs from `sdlba`.
+pub fn copy(nsid: u32, sdlba: u64, nr: u32) -> Sqe {
+    Sqe {
+        opcode: io::COPY,
+        nsid,
+        cdw10: sdlba as u32,
+        cdw11: (sdlba >> 32) as u32,
+        // NR 0's based (7:0); descriptor format 0 (11:8).
+        cdw12: nr.saturating_sub(1) & 0xFF,
+        ..Sqe::default()
+    }
+}
+
+/// Bytes of one Copy source range, format 0.
+pub const COPY_RANGE_LEN: usize = 32;
+
+/// Writes Copy source range `i` (format 0: SLBA at 8, NLB 0's based at 16).
+pub fn put_copy_range(b: &mut [u8], i: usize, slba: u64, nlb: u32) {
+    let r = &mut b[i * COPY_RANGE_LEN..(i + 1) * COPY_RANGE_LEN];
+    r.fill(0);
+    r[8..16].copy_from_slice(&slba.to_le_bytes());
+    r[16..18].copy_from_slice(&(nlb.saturating_sub(1) as u16).to_le_bytes());
+}
+
 /// Flush (NVM §3.2.2).
 pub fn flush(nsid: u32) -> Sqe {
     Sqe {

@@ -14,7 +14,7 @@ use crate::queue::QueueConfig;
 use crate::slot::{Completion, DataDir};
 use crate::transport::{self, HostTransport};
 use farflash_wire::fabrics::{ConnectData, CONNECT_DATA_LEN};
-use farflash_wire::Sqe;
+use farflash_wire::{Sqe, Status};
 use std::time::{Duration, Instant};
 
 /// Per-queue settings.
@@ -210,6 +210,87 @@ impl IoQueue {
         self.submit(cid, cmd::rw(true, nsid, slba, nlb), DataDir::ToCtrl, len)
     }
 
+    /// Queues a fused Compare and Write (Base §3.4.2) of `nlb` blocks at
+    /// `slba`: the Compare on slot `c` (its first `len` bytes: the expected
+    /// data) and, next to it, the Write on slot `w` (the new data).
+    pub fn submit_compare_and_write(
+        &mut self,
+        (c, w): (u16, u16),
+        nsid: u32,
+        slba: u64,
+        nlb: u32,
+        len: u32,
+    ) -> Result<()> {
+        let (cmp, wr) = cmd::compare_and_write(nsid, slba, nlb);
+        self.submit(c, cmp, DataDir::ToCtrl, len)?;
+        self.submit(w, wr, DataDir::ToCtrl, len)
+    }
+
+    /// Blocking fused Compare and Write: `Ok(true)` when the blocks held
+    /// `expected` and now hold `new`, `Ok(false)` on a miscompare (nothing
+    /// written); any other status is an error.
+    pub fn compare_and_write(
+        &mut self,
+        nsid: u32,
+        slba: u64,
+        nlb: u32,
+        expected: &[u8],
+        new: &[u8],
+    ) -> Result<bool> {
+        if expected.len() != new.len() {
+            return Err(HostError::Invalid(
+                "expected and new data differ in length".into(),
+            ));
+        }
+        let (c, w) = self.fill_pair(expected, new)?;
+        let len = expected.len() as u32;
+        if let Err(e) = self.submit_compare_and_write((c, w), nsid, slba, nlb, len) {
+            self.release_cid(c);
+            self.release_cid(w);
+            return Err(e);
+        }
+        let deadline = Instant::now() + self.timeout;
+        let cc = transport::wait_for(&mut *self.conn, c, deadline, "compare", &mut self.held)?;
+        // The Write's completion may have come with the Compare's.
+        let wc = match self.held.iter().position(|x| x.cid == w) {
+            Some(i) => self.held.remove(i),
+            None => transport::wait_for(&mut *self.conn, w, deadline, "write", &mut self.held)?,
+        };
+        let (cs, ws) = (cc.cqe.status, wc.cqe.status);
+        if cs == Status::COMPARE_FAILURE && ws.code() == Status::FUSED_FAILED {
+            return Ok(false);
+        }
+        cc.check()?;
+        wc.check()?;
+        Ok(true)
+    }
+
+    /// Two free slots holding `a` and `b`.
+    fn fill_pair(&mut self, a: &[u8], b: &[u8]) -> Result<(u16, u16)> {
+        let mut cids = [0u16; 2];
+        for (k, d) in [a, b].into_iter().enumerate() {
+            let Some(cid) = self.alloc_cid() else {
+                if k == 1 {
+                    self.release_cid(cids[0]);
+                }
+                return Err(HostError::Invalid("no free command slot".into()));
+            };
+            cids[k] = cid;
+            match self.buf_mut(cid) {
+                Some(buf) if buf.len() >= d.len() => buf[..d.len()].copy_from_slice(d),
+                _ => {
+                    for &c in &cids[..=k] {
+                        self.release_cid(c);
+                    }
+                    return Err(HostError::Invalid(
+                        "data larger than the slot buffer".into(),
+                    ));
+                }
+            }
+        }
+        Ok((cids[0], cids[1]))
+    }
+
     /// Sends what is queued now (TCP: one `writev` per 64 segments; RDMA:
     /// one chain of SENDs) without receiving; returns true when all of it
     /// went out. [`IoQueue::poll`] does this too; calling it first lets a
@@ -344,6 +425,26 @@ impl IoQueue {
             .check()
             .map(|_| ())
     }
+    /// Blocking Copy (NVM Command Set §3.2.2) of `(slba, nlb)` source
+    /// ranges (1..=256, `nlb` 1..=65536) to consecutive LBAs from `sdlba`.
+    pub fn copy(&mut self, nsid: u32, sdlba: u64, ranges: &[(u64, u32)]) -> Result<()> {
+        if ranges.is_empty() || ranges.len() > 256 {
+            return Err(HostError::Invalid("Copy takes 1..=256 ranges".into()));
+        }
+        let mut b = vec![0u8; ranges.len() * cmd::COPY_RANGE_LEN];
+        for (i, &(slba, nlb)) in ranges.iter().enumerate() {
+            cmd::put_copy_range(&mut b, i, slba, nlb);
+        }
+        self.execute(
+            cmd::copy(nsid, sdlba, ranges.len() as u32),
+            DataDir::ToCtrl,
+            &b,
+            0,
+        )?
+        .check()
+        .map(|_| ())
+    }
+
     /// Blocking Dataset Management deallocate of `(slba, nlb)` ranges (at most 256).
     pub fn deallocate(&mut self, nsid: u32, ranges: &[(u64, u32)]) -> Result<()> {
         if ranges.is_empty() || ranges.len() > 256 {

@@ -28,10 +28,10 @@ pub const FAILED: i64 = -32004;
 /// A limit would be exceeded (`[transport.limits]` max_subsystems,
 /// max_namespaces_per_subsystem, max_namespaces; RLIMIT_NOFILE for files).
 pub const LIMIT_EXCEEDED: i64 = -32005;
-/// The object is in use: a volume exported or with clones, a pool that
-/// holds volumes.
+/// The object is in use (a pool holding volumes, a volume exported or
+/// with clones).
 pub const IN_USE: i64 = -32006;
-/// A pool has no space left for the change.
+/// The pool has no room for the change.
 pub const NO_SPACE: i64 = -32007;
 
 /// An error answer.

@@ -1,5 +1,6 @@
 //! Operating a running target: the management API (JSON-RPC 2.0 over a
-//! Unix socket, [`server`], [`methods`]) and Prometheus metrics
+//! Unix socket, [`server`], [`methods`]; over TCP with mutual TLS, [`net`])
+//! and Prometheus metrics
 //! ([`metrics`]). Neither touches the I/O path: methods go through
 //! `farflash_control::manage`, metrics read the per-queue counters at scrape
 //! time.
@@ -11,6 +12,5 @@ pub mod methods;
 pub mod metrics;
 pub mod net;
 pub mod server;
-pub mod volumes;
 
 pub use methods::Api;

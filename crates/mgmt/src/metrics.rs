@@ -85,264 +85,232 @@ fn ns_label(slot: usize) -> String {
     }
 }
 
+/// Every host's counters, by subsystem NQN and host NQN.
+type ByHost = Vec<(String, Vec<(String, HostTotals)>)>;
+
 impl Collector for TargetCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let t = &self.target;
-        let subs = t.subsystems();
-        let ctrls = t.controllers();
         // Everything by (subsystem, host).
-        let data: Vec<(String, Vec<(String, HostTotals)>)> = subs
-            .iter()
+        let data: ByHost = (t.subsystems().iter())
             .map(|s| (s.nqn.clone(), s.stats.by_host().into_iter().collect()))
             .collect();
-        let ns_names: Vec<String> = (0..=NS_SLOTS).map(ns_label).collect();
-        let mut cmds = Vec::new();
-        let mut bytes = Vec::new();
-        let mut outstanding = Vec::new();
-        let mut media = Vec::new();
-        let mut throttled = Vec::new();
-        let mut errors: Vec<(String, String, String, u64)> = Vec::new();
-        for (sub, hosts) in &data {
-            for (host, h) in hosts {
-                for (slot, c) in h.ns.iter().enumerate() {
-                    if c.iter().all(|v| *v == 0) {
-                        continue;
-                    }
-                    let n = ns_names[slot].as_str();
-                    cmds.push((
-                        vec![
-                            ("subsystem", sub.as_str()),
-                            ("namespace", n),
-                            ("host", host.as_str()),
-                            ("op", "read"),
-                        ],
-                        c[0],
-                    ));
-                    cmds.push((
-                        vec![
-                            ("subsystem", sub.as_str()),
-                            ("namespace", n),
-                            ("host", host.as_str()),
-                            ("op", "write"),
-                        ],
-                        c[1],
-                    ));
-                    bytes.push((
-                        vec![
-                            ("subsystem", sub.as_str()),
-                            ("namespace", n),
-                            ("host", host.as_str()),
-                            ("op", "read"),
-                        ],
-                        c[2],
-                    ));
-                    bytes.push((
-                        vec![
-                            ("subsystem", sub.as_str()),
-                            ("namespace", n),
-                            ("host", host.as_str()),
-                            ("op", "write"),
-                        ],
-                        c[3],
-                    ));
-                }
-                outstanding.push((
-                    vec![("subsystem", sub.as_str()), ("host", host.as_str())],
-                    h.outstanding as i64,
-                ));
-                media.push((
-                    vec![("subsystem", sub.as_str()), ("host", host.as_str())],
-                    h.media_errors,
-                ));
-                throttled.push((
-                    vec![("subsystem", sub.as_str()), ("host", host.as_str())],
-                    h.throttled_ns as f64 / 1e9,
-                ));
-                for (st, n) in &h.errors {
-                    errors.push((sub.clone(), host.clone(), format!("0x{st:03x}"), *n));
-                }
-            }
-        }
+        io_counters(&mut Enc(&mut encoder), &data)?;
+        latency(&mut encoder, &data)?;
         let mut e = Enc(&mut encoder);
-        e.counter(
-            "farflash_commands",
-            "Read and Write commands completed successfully",
-            None,
-            &cmds,
-        )?;
-        e.counter(
-            "farflash_data",
-            "Bytes read and written by successful commands",
-            Some(&Unit::Bytes),
-            &bytes,
-        )?;
-        let err_rows: Vec<(Labels<'_>, u64)> = errors
-            .iter()
-            .map(|(s, h, st, n)| {
-                (
-                    vec![
-                        ("subsystem", s.as_str()),
-                        ("host", h.as_str()),
-                        ("status", st.as_str()),
-                    ],
-                    *n,
-                )
-            })
-            .collect();
-        e.counter(
-            "farflash_command_errors",
-            "Failed commands by NVMe status (SCT << 8 | SC)",
-            None,
-            &err_rows,
-        )?;
-        e.counter(
-            "farflash_media_errors",
-            "Storage I/O that failed (SMART media errors)",
-            None,
-            &media,
-        )?;
-        e.counter(
-            "farflash_throttled",
-            "Time the host's queues had commands waiting for QoS tokens (summed over its queues)",
-            Some(&Unit::Seconds),
-            &throttled,
-        )?;
-        e.gauge(
-            "farflash_outstanding_commands",
-            "I/O commands in flight",
-            None,
-            &outstanding,
-        )?;
-
-        // Latency histograms, by (subsystem, host, op).
-        {
-            let mut m = encoder.encode_descriptor(
-                "farflash_latency",
-                "Read and Write latency in the target, from the command's arrival to its completion",
-                Some(&Unit::Seconds),
-                MetricType::Histogram,
-            )?;
-            for (sub, hosts) in &data {
-                for (host, h) in hosts {
-                    for (d, op) in ["read", "write"].iter().enumerate() {
-                        let count: u64 = h.lat[d].iter().sum();
-                        if count == 0 {
-                            continue;
-                        }
-                        let mut buckets: Vec<(f64, u64)> = (0..LAT_BUCKETS)
-                            .map(|k| (lat_bound_secs(k), h.lat[d][k]))
-                            .collect();
-                        buckets.push((f64::MAX, h.lat[d][LAT_BUCKETS]));
-                        let labels: Labels<'_> = vec![
-                            ("subsystem", sub.as_str()),
-                            ("host", host.as_str()),
-                            ("op", op),
-                        ];
-                        m.encode_family(&labels)?.encode_histogram::<NoLabelSet>(
-                            h.lat_sum_ns[d] as f64 * 1e-9,
-                            count,
-                            &buckets,
-                            None,
-                        )?;
-                    }
-                }
-            }
-        }
-
-        let mut e = Enc(&mut encoder);
-        let conns: Vec<(Labels<'_>, i64)> = subs
-            .iter()
-            .map(|s| {
-                (
-                    vec![("subsystem", s.nqn.as_str())],
-                    s.stats.live_queues() as i64,
-                )
-            })
-            .collect();
-        e.gauge(
-            "farflash_connections",
-            "Connected queues (admin and I/O) per subsystem",
-            None,
-            &conns,
-        )?;
-        let mut by_sub: Vec<(String, i64)> = subs.iter().map(|s| (s.nqn.clone(), 0)).collect();
-        by_sub.push((farflash_wire::DISCOVERY_NQN.to_owned(), 0));
-        for c in &ctrls {
-            if let Some(e) = by_sub.iter_mut().find(|(n, _)| *n == c.subnqn) {
-                e.1 += 1;
-            }
-        }
-        let ctrl_rows: Vec<(Labels<'_>, i64)> = by_sub
-            .iter()
-            .map(|(n, v)| (vec![("subsystem", n.as_str())], *v))
-            .collect();
-        e.gauge(
-            "farflash_controllers",
-            "Live controllers (associations) per subsystem",
-            None,
-            &ctrl_rows,
-        )?;
-        let ns_rows: Vec<(String, String, i64)> = subs
-            .iter()
-            .flat_map(|s| {
-                s.namespaces()
-                    .iter()
-                    .map(|n| {
-                        (
-                            s.nqn.clone(),
-                            n.nsid.to_string(),
-                            (n.blocks * n.block_size as u64) as i64,
-                        )
-                    })
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        let ns_rows: Vec<(Labels<'_>, i64)> = ns_rows
-            .iter()
-            .map(|(s, n, v)| {
-                (
-                    vec![("subsystem", s.as_str()), ("namespace", n.as_str())],
-                    *v,
-                )
-            })
-            .collect();
-        e.gauge(
-            "farflash_namespace_size",
-            "Namespace capacity",
-            Some(&Unit::Bytes),
-            &ns_rows,
-        )?;
-        e.counter(
-            "farflash_keep_alive_expiries",
-            "Controllers torn down because no Keep Alive arrived within KATO",
-            None,
-            &[(vec![], t.keep_alive_expiries.load(Ordering::Relaxed))],
-        )?;
-        e.counter(
-            "farflash_authentication_failures",
-            "DH-HMAC-CHAP transactions that failed: a wrong or malformed message, an AUTH_Failure2 from the host, or the transaction timeout",
-            None,
-            &[(vec![], t.auth_failures.load(Ordering::Relaxed))],
-        )?;
-        let tolerated: Vec<(Labels<'_>, u64)> = farflash_core::stats::Oddity::ALL
-            .iter()
-            .map(|&o| (vec![("what", o.name())], t.tolerated.get(o)))
-            .collect();
-        e.counter(
-            "farflash_tolerated",
-            "Things hosts sent that the specifications advise against or leave to the controller, accepted as Linux nvmet and SPDK accept them (docs/interop.md)",
-            None,
-            &tolerated,
-        )?;
-        e.gauge(
-            "farflash_listeners",
-            "Listening sockets",
-            None,
-            &[(vec![], t.listeners().len() as i64)],
-        )?;
+        target_gauges(&mut e, t)?;
+        target_counters(&mut e, t)?;
         pool_metrics(&mut e)?;
         process_metrics(&mut e)
     }
+}
+
+/// Rows of one I/O counter: labels and value.
+type Rows<'a, V> = Vec<(Labels<'a>, V)>;
+
+/// Commands and bytes by (subsystem, namespace, host, op); errors, media
+/// errors, throttled time and commands in flight by (subsystem, host).
+fn io_counters(e: &mut Enc<'_, '_>, data: &ByHost) -> Result<(), std::fmt::Error> {
+    let ns_names: Vec<String> = (0..=NS_SLOTS).map(ns_label).collect();
+    let (mut cmds, mut bytes): (Rows<u64>, Rows<u64>) = (Vec::new(), Vec::new());
+    let mut outstanding: Rows<i64> = Vec::new();
+    let mut media: Rows<u64> = Vec::new();
+    let mut throttled: Rows<f64> = Vec::new();
+    let mut errors: Vec<(&str, &str, String, u64)> = Vec::new();
+    for (sub, hosts) in data {
+        for (host, h) in hosts {
+            for (slot, c) in h.ns.iter().enumerate() {
+                if c.iter().all(|v| *v == 0) {
+                    continue;
+                }
+                let n = ns_names[slot].as_str();
+                let labels = |op| {
+                    vec![
+                        ("subsystem", sub.as_str()),
+                        ("namespace", n),
+                        ("host", host.as_str()),
+                        ("op", op),
+                    ]
+                };
+                cmds.push((labels("read"), c[0]));
+                cmds.push((labels("write"), c[1]));
+                bytes.push((labels("read"), c[2]));
+                bytes.push((labels("write"), c[3]));
+            }
+            let labels = || vec![("subsystem", sub.as_str()), ("host", host.as_str())];
+            outstanding.push((labels(), h.outstanding as i64));
+            media.push((labels(), h.media_errors));
+            throttled.push((labels(), h.throttled_ns as f64 / 1e9));
+            for (st, n) in &h.errors {
+                errors.push((sub, host, format!("0x{st:03x}"), *n));
+            }
+        }
+    }
+    e.counter(
+        "farflash_commands",
+        "Read and Write commands completed successfully",
+        None,
+        &cmds,
+    )?;
+    e.counter(
+        "farflash_data",
+        "Bytes read and written by successful commands",
+        Some(&Unit::Bytes),
+        &bytes,
+    )?;
+    let err_rows: Rows<u64> = (errors.iter())
+        .map(|(s, h, st, n)| {
+            let labels = vec![("subsystem", *s), ("host", *h), ("status", st.as_str())];
+            (labels, *n)
+        })
+        .collect();
+    e.counter(
+        "farflash_command_errors",
+        "Failed commands by NVMe status (SCT << 8 | SC)",
+        None,
+        &err_rows,
+    )?;
+    e.counter(
+        "farflash_media_errors",
+        "Storage I/O that failed (SMART media errors)",
+        None,
+        &media,
+    )?;
+    e.counter(
+        "farflash_throttled",
+        "Time the host's queues had commands waiting for QoS tokens (summed over its queues)",
+        Some(&Unit::Seconds),
+        &throttled,
+    )?;
+    e.gauge(
+        "farflash_outstanding_commands",
+        "I/O commands in flight",
+        None,
+        &outstanding,
+    )
+}
+
+/// Latency histograms, by (subsystem, host, op).
+fn latency(encoder: &mut DescriptorEncoder<'_>, data: &ByHost) -> Result<(), std::fmt::Error> {
+    let mut m = encoder.encode_descriptor(
+        "farflash_latency",
+        "Read and Write latency in the target, from the command's arrival to its completion",
+        Some(&Unit::Seconds),
+        MetricType::Histogram,
+    )?;
+    for (sub, hosts) in data {
+        for (host, h) in hosts {
+            for (d, op) in ["read", "write"].iter().enumerate() {
+                let count: u64 = h.lat[d].iter().sum();
+                if count == 0 {
+                    continue;
+                }
+                let mut buckets: Vec<(f64, u64)> = (0..LAT_BUCKETS)
+                    .map(|k| (lat_bound_secs(k), h.lat[d][k]))
+                    .collect();
+                buckets.push((f64::MAX, h.lat[d][LAT_BUCKETS]));
+                let labels: Labels<'_> = vec![
+                    ("subsystem", sub.as_str()),
+                    ("host", host.as_str()),
+                    ("op", op),
+                ];
+                m.encode_family(&labels)?.encode_histogram::<NoLabelSet>(
+                    h.lat_sum_ns[d] as f64 * 1e-9,
+                    count,
+                    &buckets,
+                    None,
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Connections and controllers per subsystem, namespace sizes.
+fn target_gauges(e: &mut Enc<'_, '_>, t: &Target) -> Result<(), std::fmt::Error> {
+    let subs = t.subsystems();
+    let conns: Rows<i64> = (subs.iter())
+        .map(|s| {
+            let labels = vec![("subsystem", s.nqn.as_str())];
+            (labels, s.stats.live_queues() as i64)
+        })
+        .collect();
+    e.gauge(
+        "farflash_connections",
+        "Connected queues (admin and I/O) per subsystem",
+        None,
+        &conns,
+    )?;
+    let mut by_sub: Vec<(String, i64)> = subs.iter().map(|s| (s.nqn.clone(), 0)).collect();
+    by_sub.push((farflash_wire::DISCOVERY_NQN.to_owned(), 0));
+    for c in &t.controllers() {
+        if let Some(e) = by_sub.iter_mut().find(|(n, _)| *n == c.subnqn) {
+            e.1 += 1;
+        }
+    }
+    let ctrl_rows: Rows<i64> = (by_sub.iter())
+        .map(|(n, v)| (vec![("subsystem", n.as_str())], *v))
+        .collect();
+    e.gauge(
+        "farflash_controllers",
+        "Live controllers (associations) per subsystem",
+        None,
+        &ctrl_rows,
+    )?;
+    let ns_rows: Vec<(String, String, i64)> = (subs.iter())
+        .flat_map(|s| {
+            (s.namespaces().iter())
+                .map(|n| {
+                    let bytes = (n.blocks * n.block_size as u64) as i64;
+                    (s.nqn.clone(), n.nsid.to_string(), bytes)
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let ns_rows: Rows<i64> = (ns_rows.iter())
+        .map(|(s, n, v)| {
+            let labels = vec![("subsystem", s.as_str()), ("namespace", n.as_str())];
+            (labels, *v)
+        })
+        .collect();
+    e.gauge(
+        "farflash_namespace_size",
+        "Namespace capacity",
+        Some(&Unit::Bytes),
+        &ns_rows,
+    )
+}
+
+/// The target's own counters: keep-alive expiries, authentication
+/// failures, what was tolerated; and its listeners.
+fn target_counters(e: &mut Enc<'_, '_>, t: &Target) -> Result<(), std::fmt::Error> {
+    e.counter(
+        "farflash_keep_alive_expiries",
+        "Controllers torn down because no Keep Alive arrived within KATO",
+        None,
+        &[(vec![], t.keep_alive_expiries.load(Ordering::Relaxed))],
+    )?;
+    e.counter(
+        "farflash_authentication_failures",
+        "DH-HMAC-CHAP transactions that failed: a wrong or malformed message, an AUTH_Failure2 from the host, or the transaction timeout",
+        None,
+        &[(vec![], t.auth_failures.load(Ordering::Relaxed))],
+    )?;
+    let tolerated: Rows<u64> = (farflash_core::stats::Oddity::ALL.iter())
+        .map(|&o| (vec![("what", o.name())], t.tolerated.get(o)))
+        .collect();
+    e.counter(
+        "farflash_tolerated",
+        "Things hosts sent that the specifications advise against or leave to the controller, accepted as Linux nvmet and SPDK accept them (docs/interop.md)",
+        None,
+        &tolerated,
+    )?;
+    e.gauge(
+        "farflash_listeners",
+        "Listening sockets",
+        None,
+        &[(vec![], t.listeners().len() as i64)],
+    )
 }
 
 /// Space per pool and per volume (docs/volumes.md), read at scrape time.

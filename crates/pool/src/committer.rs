@@ -61,6 +61,9 @@ impl Committer {
             let dirty = p.dirty();
             if dirty && p.commit().is_err() {
                 self.failures.fetch_add(1, Ordering::SeqCst);
+            } else if !dirty && p.freeing() {
+                // Frees wait for requests that were in flight: retry.
+                p.reclaim_now();
             }
             drop(p);
             if kicked || dirty {

@@ -76,9 +76,10 @@
 //!    slot and restarting the journal with a new seed) to the other copy,
 //!    and flushes;
 //! 4. only then lets clusters freed by those records be allocated again
-//!    (and only once no request that may touch them is in flight), after
-//!    punching them out of their device (Deallocate: a hole in a file, a
-//!    discard on a device), so freed space is given back below the pool.
+//!    (and only once every request that was in flight when they were
+//!    freed, on any volume, has ended: `grace.rs`), after punching them
+//!    out of their device (Deallocate: a hole in a file, a discard on a
+//!    device), so freed space is given back below the pool.
 //!
 //! Recovery reads the superblock copies (the valid one with the highest
 //! generation wins: a torn superblock write leaves the other), the live
@@ -90,11 +91,15 @@
 //! # Data path
 //!
 //! See [`volume`]: one atomic map lookup and one io_uring request per
-//! I/O inside an allocated cluster; the first write to a cluster
-//! allocates it under the pool lock and prepares it before mapping it (a
-//! new cluster never shows earlier data: zeroed with Write Zeroes, or the
-//! parent's data copied in). A full pool fails only writes that need a
-//! new cluster, with `ENOSPC` ([`no_space`], NVMe Capacity Exceeded).
+//! I/O inside an allocated cluster. The first write to a cluster, Write
+//! Zeroes and Deallocate go to the pool's preparation thread (`prep.rs`;
+//! `submit` returns at once and the request completes through the
+//! queue's eventfd like any other), which allocates the cluster under the
+//! pool lock and prepares it before mapping it (a new cluster never shows
+//! earlier data: zeroed with Write Zeroes, or the parent's data copied
+//! in; a whole-cluster first write is its own preparation). A full pool
+//! fails only writes that need a new cluster, with `ENOSPC`
+//! ([`no_space`], NVMe Capacity Exceeded).
 //!
 //! # Using it
 //!
@@ -116,26 +121,27 @@
 //!
 //! # Known limits
 //!
-//! * Cluster preparation (zeroing, copy-on-write), Write Zeroes and
-//!   Deallocate run on the submitting thread (synchronously) rather than
-//!   through the queue (the pool's own I/O uses a queue per thread and
-//!   device). A Flush or FUA write that needs a commit does not: the
-//!   committer thread commits and wakes the queue (without a committer,
-//!   `commit_interval: None`, the submitting thread commits).
+//! * One preparation thread per pool does every allocation, zeroing and
+//!   copy-on-write, one at a time and holding the pool's state lock
+//!   through each (as the event loops did before it took the work): first
+//!   writes of all volumes are serialized behind it, and a commit (so a
+//!   Flush that needs one) can wait for the preparation under way. Event
+//!   loops do not wait for it. Without a committer
+//!   (`commit_interval: None`) a Flush or FUA write that needs a commit
+//!   commits on the submitting thread.
 //! * A first write to part of a cluster zeroes (or copies) the whole
-//!   cluster before writing; a first write of a whole cluster is written
-//!   directly (synchronously, before the mapping is published).
+//!   cluster before writing (on the preparation thread).
 //! * Deleting a snapshot with children is refused (naming them) rather
 //!   than merged into a single child: decouple the children first.
 //! * Metadata lives on device 0 only; other devices carry labels.
-//! * A cluster freed while requests are in flight on its volume's layer
-//!   becomes allocatable at a moment when none are.
-//! * Requests are counted on the layer of the volume they address, not on
-//!   the ancestors they read through: a read through a clone that is
-//!   still in flight while the snapshot it reads from is decoupled and its
-//!   parent deleted, committed, and the freed cluster reallocated and
-//!   rewritten, could return the new data. Closing that window needs
-//!   counting on every layer of the chain (or an epoch scheme).
+//! * A freed cluster waits for every request in flight when it was freed,
+//!   on any volume of the pool (not only those that could read it), so
+//!   one request held long anywhere (a stuck device) delays the reuse of
+//!   everything freed after it started, never correctness (`grace.rs`).
+//!   A full pool retries the frees that wait before it fails a write with
+//!   `ENOSPC`; otherwise they are retried at commits (about once a
+//!   second).
+//! * Closing a queue waits for its requests on the preparation thread.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -144,11 +150,13 @@ mod committer;
 mod dev;
 mod error;
 pub mod format;
+mod grace;
 mod layer;
 mod lock;
 mod meta;
 mod ops;
 mod pool;
+mod prep;
 pub mod rbd;
 mod recover;
 mod state;
@@ -321,7 +329,9 @@ impl LocalPool {
     pub fn commit(&self) -> Result<(), PoolError> {
         self.inner
             .commit()
-            .map_err(PoolError::io("committing metadata"))
+            .map_err(PoolError::io("committing metadata"))?;
+        self.inner.reclaim_now();
+        Ok(())
     }
 
     /// Whether changes (new mappings, frees) wait for a commit.

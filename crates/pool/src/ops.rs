@@ -492,7 +492,7 @@ impl PoolInner {
         for (i, v) in beyond {
             st.set_entry(layer, i, UNMAPPED);
             if v != ZERO {
-                st.defer_free(v - 1, layer);
+                st.defer_free(v - 1);
             }
         }
         self.zero_tail(layer, size)

@@ -7,8 +7,10 @@ use crate::format::{
     pack, valid_name, Superblock, BLOCK, MAP_RECORD, MAX_CLUSTER, MAX_DEVICES, MAX_RECORD,
     MIN_CLUSTER, PAYLOAD,
 };
+use crate::grace::Grace;
 use crate::layer::{Layer, Source};
 use crate::meta::{self, Meta};
+use crate::prep::Preparer;
 use crate::recover::{self, Bounds};
 use crate::state::{Replay, State};
 use farflash_backend::{IoBuf, IoOp, SharedBackend};
@@ -61,6 +63,10 @@ pub(crate) struct PoolInner {
     /// Serializes management calls.
     pub(crate) mgmt: Mutex<()>,
     pub(crate) committer: Arc<Committer>,
+    /// The preparation thread (allocations, Write Zeroes, Deallocate).
+    pub(crate) prep: Arc<Preparer>,
+    /// Requests in flight, for freed clusters (the state's own).
+    pub(crate) grace: Arc<Grace>,
     /// Device locks held while the pool lives (pools opened from paths).
     locks: Mutex<Vec<std::fs::File>>,
 }
@@ -165,6 +171,18 @@ impl PoolInner {
     /// Commits everything changed so far.
     pub(crate) fn commit(&self) -> io::Result<()> {
         self.commit_to(self.changed.load(Ordering::SeqCst))
+    }
+
+    /// Whether freed clusters wait.
+    pub(crate) fn freeing(&self) -> bool {
+        lock(&self.state).freeing() > 0
+    }
+
+    /// Frees the committed clusters whose grace period has passed (the
+    /// committer calls it while frees wait, commits or not).
+    pub(crate) fn reclaim_now(&self) {
+        let _m = lock(&self.meta);
+        self.reclaim(self.durable.load(Ordering::SeqCst));
     }
 
     /// Makes every completed write and mapping durable: a commit when
@@ -308,6 +326,7 @@ impl Drop for PoolInner {
             }
         }
         self.committer.stop();
+        self.prep.stop();
     }
 }
 
@@ -421,6 +440,8 @@ fn finish(
     opts: &PoolOptions,
 ) -> Arc<PoolInner> {
     let committer = Arc::new(Committer::default());
+    let prep = Arc::new(Preparer::default());
+    let grace = state.grace();
     let pool = Arc::new(PoolInner {
         name,
         devs,
@@ -430,8 +451,11 @@ fn finish(
         durable: AtomicU64::new(0),
         mgmt: Mutex::new(()),
         committer: committer.clone(),
+        prep: prep.clone(),
+        grace,
         locks: Mutex::new(Vec::new()),
     });
+    prep.start(Arc::downgrade(&pool));
     if let Some(every) = opts.commit_interval {
         committer.start(Arc::downgrade(&pool), every);
     }

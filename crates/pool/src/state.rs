@@ -5,12 +5,13 @@
 //! some layer maps it, so recovery rebuilds the allocation bitmap from the
 //! maps, and no cluster can leak across a crash. A cluster a layer stops
 //! using goes to `pending_free`, and becomes allocatable only once the
-//! change is committed (else a crash could map it twice) and no write
-//! that may still target it is in flight.
+//! change is committed (else a crash could map it twice) and every
+//! request that was in flight when it was freed has ended ([`Grace`]).
 
 use crate::format::{
     Record, VolRecord, MAP_RECORD, MAX_RECORD, NO_PARENT, PAYLOAD, UNMAPPED, ZERO,
 };
+use crate::grace::Grace;
 use crate::layer::Layer;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -79,8 +80,8 @@ struct PendingFree {
     phys: u64,
     /// Committed once the durable sequence reaches this.
     seq: u64,
-    /// The layer that used it: nothing may be in flight on it.
-    layer: Arc<Layer>,
+    /// The grace epoch when it was freed.
+    epoch: u64,
 }
 
 pub(crate) struct State {
@@ -99,6 +100,7 @@ pub(crate) struct State {
     pending: Vec<Record>,
     pub(crate) change_seq: u64,
     pending_free: Vec<PendingFree>,
+    grace: Arc<Grace>,
 }
 
 impl State {
@@ -117,7 +119,13 @@ impl State {
             pending: Vec::new(),
             change_seq: 0,
             pending_free: Vec::new(),
+            grace: Arc::new(Grace::default()),
         }
+    }
+
+    /// The grace periods requests count themselves in.
+    pub(crate) fn grace(&self) -> Arc<Grace> {
+        self.grace.clone()
     }
 
     pub(crate) fn total(&self) -> u64 {
@@ -182,14 +190,17 @@ impl State {
         self.vols.insert(v.rec.id, v);
     }
 
-    /// Records that `layer` no longer uses cluster `phys` as of change
-    /// `seq` (allocatable once committed and the layer is quiet).
-    pub(crate) fn defer_free(&mut self, phys: u64, layer: &Arc<Layer>) {
+    /// Records that a map no longer uses cluster `phys` as of the last
+    /// change (the map change is made): allocatable once committed and
+    /// once the requests in flight now have ended. Moves the grace epoch
+    /// on when it can, so that requests starting later do not hold it.
+    pub(crate) fn defer_free(&mut self, phys: u64) {
         self.pending_free.push(PendingFree {
             phys,
             seq: self.change_seq,
-            layer: layer.clone(),
+            epoch: self.grace.epoch(),
         });
+        self.grace.advance();
     }
 
     /// Frees what waited for commit `durable` and has no write in flight.
@@ -199,15 +210,19 @@ impl State {
         }
     }
 
-    /// Takes the clusters that may be freed (committed by `durable`, no
-    /// request in flight on their layer); they stay marked used until
-    /// [`State::release`].
+    /// Takes the clusters that may be freed (committed by `durable`, and
+    /// no request in flight since they were freed); they stay marked used
+    /// until [`State::release`].
     pub(crate) fn take_releasable(&mut self, durable: u64) -> Vec<u64> {
         let mut out = Vec::new();
+        if self.pending_free.is_empty() {
+            return out;
+        }
+        self.grace.advance();
         let mut i = 0;
         while i < self.pending_free.len() {
             let f = &self.pending_free[i];
-            if f.seq <= durable && f.layer.quiet() {
+            if f.seq <= durable && self.grace.passed(f.epoch) {
                 out.push(f.phys);
                 self.pending_free.swap_remove(i);
             } else {
@@ -311,7 +326,7 @@ impl State {
         for (_, val) in v.layer.entries() {
             self.entries -= 1;
             if val != ZERO {
-                self.defer_free(val - 1, &v.layer);
+                self.defer_free(val - 1);
             }
         }
         v.layer.retire();
@@ -383,15 +398,21 @@ mod tests {
         assert_eq!(got, (0..130).collect::<Vec<_>>());
         st.unalloc(77);
         assert_eq!((st.used(), st.alloc(0)), (129, Some(77)));
-        let layer = Arc::new(Layer::new(1, 4, None));
+        let grace = st.grace();
+        let old = grace.enter(0);
         let seq = st.push(Record::VolDel { id: 1 });
-        st.defer_free(5, &layer);
+        st.defer_free(5);
         assert_eq!(st.alloc(0), None, "a free waits for its commit");
-        layer.begin(0);
+        let new = grace.enter(1);
         st.release_frees(seq);
-        assert_eq!(st.alloc(0), None, "and for the layer's requests in flight");
-        layer.end(0);
+        assert_eq!(st.alloc(seq), None, "and for the requests in flight then");
+        grace.leave(0, old);
         assert_eq!(st.alloc(0), None, "not committed yet");
-        assert_eq!(st.alloc(seq), Some(5), "committed and quiet");
+        assert_eq!(
+            st.alloc(seq),
+            Some(5),
+            "committed; a later request does not hold it"
+        );
+        grace.leave(1, new);
     }
 }

@@ -1,7 +1,10 @@
 //! Test support: an in-memory device that records every write and flush
 //! (the dm-log-writes method), and images rebuilt from any subset of the
 //! log, so crash tests can open a pool from whatever a device could have
-//! kept.
+//! kept. The device can also hold requests, for tests of what waits for
+//! what: flushes, everything a named thread asks (the pool's preparation
+//! thread), and reads of one length, parked in their queue until
+//! released (run then, so they see what the device holds then).
 
 use farflash_backend::{
     Backend, BackendQueue, IoBuf, IoCompletion, IoOp, IoRequest, SharedBackend,
@@ -91,9 +94,25 @@ impl Image {
 /// A log several devices share, each entry tagged with its device.
 type Log = Arc<Mutex<Vec<(usize, Op)>>>;
 
+/// What the device holds back.
+#[derive(Default)]
+struct Gate {
+    /// Requests executed on a thread of this name wait.
+    thread: Option<String>,
+    /// How many wait so.
+    waiting: usize,
+    /// Reads of this length are parked in their queue.
+    park_len: Option<u32>,
+    /// Reads parked so far, and how many of the first may run.
+    parked: u64,
+    released: u64,
+}
+
 struct Inner {
     /// While true, Flush requests wait (tests of what blocks on a flush).
     hold: Mutex<bool>,
+    gate: Mutex<Gate>,
+    gate_cv: std::sync::Condvar,
     released: std::sync::Condvar,
     size: u64,
     image: Mutex<Image>,
@@ -132,6 +151,8 @@ impl MemDevice {
         MemDevice(Arc::new(Inner {
             hold: Mutex::new(false),
             released: std::sync::Condvar::new(),
+            gate: Mutex::new(Gate::default()),
+            gate_cv: std::sync::Condvar::new(),
             size,
             image: Mutex::new(image),
             log,
@@ -174,12 +195,64 @@ impl MemDevice {
         self.0.released.notify_all();
     }
 
+    fn gate(&self) -> std::sync::MutexGuard<'_, Gate> {
+        self.0.gate.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes every request executed on a thread named `name` wait, until
+    /// called with `None`.
+    pub fn hold_thread(&self, name: Option<&str>) {
+        self.gate().thread = name.map(str::to_owned);
+        self.0.gate_cv.notify_all();
+    }
+
+    /// Requests waiting because of [`MemDevice::hold_thread`].
+    pub fn held(&self) -> usize {
+        self.gate().waiting
+    }
+
+    /// Parks reads of exactly `len` bytes in their queue (not run, not
+    /// completed) from now on; `None` stops parking new ones.
+    pub fn park_reads(&self, len: Option<u32>) {
+        self.gate().park_len = len;
+    }
+
+    /// Reads parked so far.
+    pub fn parked(&self) -> u64 {
+        self.gate().parked
+    }
+
+    /// Lets the first `n` reads ever parked run and complete (at their
+    /// queue's next reap).
+    pub fn release_parked(&self, n: u64) {
+        let mut g = self.gate();
+        g.released = g.released.max(n);
+    }
+
+    /// Waits while the calling thread is held.
+    fn wait_gate(&self) {
+        let me = std::thread::current();
+        let Some(name) = me.name() else { return };
+        let mut g = self.gate();
+        if g.thread.as_deref() != Some(name) {
+            return;
+        }
+        g.waiting += 1;
+        let mut g = self
+            .0
+            .gate_cv
+            .wait_while(g, |g| g.thread.as_deref() == Some(name))
+            .unwrap_or_else(|p| p.into_inner());
+        g.waiting -= 1;
+    }
+
     /// As a backend.
     pub fn backend(&self) -> SharedBackend {
         Arc::new(self.clone())
     }
 
     fn exec(&self, op: IoOp, buf: &mut IoBuf) -> io::Result<()> {
+        self.wait_gate();
         let inner = &self.0;
         if matches!(op, IoOp::Flush) {
             let held = inner.hold.lock().unwrap_or_else(|p| p.into_inner());
@@ -264,6 +337,7 @@ impl Backend for MemDevice {
         Ok(Box::new(MemQueue {
             dev: self.clone(),
             done: Vec::new(),
+            parked: Vec::new(),
         }))
     }
     fn sync_all(&self) -> io::Result<()> {
@@ -275,10 +349,42 @@ impl Backend for MemDevice {
 struct MemQueue {
     dev: MemDevice,
     done: Vec<IoCompletion>,
+    /// Parked reads, by parking order.
+    parked: Vec<(u64, IoRequest)>,
+}
+
+impl MemQueue {
+    /// Runs the parked reads released meanwhile.
+    fn run_released(&mut self) {
+        if self.parked.is_empty() {
+            return;
+        }
+        let released = self.dev.gate().released;
+        let mut i = 0;
+        while i < self.parked.len() {
+            if self.parked[i].0 < released {
+                let (_, IoRequest { tag, op, mut buf }) = self.parked.remove(i);
+                let result = self.dev.exec(op, &mut buf);
+                self.done.push(IoCompletion { tag, buf, result });
+            } else {
+                i += 1;
+            }
+        }
+    }
 }
 
 impl BackendQueue for MemQueue {
     fn submit(&mut self, req: IoRequest) {
+        if let IoOp::Read { len, .. } = req.op {
+            let mut g = self.dev.gate();
+            if g.park_len == Some(len) {
+                let seq = g.parked;
+                g.parked += 1;
+                drop(g);
+                self.parked.push((seq, req));
+                return;
+            }
+        }
         let IoRequest { tag, op, mut buf } = req;
         let result = self.dev.exec(op, &mut buf);
         self.done.push(IoCompletion { tag, buf, result });
@@ -287,6 +393,7 @@ impl BackendQueue for MemQueue {
         Ok(())
     }
     fn reap(&mut self, out: &mut Vec<IoCompletion>) -> usize {
+        self.run_released();
         let n = self.done.len();
         out.append(&mut self.done);
         n
@@ -295,7 +402,7 @@ impl BackendQueue for MemQueue {
         None
     }
     fn in_flight(&self) -> usize {
-        self.done.len()
+        self.done.len() + self.parked.len()
     }
 }
 

@@ -6,26 +6,28 @@
 //! carrying the caller's own buffer when the request stays in one cluster
 //! (a request that spans clusters is split over bounce buffers from the
 //! queue's [`BufPool`]). A write to a cluster the volume does not own yet
-//! takes the pool's state lock once to allocate and prepare it (zero it,
-//! or copy the parent's data in) and map it; the mapping is committed at
-//! the next Flush, FUA write or periodic commit, not before the write
-//! completes. A Flush or FUA write that needs a commit waits for the
-//! pool's committer thread, which wakes the queue through its eventfd
-//! (an epoll set over the device queues' eventfds and its own). Write
-//! Zeroes and Deallocate run on the caller's thread.
+//! goes to the pool's preparation thread (`prep.rs`), which
+//! allocates and prepares it (zeroes it, or copies the parent's data in)
+//! and maps it, then wakes the queue, which sends the write down the
+//! ordinary path; Write Zeroes and Deallocate go there too, so `submit`
+//! never waits for a device. The mapping is committed at the next Flush,
+//! FUA write or periodic commit, not before the write completes. A Flush
+//! or FUA write that needs a commit waits for the pool's committer
+//! thread, which wakes the queue through its eventfd (an epoll set over
+//! the device queues' eventfds and its own).
 //!
 //! Each request (read, write, zeroing) also bumps two counters of its
 //! layer (issued, completed), in a cache-line shard of the queue's own
 //! (16 shards per layer): a snapshot or another layer switch waits on
-//! them for the requests that looked the old map up, and a freed cluster
-//! is reused only once they show nothing in flight on the layer that
-//! freed it.
+//! them for the requests that looked the old map up. It is also counted
+//! in the pool's grace epoch (`grace.rs`): a freed cluster is
+//! reused only once every request in flight when it was freed, on any
+//! volume, has ended.
 
 use crate::committer::Wake;
-use crate::error::no_space;
-use crate::format::{UNMAPPED, ZERO};
 use crate::layer::{Layer, Source};
-use crate::pool::{lock, Alloc, Fill, PoolInner};
+use crate::pool::PoolInner;
+use crate::prep::{Done, Inbox, Outcome, Task, Work};
 use crate::state::Handle;
 use farflash_backend::{Backend, BackendQueue, BufPool, IoBuf, IoCompletion, IoOp, IoRequest};
 use std::io;
@@ -113,14 +115,21 @@ struct Seg {
     read: bool,
 }
 
+/// How a request in flight is counted: the slot of `VolumeQueue::held`
+/// whose layer counts it, and its grace epoch's slot.
+#[derive(Clone, Copy)]
+pub(crate) struct Ticket {
+    slot: usize,
+    epoch_slot: u8,
+}
+
 /// A request in flight.
 struct Job {
     tag: u64,
     buf: Option<IoBuf>,
     pending: u32,
     result: io::Result<()>,
-    /// The slot of `VolumeQueue::held` whose layer counts this request.
-    held: Option<usize>,
+    held: Option<Ticket>,
     fua: bool,
     segs: Vec<Seg>,
 }
@@ -194,7 +203,12 @@ pub(crate) struct VolumeQueue {
     ready: Vec<IoCompletion>,
     scratch: Vec<IoCompletion>,
     bounce: BufPool,
-    notify: Option<Arc<Notify>>,
+    notify: Arc<Notify>,
+    /// Where the preparation thread posts this queue's finished tasks,
+    /// how many are out, and scratch to take them into.
+    inbox: Arc<Inbox<Ticket>>,
+    at_worker: usize,
+    arrived: Vec<Done<Ticket>>,
     /// Requests waiting for a commit: (tag, buffer, change sequence,
     /// committer failures seen when they started waiting).
     waiting: Vec<(u64, IoBuf, u64, u64)>,
@@ -250,16 +264,11 @@ impl VolumeQueue {
             .map(|d| d.backend.open_queue(depth))
             .collect::<io::Result<Vec<_>>>()?;
         let fds: Vec<RawFd> = devs.iter().filter_map(|q| q.notify_fd()).collect();
-        // A queue whose requests may complete later (device queues with an
-        // eventfd, or commits left to the committer) needs a wake-up.
-        let notify = if fds.is_empty() && !pool.committer.running() {
-            None
-        } else {
-            let n = Arc::new(Notify::new(&fds)?);
-            let w: Arc<dyn Wake> = n.clone();
-            pool.committer.register(Arc::downgrade(&w));
-            Some(n)
-        };
+        // Requests complete later (device queues, the preparation thread,
+        // commits left to the committer): the queue has a wake-up.
+        let notify = Arc::new(Notify::new(&fds)?);
+        let wake: Arc<dyn Wake> = notify.clone();
+        pool.committer.register(Arc::downgrade(&wake));
         let (layer, epoch) = handle.current();
         Ok(VolumeQueue {
             pool,
@@ -274,6 +283,9 @@ impl VolumeQueue {
             scratch: Vec::with_capacity(depth as usize),
             bounce: BufPool::new(),
             notify,
+            inbox: Arc::new(Inbox::new(wake)),
+            at_worker: 0,
+            arrived: Vec::with_capacity(depth as usize),
             waiting: Vec::with_capacity(depth as usize),
             phys: Vec::with_capacity(64),
             shard: NEXT_SHARD.fetch_add(1, Ordering::Relaxed),
@@ -299,9 +311,7 @@ impl VolumeQueue {
 
     fn complete(&mut self, tag: u64, buf: IoBuf, result: io::Result<()>) {
         self.ready.push(IoCompletion { tag, buf, result });
-        if let Some(n) = &self.notify {
-            n.signal_own();
-        }
+        self.notify.signal_own();
     }
 
     fn new_job(&mut self, tag: u64, buf: IoBuf, fua: bool) -> usize {
@@ -420,11 +430,12 @@ impl VolumeQueue {
         Ok(())
     }
 
-    /// Counts a request on the volume's current layer before it looks the
-    /// map up, then checks the epoch: a layer switch (snapshot, resize,
-    /// decouple) either sees the request in flight on the old layer or
-    /// the request sees the new one. Returns the `held` slot.
-    fn enter(&mut self) -> usize {
+    /// Counts a request in the grace epoch and on the volume's current
+    /// layer before it looks the map up, then checks the layer's epoch: a
+    /// layer switch (snapshot, resize, decouple) either sees the request
+    /// in flight on the old layer or the request sees the new one.
+    fn enter(&mut self) -> Ticket {
+        let epoch_slot = self.pool.grace.enter(self.shard);
         loop {
             self.refresh();
             self.layer.begin(self.shard);
@@ -452,11 +463,16 @@ impl VolumeQueue {
         if let Some((_, n)) = self.held[i].as_mut() {
             *n += 1;
         }
-        i
+        Ticket {
+            slot: i,
+            epoch_slot,
+        }
     }
 
     /// Ends a request counted by [`VolumeQueue::enter`].
-    fn leave(&mut self, i: usize) {
+    fn leave(&mut self, t: Ticket) {
+        self.pool.grace.leave(self.shard, t.epoch_slot);
+        let i = t.slot;
         let Some((l, n)) = self.held.get_mut(i).and_then(Option::as_mut) else {
             return;
         };
@@ -499,33 +515,28 @@ impl VolumeQueue {
     fn start_write(&mut self, tag: u64, buf: IoBuf, offset: u64, len: u32, fua: bool) {
         let h = self.enter();
         let cs = self.pool.cluster_size();
-        let whole = offset.is_multiple_of(cs) && u64::from(len) == cs;
-        let buf = match whole && !matches!(self.layer.resolve(offset / cs), Source::Own(_)) {
-            true => match self.first_whole_write(h, tag, buf, offset, fua) {
-                Some(buf) => buf,
-                None => return,
-            },
-            false => buf,
-        };
         let mut phys = std::mem::take(&mut self.phys);
         phys.clear();
         for p in pieces(offset, len.into(), cs) {
             match self.layer.resolve(p.index) {
                 Source::Own(q) => phys.push(q),
-                _ => match self.pool.own_cluster(&self.layer, p.index) {
-                    Ok((q, _)) => phys.push(q),
-                    Err(Alloc::Retry) => {
-                        self.leave(h);
-                        self.phys = phys;
-                        return self.start_write(tag, buf, offset, len, fua);
-                    }
-                    Err(Alloc::Failed(e)) => {
-                        self.leave(h);
-                        self.phys = phys;
-                        return self.complete(tag, buf, Err(e));
-                    }
-                },
+                _ => break,
             }
+        }
+        let n = pieces(offset, len.into(), cs).count();
+        if phys.len() < n {
+            // A cluster to allocate: the preparation thread does it.
+            self.phys = phys;
+            let whole = offset.is_multiple_of(cs) && u64::from(len) == cs;
+            let work = match whole {
+                true => Work::Whole { offset, fua },
+                false => Work::Own {
+                    offset,
+                    len: len.into(),
+                },
+            };
+            let op = IoOp::Write { offset, len, fua };
+            return self.hand_over(h, work, tag, op, buf);
         }
         let one = offset % cs + u64::from(len) <= cs;
         let j = self.new_job(tag, buf, fua);
@@ -548,49 +559,40 @@ impl VolumeQueue {
         self.settle(j, res);
     }
 
-    /// A first write of a whole cluster: its data is the cluster's
-    /// preparation (no zeroing or copy), written before the mapping is
-    /// published. Returns the buffer when the request is not finished
-    /// (the cluster turned out to be owned already: the normal path).
-    fn first_whole_write(
-        &mut self,
-        h: usize,
-        tag: u64,
-        buf: IoBuf,
-        offset: u64,
-        fua: bool,
-    ) -> Option<IoBuf> {
-        let cs = self.pool.cluster_size();
-        let mut slot = Some(buf);
-        let r = self.pool.own_cluster_with(
-            &self.layer,
-            offset / cs,
-            Fill::Data {
-                buf: &mut slot,
-                fua,
-            },
-        );
-        let buf = slot.take().unwrap_or_else(|| IoBuf::with_capacity(0));
-        match r {
-            Ok((_, _, false)) => return Some(buf),
-            Ok((_, _, true)) => {
-                self.leave(h);
-                if fua && self.pool.dirty() {
-                    self.after_commit(tag, buf);
-                } else {
-                    self.complete(tag, buf, Ok(()));
+    /// Hands a request (counted by `h`) to the preparation thread.
+    fn hand_over(&mut self, h: Ticket, work: Work, tag: u64, op: IoOp, buf: IoBuf) {
+        self.at_worker += 1;
+        self.pool.prepare_later(Task {
+            layer: self.layer.clone(),
+            work,
+            tag,
+            op,
+            ticket: h,
+            buf,
+            inbox: self.inbox.clone(),
+        });
+    }
+
+    /// Finishes the requests the preparation thread is done with.
+    fn take_arrived(&mut self) {
+        let mut arrived = std::mem::take(&mut self.arrived);
+        self.inbox.take(&mut arrived);
+        for d in arrived.drain(..) {
+            self.at_worker -= 1;
+            self.leave(d.ticket);
+            match (d.outcome, d.op) {
+                (Outcome::Again, op) => self.dispatch(d.tag, op, d.buf),
+                (Outcome::Wrote, IoOp::Write { fua: true, .. }) if self.pool.dirty() => {
+                    self.after_commit(d.tag, d.buf)
                 }
-            }
-            Err(Alloc::Retry) => {
-                self.leave(h);
-                self.start_write(tag, buf, offset, cs as u32, fua);
-            }
-            Err(Alloc::Failed(e)) => {
-                self.leave(h);
-                self.complete(tag, buf, Err(e));
+                (Outcome::Wrote, _) => self.complete(d.tag, d.buf, Ok(())),
+                (Outcome::Finished(Ok(())), IoOp::WriteZeroes { fua: true, .. }) => {
+                    self.start_flush(d.tag, d.buf)
+                }
+                (Outcome::Finished(r), _) => self.complete(d.tag, d.buf, r),
             }
         }
-        None
+        self.arrived = arrived;
     }
 
     /// After issuing: records a failure, and finishes a job with nothing
@@ -658,7 +660,7 @@ impl VolumeQueue {
     /// committer, this thread does it now).
     fn after_commit(&mut self, tag: u64, buf: IoBuf) {
         let target = self.pool.changed.load(Ordering::SeqCst);
-        if self.notify.is_none() || !self.pool.committer.running() {
+        if !self.pool.committer.running() {
             let r = self.pool.commit_to(target);
             return self.complete(tag, buf, r);
         }
@@ -709,91 +711,37 @@ impl VolumeQueue {
         }
     }
 
-    /// Write Zeroes and Deallocate: whole clusters are unmapped (freed
-    /// once committed), parts zeroed in place.
-    fn zero_range(&mut self, offset: u64, len: u64) -> io::Result<()> {
-        let cs = self.pool.cluster_size();
-        for p in pieces(offset, len, cs) {
-            loop {
-                let h = self.enter();
-                let r = self.zero_piece(p, cs);
-                self.leave(h);
-                if r? {
-                    break;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// False when the layer was replaced meanwhile (retry).
-    fn zero_piece(&mut self, p: Piece, cs: u64) -> io::Result<bool> {
-        let layer = self.layer.clone();
-        if p.len == cs {
-            let mut st = lock(&self.pool.state);
-            if layer.is_retired() {
-                return Ok(false);
-            }
-            let below = layer
-                .parent
-                .as_ref()
-                .is_some_and(|a| a.resolve(p.index) != Source::Zero);
-            match (layer.resolve(p.index), below) {
-                (Source::Own(q), _) => {
-                    st.set_entry(&layer, p.index, if below { ZERO } else { UNMAPPED });
-                    st.defer_free(q, &layer);
-                }
-                (Source::Inherited(_), _) => {
-                    if !st.fits(0, 1) {
-                        return Err(no_space());
-                    }
-                    st.set_entry(&layer, p.index, ZERO);
-                }
-                (Source::Zero, _) => {}
-            }
-            self.pool.note(&st);
-            return Ok(true);
-        }
-        let q = match layer.resolve(p.index) {
-            Source::Zero => return Ok(true),
-            Source::Own(q) => q,
-            Source::Inherited(_) => match self.pool.own_cluster(&layer, p.index) {
-                Ok((q, _)) => q,
-                Err(Alloc::Retry) => return Ok(false),
-                Err(Alloc::Failed(e)) => return Err(e),
-            },
-        };
-        let (d, off) = self
-            .pool
-            .locate(q, p.within)
-            .ok_or_else(|| io::Error::other("cluster outside the devices"))?;
-        self.pool.devs.zero(d, off, p.len)?;
-        Ok(true)
-    }
-
+    /// Write Zeroes and Deallocate: on the preparation thread.
     fn start_zero(&mut self, tag: u64, buf: IoBuf, op: IoOp) {
-        let r = match op {
-            IoOp::WriteZeroes { offset, len, fua } => match self.zero_range(offset, len) {
-                Ok(()) if fua => return self.start_flush(tag, buf),
-                r => r,
-            },
-            IoOp::Deallocate { ranges } => (0..ranges).try_for_each(|i| {
-                let (o, l) = dealloc_range(&buf, i);
-                self.zero_range(o, l)
-            }),
-            _ => Err(einval()),
-        };
-        self.complete(tag, buf, r);
+        let h = self.enter();
+        self.hand_over(h, Work::Zero, tag, op, buf);
+    }
+
+    fn dispatch(&mut self, tag: u64, op: IoOp, buf: IoBuf) {
+        match op {
+            IoOp::Read { offset, len } => self.start_read(tag, buf, offset, len),
+            IoOp::Write { offset, len, fua } => self.start_write(tag, buf, offset, len, fua),
+            IoOp::Flush => self.start_flush(tag, buf),
+            IoOp::WriteZeroes { .. } | IoOp::Deallocate { .. } => self.start_zero(tag, buf, op),
+        }
     }
 }
 
 impl Drop for VolumeQueue {
     /// Device queues first (they wait for the kernel to finish with every
-    /// buffer), then the writes that were in flight stop counting on
-    /// their layers, so snapshots and frees do not wait for them.
+    /// buffer), and the preparation thread's tasks, then the writes that
+    /// were in flight stop counting on their layers, so snapshots and
+    /// frees do not wait for them.
     fn drop(&mut self) {
         self.devs.clear();
-        let held: Vec<usize> = self
+        let mut arrived = Vec::new();
+        self.inbox.take(&mut arrived);
+        self.inbox
+            .wait_for(self.at_worker - arrived.len(), &mut arrived);
+        for d in arrived {
+            self.leave(d.ticket);
+        }
+        let held: Vec<Ticket> = self
             .jobs
             .iter_mut()
             .filter_map(Option::take)
@@ -807,7 +755,7 @@ impl Drop for VolumeQueue {
 
 /// Range `i` of a Deallocate buffer (native-endian `(offset, len)` pairs;
 /// the caller checked the length).
-fn dealloc_range(buf: &IoBuf, i: u32) -> (u64, u64) {
+pub(crate) fn dealloc_range(buf: &IoBuf, i: u32) -> (u64, u64) {
     let at = i as usize * 16;
     let mut o = [0u8; 8];
     let mut l = [0u8; 8];
@@ -822,12 +770,7 @@ impl BackendQueue for VolumeQueue {
         if let Err(e) = self.validate(&op, &buf) {
             return self.complete(tag, buf, Err(e));
         }
-        match op {
-            IoOp::Read { offset, len } => self.start_read(tag, buf, offset, len),
-            IoOp::Write { offset, len, fua } => self.start_write(tag, buf, offset, len, fua),
-            IoOp::Flush => self.start_flush(tag, buf),
-            IoOp::WriteZeroes { .. } | IoOp::Deallocate { .. } => self.start_zero(tag, buf, op),
-        }
+        self.dispatch(tag, op, buf);
     }
 
     fn commit(&mut self) -> io::Result<()> {
@@ -835,8 +778,9 @@ impl BackendQueue for VolumeQueue {
     }
 
     fn reap(&mut self, out: &mut Vec<IoCompletion>) -> usize {
-        if let Some(n) = &self.notify {
-            n.clear();
+        self.notify.clear();
+        if self.at_worker > 0 {
+            self.take_arrived();
         }
         let mut scratch = std::mem::take(&mut self.scratch);
         for q in 0..self.devs.len() {
@@ -855,11 +799,11 @@ impl BackendQueue for VolumeQueue {
     }
 
     fn notify_fd(&self) -> Option<RawFd> {
-        self.notify.as_ref().map(|n| n.epoll.as_raw_fd())
+        Some(self.notify.epoll.as_raw_fd())
     }
 
     fn in_flight(&self) -> usize {
-        self.jobs.len() - self.free.len() + self.ready.len() + self.waiting.len()
+        self.jobs.len() - self.free.len() + self.ready.len() + self.waiting.len() + self.at_worker
     }
 }
 

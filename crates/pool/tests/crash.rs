@@ -15,7 +15,7 @@
 mod common;
 
 use common::*;
-use farflash_backend::{BackendQueue, SharedBackend};
+use farflash_backend::{BackendQueue, IoBuf, IoOp, IoRequest, SharedBackend};
 use farflash_pool::format::{Superblock, BLOCK};
 use farflash_pool::testing::{Image, MemDevice, Op};
 use farflash_pool::{check_backends, LocalPool, VolumeStore};
@@ -213,6 +213,49 @@ impl Work {
         v.size = size;
     }
 
+    /// Two queues write to one cluster the volume does not own yet, at
+    /// once: the preparation thread allocates and prepares it once, and
+    /// neither write is lost.
+    fn racing_first_writes(&mut self, name: &str, block: u64) {
+        self.next_id += 2;
+        let ids = [self.next_id - 1, self.next_id];
+        let start = self.pos();
+        let mut q2 = self.open[name].0.open_queue(4).expect("queue");
+        for (k, id) in ids.into_iter().enumerate() {
+            let b = block + k as u64;
+            let req = IoRequest {
+                tag: k as u64,
+                op: IoOp::Write {
+                    offset: b * BS,
+                    len: BS as u32,
+                    fua: false,
+                },
+                buf: IoBuf::from_slice(&pattern(id, b)),
+            };
+            match k {
+                0 => self.q(name).submit(req),
+                _ => q2.submit(req),
+            }
+        }
+        let mut done = Vec::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while done.len() < 2 {
+            assert!(std::time::Instant::now() < deadline, "racing writes hang");
+            self.q(name).reap(&mut done);
+            q2.reap(&mut done);
+            std::thread::yield_now();
+        }
+        assert!(
+            done.iter().all(|c| c.result.is_ok()),
+            "racing writes failed"
+        );
+        let end = self.pos();
+        for (k, id) in ids.into_iter().enumerate() {
+            let b = block + k as u64;
+            self.event(name, b..b + 1, id, (start, end), false);
+        }
+    }
+
     fn decouple(&mut self, name: &str) {
         self.mgmt(|p| p.decouple(name).expect("decouple"));
     }
@@ -244,6 +287,7 @@ fn workload(seed: u64, sizes: &[u64]) -> Work {
     w.write("v1", 32, 16, false); // a whole cluster, first written after the snapshot
     w.clone_of("s1", "c1");
     w.open("c1");
+    w.racing_first_writes("c1", 80); // copy-on-write, two queues at once
     w.write("c1", 48, 16, false); // a whole cluster over the snapshot's
     w.random_writes("c1", 8);
     w.zero("v1", 16, 16, true, false); // a whole cluster

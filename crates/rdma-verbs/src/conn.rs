@@ -369,61 +369,82 @@ impl RdmaConn {
                     cqe,
                     invalidate,
                     data,
-                } => {
-                    match (data, direct) {
-                        (Some((buf, len, remote)), Some((addr, lkey, wb))) => {
-                            // Sent from the buffer itself, held until the
-                            // WRITE completes.
-                            let wr_id = KIND_WRITE | DIRECT | (wb as u64) << 32;
-                            self.fill(n, wr_id, sys::IBV_WR_RDMA_WRITE, addr, len, lkey, 0);
-                            self.set_remote(n, &remote);
-                            self.wbufs[wb as usize] = Some(buf);
-                            self.direct += 1;
-                            n += 1;
-                        }
-                        (Some((buf, len, remote)), None) => {
-                            self.staged += 1;
-                            let Some(st) = self.take_stage(len) else {
-                                self.q.release(buf);
-                                return true;
-                            };
-                            let off = st as usize * self.qp.stage_bytes;
-                            let len = len as usize;
-                            self.qp.stage.buf[off..off + len]
-                                .copy_from_slice(&buf.as_slice()[..len]);
-                            self.q.release(buf);
-                            let wr_id = KIND_WRITE | (st as u64) << 32;
-                            let (addr, lkey) = (self.stage_addr(st), self.qp.stage.lkey());
-                            self.fill(n, wr_id, sys::IBV_WR_RDMA_WRITE, addr, len as u32, lkey, 0);
-                            self.set_remote(n, &remote);
-                            n += 1;
-                        }
-                        (None, _) => {}
-                    }
-                    let c = self.cqe_next;
-                    self.cqe_next = (c + 1) % self.qp.sq_depth;
-                    self.qp.cqes.buf[c * CQE_SIZE..(c + 1) * CQE_SIZE].copy_from_slice(&cqe);
-                    let (addr, lkey) = (self.qp.cqes.addr(c * CQE_SIZE), self.qp.cqes.lkey());
-                    let flags = if self.qp.inline {
-                        sys::IBV_SEND_INLINE
-                    } else {
-                        0
-                    };
-                    let op = match invalidate {
-                        Some(_) => sys::IBV_WR_SEND_WITH_INV,
-                        None => sys::IBV_WR_SEND,
-                    };
-                    self.fill(n, KIND_SEND, op, addr, CQE_SIZE as u32, lkey, flags);
-                    if let Some(key) = invalidate {
-                        self.wrs[n].__bindgen_anon_1.invalidate_rkey = key;
-                    }
-                    n += 1;
-                }
+                } => match self.fill_respond(n, cqe, invalidate, data, direct) {
+                    Some(next) => n = next,
+                    None => return true,
+                },
             }
         }
         if n == 0 {
             return any;
         }
+        self.send_chain(n);
+        true
+    }
+
+    /// Fills the work requests of a response from entry `n` on: the RDMA
+    /// WRITE of its data (from the buffer itself, or staged), then the
+    /// SEND of its CQE. The next free entry, or None when no staging
+    /// slot could be had (the queue is dead).
+    fn fill_respond(
+        &mut self,
+        mut n: usize,
+        cqe: [u8; CQE_SIZE],
+        invalidate: Option<u32>,
+        data: Option<(IoBuf, u32, Remote)>,
+        direct: Option<(u64, u32, u16)>,
+    ) -> Option<usize> {
+        match (data, direct) {
+            (Some((buf, len, remote)), Some((addr, lkey, wb))) => {
+                // Sent from the buffer itself, held until the
+                // WRITE completes.
+                let wr_id = KIND_WRITE | DIRECT | (wb as u64) << 32;
+                self.fill(n, wr_id, sys::IBV_WR_RDMA_WRITE, addr, len, lkey, 0);
+                self.set_remote(n, &remote);
+                self.wbufs[wb as usize] = Some(buf);
+                self.direct += 1;
+                n += 1;
+            }
+            (Some((buf, len, remote)), None) => {
+                self.staged += 1;
+                let Some(st) = self.take_stage(len) else {
+                    self.q.release(buf);
+                    return None;
+                };
+                let off = st as usize * self.qp.stage_bytes;
+                let len = len as usize;
+                self.qp.stage.buf[off..off + len].copy_from_slice(&buf.as_slice()[..len]);
+                self.q.release(buf);
+                let wr_id = KIND_WRITE | (st as u64) << 32;
+                let (addr, lkey) = (self.stage_addr(st), self.qp.stage.lkey());
+                self.fill(n, wr_id, sys::IBV_WR_RDMA_WRITE, addr, len as u32, lkey, 0);
+                self.set_remote(n, &remote);
+                n += 1;
+            }
+            (None, _) => {}
+        }
+        let c = self.cqe_next;
+        self.cqe_next = (c + 1) % self.qp.sq_depth;
+        self.qp.cqes.buf[c * CQE_SIZE..(c + 1) * CQE_SIZE].copy_from_slice(&cqe);
+        let (addr, lkey) = (self.qp.cqes.addr(c * CQE_SIZE), self.qp.cqes.lkey());
+        let flags = if self.qp.inline {
+            sys::IBV_SEND_INLINE
+        } else {
+            0
+        };
+        let op = match invalidate {
+            Some(_) => sys::IBV_WR_SEND_WITH_INV,
+            None => sys::IBV_WR_SEND,
+        };
+        self.fill(n, KIND_SEND, op, addr, CQE_SIZE as u32, lkey, flags);
+        if let Some(key) = invalidate {
+            self.wrs[n].__bindgen_anon_1.invalidate_rkey = key;
+        }
+        Some(n + 1)
+    }
+
+    /// Chains the first `n` work requests and posts them.
+    fn send_chain(&mut self, n: usize) {
         for k in 0..n {
             let next: *mut sys::ibv_send_wr = if k + 1 < n {
                 &mut self.wrs[k + 1]
@@ -438,7 +459,6 @@ impl RdmaConn {
             tracing::debug!(peer = %self.peer, "ibv_post_send: {e}; closing the queue");
             self.dead = true;
         }
-        true
     }
 
     /// A staging slot for `len` bytes (a transfer above MDTS closes the

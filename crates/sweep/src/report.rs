@@ -49,26 +49,10 @@ fn esc(s: &str) -> String {
     s.replace('|', "\\|")
 }
 
-/// The report text; `plots` says whether the images exist.
-pub fn markdown(r: &Results, plots: bool) -> String {
-    let mut s = String::new();
-    let p = &r.plan;
-    let e = &r.environment;
-    let st = &r.settings;
-    let _ = writeln!(s, "# farflash sweep: `{}`\n", p.name);
-    let _ = writeln!(s, "{}.\n", p.description);
-    if let Some(n) = &st.note {
-        let _ = writeln!(s, "> **Note.** {n}\n");
-    }
-    let _ = writeln!(s, "## Summary\n");
-    for line in crate::summary::sentences(r) {
-        let _ = writeln!(s, "- {line}");
-    }
-    for k in &r.skipped {
-        let _ = writeln!(s, "- **{} runs skipped**: {}", k.mode.name(), k.reason);
-    }
-    let _ = writeln!(s, "\n## Run\n\n| | |\n|---|---|");
-    let rows: Vec<(&str, String)> = vec![
+/// The rows of the report's Run table.
+fn run_rows(r: &Results) -> Vec<(&'static str, String)> {
+    let (p, e, st) = (&r.plan, &r.environment, &r.settings);
+    vec![
         ("date (UTC)", e.date.clone()),
         (
             "machine",
@@ -123,36 +107,63 @@ pub fn markdown(r: &Results, plots: bool) -> String {
             "plan",
             format!("`{}`", serde_json::to_string(p).unwrap_or_default()),
         ),
-    ];
+    ]
+}
+
+/// The Figures section: each plot drawn, with its caption.
+fn write_figures(s: &mut String, r: &Results) {
+    let _ = writeln!(s, "\n## Figures\n");
+    for (stem, cap) in [
+        (
+            "latency",
+            "Latency percentiles (p20, p50, p95, p99; submission to completion) per point, local vs remote.",
+        ),
+        ("throughput", "Bandwidth and IOPS per point."),
+        (
+            "cpu",
+            "CPU utilization split into usr / sys / softirq / iowait, per side.",
+        ),
+        (
+            "efficiency",
+            "Protocol efficiency: IOPS per CPU-percent (host + target).",
+        ),
+        (
+            "transport",
+            "CPU per I/O (µs of CPU, host and target) and p50 / p99 latency per point: local, NVMe/TCP and NVMe/RDMA side by side.",
+        ),
+    ] {
+        if !crate::output::plots(r).contains(&stem) {
+            continue;
+        }
+        let _ = writeln!(s, "![{stem}]({stem}.png)\n\n*{cap}* ([SVG]({stem}.svg))\n");
+    }
+}
+
+/// The report text; `plots` says whether the images exist.
+pub fn markdown(r: &Results, plots: bool) -> String {
+    let mut s = String::new();
+    let p = &r.plan;
+    let e = &r.environment;
+    let st = &r.settings;
+    let _ = writeln!(s, "# farflash sweep: `{}`\n", p.name);
+    let _ = writeln!(s, "{}.\n", p.description);
+    if let Some(n) = &st.note {
+        let _ = writeln!(s, "> **Note.** {n}\n");
+    }
+    let _ = writeln!(s, "## Summary\n");
+    for line in crate::summary::sentences(r) {
+        let _ = writeln!(s, "- {line}");
+    }
+    for k in &r.skipped {
+        let _ = writeln!(s, "- **{} runs skipped**: {}", k.mode.name(), k.reason);
+    }
+    let _ = writeln!(s, "\n## Run\n\n| | |\n|---|---|");
+    let rows = run_rows(r);
     for (k, v) in rows {
         let _ = writeln!(s, "| {k} | {} |", esc(&v));
     }
     if plots {
-        let _ = writeln!(s, "\n## Figures\n");
-        for (stem, cap) in [
-            (
-                "latency",
-                "Latency percentiles (p20, p50, p95, p99; submission to completion) per point, local vs remote.",
-            ),
-            ("throughput", "Bandwidth and IOPS per point."),
-            (
-                "cpu",
-                "CPU utilization split into usr / sys / softirq / iowait, per side.",
-            ),
-            (
-                "efficiency",
-                "Protocol efficiency: IOPS per CPU-percent (host + target).",
-            ),
-            (
-                "transport",
-                "CPU per I/O (µs of CPU, host and target) and p50 / p99 latency per point: local, NVMe/TCP and NVMe/RDMA side by side.",
-            ),
-        ] {
-            if !crate::output::plots(r).contains(&stem) {
-                continue;
-            }
-            let _ = writeln!(s, "![{stem}]({stem}.png)\n\n*{cap}* ([SVG]({stem}.svg))\n");
-        }
+        write_figures(&mut s, r);
     }
     let _ = writeln!(s, "## Points\n");
     let _ = writeln!(

@@ -4,7 +4,7 @@
 
 use crate::plan::Plan;
 use crate::progress::Progress;
-use crate::results::{Mode, Results, Settings, Skipped, SCHEMA};
+use crate::results::{Mode, Point, Results, Settings, Skipped, SCHEMA};
 use crate::runner::{run_point, Remote, RunSettings, Where};
 use crate::target::{Backing, RemoteAddr, Serve, ServeConfig};
 use crate::transport::Transport;
@@ -96,21 +96,11 @@ fn sides(o: &SweepOptions) -> usize {
     }
 }
 
-/// Runs one plan and returns its results (not yet written).
-pub fn run_plan(o: &SweepOptions, plan: &Plan, progress: &mut Progress) -> Result<Results> {
-    plan.validate()?;
+/// The modes a sweep leaves out, and why.
+fn skipped_modes(o: &SweepOptions, has_backing: bool) -> Vec<Skipped> {
     let mut skipped = Vec::new();
     let want = |m: Mode| o.only.is_none_or(|x| x == m);
-    // Backing data: given, or created (unless only an external target is measured).
-    let backing = match (&o.filename, &o.target) {
-        (Some(f), _) => Some(Backing::existing(f)?),
-        (None, Some(_)) => None,
-        (None, None) => Some(
-            Backing::create(&o.dir, o.size)
-                .with_context(|| format!("creating the backing file in {}", o.dir.display()))?,
-        ),
-    };
-    if want(Mode::Local) && backing.is_none() {
+    if want(Mode::Local) && !has_backing {
         skipped.push(Skipped {
             mode: Mode::Local,
             reason: "an existing target was given (--target) without --filename, so there is no local file to compare with".into(),
@@ -124,6 +114,52 @@ pub fn run_plan(o: &SweepOptions, plan: &Plan, progress: &mut Progress) -> Resul
             });
         }
     }
+    skipped
+}
+
+/// Runs every point of `plan` in every place, reporting progress.
+fn run_points(
+    plan: &Plan,
+    wheres: &[Where],
+    rs: &RunSettings,
+    progress: &mut Progress,
+) -> Result<Vec<Point>> {
+    let mut points = Vec::new();
+    for (i, params) in plan.points().iter().enumerate() {
+        for w in wheres {
+            let p = run_point(plan, i, params, w, rs).with_context(|| {
+                format!("plan {} point {}", plan.name, plan.label(plan.values[i]))
+            })?;
+            progress.step(&format!(
+                "{} {} {}={}: {:.0} IOPS, {:.1} MiB/s, p50 {:.0} µs",
+                plan.name,
+                p.kind().name(),
+                plan.vary.name(),
+                p.label,
+                p.figures.iops,
+                p.figures.bw_mib_s,
+                p.figures.lat_us.p50
+            ));
+            points.push(p);
+        }
+    }
+    Ok(points)
+}
+
+/// Runs one plan and returns its results (not yet written).
+pub fn run_plan(o: &SweepOptions, plan: &Plan, progress: &mut Progress) -> Result<Results> {
+    plan.validate()?;
+    let want = |m: Mode| o.only.is_none_or(|x| x == m);
+    // Backing data: given, or created (unless only an external target is measured).
+    let backing = match (&o.filename, &o.target) {
+        (Some(f), _) => Some(Backing::existing(f)?),
+        (None, Some(_)) => None,
+        (None, None) => Some(
+            Backing::create(&o.dir, o.size)
+                .with_context(|| format!("creating the backing file in {}", o.dir.display()))?,
+        ),
+    };
+    let skipped = skipped_modes(o, backing.is_some());
     // The remote side: an existing target, or one the sweep starts on the backing file.
     let mut serve = None;
     let remote = match (&o.target, &backing) {
@@ -170,25 +206,7 @@ pub fn run_plan(o: &SweepOptions, plan: &Plan, progress: &mut Progress) -> Resul
             }));
         }
     }
-    let mut points = Vec::new();
-    for (i, params) in plan.points().iter().enumerate() {
-        for w in &wheres {
-            let p = run_point(plan, i, params, w, &rs).with_context(|| {
-                format!("plan {} point {}", plan.name, plan.label(plan.values[i]))
-            })?;
-            progress.step(&format!(
-                "{} {} {}={}: {:.0} IOPS, {:.1} MiB/s, p50 {:.0} µs",
-                plan.name,
-                p.kind().name(),
-                plan.vary.name(),
-                p.label,
-                p.figures.iops,
-                p.figures.bw_mib_s,
-                p.figures.lat_us.p50
-            ));
-            points.push(p);
-        }
-    }
+    let points = run_points(plan, &wheres, &rs, progress)?;
     let farflash_version = points
         .first()
         .and_then(|p| p.perf.get("farflash_version"))

@@ -42,6 +42,8 @@ pub mod ctrl_off {
     pub const FUSES: usize = 522;
     pub const VWC: usize = 525;
     pub const AWUPF: usize = 528;
+    pub const ACWU: usize = 532;
+    pub const OCFS: usize = 534;
     pub const SGLS: usize = 536;
     pub const MNAN: usize = 540;
     pub const SUBNQN: usize = 768;
@@ -78,6 +80,16 @@ pub const ANACAP_ALL_STATES: u8 = 0x1F;
 pub const ANACAP_GRPID_STATIC: u8 = 1 << 6;
 /// ONCS bit 5: Reservations supported.
 pub const ONCS_RESERVATIONS: u16 = 1 << 5;
+/// ONCS bit 0: Compare; bit 7: Verify; bit 8: Copy (Base §5.17.2.1).
+pub const ONCS_COMPARE: u16 = 1;
+pub const ONCS_VERIFY: u16 = 1 << 7;
+pub const ONCS_COPY: u16 = 1 << 8;
+/// FUSES bit 0: the Compare and Write fused operation (Base §5.17.2.1).
+pub const FUSES_COMPARE_AND_WRITE: u16 = 1;
+/// OCFS bit 0: Copy source range descriptor format 0 (NVM Command Set §3.2.2).
+pub const OCFS_FORMAT0: u16 = 1;
+/// LPA bit 0: SMART / Health Information per namespace.
+pub const LPA_SMART_PER_NS: u8 = 1;
 /// SGLS bits: 1:0 = 01b SGLs supported (byte-aligned), bit 20 = Offset
 /// subtype for in-capsule data.
 pub const SGLS_SUPPORTED: u32 = 1;
@@ -128,7 +140,13 @@ pub struct IdCtrl {
     pub maxcmd: u16,
     pub nn: u32,
     pub oncs: u16,
+    /// Fused Operation Support (FUSES_*).
+    pub fuses: u16,
     pub vwc: u8,
+    /// Atomic Compare & Write Unit, logical blocks, 0's based.
+    pub acwu: u16,
+    /// Optional Copy Formats Supported (OCFS_*).
+    pub ocfs: u16,
     pub sgls: u32,
     /// Maximum Number of Allowed Namespaces (Linux refuses 0 or more than
     /// NN when the controller reports ANA).
@@ -176,7 +194,10 @@ impl IdCtrl {
         put_u16(b, MAXCMD, self.maxcmd);
         put_u32(b, NN, self.nn);
         put_u16(b, ONCS, self.oncs);
+        put_u16(b, FUSES, self.fuses);
         b[VWC] = self.vwc;
+        put_u16(b, ACWU, self.acwu);
+        put_u16(b, OCFS, self.ocfs);
         put_u32(b, SGLS, self.sgls);
         put_u32(b, MNAN, self.mnan);
         put_str(b, SUBNQN, 256, &self.subnqn, 0);
@@ -220,7 +241,10 @@ impl IdCtrl {
             maxcmd: u16_at(b, MAXCMD),
             nn: u32_at(b, NN),
             oncs: u16_at(b, ONCS),
+            fuses: u16_at(b, FUSES),
             vwc: b[VWC],
+            acwu: u16_at(b, ACWU),
+            ocfs: u16_at(b, OCFS),
             sgls: u32_at(b, SGLS),
             mnan: u32_at(b, MNAN),
             subnqn: s(SUBNQN, 256),
@@ -249,6 +273,9 @@ pub mod ns_off {
     pub const NPDG: usize = 68;
     pub const NPDA: usize = 70;
     pub const NOWS: usize = 72;
+    pub const MSSRL: usize = 74;
+    pub const MCL: usize = 76;
+    pub const MSRC: usize = 80;
     pub const ANAGRPID: usize = 92;
     pub const NGUID: usize = 104;
     pub const EUI64: usize = 120;
@@ -278,6 +305,12 @@ pub struct IdNs {
     /// logical blocks, 0's based (meaningful with NSFEAT.OPTPERF).
     pub npdg: u16,
     pub npda: u16,
+    /// Copy limits (NVM Command Set §4.1.5.1): Maximum Single Source Range
+    /// Length and Maximum Copy Length in logical blocks, Maximum Source
+    /// Range Count (0's based).
+    pub mssrl: u16,
+    pub mcl: u32,
+    pub msrc: u8,
     /// ANA Group Identifier (0: not in an ANA group).
     pub anagrpid: u32,
     pub nguid: [u8; 16],
@@ -299,8 +332,11 @@ impl IdNs {
         b[NMIC] = self.nmic;
         b[RESCAP] = self.rescap;
         b[DLFEAT] = self.dlfeat;
-        b[NPDG..NPDG + 2].copy_from_slice(&self.npdg.to_le_bytes());
-        b[NPDA..NPDA + 2].copy_from_slice(&self.npda.to_le_bytes());
+        put_u16(b, NPDG, self.npdg);
+        put_u16(b, NPDA, self.npda);
+        put_u16(b, MSSRL, self.mssrl);
+        put_u32(b, MCL, self.mcl);
+        b[MSRC] = self.msrc;
         put_u32(b, ANAGRPID, self.anagrpid);
         b[NGUID..NGUID + 16].copy_from_slice(&self.nguid);
         b[EUI64..EUI64 + 8].copy_from_slice(&self.eui64);
@@ -323,8 +359,11 @@ impl IdNs {
             nmic: b[NMIC],
             rescap: b[RESCAP],
             dlfeat: b[DLFEAT],
-            npdg: u16::from_le_bytes([b[NPDG], b[NPDG + 1]]),
-            npda: u16::from_le_bytes([b[NPDA], b[NPDA + 1]]),
+            npdg: u16_at(b, NPDG),
+            npda: u16_at(b, NPDA),
+            mssrl: u16_at(b, MSSRL),
+            mcl: u32_at(b, MCL),
+            msrc: b[MSRC],
             anagrpid: u32_at(b, ANAGRPID),
             nguid,
             eui64,
@@ -438,6 +477,19 @@ mod tests {
         assert_eq!(u16_at(&b, 1800), 0);
         assert_eq!(b[1803], 1);
         assert_eq!(IdCtrl::decode(&b), c);
+        // FUSES 523:522, ACWU 533:532, OCFS 535:534.
+        let c = IdCtrl {
+            fuses: FUSES_COMPARE_AND_WRITE,
+            acwu: 7,
+            ocfs: OCFS_FORMAT0,
+            ..IdCtrl::default()
+        };
+        c.encode(&mut b);
+        assert_eq!(
+            (u16_at(&b, 522), u16_at(&b, 532), u16_at(&b, 534)),
+            (1, 7, 1)
+        );
+        assert_eq!(IdCtrl::decode(&b), c);
     }
 
     #[test]
@@ -456,9 +508,14 @@ mod tests {
             nguid: [3; 16],
             eui64: [0; 8],
             lbads: 9,
+            mssrl: 256,
+            mcl: 4096,
+            msrc: 127,
         };
         let mut b = vec![0u8; IDENTIFY_LEN];
         n.encode(&mut b);
+        // NVM Command Set Identify Namespace: MSSRL 75:74, MCL 79:76, MSRC 80.
+        assert_eq!((u16_at(&b, 74), u32_at(&b, 76), b[80]), (256, 4096, 127));
         assert_eq!(u64_at(&b, 0), 1 << 21);
         assert_eq!(b[130], 9);
         assert_eq!((b[30], b[31]), (1, 0xFF));

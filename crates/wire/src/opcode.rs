@@ -26,6 +26,10 @@ pub mod io {
     pub const COMPARE: u8 = 0x05;
     pub const WRITE_ZEROES: u8 = 0x08;
     pub const DATASET_MANAGEMENT: u8 = 0x09;
+    /// Verify (NVM Command Set §3.2.8): read and check, no data moved.
+    pub const VERIFY: u8 = 0x0C;
+    /// Copy (NVM Command Set §3.2.2): source ranges to one destination.
+    pub const COPY: u8 = 0x19;
     /// Reservations (NVM Command Set §3.2, Base §7.2-7.5): Register, Report, Acquire, Release.
     pub const RESERVATION_REGISTER: u8 = 0x0D;
     pub const RESERVATION_REPORT: u8 = 0x0E;

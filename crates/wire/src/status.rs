@@ -105,6 +105,18 @@ impl Status {
     // Media and Data Integrity Errors (Base §4.6.1.2.3).
     pub const WRITE_FAULT: Status = Status::new(sct::MEDIA, 0x80);
     pub const UNRECOVERED_READ_ERROR: Status = Status::new(sct::MEDIA, 0x81);
+    /// Compare Failure (Base §4.6.1.2.3, 85h): a Compare (alone or the
+    /// first half of a fused Compare and Write) found different data.
+    pub const COMPARE_FAILURE: Status = Status::new(sct::MEDIA, 0x85);
+    /// Command Aborted due to Failed Fused Command (Base §4.6.1.2.1, 09h):
+    /// the Write half of a Compare and Write whose Compare failed.
+    pub const FUSED_FAILED: Status = Status::new(sct::GENERIC, 0x09);
+    /// Command Aborted due to Missing Fused Command (Base §4.6.1.2.1, 0Ah):
+    /// one half of a fused operation without the other next to it.
+    pub const FUSED_MISSING: Status = Status::new(sct::GENERIC, 0x0A);
+    /// Command Size Limit Exceeded (NVM Command Set §3.1 Figure "Status Code –
+    /// Command Specific Status Values", 83h): a Copy beyond MSSRL, MCL or MSRC.
+    pub const COMMAND_SIZE_LIMIT_EXCEEDED: Status = Status::new(sct::COMMAND_SPECIFIC, 0x83);
 
     /// A short human-readable name, for logs and the host's error messages.
     pub fn name(self) -> &'static str {

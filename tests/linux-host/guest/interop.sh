@@ -27,12 +27,15 @@
 #                    reconnect (default "$FIO_RAM_NSID $FIO_FILE_NSID")
 #   DENIED_HOSTNQN   a host NQN the target does not allow (default: random)
 #   ID_CTRL_MDTS     nonzero (default) or any: kernel nvmet reports 0 (no limit)
+#   NVM_CMDS         all (default): the target must report and run Compare,
+#                    Verify and Copy; none: it must report none and refuse
+#                    Compare (kernel nvmet)
 #   FIO_SIZE         bytes per fio job (default 16m); FIO_DIGEST_SIZE (8m)
 #   SCENARIOS        which scenarios, in order (default: all, see ALL below)
 set -euo pipefail
 shopt -s nullglob
 
-ALL="discover connect identify fio-ram fio-file flush-zeroes-dsm reconnect digests sqflow io-queues refused-host disconnect"
+ALL="discover connect identify fio-ram fio-file flush-zeroes-dsm copy-compare-verify reconnect digests sqflow io-queues refused-host disconnect"
 SCENARIOS=${SCENARIOS:-$ALL}
 INTEROP_TARGET=${INTEROP_TARGET:-remote}
 NQN=${NQN:-nqn.2026-11.io.farflash:default}
@@ -40,6 +43,7 @@ FIO_RAM_NSID=${FIO_RAM_NSID:-1}
 FIO_FILE_NSID=${FIO_FILE_NSID:-2}
 DATA_NSIDS=${DATA_NSIDS:-$FIO_RAM_NSID $FIO_FILE_NSID}
 ID_CTRL_MDTS=${ID_CTRL_MDTS:-nonzero}
+NVM_CMDS=${NVM_CMDS:-all}
 FIO_SIZE=${FIO_SIZE:-16m}
 FIO_DIGEST_SIZE=${FIO_DIGEST_SIZE:-8m}
 HOSTNQN=${HOSTNQN:-$(cat /etc/nvme/hostnqn)}
@@ -55,6 +59,7 @@ if [[ $INTEROP_TARGET = kernel ]]; then
 	bs=${KERNEL_BLOCK_SIZE:-512}
 	NAMESPACES="1:64M:$bs 2:32M:$bs 3:1G:$bs"
 	ID_CTRL_MDTS=any
+	NVM_CMDS=none
 	ADDR=127.0.0.1 PORT=4420 LISTEN_PORTS="4420 4421"
 	echo "=== setup: kernel nvmet target in this VM on $ADDR:{4420,4421}"
 	NQN=$NQN SERVE_ADDR=$ADDR SERVE_PORTS=$LISTEN_PORTS SERVE_BLOCK_SIZE=$bs \
@@ -453,6 +458,75 @@ scn_flush_zeroes_dsm() {
 		[[ $rc = 0 ]] || fail "nvme dsm --ad nsid $id slba $slba nlb $nlb failed (exit $rc)"
 		zero_model "$WORK/model" 524288 262144
 		check_region "$dev" "$off" "$WORK/model" "nsid $id after dsm --ad (slba $slba, $nlb blocks)"
+	done
+}
+
+oncs_of() { # the controller's ONCS (Identify Controller)
+	local out
+	out=$(nvme id-ctrl "/dev/$CTRL" 2>&1) || fail "nvme id-ctrl failed: $out"
+	awk '$1 == "oncs" { print $3; exit }' <<<"$out"
+}
+
+# nvme-cli's Compare, Verify and Copy (issue 43). farflash reports ONCS
+# bits 0 (Compare), 7 (Verify) and 8 (Copy) and must run them; Linux
+# nvmet reports none of them and must refuse each (NVM_CMDS=none: the
+# kernel target's self-tests run this too).
+scn_copy_compare_verify() {
+	local id dev bs oncs off=$((12 << 20)) rc out slba dst want
+	ensure_connected
+	oncs=$(oncs_of)
+	[[ -n $oncs ]] || fail "id-ctrl has no oncs"
+	note "id-ctrl oncs = $oncs"
+	for id in $DATA_NSIDS; do
+		dev=$(ns_dev "$id") || fail "no block device for nsid $id"
+		bs=$(cat "/sys/block/${dev#/dev/}/queue/logical_block_size")
+		slba=$((off / bs))
+		head -c 262144 /dev/urandom >"$WORK/cv"
+		write_region "$dev" "$off" "$WORK/cv"
+		if [[ $NVM_CMDS = none ]]; then
+			[[ $((oncs & 0x181)) = 0 ]] || fail "nvmet reports ONCS $oncs with Compare, Verify or Copy"
+			! nvme compare "$dev" -s "$slba" -c 7 -z $((8 * bs)) -d "$WORK/cv" >/dev/null 2>&1 ||
+				fail "nvmet ran a Compare it does not report"
+			ok "nsid $id: Compare refused by a target that does not report it"
+			continue
+		fi
+		[[ $((oncs & 0x181)) = $((0x181)) ]] || fail "ONCS $oncs lacks Compare (bit 0), Verify (bit 7) or Copy (bit 8)"
+		# compare: the first 64 KiB as written, then with one byte changed
+		head -c 65536 "$WORK/cv" >"$WORK/cv-head"
+		rc=0
+		out=$(nvme compare "$dev" -s "$slba" -c $((65536 / bs - 1)) -z 65536 -d "$WORK/cv-head" 2>&1) || rc=$?
+		echo "$out" | indent
+		[[ $rc = 0 ]] || fail "nvme compare of the data just written failed (exit $rc)"
+		if [[ $(($(od -An -tu1 -j 4000 -N1 "$WORK/cv-head"))) = 0 ]]; then printf '\001'; else printf '\000'; fi |
+			dd of="$WORK/cv-head" bs=1 seek=4000 conv=notrunc 2>/dev/null
+		cmp -s "$WORK/cv-head" <(head -c 65536 "$WORK/cv") && fail "the changed copy is the same"
+		rc=0
+		out=$(nvme compare "$dev" -s "$slba" -c $((65536 / bs - 1)) -z 65536 -d "$WORK/cv-head" 2>&1) || rc=$?
+		echo "$out" | indent
+		[[ $rc != 0 ]] || fail "nvme compare of different data succeeded"
+		grep -qiE 'compare_failed|compare failure|miscompare|0x285|0x4285' <<<"$out" || fail "nvme compare failed for another reason: $out"
+		ok "nsid $id: compare matches the data written and fails on one changed byte"
+		# verify: the 256 KiB
+		rc=0
+		out=$(nvme verify "$dev" -n "$id" -s "$slba" -c $((262144 / bs - 1)) 2>&1) || rc=$?
+		echo "$out" | indent
+		[[ $rc = 0 ]] || fail "nvme verify failed (exit $rc)"
+		ok "nsid $id: verify of 256 KiB"
+		# copy: the second 64 KiB, then the first, to +1 MiB (nvme-cli's
+		# --blocks are the 0's based NLB fields)
+		dst=$(((off + 1048576) / bs))
+		rc=0
+		out=$(nvme copy "$dev" --sdlba="$dst" --slbs=$((slba + 65536 / bs)),"$slba" \
+			--blocks=$((65536 / bs - 1)),$((65536 / bs - 1)) --format=0 2>&1) || rc=$?
+		echo "$out" | indent
+		[[ $rc = 0 ]] || fail "nvme copy failed (exit $rc)"
+		{
+			dd if="$WORK/cv" bs=64k skip=1 count=1 2>/dev/null
+			dd if="$WORK/cv" bs=64k count=1 2>/dev/null
+		} >"$WORK/cv-want"
+		check_region "$dev" $((off + 1048576)) "$WORK/cv-want" "nsid $id after nvme copy (2 ranges of 64 KiB)"
+		want=$(nvme id-ns "$dev" -n "$id" 2>&1 | awk '$1 == "mssrl" || $1 == "mcl" || $1 == "msrc" { printf "%s=%s ", $1, $3 }')
+		note "nsid $id: copy limits $want"
 	done
 }
 

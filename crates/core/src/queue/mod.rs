@@ -244,6 +244,8 @@ pub struct NvmeQueue<C = ()> {
     pub(crate) qos: QosState,
     pub(crate) stats: Option<Arc<QueueStats>>,
     pub(crate) life: Life,
+    /// Compare, Verify, Copy and fused pairs in progress (`crate::nvm`).
+    pub(crate) nvm: crate::nvm::NvmState,
 }
 
 impl<C: Default> NvmeQueue<C> {
@@ -309,6 +311,7 @@ impl<C: Default> NvmeQueue<C> {
             },
             stats: None,
             life,
+            nvm: crate::nvm::NvmState::default(),
         };
         q.grow_slots(PRE_CONNECT_SLOTS);
         q

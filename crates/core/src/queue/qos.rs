@@ -80,6 +80,13 @@ impl<C: Default> NvmeQueue<C> {
     /// waits). The event loop wakes then and calls
     /// [`NvmeQueue::resume_throttled`].
     pub fn throttle_wake(&self) -> Option<Instant> {
+        if self.nvm.has_held() {
+            // Commands wait for a fused pair's range (`crate::nvm`): look
+            // again soon; the pair lives on another queue.
+            // The event loop sets the time before it asks.
+            let now = self.life.now.or(self.life.clock);
+            return now.map(|t| t + crate::nvm::HELD_POLL);
+        }
         let g = self.qos.gate.as_ref()?;
         if g.parked.is_empty() {
             return None;

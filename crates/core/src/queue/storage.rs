@@ -151,7 +151,13 @@ impl<C: Default> NvmeQueue<C> {
             }
             return Outcome::Done(Status::SUCCESS, 0);
         }
-        let st = s.status;
+        if let Some(o) = crate::nvm::stored(self, idx) {
+            if matches!(o, Outcome::Done(st, _) if st.is_success()) {
+                self.account(idx);
+            }
+            return o;
+        }
+        let st = self.slots[idx].status;
         self.account(idx);
         Outcome::Done(st, 0)
     }

@@ -43,12 +43,9 @@ fn point(cs: &[&Comparison]) -> (f64, f64, f64, f64) {
     (mean, max, agg_tog, agg_alone)
 }
 
-/// The whole report.
-pub fn markdown(r: &TenantsResults, plots: bool) -> String {
-    let mut s = String::new();
-    let e = &r.environment;
-    let _ = writeln!(s, "# farflash sweep: {}\n", r.plan.name);
-    let _ = writeln!(s, "{}.\n", r.plan.description);
+/// The Summary: slowdown per tenant count and transport, and NVMe/TCP
+/// beside the iSCSI baseline when there is one.
+fn write_summary(s: &mut String, r: &TenantsResults) {
     let _ = writeln!(s, "## Summary\n");
     let transports: &[&str] = if r.has_baseline() {
         &[NVME_TCP, ISCSI]
@@ -100,36 +97,10 @@ pub fn markdown(r: &TenantsResults, plots: bool) -> String {
             let _ = writeln!(s, "{row}");
         }
     }
-    if let Some(n) = &r.settings.note {
-        let _ = writeln!(s, "\nNote: {n}");
-    }
-    let _ = writeln!(s, "\n## The job\n");
-    let _ = writeln!(
-        s,
-        "Every tenant: a {} file, and these phases in order:\n",
-        size_label(r.plan.file_size)
-    );
-    let _ = writeln!(
-        s,
-        "| phase | rw | request | QD | bytes |\n|---|---|---|---|---|"
-    );
-    for p in &r.plan.phases {
-        let rw = match p.rwmixread {
-            Some(m) => format!("{} ({m} % reads)", p.rw),
-            None => p.rw.clone(),
-        };
-        let _ = writeln!(
-            s,
-            "| {} | {rw} | {} | {} | {} |",
-            p.name,
-            size_label(p.bs),
-            p.iodepth,
-            size_label(p.size)
-        );
-    }
-    if plots {
-        let _ = writeln!(s, "\n## Figures\n\n![tenants](tenants.png)\n");
-    }
+}
+
+/// The tables per tenant and per phase.
+fn write_tables(s: &mut String, r: &TenantsResults) {
     let _ = writeln!(s, "\n## Per tenant\n");
     let _ = writeln!(
         s,
@@ -173,6 +144,46 @@ pub fn markdown(r: &TenantsResults, plots: bool) -> String {
             );
         }
     }
+}
+
+/// The whole report.
+pub fn markdown(r: &TenantsResults, plots: bool) -> String {
+    let mut s = String::new();
+    let e = &r.environment;
+    let _ = writeln!(s, "# farflash sweep: {}\n", r.plan.name);
+    let _ = writeln!(s, "{}.\n", r.plan.description);
+    write_summary(&mut s, r);
+    if let Some(n) = &r.settings.note {
+        let _ = writeln!(s, "\nNote: {n}");
+    }
+    let _ = writeln!(s, "\n## The job\n");
+    let _ = writeln!(
+        s,
+        "Every tenant: a {} file, and these phases in order:\n",
+        size_label(r.plan.file_size)
+    );
+    let _ = writeln!(
+        s,
+        "| phase | rw | request | QD | bytes |\n|---|---|---|---|---|"
+    );
+    for p in &r.plan.phases {
+        let rw = match p.rwmixread {
+            Some(m) => format!("{} ({m} % reads)", p.rw),
+            None => p.rw.clone(),
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {rw} | {} | {} | {} |",
+            p.name,
+            size_label(p.bs),
+            p.iodepth,
+            size_label(p.size)
+        );
+    }
+    if plots {
+        let _ = writeln!(s, "\n## Figures\n\n![tenants](tenants.png)\n");
+    }
+    write_tables(&mut s, r);
     let _ = writeln!(s, "\n## Run details\n");
     let _ = writeln!(
         s,

@@ -1,0 +1,184 @@
+//! What Identify, the SMART log and Set Features report about these
+//! commands is what runs (issue 43: a capability reported is a behaviour).
+
+use crate::config::{BackendKind, Config, NamespaceConfig, SubsystemConfig, TransportConfig};
+use crate::testing::build_subsystems;
+use crate::tests::{identify_ctrl, io_queue, run, rw, target, NQN};
+use crate::{NvmeQueue, Target};
+use farflash_wire::identify::{self as wid, IdCtrl, IdNs};
+use farflash_wire::opcode::{admin, feature, io, log_id};
+use farflash_wire::sqe::{SglDescriptor, PSDT_SGL};
+use farflash_wire::{Sqe, Status};
+use std::sync::Arc;
+
+fn id_ctrl(a: &mut NvmeQueue) -> IdCtrl {
+    let c = run(a, identify_ctrl(3), &[]);
+    assert_eq!(c.status, Status::SUCCESS);
+    IdCtrl::decode(c.data.as_ref().expect("identify data").0.as_slice())
+}
+
+fn smart(a: &mut NvmeQueue, nsid: u32) -> (Status, Option<Vec<u8>>) {
+    let sqe = Sqe {
+        opcode: admin::GET_LOG_PAGE,
+        flags: PSDT_SGL,
+        cid: 9,
+        nsid,
+        dptr: SglDescriptor::transport(512),
+        cdw10: log_id::SMART as u32 | (512 / 4 - 1) << 16,
+        ..Sqe::default()
+    };
+    let c = run(a, sqe, &[]);
+    (
+        c.status,
+        c.data.map(|(b, n)| b.as_slice()[..n as usize].to_vec()),
+    )
+}
+
+fn set_vwc(a: &mut NvmeQueue, on: bool) -> Status {
+    let sqe = Sqe {
+        opcode: admin::SET_FEATURES,
+        flags: PSDT_SGL,
+        cid: 11,
+        cdw10: feature::VOLATILE_WRITE_CACHE as u32,
+        cdw11: on as u32,
+        ..Sqe::default()
+    };
+    run(a, sqe, &[]).status
+}
+
+#[test]
+fn identify_reports_compare_verify_copy_and_the_fused_pair() {
+    let (t, _) = target();
+    let (mut a, mut q) = io_queue(&t);
+    let id = id_ctrl(&mut a);
+    for bit in [wid::ONCS_COMPARE, wid::ONCS_VERIFY, wid::ONCS_COPY] {
+        assert_ne!(id.oncs & bit, 0, "ONCS {bit:#x}");
+    }
+    assert_eq!(id.fuses, wid::FUSES_COMPARE_AND_WRITE);
+    assert_eq!(id.ocfs, wid::OCFS_FORMAT0);
+    // 512-byte blocks, 256 KiB transfers: 512 blocks, 0's based.
+    assert_eq!(id.acwu, 511);
+    assert_ne!(id.lpa & wid::LPA_SMART_PER_NS, 0);
+    let c = run(
+        &mut a,
+        Sqe {
+            opcode: admin::IDENTIFY,
+            flags: PSDT_SGL,
+            cid: 4,
+            nsid: 1,
+            dptr: SglDescriptor::transport(4096),
+            cdw10: 0,
+            ..Sqe::default()
+        },
+        &[],
+    );
+    let ns = IdNs::decode(c.data.expect("identify ns").0.as_slice());
+    // 1 GiB of 512-byte blocks; ranges of at most 65535 blocks, 128 ranges.
+    assert_eq!((ns.mssrl, ns.mcl, ns.msrc), (u16::MAX, 1 << 21, 127));
+    // Each one runs (the details are in `nvm/tests.rs`).
+    let d = vec![0u8; 512];
+    assert_eq!(
+        run(&mut q, rw(io::COMPARE, 5, 0, 512), &d).status,
+        Status::SUCCESS
+    );
+    assert_eq!(
+        run(&mut q, rw(io::VERIFY, 6, 0, 512), &[]).status,
+        Status::SUCCESS
+    );
+}
+
+#[test]
+fn smart_per_namespace_counts_that_namespace_only() {
+    let (t, _) = target();
+    let (mut a, mut q) = io_queue(&t);
+    for cid in 0..3 {
+        assert_eq!(
+            run(&mut q, rw(io::WRITE, cid, 0, 1024), &[7u8; 1024]).status,
+            Status::SUCCESS
+        );
+    }
+    let (st, page) = smart(&mut a, 1);
+    assert_eq!(st, Status::SUCCESS);
+    let page = page.expect("SMART data");
+    let u128_at = |o: usize| u128::from_le_bytes(page[o..o + 16].try_into().unwrap());
+    // Host Write Commands (80), Data Units Written (48, 512,000 bytes each).
+    assert_eq!((u128_at(80), u128_at(48)), (3, 1));
+    // No temperature sensor, no spare: reported as 0, no critical warning.
+    assert_eq!(
+        (page[0], page[1], page[2], page[3], page[4]),
+        (0, 0, 0, 0, 0)
+    );
+    // The whole subsystem, NSID FFFFFFFFh: the same writes.
+    let (st, all) = smart(&mut a, u32::MAX);
+    assert_eq!(st, Status::SUCCESS);
+    assert_eq!(all.expect("SMART data")[80], 3);
+    // An NSID that is not active.
+    assert_eq!(smart(&mut a, 2).0, Status::INVALID_NAMESPACE.dnr());
+    // A Compare is a read command (Base §5.16.1.3); a failed one is not counted.
+    let reads = |a: &mut NvmeQueue| {
+        let p = smart(a, 1).1.expect("SMART data");
+        u128::from_le_bytes(p[64..80].try_into().unwrap())
+    };
+    let before = reads(&mut a);
+    let d = [7u8; 1024];
+    let c = run(&mut q, rw(io::COMPARE, 20, 0, 1024), &d);
+    assert_eq!(c.status, Status::SUCCESS);
+    let c = run(&mut q, rw(io::COMPARE, 21, 0, 1024), &[8u8; 1024]);
+    assert_eq!(c.status, Status::COMPARE_FAILURE);
+    assert_eq!(reads(&mut a), before + 1);
+}
+
+fn ram_target() -> Arc<Target> {
+    let transport = TransportConfig::default();
+    let cfg = Config {
+        listen: vec!["127.0.0.1:4420".into()],
+        transport: transport.clone(),
+        subsystems: vec![SubsystemConfig::new(
+            NQN,
+            vec![NamespaceConfig {
+                nsid: Some(1),
+                block_size: Some(512),
+                ..NamespaceConfig::sized(BackendKind::Ram, 1 << 20)
+            }],
+        )],
+        pools: Vec::new(),
+    };
+    let subs = build_subsystems(&cfg).unwrap();
+    Target::new(subs, transport, vec!["127.0.0.1:4420".parse().unwrap()])
+}
+
+#[test]
+fn the_write_cache_feature_exists_only_with_a_volatile_write_cache() {
+    // RAM: nothing volatile behind a completed write; VWC 0 and the
+    // feature refused, as Linux nvmet answers.
+    let t = ram_target();
+    let (mut a, _q) = io_queue(&t);
+    assert_eq!(id_ctrl(&mut a).vwc, 0);
+    assert_eq!(set_vwc(&mut a, false), Status::INVALID_FIELD.dnr());
+    // The scripted backend reports a volatile cache: the host may turn it
+    // off, and its writes then go through (FUA).
+    let (t, _) = target();
+    let (mut a, mut q) = io_queue(&t);
+    assert_eq!(id_ctrl(&mut a).vwc, 1);
+    assert_eq!(set_vwc(&mut a, false), Status::SUCCESS);
+    let Some(crate::command::IoCmd::Write { fua, .. }) = classify_write(&mut q) else {
+        panic!("a write");
+    };
+    assert!(fua, "written through with the cache off");
+    assert_eq!(set_vwc(&mut a, true), Status::SUCCESS);
+    let Some(crate::command::IoCmd::Write { fua, .. }) = classify_write(&mut q) else {
+        panic!("a write");
+    };
+    assert!(!fua);
+}
+
+/// A Write's parsed form (begun, then failed so the slot is free again).
+fn classify_write(q: &mut NvmeQueue) -> Option<crate::command::IoCmd> {
+    let crate::command::Begin::Ready { slot, .. } = q.begin(rw(io::WRITE, 60, 0, 512)) else {
+        return None;
+    };
+    let cmd = q.slots[slot as usize].cmd.io();
+    q.fail(slot, Status::DATA_TRANSFER_ERROR);
+    let _ = crate::tests::completions(q);
+    cmd
+}
