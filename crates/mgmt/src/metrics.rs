@@ -316,6 +316,10 @@ fn target_counters(e: &mut Enc<'_, '_>, t: &Target) -> Result<(), std::fmt::Erro
 /// Space per pool and per volume (docs/volumes.md), read at scrape time.
 fn pool_metrics(e: &mut Enc<'_, '_>) -> Result<(), std::fmt::Error> {
     let pools = farflash_control::pools::registry().all();
+    if pools.is_empty() {
+        // No pool, no pool families (a target without volumes lists none).
+        return Ok(());
+    }
     let stats: Vec<_> = (pools.iter())
         .map(|(n, p)| (n.as_str(), p.stats()))
         .collect();
