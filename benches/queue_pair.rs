@@ -99,6 +99,7 @@ fn main() {
                 ..NamespaceConfig::sized(BackendKind::Null, 1 << 30)
             }],
         )],
+        pools: Vec::new(),
     };
     let subs = build_subsystems(&cfg).expect("subsystem");
     let t = Target::new(subs, cfg.transport.clone(), vec![]);

@@ -49,6 +49,8 @@ enum Command {
     Ctl(cli::ctl::CtlArgs),
     /// Send one JSON-RPC method to a running target (raw; see docs/rpc-schema.json).
     Rpc(cli::ctl::RpcArgs),
+    /// Check or create a local volume pool offline (docs/volumes.md).
+    Pool(cli::pool::PoolArgs),
     /// Write the man pages and shell completions of this CLI (packaging).
     #[command(hide = true)]
     GenPackageFiles(cli::package::GenArgs),
@@ -124,6 +126,7 @@ fn main() {
         Some(Command::CheckTlsKey(a)) => cli::tls::run_check(a),
         Some(Command::Ctl(a)) => cli::ctl::run(a),
         Some(Command::Rpc(a)) => cli::ctl::run_rpc(a),
+        Some(Command::Pool(a)) => cli::pool::run(a),
         Some(Command::GenPackageFiles(a)) => {
             cli::package::run(a, <Cli as clap::CommandFactory>::command())
         }

@@ -82,6 +82,7 @@ pub fn build_with(sel: u8, ns: u8, qos: bool) -> (Arc<Target>, Shape) {
         listen: vec!["127.0.0.1:4420".into()],
         transport: transport.clone(),
         subsystems: vec![sub],
+        pools: Vec::new(),
     };
     if let Err(e) = cfg.validate() {
         panic!("fuzz target config {sel:#x} is invalid: {e}");

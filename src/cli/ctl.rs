@@ -41,6 +41,15 @@ pub enum Verb {
     /// ANA states per listener and group (docs/ha.md).
     #[command(subcommand)]
     Ana(AnaVerb),
+    /// Volume pools (docs/volumes.md): create, list, delete.
+    #[command(subcommand)]
+    Pool(crate::cli::ctl_volumes::PoolVerb),
+    /// Volumes of pools: create, list, get, resize, rename, delete, clone, decouple.
+    #[command(subcommand)]
+    Volume(crate::cli::ctl_volumes::VolumeVerb),
+    /// Snapshots of volumes: create (list, delete and clone them as volumes).
+    #[command(subcommand)]
+    Snapshot(crate::cli::ctl_volumes::SnapshotVerb),
     /// I/O statistics per subsystem and host.
     Stats {
         #[arg(long)]
@@ -91,7 +100,7 @@ pub struct RbdFlags {
 
 #[derive(Subcommand, Debug)]
 pub enum NamespaceVerb {
-    /// Add a namespace: one of --ram SIZE, --null SIZE, --file PATH, --rbd POOL/IMAGE.
+    /// Add a namespace: one of --ram SIZE, --null SIZE, --file PATH, --rbd POOL/IMAGE, --volume POOL/NAME.
     Add {
         nqn: String,
         #[arg(long)]
@@ -104,6 +113,9 @@ pub enum NamespaceVerb {
         file: Option<PathBuf>,
         #[command(flatten)]
         rbd: Box<RbdFlags>,
+        /// A volume of a pool (docs/volumes.md).
+        #[arg(long, value_name = "POOL/NAME", group = "backend")]
+        volume: Option<String>,
         /// With --file: create or extend the file to SIZE.
         #[arg(long, value_name = "SIZE")]
         size: Option<String>,
@@ -285,7 +297,7 @@ fn call(ep: &Endpoint, method: &str, params: Value) -> Result<Value> {
     Ok(answer.get("result").cloned().unwrap_or(Value::Null))
 }
 
-fn size_param(s: &str) -> Result<Value> {
+pub(crate) fn size_param(s: &str) -> Result<Value> {
     let n: farflash_core::config::Size = s.parse().map_err(anyhow::Error::msg)?;
     Ok(json!(n.0))
 }
@@ -374,6 +386,9 @@ fn request(verb: &Verb) -> Result<(&'static str, Value)> {
             "ana_state_set",
             json!({"nqn": nqn, "listen": listen, "anagrpid": anagrpid, "state": state}),
         ),
+        Verb::Pool(v) => v.request()?,
+        Verb::Volume(v) => v.request()?,
+        Verb::Snapshot(v) => v.request()?,
         Verb::Stats { nqn } => ("stats", json!({"nqn": nqn})),
         Verb::SaveConfig { path } => ("save_config", json!({"path": path})),
         Verb::LoadConfig { path } if path.as_os_str() == "-" => {
@@ -398,6 +413,7 @@ fn namespace_add(verb: &NamespaceVerb) -> Result<Value> {
         null,
         file,
         rbd,
+        volume,
         size,
         block_size,
         uuid,
@@ -415,6 +431,10 @@ fn namespace_add(verb: &NamespaceVerb) -> Result<Value> {
         ceph_keyring,
     } = &**rbd;
     match (ram, null, file, rbd) {
+        _ if volume.is_some() => {
+            p["backend"] = json!("volume");
+            p["volume"] = json!(volume);
+        }
         (None, None, None, Some(r)) => {
             p["backend"] = json!("rbd");
             p["rbd"] = json!({"pool": r.pool, "image": r.image, "conf": ceph_conf, "id": ceph_id, "keyring": ceph_keyring});
@@ -434,7 +454,7 @@ fn namespace_add(verb: &NamespaceVerb) -> Result<Value> {
                 p["size"] = size_param(s)?;
             }
         }
-        _ => bail!("give one of --ram SIZE, --null SIZE, --file PATH, --rbd POOL/IMAGE"),
+        _ => bail!("give one of --ram SIZE, --null SIZE, --file PATH, --rbd POOL/IMAGE, --volume POOL/NAME"),
     }
     Ok(p)
 }

@@ -47,6 +47,10 @@ pub struct ServeFlags {
     /// Add a namespace backed by the Ceph RBD image POOL/IMAGE (docs/rbd.md).
     #[arg(long = "rbd", value_name = "POOL/IMAGE")]
     pub rbd: Vec<RbdConfig>,
+    /// Add a namespace exporting volume NAME of pool POOL, a `[[pool]]` of
+    /// the --config file (docs/volumes.md).
+    #[arg(long = "volume", value_name = "POOL/NAME")]
+    pub volume: Vec<String>,
     /// The ceph.conf of the --rbd images (default: Ceph's search, $CEPH_CONF,
     /// /etc/ceph/ceph.conf).
     #[arg(long = "ceph-conf", value_name = "PATH")]
@@ -155,6 +159,7 @@ pub enum NsFlag {
     File(PathBuf),
     Null(Size),
     Rbd(RbdConfig),
+    Volume(String),
 }
 
 impl FromArgMatches for ServeArgs {
@@ -189,6 +194,11 @@ impl FromArgMatches for ServeArgs {
                 ..r.clone()
             })
         })));
+        order.extend(
+            idx("volume")
+                .into_iter()
+                .zip(flags.volume.iter().map(|v| NsFlag::Volume(v.clone()))),
+        );
         order.sort_by_key(|(i, _)| *i);
         Ok(ServeArgs {
             flags,
@@ -245,6 +255,11 @@ impl ServeArgs {
                     NsFlag::Null(s) => (BackendKind::Null, None, Some(*s), None),
                     NsFlag::File(p) => (BackendKind::File, Some(p.clone()), None, None),
                     NsFlag::Rbd(r) => (BackendKind::Rbd, None, None, Some(r.clone())),
+                    NsFlag::Volume(_) => (BackendKind::Volume, None, None, None),
+                };
+                let volume = match n {
+                    NsFlag::Volume(v) => Some(v.clone()),
+                    _ => None,
                 };
                 NamespaceConfig {
                     nsid: None,
@@ -257,6 +272,7 @@ impl ServeArgs {
                     anagrpid: None,
                     ptpl_file: None,
                     rbd,
+                    volume,
                     commit: backend == BackendKind::Ram && f.ram_commit,
                 }
             })
@@ -276,7 +292,7 @@ impl ServeArgs {
             if touches_subsystem {
                 // Flags describe one more subsystem beside the file's.
                 if flag_ns.is_empty() {
-                    bail!("with --config, --nqn/--allow-host/--block-size/--dhchap-*/--tls-key/--qos need namespaces (--ram/--file/--null/--rbd)");
+                    bail!("with --config, --nqn/--allow-host/--block-size/--dhchap-*/--tls-key/--qos need namespaces (--ram/--file/--null/--rbd/--volume)");
                 }
                 let mut sub = SubsystemConfig::new(
                     f.nqn.clone().unwrap_or_else(|| DEFAULT_NQN.to_owned()),
@@ -765,6 +781,44 @@ mod tests {
         let ns = &from_flags.subsystems[0].namespaces[1];
         assert_eq!(ns.backend, BackendKind::Rbd);
         assert_eq!(ns.rbd.as_ref().map(|r| r.image.as_str()), Some("vol1"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn volume_flags_and_file_build_the_same_config() {
+        let dir = std::env::temp_dir().join(format!("ff-serve-vol-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pools = "[[pool]]\nname='tank'\ndevices=['/dev/null']\n";
+        let base = format!("[[subsystem]]\nnqn='nqn.t:a'\n[[subsystem.namespace]]\nbackend='ram'\nsize='1M'\n{pools}");
+        let (p, q) = (dir.join("v.toml"), dir.join("base.toml"));
+        let vol = "[[subsystem]]\nnqn='nqn.t:v'\n[[subsystem.namespace]]\nbackend='volume'\nvolume='tank/db'\n";
+        std::fs::write(&p, format!("{base}{vol}")).unwrap();
+        std::fs::write(&q, &base).unwrap();
+        let from_file = parse(&["--config", p.to_str().unwrap()])
+            .to_config()
+            .unwrap();
+        let from_flags = parse(&[
+            "--config",
+            q.to_str().unwrap(),
+            "--nqn",
+            "nqn.t:v",
+            "--volume",
+            "tank/db",
+        ])
+        .to_config()
+        .unwrap();
+        assert_eq!(from_file, from_flags);
+        let ns = &from_flags.subsystems[1].namespaces[0];
+        assert_eq!(
+            (ns.backend, ns.volume.as_deref()),
+            (BackendKind::Volume, Some("tank/db"))
+        );
+        // A volume of a pool the configuration does not have is named.
+        let e = parse(&["--config", q.to_str().unwrap(), "--volume", "other/db"])
+            .to_config()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("other"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -87,6 +87,18 @@ pub trait Backend: Send + Sync + 'static {
     fn set_ana_optimized(&self, _optimized: bool) -> io::Result<()> {
         Ok(())
     }
+    /// A persistent identity of the storage (a pool volume's UUID), from
+    /// which the namespace's NGUID and UUID derive when none is configured,
+    /// so they follow the storage across restarts and subsystems. `None`:
+    /// they derive from the subsystem NQN and NSID.
+    fn stable_id(&self) -> Option<[u8; 16]> {
+        None
+    }
+    /// The unit in bytes that Deallocate frees whole (a pool's cluster),
+    /// reported as NPDG/NPDA in Identify Namespace; `None`: any block.
+    fn deallocate_granularity(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A per-thread submission/completion queue on a [`Backend`].

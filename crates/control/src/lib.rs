@@ -10,8 +10,10 @@
 pub mod config;
 pub mod key_files;
 pub mod manage;
+pub mod pools;
 pub mod provision;
 pub mod reload;
+pub mod volumes;
 
 pub use provision::{build_namespaces, build_subsystem, build_subsystems, System};
 

@@ -188,6 +188,11 @@ pub fn resize_namespace(
                 "{nqn}: namespace {nsid} is RBD: its size is the image's (resize the image; the namespace follows)"
             )))
         }
+        BackendKind::Volume => {
+            return Err(ManageError::Invalid(format!(
+                "{nqn}: namespace {nsid} is a volume: resize the volume (volume_resize); the namespace follows"
+            )))
+        }
         BackendKind::File if size < capacity => {
             return Err(ManageError::Invalid(format!(
                 "{nqn}: namespace {nsid}: a file namespace only grows ({capacity} bytes now)"

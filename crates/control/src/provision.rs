@@ -7,7 +7,7 @@ use farflash_backend::{
     open_file, open_null, open_ram, open_ram_committed, open_rbd, FileOptions, RbdOptions,
     SharedBackend,
 };
-use farflash_core::config::{BackendKind, Config, NamespaceConfig, SubsystemConfig};
+use farflash_core::config::{split_volume, BackendKind, Config, NamespaceConfig, SubsystemConfig};
 use farflash_core::resv::ptpl::PtplFile;
 use farflash_core::subsystem::{human, BuildError, Namespace, Provision, Subsystem};
 use std::path::{Path, PathBuf};
@@ -99,6 +99,7 @@ impl Provision for System {
                 let d = format!("{name} ({})", human(b.capacity()));
                 (b, d)
             }
+            BackendKind::Volume => open_volume(nqn, nc, nsid)?,
         };
 
         Ok((backend, describe))
@@ -109,10 +110,35 @@ impl Provision for System {
     }
 }
 
-/// Opens every backend of `cfg`'s subsystems
+/// Exports the volume `nc.volume` (`POOL/NAME`) of an open pool
+/// ([`crate::pools`]); it counts as exported while the backend lives.
+fn open_volume(
+    nqn: &str,
+    nc: &NamespaceConfig,
+    nsid: u32,
+) -> Result<(SharedBackend, String), BuildError> {
+    let invalid = |msg: String| BuildError::Invalid {
+        nqn: nqn.to_owned(),
+        nsid,
+        msg,
+    };
+    let v = nc.volume.as_deref().unwrap_or_default();
+    let (pool, name) = split_volume(v).map_err(invalid)?;
+    let store = crate::pools::registry()
+        .get(pool)
+        .map_err(|e| invalid(format!("volume {v}: {e}")))?;
+    let b = store
+        .open(name)
+        .map_err(|e| invalid(format!("volume {v}: {e}")))?;
+    let d = format!("volume {v} ({})", human(b.capacity()));
+    Ok((b, d))
+}
+
+/// Opens `cfg`'s pools, then every backend of its subsystems
 /// ([`farflash_core::subsystem::build_subsystems`] with [`System`]).
-pub fn build_subsystems(cfg: &Config) -> Result<Vec<Arc<Subsystem>>, BuildError> {
-    farflash_core::subsystem::build_subsystems(cfg, &System)
+pub fn build_subsystems(cfg: &Config) -> Result<Vec<Arc<Subsystem>>, crate::reload::ApplyError> {
+    crate::pools::registry().open_configured(&cfg.pools)?;
+    Ok(farflash_core::subsystem::build_subsystems(cfg, &System)?)
 }
 
 /// Opens one subsystem's backends.

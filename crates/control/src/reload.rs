@@ -74,6 +74,8 @@ pub enum ApplyError {
     Invalid(#[from] farflash_core::config::ConfigError),
     #[error("{0}")]
     Build(#[from] BuildError),
+    #[error("{0}")]
+    Pools(#[from] crate::pools::PoolsError),
     #[error("listener {addr}: {msg}")]
     Listener { addr: String, msg: String },
     #[error(
@@ -171,6 +173,7 @@ pub fn current_config(target: &Target) -> Config {
             .collect(),
         transport: target.transport.clone(),
         subsystems: target.subsystems().iter().map(|s| s.to_config()).collect(),
+        pools: crate::pools::registry().configs(),
     }
 }
 
@@ -218,6 +221,8 @@ pub(crate) fn apply_locked(
     let mut report = ReloadReport::default();
     let current = target.subsystems();
     check_limits(target, cfg, &current)?;
+    // Pools first: the namespaces built below may export their volumes.
+    crate::pools::registry().open_configured(&cfg.pools)?;
     // 1. Build everything first, so a bad file changes nothing.
     let plans = plan_subsystems(target, cfg, &current, &mut report)?;
     // 2. Listeners: bind the new ones (undone if one fails).

@@ -418,6 +418,7 @@ fn ptpl_keeps_a_reservation_across_a_restart() {
                 ..NamespaceConfig::sized(BackendKind::Ram, 1 << 20)
             }],
         )],
+        pools: Vec::new(),
     };
     let start = || {
         let subs = crate::provision::build_subsystems(&cfg).unwrap();

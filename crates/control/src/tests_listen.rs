@@ -44,6 +44,7 @@ fn target() -> Arc<Target> {
             "nqn.2026-11.io.farflash:listen",
             vec![NamespaceConfig::sized(BackendKind::Null, 1 << 20)],
         )],
+        pools: Vec::new(),
     };
     let subs = build_subsystems(&cfg).unwrap();
     let addr: SocketAddr = "10.0.2.15:4420".parse().unwrap();

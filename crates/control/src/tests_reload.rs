@@ -19,6 +19,7 @@ fn a_reload_keeps_a_live_subsystems_cntlid_range() {
                 vec![NamespaceConfig::sized(BackendKind::Null, 1 << 20)],
             )
         }],
+        pools: Vec::new(),
     };
     cfg.validate().unwrap();
     let subs = build_subsystems(&cfg).unwrap();

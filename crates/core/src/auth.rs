@@ -212,6 +212,7 @@ mod tests {
             listen: vec!["127.0.0.1:4420".into()],
             transport: TransportConfig::default(),
             subsystems: vec![sub],
+            pools: Vec::new(),
         };
         cfg.validate().unwrap();
         let subs = build_subsystems(&cfg).unwrap();

@@ -137,6 +137,7 @@ mod tests {
                     vec![NamespaceConfig::sized(BackendKind::Null, 1 << 20)],
                 )
             }],
+            pools: Vec::new(),
         };
         cfg.validate().unwrap();
         let subs = build_subsystems(&cfg).unwrap();

@@ -26,6 +26,89 @@ pub struct Config {
     pub transport: TransportConfig,
     #[serde(default, rename = "subsystem")]
     pub subsystems: Vec<SubsystemConfig>,
+    /// Volume pools the target opens at start (`[[pool]]`, docs/volumes.md);
+    /// `backend = "volume"` namespaces name a volume of one of them.
+    #[serde(default, rename = "pool", skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<PoolConfig>,
+}
+
+/// A volume pool (`[[pool]]`): a local pool over files or block devices,
+/// or an RBD pool (docs/volumes.md).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolConfig {
+    pub name: String,
+    /// "local" (over `devices`) or "rbd" (over the `rbd` table's pool).
+    #[serde(default = "default_pool_backend")]
+    pub backend: String,
+    /// A local pool's devices, in any order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<PathBuf>,
+    /// The cluster size a local pool was created with (informative when
+    /// opening: the pool's superblock holds it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_size: Option<u64>,
+    /// An RBD pool's Ceph pool and credentials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rbd: Option<RbdPoolConfig>,
+}
+
+fn default_pool_backend() -> String {
+    "local".to_owned()
+}
+
+/// Where an RBD volume pool lives: `rbd = { pool = "rbd" }` plus,
+/// optionally, ceph.conf, the client id and its keyring.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RbdPoolConfig {
+    pub pool: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conf: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keyring: Option<PathBuf>,
+}
+
+impl PoolConfig {
+    /// Checks what the types cannot; the error names the pool and field.
+    pub fn validate(&self) -> Result<(), String> {
+        let n = &self.name;
+        if n.is_empty() || n.len() > 64 || n.contains(['/', '@']) || n.chars().any(char::is_control)
+        {
+            return Err(format!(
+                "pool name {n:?}: 1 to 64 characters, no '/', '@' or control characters"
+            ));
+        }
+        match self.backend.as_str() {
+            "local" if self.devices.is_empty() => {
+                Err(format!("pool {n}: a local pool needs devices"))
+            }
+            "local" if self.rbd.is_some() => {
+                Err(format!("pool {n}: rbd = {{...}} needs backend = \"rbd\""))
+            }
+            "local" => Ok(()),
+            "rbd" if self.rbd.is_none() => Err(format!(
+                "pool {n}: an rbd pool needs rbd = {{ pool = ... }}"
+            )),
+            "rbd" if !self.devices.is_empty() || self.cluster_size.is_some() => Err(format!(
+                "pool {n}: an rbd pool takes no devices or cluster_size"
+            )),
+            "rbd" => Ok(()),
+            b => Err(format!(
+                "pool {n}: backend {b:?} is not \"local\" or \"rbd\""
+            )),
+        }
+    }
+}
+
+/// `POOL/NAME`: the volume a `backend = "volume"` namespace exports.
+pub fn split_volume(s: &str) -> Result<(&str, &str), String> {
+    match s.split_once('/') {
+        Some((p, v)) if !p.is_empty() && !v.is_empty() && !v.contains('/') => Ok((p, v)),
+        _ => Err(format!("volume {s:?} is not POOL/NAME")),
+    }
 }
 
 fn default_listeners() -> Vec<String> {
@@ -471,6 +554,8 @@ pub enum BackendKind {
     Null,
     /// A Ceph RBD image (the namespace's `rbd` table; docs/rbd.md).
     Rbd,
+    /// A volume of a pool (`volume = "POOL/NAME"`; docs/volumes.md).
+    Volume,
 }
 
 /// Where an RBD namespace's image is: `rbd = { pool = "rbd", image = "vol1" }`
@@ -545,6 +630,9 @@ pub struct NamespaceConfig {
     /// The image of a `backend = "rbd"` namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rbd: Option<RbdConfig>,
+    /// The volume of a `backend = "volume"` namespace, `POOL/NAME`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<String>,
     /// RAM namespaces: commit (fault in) the whole memory at start instead
     /// of as written, so that first writes find their pages present (as
     /// SPDK's malloc bdev, zeroed at creation); benchmarks ask for it
@@ -555,6 +643,36 @@ pub struct NamespaceConfig {
 }
 
 impl NamespaceConfig {
+    /// The fields its backend needs and no field of another backend; the
+    /// error names the field.
+    pub fn validate_backend(&self) -> Result<(), String> {
+        let err = |m: &str| Err(m.to_owned());
+        match self.backend {
+            BackendKind::File if self.path.is_none() => err("file namespace needs a path"),
+            BackendKind::Ram | BackendKind::Null if self.size.is_none() => {
+                err("ram/null namespace needs a size")
+            }
+            BackendKind::Rbd if self.rbd.is_none() => {
+                err("rbd namespace needs rbd = { pool = ..., image = ... }")
+            }
+            BackendKind::Rbd if self.size.is_some() || self.path.is_some() => {
+                err("an rbd namespace takes its size from the image (no size or path)")
+            }
+            BackendKind::Volume => match &self.volume {
+                None => err("a volume namespace needs volume = \"POOL/NAME\""),
+                Some(_) if self.size.is_some() || self.path.is_some() => {
+                    err("a volume namespace takes its size from the volume (no size or path)")
+                }
+                Some(v) => split_volume(v).map(|_| ()),
+            },
+            _ if self.volume.is_some() => err("volume = \"...\" needs backend = \"volume\""),
+            _ if self.rbd.is_some() && self.backend != BackendKind::Rbd => {
+                err("rbd = {...} needs backend = \"rbd\"")
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// A namespace of `size` bytes on a `backend` that needs no path (RAM,
     /// null), with NSID, block size, UUID and NGUID left to their defaults.
     pub fn sized(backend: BackendKind, size: u64) -> NamespaceConfig {
@@ -569,6 +687,7 @@ impl NamespaceConfig {
             anagrpid: None,
             ptpl_file: None,
             rbd: None,
+            volume: None,
             commit: false,
         }
     }
@@ -584,6 +703,7 @@ impl Default for Config {
                 DEFAULT_NQN,
                 vec![NamespaceConfig::sized(BackendKind::Ram, 1 << 30)],
             )],
+            pools: Vec::new(),
         }
     }
 }
@@ -696,6 +816,40 @@ impl Config {
             s.validate()?;
         }
         t.limits.check_counts(&self.subsystems)?;
+        self.validate_volumes()
+    }
+
+    /// Pools are named once and valid; each volume namespace names a
+    /// listed pool and no volume is exported twice.
+    fn validate_volumes(&self) -> Result<(), ConfigError> {
+        let mut pools = std::collections::HashSet::new();
+        for p in &self.pools {
+            p.validate().map_err(ConfigError::Invalid)?;
+            if !pools.insert(p.name.as_str()) {
+                return Err(ConfigError::Invalid(format!(
+                    "pool {} is listed twice",
+                    p.name
+                )));
+            }
+        }
+        let mut exported = std::collections::HashSet::new();
+        for s in &self.subsystems {
+            for v in s.namespaces.iter().filter_map(|n| n.volume.as_deref()) {
+                let (pool, _) = split_volume(v).map_err(ConfigError::Invalid)?;
+                if !pools.contains(pool) {
+                    return Err(ConfigError::Invalid(format!(
+                        "{}: volume {v}: no pool {pool:?} (add a [[pool]] entry)",
+                        s.nqn
+                    )));
+                }
+                if !exported.insert(v) {
+                    return Err(ConfigError::Invalid(format!(
+                        "{}: volume {v} is exported twice",
+                        s.nqn
+                    )));
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -778,33 +932,8 @@ impl SubsystemConfig {
                 return bad(format!("{}: NSID {id} is used twice", self.nqn));
             }
             next = next.max(id + 1);
-            match n.backend {
-                BackendKind::File if n.path.is_none() => {
-                    return bad(format!("{}: file namespace needs a path", self.nqn))
-                }
-                BackendKind::Ram | BackendKind::Null if n.size.is_none() => {
-                    return bad(format!("{}: ram/null namespace needs a size", self.nqn))
-                }
-                BackendKind::Rbd if n.rbd.is_none() => {
-                    return bad(format!(
-                        "{}: rbd namespace needs rbd = {{ pool = ..., image = ... }}",
-                        self.nqn
-                    ))
-                }
-                BackendKind::Rbd if n.size.is_some() || n.path.is_some() => {
-                    return bad(format!(
-                        "{}: an rbd namespace takes its size from the image (no size or path)",
-                        self.nqn
-                    ))
-                }
-                _ if n.rbd.is_some() && n.backend != BackendKind::Rbd => {
-                    return bad(format!(
-                        "{}: rbd = {{...}} needs backend = \"rbd\"",
-                        self.nqn
-                    ))
-                }
-                _ => {}
-            }
+            n.validate_backend()
+                .map_err(|e| ConfigError::Invalid(format!("{}: {e}", self.nqn)))?;
             if let Some(g) = n.anagrpid {
                 crate::ana::check_anagrpid(g).map_err(|e| {
                     ConfigError::Invalid(format!("{}: namespace {id}: {e}", self.nqn))
@@ -1037,6 +1166,36 @@ mod tests {
         assert!(Config::from_toml("bogus = 1", "t").is_err());
         let nofile = "[[subsystem]]\nnqn='nqn.a'\n[[subsystem.namespace]]\nbackend='file'\n";
         assert!(Config::from_toml(nofile, "t").is_err());
+    }
+
+    #[test]
+    fn pools_and_volume_namespaces_are_checked_naming_the_field() {
+        let sub = "[[subsystem]]\nnqn = 'nqn.t:a'\n[[subsystem.namespace]]\nbackend = 'ram'\nsize = '1M'\n";
+        let pool = "[[pool]]\nname = 'tank'\ndevices = ['/d/0', '/d/1']\n";
+        let vol = |v: &str| format!("[[subsystem.namespace]]\nbackend = 'volume'\n{v}\n");
+        let c =
+            Config::from_toml(&format!("{sub}{}{pool}", vol("volume = 'tank/db'")), "t").unwrap();
+        assert_eq!(c.pools[0].backend, "local");
+        assert_eq!(c.pools[0].devices.len(), 2);
+        let text = toml::to_string(&c).unwrap();
+        assert_eq!(Config::from_toml(&text, "t").unwrap(), c, "{text}");
+        for (bad, named) in [
+            (format!("{sub}{}{pool}", vol("")), "volume = \"POOL/NAME\""),
+            (format!("{sub}{}{pool}", vol("volume = 'tank'")), "\"tank\""),
+            (format!("{sub}{}{pool}", vol("volume = 'tank/a/b'")), "tank/a/b"),
+            (format!("{sub}{}{pool}", vol("volume = 'tank/db'\nsize = '1G'")), "size"),
+            (format!("{sub}{}", vol("volume = 'tank/db'")), "no pool \"tank\""),
+            (format!("{sub}{}{}{pool}", vol("volume = 'tank/db'"), vol("volume = 'tank/db'")), "exported twice"),
+            (format!("{sub}{pool}{pool}"), "pool tank is listed twice"),
+            (format!("{sub}[[pool]]\nname = 'a/b'\ndevices = ['/d']\n"), "a/b"),
+            (format!("{sub}[[pool]]\nname = 'p'\n"), "needs devices"),
+            (format!("{sub}[[pool]]\nname = 'p'\nbackend = 'rbd'\n"), "rbd = { pool"),
+            (format!("{sub}[[pool]]\nname = 'p'\nbackend = 'zfs'\ndevices = ['/d']\n"), "zfs"),
+            (format!("{sub}[[subsystem.namespace]]\nbackend = 'ram'\nsize = '1M'\nvolume = 'tank/db'\n{pool}"), "needs backend = \"volume\""),
+        ] {
+            let e = Config::from_toml(&bad, "t").unwrap_err().to_string();
+            assert!(e.contains(named), "{bad}\n=> {e}");
+        }
     }
 
     #[test]

@@ -110,6 +110,14 @@ pub(crate) fn volatile_write_cache(sub: &Subsystem) -> bool {
 }
 
 pub(crate) fn namespace(ns: &Namespace) -> IdNs {
+    // NVM Command Set §4.1.5.1 NPDG/NPDA: Deallocate frees whole units of
+    // the storage's granularity (a pool's cluster), in blocks, 0's based;
+    // NSFEAT.OPTPERF says they are defined. Not reported when a unit is
+    // not a whole number of blocks or exceeds the 16-bit field.
+    let npdg = (ns.backend.deallocate_granularity())
+        .filter(|g| g.is_multiple_of(ns.block_size as u64))
+        .map(|g| g >> ns.lba_shift)
+        .and_then(|blocks| u16::try_from(blocks.checked_sub(1)?).ok());
     let (mssrl, mcl, msrc) = crate::nvm::copy_limits(ns);
     IdNs {
         mssrl,
@@ -118,7 +126,13 @@ pub(crate) fn namespace(ns: &Namespace) -> IdNs {
         nsze: ns.blocks,
         ncap: ns.blocks,
         nuse: ns.blocks,
-        nsfeat: 0,
+        nsfeat: if npdg.is_some() {
+            wid::NSFEAT_OPTPERF
+        } else {
+            0
+        },
+        npdg: npdg.unwrap_or(0),
+        npda: npdg.unwrap_or(0),
         nmic: 1, // may be attached to several controllers
         // NVM Command Set §4.1.5.1 RESCAP: all six types (bits 1-6), IEKEY
         // as NVMe 1.3 defines it (bit 7), PTPL (bit 0) with a PTPL file.

@@ -178,6 +178,7 @@ mod tests {
             anagrpid: None,
             ptpl_file: None,
             rbd: None,
+            volume: None,
             commit: false,
         };
         Arc::new(

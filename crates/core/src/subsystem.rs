@@ -402,8 +402,20 @@ pub fn build_namespace(
     nsid: u32,
     p: &dyn Provision,
 ) -> Result<Namespace, BuildError> {
-    let bs = nc.block_size.unwrap_or(512);
     let (backend, describe) = p.open_backend(nqn, nc, nsid)?;
+    // The storage's own block size unless one is configured (a pool
+    // volume's is 4 KiB; RAM, null and files open with the configured or 512).
+    let bs = nc.block_size.unwrap_or(backend.block_size());
+    if bs < backend.block_size() {
+        return Err(BuildError::Invalid {
+            nqn: nqn.to_owned(),
+            nsid,
+            msg: format!(
+                "block_size {bs} is below the storage's block size {}",
+                backend.block_size()
+            ),
+        });
+    }
     let blocks = backend.capacity() / bs as u64;
     if blocks == 0 {
         return Err(BuildError::Invalid {
@@ -421,11 +433,18 @@ pub fn build_namespace(
         Some(u) => {
             parse_hex16(u).ok_or_else(|| invalid("uuid must be 32 hex digits (dashes allowed)"))?
         }
-        None => derive_id(nqn, nsid, 1),
+        None => backend
+            .stable_id()
+            .unwrap_or_else(|| derive_id(nqn, nsid, 1)),
     };
     let nguid = match &nc.nguid {
         Some(u) => parse_hex16(u).ok_or_else(|| invalid("nguid must be 32 hex digits"))?,
-        None => derive_id(nqn, nsid, 2),
+        // Storage with an identity of its own (a pool volume) keeps it
+        // across restarts and subsystems: NGUID = its UUID's bytes.
+        None => match backend.stable_id() {
+            Some(id) => id,
+            None => derive_id(nqn, nsid, 2),
+        },
     };
     let ptpl = nc.ptpl_file.as_deref().map(|f| p.ptpl_file(f));
     let resv = crate::resv::NsResv::open(ptpl).map_err(|m| invalid(&m))?;
@@ -590,6 +609,7 @@ fn same_config(a: &NamespaceConfig, b: &NamespaceConfig) -> bool {
         anagrpid,
         ptpl_file,
         rbd,
+        volume,
         commit,
     } = b;
     a.backend == *backend
@@ -601,6 +621,7 @@ fn same_config(a: &NamespaceConfig, b: &NamespaceConfig) -> bool {
         && a.anagrpid == *anagrpid
         && a.ptpl_file == *ptpl_file
         && a.rbd == *rbd
+        && a.volume == *volume
         && a.commit == *commit
 }
 

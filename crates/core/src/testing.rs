@@ -107,6 +107,7 @@ pub fn target() -> (Arc<Target>, Arc<Script>) {
                 ..NamespaceConfig::sized(BackendKind::Null, 1 << 20)
             }],
         )],
+        pools: Vec::new(),
     };
     let subs = build_subsystems(&cfg).unwrap();
     let old = subs[0].namespace(1).unwrap();

@@ -82,6 +82,18 @@ fn a_failed_flush_fails_its_command_and_the_queue_goes_on() {
 }
 
 #[test]
+fn a_full_pool_is_capacity_exceeded_and_the_next_write_goes_through() {
+    let (t, script) = target();
+    let (_admin, mut q) = io_queue(&t);
+    // A thin pool out of clusters fails the write with ENOSPC.
+    script.fail(OpKind::Write, libc::ENOSPC, 1);
+    let c = run(&mut q, rw(io::WRITE, 9, 4, 512), &block(1));
+    assert_eq!(c.status, Status::CAPACITY_EXCEEDED);
+    let c = run(&mut q, rw(io::WRITE, 10, 4, 512), &block(1));
+    assert_eq!(c.status, Status::SUCCESS);
+}
+
+#[test]
 fn parse_once_refuses_before_any_data_moves() {
     let (t, script) = target();
     let (_admin, mut q) = io_queue(&t);

@@ -100,6 +100,7 @@ impl Collector for TargetCollector {
         let mut e = Enc(&mut encoder);
         target_gauges(&mut e, t)?;
         target_counters(&mut e, t)?;
+        pool_metrics(&mut e)?;
         process_metrics(&mut e)
     }
 }
@@ -310,6 +311,67 @@ fn target_counters(e: &mut Enc<'_, '_>, t: &Target) -> Result<(), std::fmt::Erro
         None,
         &[(vec![], t.listeners().len() as i64)],
     )
+}
+
+/// Space per pool and per volume (docs/volumes.md), read at scrape time.
+fn pool_metrics(e: &mut Enc<'_, '_>) -> Result<(), std::fmt::Error> {
+    let pools = farflash_control::pools::registry().all();
+    if pools.is_empty() {
+        // No pool, no pool families (a target without volumes lists none).
+        return Ok(());
+    }
+    let stats: Vec<_> = (pools.iter())
+        .map(|(n, p)| (n.as_str(), p.stats()))
+        .collect();
+    let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    for (name, help, f) in [
+        (
+            "farflash_pool_size",
+            "Bytes of a pool's data clusters",
+            (|s| s.size) as fn(&farflash_pool::PoolStats) -> u64,
+        ),
+        (
+            "farflash_pool_allocated",
+            "Bytes of a pool's clusters held by volumes and snapshots",
+            |s| s.allocated,
+        ),
+        (
+            "farflash_pool_free",
+            "Bytes of a pool's free clusters",
+            |s| s.free,
+        ),
+    ] {
+        let rows: Vec<(Labels<'_>, i64)> = (stats.iter())
+            .map(|(n, s)| (vec![("pool", *n)], gauge(f(s))))
+            .collect();
+        e.gauge(name, help, Some(&Unit::Bytes), &rows)?;
+    }
+    let vols: Vec<(&str, farflash_pool::VolumeInfo)> = (pools.iter())
+        .flat_map(|(n, p)| p.list().into_iter().map(move |v| (n.as_str(), v)))
+        .collect();
+    for (name, help, f) in [
+        (
+            "farflash_volume_size",
+            "A volume's or snapshot's size",
+            (|v| v.size) as fn(&farflash_pool::VolumeInfo) -> u64,
+        ),
+        (
+            "farflash_volume_allocated",
+            "Bytes of clusters a volume holds itself",
+            |v| v.allocated,
+        ),
+        (
+            "farflash_volume_shared",
+            "Bytes a volume reads through from its snapshots",
+            |v| v.shared,
+        ),
+    ] {
+        let rows: Vec<(Labels<'_>, i64)> = (vols.iter())
+            .map(|(p, v)| (vec![("pool", *p), ("volume", v.name.as_str())], gauge(f(v))))
+            .collect();
+        e.gauge(name, help, Some(&Unit::Bytes), &rows)?;
+    }
+    Ok(())
 }
 
 /// The usual process metrics (Prometheus client conventions), from /proc.

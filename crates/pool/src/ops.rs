@@ -348,7 +348,7 @@ impl PoolInner {
         let v = st
             .by_name(name)
             .ok_or_else(|| PoolError::NotFound(name.to_owned()))?;
-        let be = VolumeBackend::new(self.clone(), v.handle.clone());
+        let be = VolumeBackend::new(self.clone(), v.handle.clone(), v.rec.uuid);
         Ok(Arc::new(be))
     }
 

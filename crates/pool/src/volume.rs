@@ -46,17 +46,20 @@ pub(crate) struct VolumeBackend {
     pool: Arc<PoolInner>,
     handle: Arc<Handle>,
     seen_size: AtomicU64,
+    /// The volume's persistent UUID (the namespace's identity).
+    uuid: [u8; 16],
 }
 
 impl VolumeBackend {
     /// Exports the volume until the backend drops.
-    pub(crate) fn new(pool: Arc<PoolInner>, handle: Arc<Handle>) -> VolumeBackend {
+    pub(crate) fn new(pool: Arc<PoolInner>, handle: Arc<Handle>, uuid: [u8; 16]) -> VolumeBackend {
         handle.exported.fetch_add(1, Ordering::SeqCst);
         let size = handle.size.load(Ordering::SeqCst);
         VolumeBackend {
             pool,
             handle,
             seen_size: AtomicU64::new(size),
+            uuid,
         }
     }
 }
@@ -96,6 +99,12 @@ impl Backend for VolumeBackend {
     fn refresh_capacity(&self) -> io::Result<bool> {
         let now = self.capacity();
         Ok(self.seen_size.swap(now, Ordering::SeqCst) != now)
+    }
+    fn stable_id(&self) -> Option<[u8; 16]> {
+        Some(self.uuid)
+    }
+    fn deallocate_granularity(&self) -> Option<u64> {
+        Some(self.pool.cluster_size())
     }
 }
 

@@ -31,6 +31,7 @@ pub(crate) fn target() -> Arc<Target> {
         listen: vec!["127.0.0.1:4420".into()],
         transport: Default::default(),
         subsystems: vec![SubsystemConfig::new(NQN, vec![ns])],
+        pools: Vec::new(),
     };
     let subs = build_subsystems(&cfg).unwrap();
     Target::new(

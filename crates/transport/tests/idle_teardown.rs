@@ -26,6 +26,7 @@ fn an_idle_queue_of_a_removed_controller_closes_within_the_scan_period() {
             NQN,
             vec![NamespaceConfig::sized(BackendKind::Null, 1 << 20)],
         )],
+        pools: Vec::new(),
     };
     let subs = build_subsystems(&cfg).expect("subsystem");
     let t = Target::new(

@@ -33,6 +33,7 @@ fn target(addr: &str) -> (Arc<Target>, Arc<farflash_backend::Script>) {
                 ..NamespaceConfig::sized(BackendKind::Null, 1 << 20)
             }],
         )],
+        pools: Vec::new(),
     };
     let subs = build_subsystems(&cfg).expect("subsystem");
     let old = subs[0].namespace(1).expect("namespace 1");

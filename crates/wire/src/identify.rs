@@ -268,6 +268,10 @@ pub mod ns_off {
     pub const NMIC: usize = 30;
     pub const RESCAP: usize = 31;
     pub const DLFEAT: usize = 33;
+    pub const NPWG: usize = 64;
+    pub const NPWA: usize = 66;
+    pub const NPDG: usize = 68;
+    pub const NPDA: usize = 70;
     pub const NOWS: usize = 72;
     pub const MSSRL: usize = 74;
     pub const MCL: usize = 76;
@@ -281,6 +285,9 @@ pub mod ns_off {
 /// NSFEAT bit 2: Deallocated or Unwritten Logical Block error support... we
 /// use bit 3 (NSFEAT.OPTPERF) not at all; DLFEAT 001b: deallocated blocks read as zeroes.
 pub const DLFEAT_READ_ZEROES: u8 = 0x01;
+/// NSFEAT bit 4 (OPTPERF, NVM Command Set §4.1.5.1): NPWG, NPWA, NPDG,
+/// NPDA and NOWS are defined.
+pub const NSFEAT_OPTPERF: u8 = 0x10;
 
 /// What a namespace reports in Identify Namespace.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -294,6 +301,10 @@ pub struct IdNs {
     /// Reservation Capabilities (NVM Command Set §4.1.5.1 RESCAP).
     pub rescap: u8,
     pub dlfeat: u8,
+    /// Namespace Preferred Deallocate Granularity and Alignment, in
+    /// logical blocks, 0's based (meaningful with NSFEAT.OPTPERF).
+    pub npdg: u16,
+    pub npda: u16,
     /// Copy limits (NVM Command Set §4.1.5.1): Maximum Single Source Range
     /// Length and Maximum Copy Length in logical blocks, Maximum Source
     /// Range Count (0's based).
@@ -321,6 +332,8 @@ impl IdNs {
         b[NMIC] = self.nmic;
         b[RESCAP] = self.rescap;
         b[DLFEAT] = self.dlfeat;
+        put_u16(b, NPDG, self.npdg);
+        put_u16(b, NPDA, self.npda);
         put_u16(b, MSSRL, self.mssrl);
         put_u32(b, MCL, self.mcl);
         b[MSRC] = self.msrc;
@@ -346,6 +359,8 @@ impl IdNs {
             nmic: b[NMIC],
             rescap: b[RESCAP],
             dlfeat: b[DLFEAT],
+            npdg: u16_at(b, NPDG),
+            npda: u16_at(b, NPDA),
             mssrl: u16_at(b, MSSRL),
             mcl: u32_at(b, MCL),
             msrc: b[MSRC],
@@ -484,6 +499,9 @@ mod tests {
             ncap: 1 << 21,
             nuse: 1 << 21,
             dlfeat: 1,
+            npdg: 255,
+            npda: 255,
+            nsfeat: NSFEAT_OPTPERF,
             nmic: 1,
             rescap: 0xFF,
             anagrpid: 7,
@@ -493,7 +511,6 @@ mod tests {
             mssrl: 256,
             mcl: 4096,
             msrc: 127,
-            ..IdNs::default()
         };
         let mut b = vec![0u8; IDENTIFY_LEN];
         n.encode(&mut b);

@@ -141,6 +141,7 @@ fn ram_target() -> Arc<Target> {
                 ..NamespaceConfig::sized(BackendKind::Ram, 1 << 20)
             }],
         )],
+        pools: Vec::new(),
     };
     let subs = build_subsystems(&cfg).unwrap();
     Target::new(subs, transport, vec!["127.0.0.1:4420".parse().unwrap()])

@@ -28,6 +28,7 @@ fn target(qos: Vec<QosConfig>) -> Arc<Target> {
         listen: vec!["127.0.0.1:4420".into()],
         transport: transport.clone(),
         subsystems: vec![sub],
+        pools: Vec::new(),
     };
     cfg.validate().unwrap();
     let subs = build_subsystems(&cfg).unwrap();

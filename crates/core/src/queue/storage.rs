@@ -105,6 +105,14 @@ impl<C: Default> NvmeQueue<C> {
             // another path (Base §8.20.3.5).
             tracing::debug!(cid = s.sqe.cid, opcode = s.sqe.opcode, "{e}");
             s.status = Status::ANA_TRANSITION;
+        } else if let Some(e) =
+            (c.result.as_ref().err()).filter(|e| e.raw_os_error() == Some(libc::ENOSPC))
+        {
+            // Thin storage out of space (a full volume pool): Capacity
+            // Exceeded (Base 2.0 §4.2.3.1, Generic Command Status 81h),
+            // neither a media error nor worth a warning per write.
+            tracing::debug!(cid = s.sqe.cid, opcode = s.sqe.opcode, "{e}");
+            s.status = Status::CAPACITY_EXCEEDED;
         } else if let Err(e) = &c.result {
             let write = s.cmd.io().is_some_and(|io| io.writes());
             tracing::warn!(
@@ -113,7 +121,6 @@ impl<C: Default> NvmeQueue<C> {
                 "storage I/O failed: {e}"
             );
             s.status = match e.raw_os_error() {
-                Some(libc::ENOSPC) => Status::CAPACITY_EXCEEDED,
                 Some(libc::EIO) if write => Status::WRITE_FAULT,
                 Some(libc::EIO) => Status::UNRECOVERED_READ_ERROR,
                 _ => Status::INTERNAL_ERROR,

@@ -12,6 +12,7 @@ mod hosts;
 pub mod human;
 mod subsystems;
 mod target;
+pub mod volumes;
 
 use crate::jsonrpc::{self, Request, RpcError};
 use farflash_control::manage::ManageError;
@@ -129,6 +130,7 @@ pub const GROUPS: &[&[MethodDef]] = &[
     hosts::METHODS,
     target::METHODS,
     config::METHODS,
+    volumes::METHODS,
 ];
 
 /// Every method, in the order `rpc_methods` lists them.
@@ -214,6 +216,7 @@ pub fn manage_err(e: ManageError) -> RpcError {
             ApplyError::Invalid(ConfigError::Limit(_))
             | ApplyError::Build(BuildError::Descriptors(_)),
         ) => jsonrpc::LIMIT_EXCEEDED,
+        ManageError::Apply(ApplyError::Pools(p)) => volumes::code(p),
         ManageError::Invalid(_) | ManageError::Apply(ApplyError::Invalid(_)) => {
             jsonrpc::INVALID_CONFIG
         }

@@ -51,6 +51,7 @@ pub const METHODS: &[MethodDef] = &[
             Param::opt("anagrpid"),
             Param::opt("ptpl_file"),
             Param::opt("rbd"),
+            Param::opt("volume"),
         ],
         namespace_add,
     ),
@@ -126,6 +127,9 @@ struct AddNamespace {
     /// For `backend: "rbd"`: `{pool, image, conf?, id?, keyring?}`.
     #[serde(default)]
     rbd: Option<RbdConfig>,
+    /// For `backend: "volume"`: `POOL/NAME` (docs/volumes.md).
+    #[serde(default)]
+    volume: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -202,6 +206,7 @@ fn namespace_add(api: &Api, p: &Value) -> Result<Value, RpcError> {
         anagrpid: a.anagrpid,
         ptpl_file: a.ptpl_file,
         rbd: a.rbd,
+        volume: a.volume,
         commit: false,
     };
     let (r, nsid) = manage::add_namespace(&api.target, &a.nqn, nc).map_err(manage_err)?;

@@ -22,12 +22,13 @@ impl Exports {
     }
 
     /// Wraps `inner`, opened on `name`: exported until it drops.
-    pub(super) fn wrap(&self, name: &str, inner: SharedBackend) -> SharedBackend {
+    pub(super) fn wrap(&self, name: &str, inner: SharedBackend, uuid: [u8; 16]) -> SharedBackend {
         *self.map().entry(name.to_owned()).or_insert(0) += 1;
         Arc::new(Exported {
             inner,
             name: name.to_owned(),
             exports: self.clone(),
+            uuid,
         })
     }
 
@@ -47,6 +48,8 @@ struct Exported {
     inner: SharedBackend,
     name: String,
     exports: Exports,
+    /// The volume's persistent UUID (the namespace's NGUID and UUID).
+    uuid: [u8; 16],
 }
 
 impl Drop for Exported {
@@ -80,6 +83,9 @@ impl Backend for Exported {
     fn set_ana_optimized(&self, optimized: bool) -> io::Result<()> {
         self.inner.set_ana_optimized(optimized)
     }
+    fn stable_id(&self) -> Option<[u8; 16]> {
+        Some(self.uuid)
+    }
 }
 
 #[cfg(test)]
@@ -91,14 +97,15 @@ mod tests {
         let ex = Exports::default();
         let ram = || farflash_backend::open_ram(1 << 20, 4096).expect("ram backend");
         assert!(!ex.is_exported("v"));
-        let a = ex.wrap("v", ram());
-        let b = ex.wrap("v", ram());
+        let a = ex.wrap("v", ram(), [7; 16]);
+        let b = ex.wrap("v", ram(), [7; 16]);
         assert!(ex.is_exported("v") && !ex.is_exported("w"));
         assert_eq!(
             (a.kind(), a.capacity(), a.block_size()),
             ("ram", 1 << 20, 4096)
         );
         assert!(!a.refresh_capacity().expect("refresh"));
+        assert_eq!(a.stable_id(), Some([7; 16]), "the volume's UUID");
         a.set_ana_optimized(true).expect("ana");
         a.sync_all().expect("sync");
         let q = a.open_queue(4).expect("queue");
@@ -110,7 +117,7 @@ mod tests {
             "both dropped (a queue does not hold the volume)"
         );
         drop(q);
-        let c = ex.wrap("v", ram());
+        let c = ex.wrap("v", ram(), [7; 16]);
         let c2 = c.clone();
         drop(c);
         assert!(ex.is_exported("v"), "a clone of the Arc keeps it exported");

@@ -186,6 +186,8 @@ impl VolumeStore for RbdPool {
         let volume = names::volume("name", name)?;
         // Named errors for a missing image (open_rbd's is an io::Error).
         drop(ffi::Img::open_ro(self.io(), volume, None).map_err(self.fail(volume))?);
+        // The namespace's NGUID/UUID (`Backend::stable_id`): the volume's.
+        let uuid = self.info(volume)?.uuid;
         let opts = RbdOptions {
             image: volume.to_owned(),
             ..self.opts.clone()
@@ -194,6 +196,6 @@ impl VolumeStore for RbdPool {
             what: format!("opening rbd {}/{volume}", self.opts.pool),
             source,
         })?;
-        Ok(self.exports.wrap(volume, backend))
+        Ok(self.exports.wrap(volume, backend, *uuid.as_bytes()))
     }
 }

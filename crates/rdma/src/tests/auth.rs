@@ -47,6 +47,7 @@ fn auth_target() -> Arc<Target> {
         listen: vec!["127.0.0.1:4420".into()],
         transport: Default::default(),
         subsystems: vec![sc],
+        pools: Vec::new(),
     };
     let subs = build_subsystems(&cfg).unwrap();
     Target::new(

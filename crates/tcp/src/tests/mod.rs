@@ -35,6 +35,7 @@ pub(super) fn target_with(allowed: Vec<String>, transport: TransportConfig) -> A
             allowed_hosts: allowed,
             ..SubsystemConfig::new(NQN, vec![ram_ns(None)])
         }],
+        pools: Vec::new(),
     };
     let subs = build_subsystems(&cfg).unwrap();
     Target::new(subs, transport, vec!["127.0.0.1:4420".parse().unwrap()])

@@ -28,6 +28,7 @@ fn namespace_change_completes_the_aer_and_reaches_io_queues() {
         listen: vec!["127.0.0.1:4420".into()],
         transport: t.transport.clone(),
         subsystems: vec![],
+        pools: Vec::new(),
     };
     let mut sc = SubsystemConfig::new(NQN, vec![]);
     let ram = |nsid: u32| ram_ns(Some(nsid));

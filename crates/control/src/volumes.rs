@@ -1,0 +1,95 @@
+//! Volume operations that concern the running target as well as the pool
+//! (docs/volumes.md): a resize of an exported volume reaches its namespace
+//! (hosts get Namespace Attribute Changed, as `namespace_resize` gives
+//! them), a rename or delete never pulls a volume from under a namespace.
+//! Each holds the management lock, so no namespace is added or removed
+//! halfway through.
+
+use crate::pools::{registry, PoolsError};
+use crate::reload::ReloadReport;
+use farflash_core::Target;
+use farflash_pool::PoolError;
+
+/// The namespaces exporting `pool/name`: (NQN, NSID).
+pub fn exported_as(target: &Target, pool: &str, name: &str) -> Vec<(String, u32)> {
+    let want = format!("{pool}/{name}");
+    let mut out = Vec::new();
+    for sub in target.subsystems().iter() {
+        for ns in sub.namespaces().iter() {
+            if ns.config.volume.as_deref() == Some(want.as_str()) {
+                out.push((sub.nqn.clone(), ns.nsid));
+            }
+        }
+    }
+    out
+}
+
+fn exported_error(pool: &str, name: &str, by: &[(String, u32)]) -> PoolsError {
+    let (nqn, nsid) = &by[0];
+    PoolsError::of(pool)(PoolError::Exported(format!(
+        "{name} (namespace {nsid} of {nqn}: remove it first)"
+    )))
+}
+
+/// Resizes volume `name` of `pool`. Grows online: an exported volume's
+/// namespace takes the new size at once and hosts get the Namespace
+/// Attribute Changed event and the Changed Namespace List (Base §5.2,
+/// §5.16.1.5). A shrink is refused while the volume is exported, and below its
+/// highest written cluster unless `force`.
+pub fn resize(
+    target: &Target,
+    pool: &str,
+    name: &str,
+    size: u64,
+    force: bool,
+) -> Result<Option<ReloadReport>, PoolsError> {
+    let store = registry().get(pool)?;
+    let grown = {
+        let _serial = target.manage_lock();
+        let info = store.get(name).map_err(PoolsError::of(pool))?;
+        let by = exported_as(target, pool, name);
+        if size < info.size && !by.is_empty() {
+            return Err(exported_error(pool, name, &by));
+        }
+        store
+            .resize(name, size, force)
+            .map_err(PoolsError::of(pool))?;
+        !by.is_empty() && size != info.size
+    };
+    if !grown {
+        return Ok(None);
+    }
+    // The same backend with a new capacity: the namespace is rebuilt
+    // with its new size and its hosts are told (reload's resize path).
+    crate::manage::modify(target, None, |_| Ok(()))
+        .map(Some)
+        .map_err(|e| PoolsError::Invalid(format!("pool {pool}: volume {name} resized, but: {e}")))
+}
+
+/// Renames a volume (refused while exported: the namespace names it).
+pub fn rename(target: &Target, pool: &str, name: &str, new_name: &str) -> Result<(), PoolsError> {
+    let store = registry().get(pool)?;
+    let _serial = target.manage_lock();
+    let by = exported_as(target, pool, name);
+    if !by.is_empty() {
+        return Err(exported_error(pool, name, &by));
+    }
+    store.rename(name, new_name).map_err(PoolsError::of(pool))
+}
+
+/// Deletes a volume or snapshot (refused while exported or with clones).
+pub fn delete(target: &Target, pool: &str, name: &str) -> Result<(), PoolsError> {
+    let store = registry().get(pool)?;
+    let _serial = target.manage_lock();
+    let by = exported_as(target, pool, name);
+    if !by.is_empty() {
+        return Err(exported_error(pool, name, &by));
+    }
+    store.delete(name).map_err(PoolsError::of(pool))
+}
+
+/// Closes a pool (refused while it holds volumes).
+pub fn delete_pool(target: &Target, pool: &str) -> Result<(), PoolsError> {
+    let _serial = target.manage_lock();
+    registry().delete(pool)
+}
