@@ -55,7 +55,7 @@ pub fn absent_ok<T>(r: Result<T, CallError>) -> Result<Option<T>, CallError> {
 }
 
 /// Treats EXISTS as done.
-fn exists_ok(r: Result<Value, CallError>) -> Result<(), CallError> {
+pub fn exists_ok(r: Result<Value, CallError>) -> Result<(), CallError> {
     match r {
         Ok(_) => Ok(()),
         Err(e) if e.is(rpc::EXISTS) => Ok(()),

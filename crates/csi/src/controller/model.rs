@@ -242,6 +242,12 @@ impl Model {
                     o.remove("nqn");
                     o.remove("host")
                 });
+                // As the target (control's manage::allow_host): a host
+                // allowed already only takes new keys; without keys: EXISTS.
+                let keyless = keys.as_object().is_none_or(|o| o.is_empty());
+                if keyless && sub.hosts.iter().any(|(h, _)| *h == host) {
+                    return Err((rpc::EXISTS, format!("{nqn}: {host} is allowed already")));
+                }
                 sub.hosts.retain(|(h, _)| *h != host);
                 sub.hosts.push((host, keys));
                 Ok(Value::Null)

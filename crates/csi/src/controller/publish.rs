@@ -2,7 +2,7 @@
 //! the volume's subsystem on every target of the volume, with the keys of
 //! the publish secret (DH-HMAC-CHAP, TLS PSK); removed again, keys with it.
 
-use super::export::{absent_ok, Ops};
+use super::export::{absent_ok, exists_ok, Ops};
 use super::invalid;
 use super::volumes::parse_id;
 use crate::caps;
@@ -80,7 +80,10 @@ pub fn publish(
     p.insert("nqn".into(), json!(id.nqn()));
     p.insert("host".into(), json!(r.node_id));
     for t in id.targets() {
-        ops.call(t, "host_allow", Value::Object(p.clone()))?;
+        // EXISTS: host_allow without keys for a host on the list already. A
+        // repeated publish to the same node succeeds (CSI spec:
+        // ControllerPublishVolume is idempotent).
+        exists_ok(ops.call(t, "host_allow", Value::Object(p.clone())))?;
     }
     tracing::info!(volume = %id, node = %r.node_id, keys = keyed, "ControllerPublishVolume: node allowed");
     Ok(context(ops, &id, transport))
