@@ -81,6 +81,7 @@ pub fn config(namespaces: Vec<NamespaceConfig>) -> Config {
         listen: vec!["127.0.0.1:4420".into()],
         transport: TransportConfig::default(),
         subsystems: vec![SubsystemConfig::new(NQN, namespaces)],
+        pools: Vec::new(),
     }
 }
 
