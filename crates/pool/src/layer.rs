@@ -7,8 +7,9 @@
 //! at 1 MiB of top array). Readers load an entry with
 //! one atomic (`Acquire`) load; writers change entries only under the
 //! pool's state lock (`Release` stores). A layer's parent is fixed: a
-//! change of parent (decouple) or of size (resize) builds a new layer and
-//! the volume's handle switches to it (`Handle`, epoch).
+//! change of parent (decouple, the merge of a deleted snapshot into its
+//! only child) or of size (resize) builds a new layer and the volume's
+//! handle switches to it (`Handle`, epoch).
 
 use crate::format::{UNMAPPED, ZERO};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -131,8 +131,14 @@
 //!   commits on the submitting thread.
 //! * A first write to part of a cluster zeroes (or copies) the whole
 //!   cluster before writing (on the preparation thread).
-//! * Deleting a snapshot with children is refused (naming them) rather
-//!   than merged into a single child: decouple the children first.
+//! * Deleting a snapshot with one child (a clone, or the volume it was
+//!   taken of) merges it into the child, online, in one metadata
+//!   transaction (as SPDK's blobstore does): the child takes the clusters
+//!   it did not overwrite and the snapshot's parent, the others are freed.
+//!   The child's map (and those of its descendants) is rebuilt, which
+//!   costs time in proportion to their entries, under the state lock.
+//!   With two or more children it is refused (naming them): decouple or
+//!   delete all but one first.
 //! * Metadata lives on device 0 only; other devices carry labels.
 //! * A freed cluster waits for every request in flight when it was freed,
 //!   on any volume of the pool (not only those that could read it), so
@@ -224,6 +230,10 @@ pub trait VolumeStore: Send + Sync + 'static {
     /// Grows online; shrinks only when not exported, and below the highest
     /// written cluster only with `force`.
     fn resize(&self, name: &str, size: u64, force: bool) -> Result<(), PoolError>;
+    /// Deletes a volume, or a snapshot: one with a single child (a clone
+    /// or the volume it was taken of) is merged into it (the child keeps
+    /// its data and inherits from the snapshot's parent); one with more
+    /// is refused, naming them. An exported volume is refused.
     fn delete(&self, name: &str) -> Result<(), PoolError>;
     /// A read-only, point-in-time snapshot of `volume` (O(1): the map
     /// moves to the snapshot).

@@ -215,21 +215,45 @@ impl PoolInner {
 
     pub(crate) fn delete(&self, name: &str) -> Result<(), PoolError> {
         let _g = lock(&self.mgmt);
-        {
+        let old = {
             let mut st = lock(&self.state);
             let id = vol_id(&st, name)?;
-            let children = st.children(id);
-            if !children.is_empty() {
+            let children: Vec<u32> = st
+                .vols
+                .values()
+                .filter(|v| v.rec.parent == id)
+                .map(|v| v.rec.id)
+                .collect();
+            if children.len() > 1 {
                 return Err(PoolError::HasClones {
                     name: name.to_owned(),
-                    children: children.join(", "),
+                    children: st.children(id).join(", "),
                 });
             }
             if st.vols.get(&id).is_some_and(|v| v.handle.is_exported()) {
                 return Err(PoolError::Exported(name.to_owned()));
             }
-            st.remove(id);
-            self.note(&st);
+            match children.first() {
+                // One child (a clone, or the volume the snapshot was taken
+                // of): merged into it, as SPDK's blobstore does.
+                Some(&child) => {
+                    let Some(old) = st.merge(id, child) else {
+                        return Err(PoolError::NotFound(name.to_owned()));
+                    };
+                    self.note(&st);
+                    Some(old)
+                }
+                None => {
+                    st.remove(id);
+                    self.note(&st);
+                    None
+                }
+            }
+        };
+        // Writes that looked the child's old map up (to clusters it keeps)
+        // finish before the call returns.
+        for l in old.iter().flatten() {
+            quiesce(l);
         }
         self.commit_mgmt()
     }

@@ -332,6 +332,70 @@ impl State {
         v.layer.retire();
     }
 
+    /// Deletes snapshot `id` into `child`, its only child, as one change:
+    /// the child takes the snapshot's entries it does not override (same
+    /// data, so readers of either map read the same) and the snapshot's
+    /// parent, in a new layer its handle switches to (retiring the old one,
+    /// so an allocation racing the merge retries on the new layer); the
+    /// snapshot's other clusters wait to be freed after the records that
+    /// drop them. The child's descendants get layers over its new one too,
+    /// so that every layer's parent stays its parent's current layer
+    /// (what later changes to the child's layer, such as a decouple, are
+    /// made to). Returns the replaced layers.
+    pub(crate) fn merge(&mut self, id: u32, child: u32) -> Option<Vec<Arc<Layer>>> {
+        let snap = self.vols.get(&id)?;
+        let (snap_layer, grand) = (snap.layer.clone(), snap.rec.parent);
+        let c = self.vols.get(&child)?;
+        let new = Arc::new(
+            c.layer
+                .rebuilt(c.layer.clusters(), snap_layer.parent.clone()),
+        );
+        let mut free = Vec::new();
+        for (i, v) in snap_layer.entries() {
+            if i < new.clusters() && new.get(i) == UNMAPPED {
+                self.set_entry(&new, i, v);
+            } else if v != ZERO {
+                free.push(v - 1);
+            }
+        }
+        let c = self.vols.get_mut(&child)?;
+        c.rec.parent = grand;
+        c.layer = new.clone();
+        let mut old = vec![c.handle.switch(new.clone())];
+        let rec = c.rec.clone();
+        self.push(Record::VolPut(rec));
+        self.reparent_below(child, &new, &mut old);
+        let snap = self.vols.remove(&id)?;
+        self.names.remove(&snap.rec.name);
+        self.push(Record::VolDel { id });
+        self.entries -= snap.layer.entries().count() as u64;
+        snap.layer.retire();
+        for p in free {
+            self.defer_free(p);
+        }
+        Some(old)
+    }
+
+    /// Rebuilds the layers of the descendants of volume `id` over `layer`,
+    /// its new one (entries unchanged), collecting the replaced layers.
+    fn reparent_below(&mut self, id: u32, layer: &Arc<Layer>, old: &mut Vec<Arc<Layer>>) {
+        let kids: Vec<u32> = self
+            .vols
+            .values()
+            .filter(|v| v.rec.parent == id)
+            .map(|v| v.rec.id)
+            .collect();
+        for k in kids {
+            let Some(v) = self.vols.get_mut(&k) else {
+                continue;
+            };
+            let new = Arc::new(v.layer.rebuilt(v.layer.clusters(), Some(layer.clone())));
+            v.layer = new.clone();
+            old.push(v.handle.switch(new.clone()));
+            self.reparent_below(k, &new, old);
+        }
+    }
+
     /// Children (snapshots' clones and volumes) of volume `id`, by name.
     pub(crate) fn children(&self, id: u32) -> Vec<String> {
         self.vols

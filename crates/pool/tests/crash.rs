@@ -318,6 +318,15 @@ fn workload(seed: u64, sizes: &[u64]) -> Work {
     w.random_writes("c1", 8);
     w.flush("c2");
     w.random_writes("c2", 6);
+    // Deleting a snapshot with one child merges it into the child, here
+    // an open volume: s3 (over s2) into c2, then s2 into its clone c2.
+    w.snapshot("c2", "s3");
+    w.random_writes("c2", 6);
+    w.delete("s3");
+    w.random_writes("c2", 4);
+    w.decouple("c1");
+    w.delete("s2");
+    w.random_writes("c2", 4);
     w.random_writes("v1", 6);
     // The unflushed tail stays unflushed: the pool is simply dropped
     // without a final commit reaching the log's last cut.
