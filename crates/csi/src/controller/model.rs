@@ -155,15 +155,26 @@ impl Model {
             }),
             "volume_delete" => match self.get(p) {
                 Ok((pool, name, v)) => {
-                    let has_clones = self.volumes.iter().any(|((pp, _), c)| {
-                        *pp == pool && !c.snapshot && c.parent.as_deref() == Some(name.as_str())
-                    });
-                    if v.exported || has_clones {
+                    // As a local pool: a snapshot with one child is merged
+                    // into it (the child's parent becomes the snapshot's).
+                    let children: Vec<String> = self
+                        .volumes
+                        .iter()
+                        .filter(|((pp, _), c)| *pp == pool && c.parent.as_deref() == Some(&name))
+                        .map(|((_, n), _)| n.clone())
+                        .collect();
+                    if v.exported || children.len() > 1 {
                         Err((
                             rpc::IN_USE,
                             format!("{pool}/{name}: exported or has clones"),
                         ))
                     } else {
+                        if let Some(child) = children.first() {
+                            let grandparent = v.parent.clone();
+                            if let Some(c) = self.volumes.get_mut(&(pool.clone(), child.clone())) {
+                                c.parent = grandparent;
+                            }
+                        }
                         self.volumes.remove(&(pool, name));
                         Ok(Value::Null)
                     }

@@ -75,7 +75,7 @@ pub const METHODS: &[MethodDef] = &[
     .with_human(human::volume),
     MethodDef::new(
         "volume_delete",
-        "Deletes a volume or snapshot and frees its clusters. Refused while exported or while it has clones (InUse, naming them).",
+        "Deletes a volume or snapshot and frees its clusters. A local pool's snapshot with one child (a clone, or the volume it was taken from) is merged into that child. Refused while exported, with more than one child, or, in an RBD pool, while it has clones (InUse, naming them).",
         &[POOL, NAME],
         volume_delete,
     )
