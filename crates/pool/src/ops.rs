@@ -62,6 +62,27 @@ fn depth(st: &State, mut id: u32) -> usize {
     d
 }
 
+/// Whether a new child of `id` (a snapshot or a clone, named `name` in the
+/// error, as `field`) fits: one more volume's metadata and the depth bound.
+fn room_for_child(
+    st: &State,
+    pool: &str,
+    id: u32,
+    field: &'static str,
+    name: &str,
+) -> Result<(), PoolError> {
+    if !st.fits(1, 0) {
+        return Err(PoolError::NoSpace(pool.to_owned()));
+    }
+    if depth(st, id) + 1 > MAX_DEPTH {
+        return Err(PoolError::invalid(
+            field,
+            format!("{name:?} already has {MAX_DEPTH} ancestors"),
+        ));
+    }
+    Ok(())
+}
+
 /// Waits (bounded) until no request is in flight on a replaced layer.
 fn quiesce(old: &Layer) {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -270,15 +291,7 @@ impl PoolInner {
             if st.vols.get(&a).is_some_and(|v| v.rec.snapshot) {
                 return Err(PoolError::ReadOnly(volume.to_owned()));
             }
-            if !st.fits(1, 0) {
-                return Err(PoolError::NoSpace(self.name.clone()));
-            }
-            if depth(&st, a) + 1 > MAX_DEPTH {
-                return Err(PoolError::invalid(
-                    "volume",
-                    format!("{volume:?} already has {MAX_DEPTH} ancestors"),
-                ));
-            }
+            room_for_child(&st, &self.name, a, "volume", volume)?;
             let b = st.new_id();
             let Some(mut vol) = st.vols.remove(&a) else {
                 return Err(PoolError::NotFound(volume.to_owned()));
@@ -335,15 +348,7 @@ impl PoolInner {
                 return Err(PoolError::NotSnapshot(snapshot.to_owned()));
             }
             let (size, parent_layer) = (sv.rec.size, sv.layer.clone());
-            if !st.fits(1, 0) {
-                return Err(PoolError::NoSpace(self.name.clone()));
-            }
-            if depth(&st, s) + 1 > MAX_DEPTH {
-                return Err(PoolError::invalid(
-                    "snapshot",
-                    format!("{snapshot:?} already has {MAX_DEPTH} ancestors"),
-                ));
-            }
+            room_for_child(&st, &self.name, s, "snapshot", snapshot)?;
             let id = st.new_id();
             let rec = VolRecord {
                 id,
