@@ -14,7 +14,9 @@
 //! already carry (a Secret of type kubernetes.io/tls).
 
 use crate::methods::Api;
-use crate::server::{serve_client, wait_readable, MAX_CLIENTS, READ_TICK, WRITE_TIMEOUT};
+use crate::server::{
+    accept_failed, serve_client, wait_readable, Clients, MAX_CLIENTS, READ_TICK, WRITE_TIMEOUT,
+};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
@@ -22,7 +24,7 @@ use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -176,34 +178,21 @@ fn accept_loop(
     stop: Arc<AtomicBool>,
 ) {
     use std::os::fd::AsRawFd;
-    let clients = Arc::new(AtomicUsize::new(0));
+    let clients = Clients::default();
     while !stop.load(Ordering::Acquire) {
         wait_readable(listener.as_raw_fd(), ACCEPT_POLL_MS);
         match listener.accept() {
             Ok((s, peer)) => {
-                if clients.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
-                    clients.fetch_sub(1, Ordering::AcqRel);
+                if !clients.admit() {
                     tracing::warn!(%peer, "management endpoint: {MAX_CLIENTS} clients already; connection closed");
                     continue;
                 }
-                let (api, cl, st, tls) = (api.clone(), clients.clone(), stop.clone(), tls.clone());
-                let spawned = std::thread::Builder::new()
-                    .name("farflash-rpc-tls-client".into())
-                    .spawn(move || {
-                        serve_tls(s, peer, tls, &api, &st);
-                        cl.fetch_sub(1, Ordering::AcqRel);
-                    });
-                if spawned.is_err() {
-                    clients.fetch_sub(1, Ordering::AcqRel);
-                }
+                let (api, st, tls) = (api.clone(), stop.clone(), tls.clone());
+                clients.run("farflash-rpc-tls-client", move || {
+                    serve_tls(s, peer, tls, &api, &st)
+                });
             }
-            Err(e)
-                if e.kind() == io::ErrorKind::WouldBlock
-                    || e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                tracing::warn!("management endpoint: accept failed: {e}");
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            Err(e) => accept_failed("management endpoint", &e),
         }
     }
 }

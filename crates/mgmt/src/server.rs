@@ -135,9 +135,55 @@ pub fn start(api: Arc<Api>, path: &Path) -> io::Result<RpcServer> {
     })
 }
 
+/// The clients a management listener serves at once, at most
+/// [`MAX_CLIENTS`], each on a thread of its own (the Unix socket and the TLS
+/// endpoint, [`crate::net`], count theirs apart).
+#[derive(Clone, Default)]
+pub(crate) struct Clients(Arc<AtomicUsize>);
+
+impl Clients {
+    /// Takes a place for one more client; false when [`MAX_CLIENTS`] are
+    /// served already.
+    pub(crate) fn admit(&self) -> bool {
+        if self.0.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
+            self.0.fetch_sub(1, Ordering::AcqRel);
+            return false;
+        }
+        true
+    }
+
+    /// Runs `serve` on a thread named `name` in the place [`Clients::admit`]
+    /// took, and gives the place back when it returns (or when no thread
+    /// could be started).
+    pub(crate) fn run(&self, name: &str, serve: impl FnOnce() + Send + 'static) {
+        let place = self.0.clone();
+        let spawned = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                serve();
+                place.fetch_sub(1, Ordering::AcqRel);
+            });
+        if spawned.is_err() {
+            self.0.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// After a failed accept: nothing for a listener's spurious wake-ups, a
+/// warning and a short pause for anything else (descriptors exhausted).
+pub(crate) fn accept_failed(what: &str, e: &io::Error) {
+    if !matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    ) {
+        tracing::warn!("{what}: accept failed: {e}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn accept_loop(listener: UnixListener, api: Arc<Api>, stop: Arc<AtomicBool>) {
     use std::os::fd::AsRawFd;
-    let clients = Arc::new(AtomicUsize::new(0));
+    let clients = Clients::default();
     while !stop.load(Ordering::Acquire) {
         wait_readable(listener.as_raw_fd(), ACCEPT_POLL_MS);
         match listener.accept() {
@@ -146,8 +192,7 @@ fn accept_loop(listener: UnixListener, api: Arc<Api>, stop: Arc<AtomicBool>) {
                 let _ = s.set_write_timeout(Some(WRITE_TIMEOUT));
                 // Short reads so a stop is noticed; idle time is counted across them.
                 let _ = s.set_read_timeout(Some(READ_TICK));
-                if clients.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
-                    clients.fetch_sub(1, Ordering::AcqRel);
+                if !clients.admit() {
                     let e = jsonrpc::failure(
                         serde_json::Value::Null,
                         &jsonrpc::RpcError::new(jsonrpc::FAILED, "too many management clients"),
@@ -155,24 +200,10 @@ fn accept_loop(listener: UnixListener, api: Arc<Api>, stop: Arc<AtomicBool>) {
                     let _ = writeln!(s, "{e}");
                     continue;
                 }
-                let (api, cl, st) = (api.clone(), clients.clone(), stop.clone());
-                let spawned = std::thread::Builder::new()
-                    .name("farflash-rpc-client".into())
-                    .spawn(move || {
-                        serve_client(s, &api, &st);
-                        cl.fetch_sub(1, Ordering::AcqRel);
-                    });
-                if spawned.is_err() {
-                    clients.fetch_sub(1, Ordering::AcqRel);
-                }
+                let (api, st) = (api.clone(), stop.clone());
+                clients.run("farflash-rpc-client", move || serve_client(s, &api, &st));
             }
-            Err(e)
-                if e.kind() == io::ErrorKind::WouldBlock
-                    || e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                tracing::warn!("management socket: accept failed: {e}");
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            Err(e) => accept_failed("management socket", &e),
         }
     }
 }
