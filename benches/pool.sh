@@ -264,19 +264,23 @@ measure() {
 		;;
 	esac
 	iops=$(perf "$nsid" "$2" 4k "$3" "$RUNTIME" "$warm")
+	# A fresh volume's allocated clusters against the writes done: the
+	# share of the writes that allocated, at most (in $TMP/note).
+	local alloc=""
 	case $1 in
 	fresh)
-		local alloc
-		alloc=$(ff_rpc volume_get pool=tank name="$fresh" | cut -f2 | py "import json,sys; print(json.load(sys.stdin)['allocated'])")
-		echo "    fresh volume: $((alloc >> 20)) MiB allocated by $(py "print(round($iops * $RUNTIME))") writes" >&2
+		alloc=$(ff_rpc volume_get pool=tank name="$fresh" | cut -f2 | py "import json,sys; print(json.load(sys.stdin)['allocated'] // 1048576)")
 		ff_rpc namespace_remove nqn="$NQN" nsid=2 >/dev/null
 		ff_rpc volume_delete pool=tank name="$fresh" >/dev/null
 		;;
 	lvfresh)
+		alloc=$(spdk_rpc bdev_get_bdevs name="lvs/$fresh" | cut -f2 |
+			py "import json,sys; print(json.load(sys.stdin)[0]['driver_specific']['lvol']['num_allocated_clusters'])")
 		spdk_rpc nvmf_subsystem_remove_ns nqn="$SPDK_NQN" nsid=2 >/dev/null
 		spdk_rpc bdev_lvol_delete name="lvs/$fresh" >/dev/null
 		;;
 	esac
+	[[ -z $alloc ]] || echo " ($alloc clusters allocated by $(py "print(round($iops * $RUNTIME))") writes)" >"$TMP/note"
 	stop_target
 	echo "$iops"
 }
@@ -353,8 +357,9 @@ io_rows() {
 			local line="${ROW_NAME[$row]} round $r:"
 			mapfile -t ordered < <(rotated "$r" "${configs[@]}")
 			for c in "${ordered[@]}"; do
+				rm -f "$TMP/note"
 				V[$c,$r]=$(measure "$c" "$rw" "$qd")
-				line+=" $c ${V[$c,$r]%.*} IOPS;"
+				line+=" $c ${V[$c,$r]%.*} IOPS$(cat "$TMP/note" 2>/dev/null || true);"
 			done
 			echo "  $line"
 			RUNLOG+=("- ${line%;}")
@@ -598,15 +603,20 @@ for t in "$IO_TABLE" "$SNAP_TABLE" "$OPEN_TABLE"; do [[ -z $t ]] || printf '\n%s
 	echo "Written by \`benches/pool.sh\`; do not edit by hand. Re-run it to refresh."
 	echo
 	run_facts "${SPDK_VERSION:+; SPDK $SPDK_VERSION}"
-	echo "- files: $FSTYPE (\`$BENCH_DIR\`), O_DIRECT accepted: $DIRECT; farflash opens files with O_DIRECT where the"
-	echo "  file system accepts it (file namespace and pool alike, io_uring)$([[ $SPDK = 1 ]] && echo "; SPDK's $BDEV bdev opens its file with O_DIRECT")"
+	if [[ $DIRECT = yes ]]; then
+		echo "- files: $FSTYPE (\`$BENCH_DIR\`), which accepts O_DIRECT: farflash (file namespace and pool alike, io_uring)"
+		echo "  opens its files with O_DIRECT$([[ $SPDK = 1 ]] && echo ", and so does SPDK's $BDEV bdev")"
+	else
+		echo "- files: $FSTYPE (\`$BENCH_DIR\`), which refuses O_DIRECT: farflash$([[ $SPDK = 1 ]] && echo " and SPDK's $BDEV bdev") go through the page cache"
+	fi
 	echo "- farflash: \`taskset -c 0 farflash serve\`, defaults otherwise; pool clusters 1 MiB (default), volumes of 4 KiB blocks;"
 	echo "  the file namespace with \`--block-size 4096\`"
 	[[ $SPDK = 1 ]] && echo "- SPDK: \`nvmf_tgt -m 0x1 --no-huge -s 1024\`, $BDEV bdev (4 KiB blocks) on the file, lvol store with ${LVS_CLUSTER_B:-its default} byte clusters, thin lvols"
 	echo "- initiator: \`farflash perf --cpus-allowed 1\` on core 1 (busy-poll), ${RUNTIME} s measured after ${WARMUP} s (fresh volumes: no warm-up,"
 	echo "  from the first write); every target runs alone, started for each measurement"
 	echo "- namespaces of SIZE = $SIZE; the file namespace, the allocated volume and lvol preconditioned once by one sequential"
-	echo "  128 KiB write pass; a fresh volume / lvol is created before each measurement and deleted after it"
+	echo "  128 KiB write pass; a fresh volume / lvol is created before each measurement and deleted after it (\"Per round\""
+	echo "  says how many clusters it had allocated by the end, against the writes done)"
 	echo "- $ROUNDS rounds; each row runs its configurations back to back in an order that rotates from round to round;"
 	echo "  ratios are medians of the per-round ratios, IOPS medians over rounds"
 	if [[ -n $IO_TABLE ]]; then
