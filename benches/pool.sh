@@ -45,7 +45,8 @@
 # Then opening a pool (`farflash pool open --json`: LocalPool::open as serve
 # does it, recovery included): a 1 TiB sparse file with OPEN_VOLUMES (1,000)
 # volumes, opened right after `serve` was SIGKILLed at the end of 2 s of
-# 4 KiB random writes to one of them (ROUNDS times; bar < 2 s), and a pool
+# 4 KiB random writes (QD 32) to 256 MiB of one of them, a new 256 MiB each
+# round (ROUNDS times; bar < 2 s), and a pool
 # with MANY_VOLUMES (10,000) volumes opened after a clean stop (bar < 1 s;
 # resident memory per volume = the open's RSS growth, less that of an empty
 # pool's open, over the volume count).
@@ -53,8 +54,9 @@
 # Environment: SPDK_DIR (../anchors/spdk), ROUNDS (5), RUNTIME seconds (5),
 # WARMUP seconds (1), SIZE (4G), LARGE (1T), LVS_CLUSTER (SPDK's default),
 # OPEN_VOLUMES (1000), MANY_VOLUMES (10000), SPDK (1; 0 leaves SPDK out),
-# PARTS ("io snap open"), BENCH_DIR (where the files go; a directory of its
-# own is made in it and removed at the end; default /var/tmp), PORT (4530),
+# PARTS ("io snap open"), ROWS ("rr1 rr32 rw1 rw32": randread, randwrite QD 1, 32), BENCH_DIR (where the files go; a directory of its
+# own is made in it and removed at the end; default /var/tmp; it needs about
+# 5 * SIZE + 6 GiB free, checked), PORT (4530),
 # SPDK_PORT (4531), OUT (docs/benchmarks.md; empty: do not write).
 set -euo pipefail
 
@@ -65,7 +67,7 @@ SPDK_DIR=${SPDK_DIR:-$ROOT/../anchors/spdk}
 ROUNDS=${ROUNDS:-5} RUNTIME=${RUNTIME:-5} WARMUP=${WARMUP:-1}
 SIZE=${SIZE:-4G} LARGE=${LARGE:-1T} LVS_CLUSTER=${LVS_CLUSTER:-}
 OPEN_VOLUMES=${OPEN_VOLUMES:-1000} MANY_VOLUMES=${MANY_VOLUMES:-10000}
-SPDK=${SPDK:-1} PARTS=${PARTS:-io snap open}
+SPDK=${SPDK:-1} PARTS=${PARTS:-io snap open} ROWS=${ROWS:-rr1 rr32 rw1 rw32}
 PORT=${PORT:-4530} SPDK_PORT=${SPDK_PORT:-4531}
 OUT=${OUT-docs/benchmarks.md}
 NQN=nqn.2026-11.io.farflash:poolbench
@@ -111,6 +113,12 @@ remove_dir() {
 	rm -rf "$DIR"
 }
 trap remove_dir EXIT
+# What the files can take at most: F, and the pool's and the lvol store's
+# data (the allocated and a fresh volume of SIZE, 2 GiB of snapshot
+# volumes) each, plus the open rows' 256 MiB a round and metadata.
+NEED=$((5 * SIZE_B + (6 << 30) + ROUNDS * (256 << 20)))
+AVAIL=$(df --output=avail -B1 "$DIR" | tail -1)
+((AVAIL >= NEED)) || die "BENCH_DIR=$BENCH_DIR has $((AVAIL >> 30)) GiB free; this run may need $((NEED >> 30)) GiB (SIZE=$SIZE)"
 FSTYPE=$(findmnt -no FSTYPE -T "$DIR" 2>/dev/null || stat -f -c %T "$DIR")
 # Whether the file system takes O_DIRECT (both targets use it where it does).
 DIRECT=no
@@ -341,7 +349,7 @@ precondition() {
 declare -A ROW_NAME=([rr1]="4 KiB randread QD 1" [rr32]="4 KiB randread QD 32"
 	[rw1]="4 KiB randwrite QD 1" [rw32]="4 KiB randwrite QD 32")
 declare -A ROW_ARGS=([rr1]="randread 1" [rr32]="randread 32" [rw1]="randwrite 1" [rw32]="randwrite 32")
-ROWS="rr1 rr32 rw1 rw32"
+for row in $ROWS; do [[ -n ${ROW_ARGS[$row]:-} ]] || die "unknown row $row in ROWS (have: ${!ROW_ARGS[*]})"; done
 declare -A MED RATIO
 io_rows() {
 	local row rw qd r c configs
@@ -524,7 +532,11 @@ open_rows() {
 	echo "  $OPEN_VOLUMES volumes created in $(py "print('%.1f' % ($t1 - $t0))") s"
 	for r in $(seq "$ROUNDS"); do
 		start_ff --config "$TMP/big.toml"
-		perf 1 randwrite 4k 32 2 0 >/dev/null
+		# 256 MiB of v0 of its own per round: at most 256 clusters allocated
+		# (and zeroed on the file) per round.
+		"$FF" perf -t tcp -a 127.0.0.1 -s "$T_PORT" -n "$T_NQN" --rw randwrite --bs 4k --iodepth 32 \
+			--offset $(((r - 1) * 256))M --size 256M --runtime 2 --cpus-allowed 1 --output-format=json >/dev/null ||
+			die "writing to v0 of the 1 TiB pool failed"
 		kill -KILL "$TARGET_PID"
 		wait "$TARGET_PID" 2>/dev/null || true
 		TARGET_PID=""
@@ -640,8 +652,9 @@ for t in "$IO_TABLE" "$SNAP_TABLE" "$OPEN_TABLE"; do [[ -z $t ]] || printf '\n%s
 		echo "### Opening a pool"
 		echo
 		echo "\`farflash pool open --json\` (LocalPool::open as \`serve\` does it, crash recovery included). The 1 TiB pool is opened"
-		echo "right after \`serve\` was SIGKILLed at the end of 2 s of 4 KiB random writes (QD 32) to one of its volumes, once per"
-		echo "round; resident memory per volume = the open's RSS growth less an empty pool's, over the volume count."
+		echo "right after \`serve\` was SIGKILLed at the end of 2 s of 4 KiB random writes (QD 32) to 256 MiB of one of its volumes"
+		echo "(another 256 MiB each round), once per round; resident memory per volume = the open's RSS growth less an empty"
+		echo "pool's, over the volume count."
 		echo
 		echo "$OPEN_TABLE"
 	fi
