@@ -94,7 +94,7 @@ const QUIET_BYTES: usize = 64 * 1024;
 /// `Open` -> `ReadClosed` -> `Failed` -> `Zombie` (steps may be skipped);
 /// then the connection is removed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum State {
+pub enum State {
     /// Reading and sending.
     Open(Rx),
     /// The peer closed its side: nothing more to read, but what is owed
@@ -110,7 +110,7 @@ pub(crate) enum State {
 
 /// What an open connection's socket may hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Rx {
+pub enum Rx {
     /// Drained (the last read said EAGAIN or came short): a pass for other
     /// reasons (a completion, a tick) skips the `recv`.
     Drained,
@@ -138,7 +138,7 @@ impl State {
 
 /// How a connection's pass went: the shell's report to [`Scheduler::on_driven`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Pass {
+pub struct Pass {
     /// Anything moved.
     pub worked: bool,
     /// The socket may still hold bytes.
@@ -159,7 +159,7 @@ pub(crate) struct Pass {
 
 impl Pass {
     /// A pass starting in `state`.
-    pub(crate) fn starting(state: State) -> Pass {
+    pub fn starting(state: State) -> Pass {
         Pass {
             unread: matches!(state, State::Open(Rx::Unread | Rx::Backlog)),
             eof: state == State::ReadClosed,
