@@ -54,7 +54,7 @@ impl Listener for Rdma {
             max_qid: t.max_io_queues.min(u16::MAX as u32) as u16,
             max_io_entries: t.max_queue_depth,
             max_admin_entries: 32,
-            icd_bytes: t.in_capsule_data_size,
+            icd_bytes: t.data.in_capsule_data_size,
         };
         let staging = Staging {
             io_slots: (t.max_queue_depth as usize).min(16),
