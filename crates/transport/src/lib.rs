@@ -28,7 +28,6 @@ use acceptor::{Acceptor, Handoff};
 pub use farflash_core::config::PollMode;
 use farflash_core::listen::{split_listen, ListenTransport};
 use farflash_core::Target;
-pub use farflash_rdma_verbs::RdmaListener;
 pub use link::{deliver, hand_out, After, Cx, Done, Incoming, Link, Listener, Sinks, Ticked};
 use mio::{Events, Poll, Waker};
 pub use rdma::RDMA_BACKLOG;
@@ -38,6 +37,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
+pub use transports::bind_listener;
 
 /// How often the acceptor looks at the stop flag.
 const ACCEPT_POLL: Duration = Duration::from_millis(50);
@@ -93,7 +93,7 @@ impl farflash_control::reload::ListenerControl for ListenerHandle {
             .map_err(|e| format!("bad address (want ADDR:PORT): {e}"))?
             .next()
             .ok_or_else(|| "the address resolves to nothing".to_owned())?;
-        let (l, bound) = transports::bind(transport, sa)?;
+        let (l, bound) = transports::bind_listener(transport, sa)?;
         let cmd = ListenerCmd::Add(l);
         self.tx
             .send(cmd)
@@ -133,31 +133,16 @@ pub fn serve_with(
     stop: Arc<AtomicBool>,
     control: Option<ListenerControlRx>,
 ) -> io::Result<()> {
-    serve_all(target, listeners, Vec::new(), opts, stop, control)
-}
-
-/// [`serve_with`], with NVMe/RDMA listeners too: the acceptor takes their
-/// connection requests and hands each accepted queue pair to a worker,
-/// round robin with the TCP connections.
-pub fn serve_all(
-    target: Arc<Target>,
-    listeners: Vec<std::net::TcpListener>,
-    rdma: Vec<RdmaListener>,
-    opts: &LoopOptions,
-    stop: Arc<AtomicBool>,
-    control: Option<ListenerControlRx>,
-) -> io::Result<()> {
-    let mut all = Vec::with_capacity(listeners.len() + rdma.len());
+    let mut all = Vec::with_capacity(listeners.len());
     for l in listeners {
         all.push(transports::tcp(l)?);
     }
-    all.extend(rdma.into_iter().map(transports::rdma));
     serve_listeners(target, all, opts, stop, control)
 }
 
-/// [`serve_with`] over listeners of any transport ([`Listener`]): the
-/// acceptor takes their connections and hands each to a worker, round
-/// robin.
+/// [`serve_with`] over listeners of any transport ([`Listener`]; the
+/// configured ones come from [`bind_listener`]): the acceptor takes their
+/// connections and hands each to a worker, round robin.
 pub fn serve_listeners(
     target: Arc<Target>,
     listeners: Vec<Box<dyn Listener>>,
