@@ -1239,8 +1239,8 @@ mod tests {
         assert_eq!(s.poll_timeout(now), Some(now + IDLE));
     }
 
-    /// An RDMA queue pair is scheduled as a socket is (`worker.rs`
-    /// `drive_rdma` is its pass): its completion channel's event queues it,
+    /// An RDMA queue pair is scheduled as a socket is (`rdma.rs`
+    /// `Link::drive` is its pass): its completion channel's event queues it,
     /// a pass that polled its CQ empty and re-armed it leaves it drained,
     /// work makes it hot (the loop then polls its CQ directly, without
     /// epoll), it is quiet beside a backlogged socket (its data moves by
