@@ -144,38 +144,15 @@ impl Csi {
             .unwrap_or_else(|e| panic!("ControllerUnpublishVolume {}: {e}", v.id));
     }
 
-    /// DeleteVolume, retried as the external-provisioner does while the
-    /// target still reports the volume exported (FailedPrecondition: its
-    /// subsystem's last connection from the node closes asynchronously
-    /// after the node disconnected), at most 30 s.
     pub fn delete(&self, id: &str) {
-        let t0 = std::time::Instant::now();
-        let mut tries = 0;
-        loop {
-            let mut c = self.ctrl.clone();
-            let req = DeleteVolumeRequest {
-                volume_id: id.into(),
-                ..Default::default()
-            };
-            tries += 1;
-            match self.rt.block_on(c.delete_volume(req)) {
-                Ok(_) => break,
-                Err(e)
-                    if e.code() == tonic::Code::FailedPrecondition
-                        && e.message().contains("exported")
-                        && t0.elapsed() < Duration::from_secs(30) =>
-                {
-                    std::thread::sleep(Duration::from_millis(200))
-                }
-                Err(e) => panic!("DeleteVolume {id} (try {tries}): {e}"),
-            }
-        }
-        if tries > 1 {
-            println!(
-                "[node_vm] DeleteVolume {id}: done at try {tries}, {} ms after the first (the target held the export)",
-                t0.elapsed().as_millis()
-            );
-        }
+        let mut c = self.ctrl.clone();
+        let req = DeleteVolumeRequest {
+            volume_id: id.into(),
+            ..Default::default()
+        };
+        self.rt
+            .block_on(c.delete_volume(req))
+            .unwrap_or_else(|e| panic!("DeleteVolume {id}: {e}"));
     }
 
     pub fn snapshot(&self, source: &str, name: &str) -> String {
