@@ -276,6 +276,7 @@ fn restart_target(c: &Csi, vm: &Vm, host: &mut Host, pod_a: &str, down: &Vol) {
         took.as_millis(),
         e.message()
     );
+    unreachable_target(c, down);
     let nqn = down.publish.get("nqn").expect("publish_context.nqn");
     vm.ok(
         "no controller left of the failed staging",
@@ -302,6 +303,41 @@ fn restart_target(c: &Csi, vm: &Vm, host: &mut Host, pod_a: &str, down: &Vol) {
     println!(
         "[node_vm] the target restarted; the guest's I/O resumed {} ms after the start",
         t0.elapsed().as_millis()
+    );
+}
+
+/// A path to an address nobody answers (the guest's SYNs are dropped:
+/// QEMU's restricted user network): NodeStageVolume gives up after
+/// CONNECT_LIMIT, naming the path, and leaves no controller.
+fn unreachable_target(c: &Csi, down: &Vol) {
+    let path = "10.0.2.99:4420";
+    let mut publish = down.publish.clone();
+    publish.insert("paths".into(), path.into());
+    let v = Vol {
+        id: down.id.clone(),
+        context: down.context.clone(),
+        publish,
+    };
+    let t0 = Instant::now();
+    let e = c
+        .try_stage(&v, &staging("unreachable"))
+        .expect_err("NodeStageVolume succeeded against an unreachable address");
+    let took = t0.elapsed();
+    assert!(
+        took < farflash_csi::node::CONNECT_LIMIT + Duration::from_secs(30),
+        "NodeStageVolume against {path} took {} s",
+        took.as_secs()
+    );
+    assert!(
+        e.message().contains(path) && e.code() == tonic::Code::Unavailable,
+        "NodeStageVolume against {path}: {:?} {:?}, want Unavailable naming it",
+        e.code(),
+        e.message()
+    );
+    println!(
+        "[node_vm] staging against unreachable {path} failed in {} ms: {}",
+        took.as_millis(),
+        e.message()
     );
 }
 
