@@ -45,7 +45,7 @@ cmd_pid=$!
 listening() { netstat -ltn 2>/dev/null | grep -q ":$1 "; }
 i=0
 while ! { listening "$NODE_PORT" && listening "$CMD_PORT"; } && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
-listening "$NODE_PORT" && listening "$CMD_PORT" || fail "socat does not listen on $NODE_PORT and $CMD_PORT"
+{ listening "$NODE_PORT" && listening "$CMD_PORT"; } || fail "socat does not listen on $NODE_PORT and $CMD_PORT"
 echo "CSI-NODE-READY multipath=$mp"
 while [ ! -e /tmp/csi-node-done ]; do
 	kill -0 "$csi_pid" 2>/dev/null || fail "farflash-csi exited while serving"
