@@ -84,10 +84,14 @@ fn a_read_only_host_cannot_write_and_another_host_of_the_subsystem_can() {
     refused("write zeroes", r.write_zeroes(1, 64, 8));
     refused("deallocate", r.deallocate(1, &[(64, 8)]));
     refused("copy", r.copy(1, 1000, &[(64, 8)]));
-    refused(
-        "compare and write",
-        r.compare_and_write(1, 64, 8, &vec![0u8; 4096], &data),
-    );
+    // The fused pair: its Write gets 20h, so its Compare (the status the
+    // host reports for the pair) is Command Aborted due to Failed Fused
+    // Command (Base §3.4.2); nothing is written.
+    let e = r
+        .compare_and_write(1, 64, 8, &vec![0u8; 4096], &data)
+        .expect_err("compare and write")
+        .to_string();
+    assert!(e.contains("sct 0x0 sc 0x09"), "compare and write: {e}");
     // Reads and Flush run, and see the writer's data unchanged.
     let mut back = vec![0u8; 4096];
     r.read_at(1, 64, 8, &mut back).expect("the reader reads");

@@ -134,6 +134,8 @@ impl Status {
             (0, 0x06) => "Internal Error",
             (0, 0x07) => "Command Abort Requested",
             (0, 0x08) => "Command Aborted due to SQ Deletion",
+            (0, 0x09) => "Command Aborted due to Failed Fused Command",
+            (0, 0x0A) => "Command Aborted due to Missing Fused Command",
             (0, 0x0B) => "Invalid Namespace or Format",
             (0, 0x0C) => "Command Sequence Error",
             (0, 0x0F) => "Data SGL Length Invalid",
