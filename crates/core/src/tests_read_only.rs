@@ -5,8 +5,8 @@
 //! `classify`); reads, Compare, Verify and Flush run. Another host of the
 //! same subsystem writes as before.
 
-use crate::subsystem::HostAccess;
 use crate::command::{Begin, Completion, Xfer};
+use crate::subsystem::HostAccess;
 use crate::testing::{completions, connect_to, queue, rw, target, NQN};
 use crate::{NvmeQueue, Target};
 use farflash_backend::{OpKind, Script};
