@@ -423,6 +423,13 @@ pub struct SubsystemConfig {
     /// Host NQNs allowed to connect; empty means any host.
     #[serde(default)]
     pub allowed_hosts: Vec<String>,
+    /// Allowed hosts granted read-only access: every controller such a
+    /// host creates sees every namespace write protected (Identify
+    /// Namespace NSATTR bit 0; commands that would modify a namespace get
+    /// Namespace is Write Protected). Each must be in `allowed_hosts`
+    /// (docs/management.md, "Read-only hosts").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_only_hosts: Vec<String>,
     /// In-band authentication secrets per host (`[[subsystem.host]]`).
     #[serde(default, rename = "host", skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<HostAuthConfig>,
@@ -572,6 +579,7 @@ impl SubsystemConfig {
             cntlid_min: None,
             cntlid_max: None,
             allowed_hosts: vec![],
+            read_only_hosts: vec![],
             hosts: vec![],
             require_auth: false,
             qos: Vec::new(),
@@ -894,6 +902,28 @@ impl Config {
 }
 
 impl SubsystemConfig {
+    /// `read_only_hosts`: each listed once and allowed by name (a read-only
+    /// grant is a property of an allowed host; on a subsystem open to any
+    /// host there is no grant to qualify).
+    fn validate_read_only_hosts(&self) -> Result<(), ConfigError> {
+        let mut seen = std::collections::HashSet::new();
+        for h in &self.read_only_hosts {
+            if !seen.insert(h) {
+                return Err(ConfigError::Invalid(format!(
+                    "{}: read_only_hosts: {h} is listed twice",
+                    self.nqn
+                )));
+            }
+            if !self.allowed_hosts.contains(h) {
+                return Err(ConfigError::Invalid(format!(
+                    "{}: read_only_hosts: {h} is not in allowed_hosts",
+                    self.nqn
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Checks what the types cannot, within one subsystem: its NQN,
     /// CNTLID range, hosts, QoS and ANA entries, NSIDs and namespaces.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -909,6 +939,7 @@ impl SubsystemConfig {
         }
         crate::cntlid::CntlidRange::from_config(self.cntlid_min, self.cntlid_max)
             .map_err(|m| ConfigError::Invalid(format!("{}: {m}", self.nqn)))?;
+        self.validate_read_only_hosts()?;
         let mut hosts = std::collections::HashSet::new();
         for h in &self.hosts {
             if !hosts.insert(&h.nqn) {
@@ -1196,6 +1227,32 @@ mod tests {
         // A keyed host outside allowed_hosts could never connect.
         let outside = text.replace("require_auth=true", "allowed_hosts=['nqn.other']");
         assert!(Config::from_toml(&outside, "t").is_err());
+    }
+
+    #[test]
+    fn read_only_hosts_are_allowed_hosts_listed_once_and_round_trip() {
+        let text = "[[subsystem]]\nnqn='nqn.a'\nallowed_hosts=['nqn.h1','nqn.h2']\nread_only_hosts=['nqn.h2']\n[[subsystem.namespace]]\nbackend='ram'\nsize='1M'\n";
+        let c = Config::from_toml(text, "t").unwrap();
+        assert_eq!(c.subsystems[0].read_only_hosts, ["nqn.h2"]);
+        let back = Config::from_toml(&toml::to_string(&c).unwrap(), "t").unwrap();
+        assert_eq!(back.subsystems[0].read_only_hosts, ["nqn.h2"]);
+        // None: the field is not written.
+        let plain = text.replace("read_only_hosts=['nqn.h2']\n", "");
+        let c = Config::from_toml(&plain, "t").unwrap();
+        assert!(!toml::to_string(&c).unwrap().contains("read_only_hosts"));
+        // A host not allowed, or listed twice, is refused with the field named.
+        for bad in [
+            text.replace("read_only_hosts=['nqn.h2']", "read_only_hosts=['nqn.h3']"),
+            text.replace("allowed_hosts=['nqn.h1','nqn.h2']\n", ""),
+            text.replace(
+                "read_only_hosts=['nqn.h2']",
+                "read_only_hosts=['nqn.h2','nqn.h2']",
+            ),
+        ] {
+            let e = Config::from_toml(&bad, "t").unwrap_err().to_string();
+            assert!(e.contains("read_only_hosts"), "{e}");
+        }
+        assert!(Config::from_toml(&text.replace("['nqn.h2']", "'nqn.h2'"), "t").is_err());
     }
 
     #[test]

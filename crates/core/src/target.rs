@@ -79,6 +79,8 @@ pub struct ControllerInfo {
     pub hostid: [u8; 16],
     pub io_queues: usize,
     pub kato_ms: u32,
+    /// Every namespace is write protected for it (a read-only host's).
+    pub read_only: bool,
 }
 
 struct CtrlTable {
@@ -264,9 +266,9 @@ impl Target {
         hostid: [u8; 16],
         kato_ms: u32,
     ) -> Option<Arc<Controller>> {
-        let range = match &kind {
-            Kind::Io(s) => s.cntlids,
-            Kind::Discovery => CntlidRange::default(),
+        let (range, read_only) = match &kind {
+            Kind::Io(s) => (s.cntlids, s.host_read_only(&hostnqn)),
+            Kind::Discovery => (CntlidRange::default(), false),
         };
         let mut t = self.ctrls.lock().unwrap_or_else(|p| p.into_inner());
         t.live.retain(|_, w| w.strong_count() > 0);
@@ -277,7 +279,8 @@ impl Target {
             t.next = id;
             let id = this;
             if let std::collections::hash_map::Entry::Vacant(e) = t.live.entry(id) {
-                let c = Arc::new(Controller::new(id, kind, hostnqn, hostid, kato_ms));
+                let c = Controller::new(id, kind, hostnqn, hostid, kato_ms);
+                let c = Arc::new(c.with_read_only(read_only));
                 e.insert(Arc::downgrade(&c));
                 return Some(c);
             }
@@ -406,6 +409,7 @@ impl Target {
                     hostid: c.hostid,
                     io_queues: st.io_qids.len(),
                     kato_ms: st.kato_ms,
+                    read_only: c.read_only(),
                 }
             })
             .collect()

@@ -117,6 +117,7 @@ fn controller_list(api: &Api, p: &Value) -> Result<Value, RpcError> {
             "hostid": uuid_str(&c.hostid),
             "io_queues": c.io_queues,
             "kato_ms": c.kato_ms,
+            "read_only": c.read_only,
         }))
         .collect::<Vec<_>>()))
 }
