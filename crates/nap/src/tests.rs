@@ -132,7 +132,11 @@ fn throughput(sleeping: &[Duration], polling: &[Duration]) -> (f64, f64) {
     let lowest = (0..10)
         .map(|w| {
             let span = |d: &[Duration]| {
-                let start = if w == 0 { Duration::ZERO } else { d[w * tenth - 1] };
+                let start = if w == 0 {
+                    Duration::ZERO
+                } else {
+                    d[w * tenth - 1]
+                };
                 (d[(w + 1) * tenth - 1] - start).as_secs_f64()
             };
             span(polling) / span(sleeping)
@@ -364,7 +368,12 @@ fn a_miss_holds_betting_off_for_a_penalty_that_doubles_and_hits_halve_it() {
     assert!(matches!(n.decide(t + US, None), Decision::Sleep(_)));
     n.work(t + 60 * US);
     t += 60 * US;
-    assert_eq!(n.phase(), Phase::Holdoff { left: 2 * PENALTY_MIN });
+    assert_eq!(
+        n.phase(),
+        Phase::Holdoff {
+            left: 2 * PENALTY_MIN
+        }
+    );
     assert_eq!(n.penalty(), 4 * PENALTY_MIN);
     for _ in 0..2 * PENALTY_MIN {
         t += gap;
