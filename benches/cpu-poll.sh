@@ -68,7 +68,8 @@ PORT=${PORT:-4530} SPDK_PORT=${SPDK_PORT:-4531} FLOOR_PORT=${FLOOR_PORT:-5303}
 OUT=${OUT-docs/benchmarks.md}
 FF_NQN=nqn.2026-11.io.farflash:default
 SPDK_NQN=nqn.2016-06.io.spdk:bench
-NEED_FLOOR=1
+# Only the floor part needs ../shared/limits/tcp_rr.
+[[ " ${PARTS:-floor} " != *" floor "* ]] || NEED_FLOOR=1
 # shellcheck source=benches/lib.sh
 source "$ROOT/benches/lib.sh"
 

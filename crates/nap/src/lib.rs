@@ -28,11 +28,14 @@
 //! sleep an arrival ends early costs a wake-up (5-10 µs here) on the
 //! critical path. So, second, the rule backs off: a sleep that an arrival
 //! ended (it came before the loop was back) is a *miss*, and the loop then
-//! polls through the next `penalty` arrivals before betting again; the
-//! penalty doubles at each miss (up to [`PENALTY_MAX`]) and halves every
-//! [`HIT_RUN`] good bets: where more than about one bet in 17 loses, the
-//! penalty grows until the loop all but stops betting (at saturation,
-//! misses are then at most one in thousands of commands: nothing
+//! polls, betting no more, for `penalty` x [`HOLD_PER_WAKE`] wake-up costs
+//! (600 µs at a 6 µs wake-up): a miss costs about one wake-up, so misses
+//! then cost at most 1 % of the time, whatever the load. Counted in time,
+//! not in arrivals: at a low rate a hold-off of thousands of arrivals would
+//! poll for seconds. The penalty doubles at each miss (up to
+//! [`PENALTY_MAX`]) and halves every [`HIT_RUN`] good bets: where more than
+//! about one bet in 17 loses, it grows until the loop all but stops betting
+//! (at saturation, misses then cost a thousandth of a percent: nothing
 //! measurable); where fewer lose (a paced host, the timer's rare late
 //! wake-up), it stays low. A wake-up cost measured high (a loaded machine)
 //! stops the bets it makes too short; it decays back towards its initial
@@ -46,10 +49,10 @@
 //!   Learning --work (GAPS gaps known)--> Ready
 //!   Ready | Awake --decide: a far bet--> Asleep{since, until}
 //!   Asleep --woke(Timer)--> Awake          (the lateness is measured)
-//!   Asleep --woke(Arrival) | work--> Holdoff{penalty}   (a miss)
+//!   Asleep --woke(Arrival) | work--> Holdoff{until}     (a miss)
 //!   Asleep --woke(Aborted)--> Ready        (the loop could not sleep)
 //!   Awake --work--> Ready                  (a hit)
-//!   Holdoff{n} --work--> Holdoff{n-1} ... --> Ready
+//!   Holdoff{until} --work or decide, at or after until--> Ready
 //! ```
 
 use std::time::{Duration, Instant};
@@ -69,10 +72,12 @@ const GUARD: Duration = Duration::from_micros(2);
 const LATE_INITIAL: Duration = Duration::from_micros(6);
 /// One descheduled wake-up counts as at most this late.
 const LATE_CAP: Duration = Duration::from_micros(100);
-/// Arrivals polled through after the first miss ...
-pub const PENALTY_MIN: u32 = 8;
-/// ... and at most, after misses in a row.
-pub const PENALTY_MAX: u32 = 4096;
+/// A miss holds betting off for this many wake-up costs, times the penalty ...
+pub const HOLD_PER_WAKE: u32 = 100;
+/// ... which is this after the first miss ...
+pub const PENALTY_MIN: u32 = 1;
+/// ... and at most this, after misses in a row.
+pub const PENALTY_MAX: u32 = 1024;
 /// Good bets that halve the penalty.
 pub const HIT_RUN: u32 = 16;
 /// Works without a timer wake-up after which the wake-up cost decays an
@@ -90,8 +95,8 @@ pub enum Phase {
     Asleep { since: Instant, until: Instant },
     /// Back from a timer, polling for the arrival bet on.
     Awake,
-    /// A bet was lost: polls through `left` more arrivals.
-    Holdoff { left: u32 },
+    /// A bet was lost: polls, betting no more, until then.
+    Holdoff { until: Instant },
 }
 
 /// What the loop does now.
@@ -172,7 +177,7 @@ pub struct Nap {
     last_work: Instant,
     /// Moving average of a timer wake-up's lateness: the wake-up cost.
     late: Duration,
-    /// Arrivals polled through after the next miss.
+    /// The next miss's hold-off, in units of `HOLD_PER_WAKE` wake-up costs.
     penalty: u32,
     /// Good bets since the penalty last halved.
     hits: u32,
@@ -212,7 +217,7 @@ impl Nap {
         self.late
     }
 
-    /// Arrivals the next miss will poll through.
+    /// Hold-off after the next miss, in units of `HOLD_PER_WAKE` wake-up costs.
     pub fn penalty(&self) -> u32 {
         self.penalty
     }
@@ -243,7 +248,7 @@ impl Nap {
                 }
                 Phase::Ready
             }
-            Phase::Holdoff { left } if left > 1 => Phase::Holdoff { left: left - 1 },
+            Phase::Holdoff { until } if now < until => Phase::Holdoff { until },
             Phase::Holdoff { .. } => Phase::Ready,
         };
     }
@@ -252,6 +257,9 @@ impl Nap {
     /// loop's next timer). Deciding to sleep moves to `Asleep`: report
     /// [`Nap::woke`] next.
     pub fn decide(&mut self, now: Instant, limit: Option<Instant>) -> Decision {
+        if matches!(self.phase, Phase::Holdoff { until } if now >= until) {
+            self.phase = Phase::Ready;
+        }
         if !matches!(self.phase, Phase::Ready | Phase::Awake) {
             return Decision::Poll;
         }
@@ -299,14 +307,14 @@ impl Nap {
         self.stats.slept += now.saturating_duration_since(since);
     }
 
-    /// A lost bet: counted, and the loop polls through `penalty` arrivals,
-    /// twice as many after the next.
+    /// A lost bet: counted, and the loop polls for `penalty` hold-off
+    /// units, twice as many after the next.
     fn missed(&mut self, now: Instant, since: Instant) -> Phase {
         self.count_sleep(now, since);
         self.stats.misses += 1;
-        let left = self.penalty;
+        let until = now + self.late * HOLD_PER_WAKE * self.penalty;
         self.penalty = (self.penalty * 2).min(PENALTY_MAX);
-        Phase::Holdoff { left }
+        Phase::Holdoff { until }
     }
 }
 

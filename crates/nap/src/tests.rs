@@ -356,26 +356,31 @@ fn a_miss_holds_betting_off_for_a_penalty_that_doubles_and_hits_halve_it() {
     };
     assert!(until < t + gap && until > t + gap - 20 * US, "{until:?}");
     assert!(n.woke(t + 50 * US, Woke::Arrival));
-    assert_eq!(n.phase(), Phase::Holdoff { left: PENALTY_MIN });
-    // The next PENALTY_MIN arrivals are polled for.
-    for k in 0..PENALTY_MIN {
-        assert_eq!(n.decide(t + 51 * US, None), Decision::Poll, "{k}");
+    let hold = n.wake_cost() * HOLD_PER_WAKE;
+    let until = t + 50 * US + hold * PENALTY_MIN;
+    assert_eq!(n.phase(), Phase::Holdoff { until });
+    // Until then it polls, whatever arrives ...
+    n.work(t + 50 * US);
+    t += 50 * US;
+    while t + gap < until {
         t += gap;
         n.work(t);
+        assert_eq!(n.decide(t + US, None), Decision::Poll);
     }
+    // ... and after, it bets again.
+    t += gap;
+    n.work(t);
     assert_eq!(n.phase(), Phase::Ready);
     // A second miss holds off twice as long.
     assert!(matches!(n.decide(t + US, None), Decision::Sleep(_)));
+    let hold = n.wake_cost() * HOLD_PER_WAKE;
     n.work(t + 60 * US);
     t += 60 * US;
-    assert_eq!(
-        n.phase(),
-        Phase::Holdoff {
-            left: 2 * PENALTY_MIN
-        }
-    );
+    let until = t + hold * 2 * PENALTY_MIN;
+    assert_eq!(n.phase(), Phase::Holdoff { until });
     assert_eq!(n.penalty(), 4 * PENALTY_MIN);
-    for _ in 0..2 * PENALTY_MIN {
+    assert_eq!(n.decide(until - US, None), Decision::Poll);
+    while t < until {
         t += gap;
         n.work(t);
     }
