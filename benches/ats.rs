@@ -27,7 +27,10 @@ fn connect(addr: &str, nqn: &str, host: u64, depth: u16) -> (Controller, IoQueue
     let mut o = ConnectOptions::new(addr.to_string(), nqn);
     o.hostnqn = format!("nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-{host:012x}");
     o.command_timeout = Duration::from_secs(60);
-    let ctrl = Controller::connect_with_queues(&o, 1).expect("connect");
+    let mut ctrl = Controller::connect_with_queues(&o, 1).expect("connect");
+    // The run lasts minutes, and the target times a controller out after
+    // KATO without a Keep Alive (it does not advertise TBKAS).
+    ctrl.start_keep_alive().expect("keep alive");
     let q = ctrl
         .io_queue(
             1,

@@ -36,7 +36,9 @@ fn main() {
     let size = env_u64("SIZE_MIB", 1024) << 20;
     let mut o = ConnectOptions::new(addr, &nqn);
     o.command_timeout = Duration::from_secs(600);
-    let ctrl = Controller::connect_with_queues(&o, 1).expect("connect");
+    let mut ctrl = Controller::connect_with_queues(&o, 1).expect("connect");
+    // The run outlasts KATO; the target does not advertise TBKAS.
+    ctrl.start_keep_alive().expect("keep alive");
     let ns = ctrl.identify_ns(nsid).expect("identify namespace");
     let bs = 1u64 << ns.lbads;
     assert!(

@@ -118,19 +118,16 @@ fn default_listeners() -> Vec<String> {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TransportConfig {
-    /// In-capsule data the I/O queues accept, in bytes (IOCCSZ*16-64).
-    /// The admin queue always accepts 8 KiB, as the Linux host sends it.
-    pub in_capsule_data_size: u32,
+    /// How much data one capsule and one data PDU carry (keys of
+    /// `[transport]` itself: the group is flattened).
+    #[serde(flatten)]
+    pub data: DataSizes,
     /// Largest I/O submission queue (entries), reported in CAP.MQES + 1.
     pub max_queue_depth: u32,
     /// Most I/O queues per controller (Set Features Number of Queues).
     pub max_io_queues: u32,
     /// Maximum data transfer size in bytes (a power of two ≥ 4 KiB), MDTS.
     pub max_io_size: u32,
-    /// MAXH2CDATA advertised in ICResp: largest H2CData PDU payload.
-    pub max_h2c_data: u32,
-    /// Largest C2HData PDU payload the target sends.
-    pub max_c2h_data: u32,
     /// Keep Alive Support granularity in milliseconds (KAS * 100).
     pub keep_alive_granularity_ms: u32,
     /// Event-loop threads (0 = one per allowed CPU).
@@ -154,18 +151,59 @@ pub struct TransportConfig {
     /// How many subsystems and namespaces the target takes
     /// (`[transport.limits]`).
     pub limits: Limits,
-    /// Secure channel (TLS listeners): a connection whose TLS handshake
-    /// (or, on a `tls-optional` listener, whose first byte) has not come
-    /// within this many milliseconds is closed (default 10000, as Linux
-    /// nvme-tcp's `tls_handshake_timeout` of 10 s).
-    pub tls_handshake_timeout_ms: u32,
-    /// Secure channel: a TLS record begun and not completed within this
-    /// many milliseconds closes the connection (a peer stalled mid-record).
-    pub tls_record_timeout_ms: u32,
+    /// The secure channel's timeouts (keys of `[transport]` itself).
+    #[serde(flatten)]
+    pub tls: TlsTimeouts,
     /// The management API over the network (`[transport.management]`):
     /// TLS 1.3 with client certificates; off unless `listen` is set.
     #[serde(skip_serializing_if = "ManagementEndpoint::is_off")]
     pub management: ManagementEndpoint,
+}
+
+/// How much data one capsule and one data PDU carry (`[transport]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DataSizes {
+    /// In-capsule data the I/O queues accept, in bytes (IOCCSZ*16-64).
+    /// The admin queue always accepts 8 KiB, as the Linux host sends it.
+    pub in_capsule_data_size: u32,
+    /// MAXH2CDATA advertised in ICResp: largest H2CData PDU payload.
+    pub max_h2c_data: u32,
+    /// Largest C2HData PDU payload the target sends.
+    pub max_c2h_data: u32,
+}
+
+impl Default for DataSizes {
+    fn default() -> Self {
+        DataSizes {
+            in_capsule_data_size: 8192,
+            max_h2c_data: 64 * 1024,
+            max_c2h_data: 128 * 1024,
+        }
+    }
+}
+
+/// The secure channel's timeouts (TLS listeners; `[transport]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TlsTimeouts {
+    /// A connection whose TLS handshake (or, on a `tls-optional` listener,
+    /// whose first byte) has not come within this many milliseconds is
+    /// closed (default 10000, as Linux nvme-tcp's `tls_handshake_timeout`
+    /// of 10 s).
+    pub tls_handshake_timeout_ms: u32,
+    /// A TLS record begun and not completed within this many milliseconds
+    /// closes the connection (a peer stalled mid-record).
+    pub tls_record_timeout_ms: u32,
+}
+
+impl Default for TlsTimeouts {
+    fn default() -> Self {
+        TlsTimeouts {
+            tls_handshake_timeout_ms: 10_000,
+            tls_record_timeout_ms: 10_000,
+        }
+    }
 }
 
 /// `[transport.management]`: where the management API listens on the
@@ -306,12 +344,10 @@ pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
 impl Default for TransportConfig {
     fn default() -> Self {
         TransportConfig {
-            in_capsule_data_size: 8192,
+            data: DataSizes::default(),
             max_queue_depth: 128,
             max_io_queues: 16,
             max_io_size: 256 * 1024,
-            max_h2c_data: 64 * 1024,
-            max_c2h_data: 128 * 1024,
             keep_alive_granularity_ms: 1000,
             threads: 0,
             max_connections: 4096,
@@ -321,8 +357,7 @@ impl Default for TransportConfig {
             poll_idle_us: 100,
             fair_share_kib: 256,
             limits: Limits::default(),
-            tls_handshake_timeout_ms: 10_000,
-            tls_record_timeout_ms: 10_000,
+            tls: TlsTimeouts::default(),
             management: ManagementEndpoint::default(),
         }
     }
@@ -757,7 +792,8 @@ impl Config {
             crate::listen::split_listen(l).map_err(ConfigError::Invalid)?;
         }
         t.management.validate().map_err(ConfigError::Invalid)?;
-        if t.in_capsule_data_size > 1 << 20 || !t.in_capsule_data_size.is_multiple_of(16) {
+        if t.data.in_capsule_data_size > 1 << 20 || !t.data.in_capsule_data_size.is_multiple_of(16)
+        {
             return bad("in_capsule_data_size must be a multiple of 16, at most 1 MiB".into());
         }
         if !(2..=1024).contains(&t.max_queue_depth) {
@@ -769,7 +805,10 @@ impl Config {
         if !t.max_io_size.is_power_of_two() || !(4096..=(8 << 20)).contains(&t.max_io_size) {
             return bad("max_io_size must be a power of two within 4K..=8M".into());
         }
-        if t.max_h2c_data < 4096 || !t.max_h2c_data.is_multiple_of(4) || t.max_c2h_data < 4096 {
+        if t.data.max_h2c_data < 4096
+            || !t.data.max_h2c_data.is_multiple_of(4)
+            || t.data.max_c2h_data < 4096
+        {
             return bad(
                 "max_h2c_data must be a multiple of 4 and ≥ 4096; max_c2h_data ≥ 4096".into(),
             );
@@ -790,8 +829,8 @@ impl Config {
             return bad("poll_idle_us must be at most 1000000".into());
         }
         for (name, v) in [
-            ("tls_handshake_timeout_ms", t.tls_handshake_timeout_ms),
-            ("tls_record_timeout_ms", t.tls_record_timeout_ms),
+            ("tls_handshake_timeout_ms", t.tls.tls_handshake_timeout_ms),
+            ("tls_record_timeout_ms", t.tls.tls_record_timeout_ms),
         ] {
             if !(100..=600_000).contains(&v) {
                 return bad(format!("{name} must be within 100..=600000"));
@@ -1230,5 +1269,30 @@ mod tests {
             Ok("vol".to_owned())
         );
         assert!("rbd".parse::<RbdConfig>().is_err());
+    }
+
+    #[test]
+    fn flattened_transport_groups_keep_the_keys_flat_and_unknown_keys_refused() {
+        // Issue #41: `[transport]` is split into small structs; the file
+        // format is unchanged.
+        let t: TransportConfig = toml::from_str(
+            "in_capsule_data_size = 4096\nmax_c2h_data = 8192\ntls_record_timeout_ms = 5\nthreads = 3\n",
+        )
+        .expect("flat keys");
+        assert_eq!(t.data.in_capsule_data_size, 4096);
+        assert_eq!(t.data.max_c2h_data, 8192);
+        assert_eq!(t.data.max_h2c_data, DataSizes::default().max_h2c_data);
+        assert_eq!(t.tls.tls_record_timeout_ms, 5);
+        assert_eq!(t.tls.tls_handshake_timeout_ms, 10_000);
+        assert_eq!(t.threads, 3);
+        let e =
+            toml::from_str::<TransportConfig>("max_c2h_dta = 8192\n").expect_err("a misspelt key");
+        assert!(e.to_string().contains("max_c2h_dta"), "{e}");
+        let back = toml::to_string(&t).expect("serialize");
+        assert!(back.contains("max_c2h_data = 8192"), "{back}");
+        assert_eq!(
+            toml::from_str::<TransportConfig>(&back).expect("round trip"),
+            t
+        );
     }
 }

@@ -35,7 +35,7 @@ pub(crate) fn controller<C: Default>(q: &NvmeQueue<C>, ctrl: &Controller) -> IdC
         // TCP and RDMA: in-capsule data starts right after the SQE (ICDOFF 0), one SGL descriptor.
         icdoff: 0,
         msdbd: 1,
-        ioccsz: (64 + t.in_capsule_data_size) / 16,
+        ioccsz: (64 + t.data.in_capsule_data_size) / 16,
         iorcsz: 1,
         // An I/O controller also has the Commands Supported and Effects log.
         // LPA bit 0: SMART per namespace (counted per NSID, `stats.rs`).

@@ -144,10 +144,9 @@ impl Server {
             std::thread::Builder::new()
                 .name("farflash-acceptor".into())
                 .spawn(move || {
-                    farflash_transport::serve_all(
+                    farflash_transport::serve_listeners(
                         target,
-                        bound.tcp,
-                        bound.rdma,
+                        bound.listeners,
                         &lo,
                         stop,
                         Some(listener_rx),

@@ -4,13 +4,12 @@
 use anyhow::{Context, Result};
 use farflash_core::listen::{split_listen, ListenTransport};
 use farflash_core::target::Listener;
-use farflash_transport::RdmaListener;
-use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::net::{SocketAddr, ToSocketAddrs};
 
 /// The bound listeners.
 pub(crate) struct Bound {
-    pub(crate) tcp: Vec<TcpListener>,
-    pub(crate) rdma: Vec<RdmaListener>,
+    /// Of every transport, for the acceptor.
+    pub(crate) listeners: Vec<Box<dyn farflash_transport::Listener>>,
     /// Every listener's bound address, in the configured order.
     pub(crate) addrs: Vec<SocketAddr>,
     configs: Vec<String>,
@@ -33,53 +32,32 @@ impl Bound {
 /// Binds every configured listener; the first that fails is the error.
 pub(crate) fn bind_all(listen: &[String]) -> Result<Bound> {
     let mut b = Bound {
-        tcp: Vec::new(),
-        rdma: Vec::new(),
+        listeners: Vec::new(),
         addrs: Vec::new(),
         configs: listen.to_vec(),
         kinds: Vec::new(),
     };
     for c in listen {
         let (t, a) = split_listen(c).map_err(anyhow::Error::msg)?;
-        match t {
-            ListenTransport::Tcp => {
-                let l = bind(a)?;
-                b.addrs.push(l.local_addr()?);
-                b.tcp.push(l);
-            }
-            ListenTransport::Rdma => {
-                let l = bind_rdma(a)?;
-                b.addrs.push(l.local_addr());
-                b.rdma.push(l);
-            }
-        }
+        let (l, addr) =
+            farflash_transport::bind_listener(t, resolve(t, a)?).map_err(anyhow::Error::msg)?;
+        b.listeners.push(l);
+        b.addrs.push(addr);
         b.kinds.push(t);
     }
     Ok(b)
 }
 
-fn bind(addr: &str) -> Result<TcpListener> {
-    let sa: SocketAddr = addr
-        .to_socket_addrs()
-        .with_context(|| format!("bad listen address {addr:?} (want ADDR:PORT)"))?
+/// The socket address a listen address names.
+fn resolve(t: ListenTransport, addr: &str) -> Result<SocketAddr> {
+    let shown = match t {
+        ListenTransport::Tcp => addr.to_owned(),
+        ListenTransport::Rdma => format!("rdma:{addr}"),
+    };
+    addr.to_socket_addrs()
+        .with_context(|| format!("bad listen address {shown:?} (want ADDR:PORT)"))?
         .next()
-        .with_context(|| format!("listen address {addr:?} resolves to nothing"))?;
-    TcpListener::bind(sa).with_context(|| format!("cannot listen on {sa}"))
-}
-
-/// An NVMe/RDMA listener (RDMA CM) on `addr`, which must be an address of
-/// an RDMA device's network interface (or unspecified).
-fn bind_rdma(addr: &str) -> Result<RdmaListener> {
-    let sa: SocketAddr = addr
-        .to_socket_addrs()
-        .with_context(|| format!("bad listen address rdma:{addr} (want rdma:ADDR:PORT)"))?
-        .next()
-        .with_context(|| format!("listen address rdma:{addr} resolves to nothing"))?;
-    // Without libibverbs/librdmacm, say which packages (not "no device").
-    farflash_rdma_verbs::load_libraries()?;
-    RdmaListener::bind(sa, farflash_transport::RDMA_BACKLOG).with_context(|| {
-        format!("cannot listen for NVMe/RDMA on {sa} (is there an RDMA device on it? rdma link)")
-    })
+        .with_context(|| format!("listen address {shown:?} resolves to nothing"))
 }
 
 #[cfg(test)]

@@ -65,7 +65,7 @@ pub struct QueuePair {
 
 impl QueuePair {
     pub fn new(target: Arc<Target>, local: SocketAddr, peer: SocketAddr) -> QueuePair {
-        let maxh2cdata = target.transport.max_h2c_data;
+        let maxh2cdata = target.transport.data.max_h2c_data;
         let core = NvmeQueue::new(
             target.clone(),
             local,

@@ -128,7 +128,7 @@ impl Tcp {
             q.pool().put(buf);
             return;
         }
-        let chunk = self.target.transport.max_c2h_data as usize;
+        let chunk = self.target.transport.data.max_c2h_data as usize;
         let (hd, dd) = (self.neg.hdgst, self.neg.ddgst);
         let hend = 24 + if hd { DIGEST_LEN } else { 0 };
         // PDO honours the host's HPDA (TCP §3.6.2.9); padding bytes are zero.
@@ -242,7 +242,7 @@ impl Transport for Tcp {
         self.icd_size = if c.qid == 0 {
             ADMIN_ICD
         } else {
-            self.target.transport.in_capsule_data_size as usize
+            self.target.transport.data.in_capsule_data_size as usize
         };
         self.neg.max_data = (self.icd_size as u32).max(self.maxh2cdata);
     }

@@ -24,6 +24,9 @@ pub(crate) struct Conn {
     pub hup: bool,
     /// The secure channel of a connection on a TLS listener (None: plaintext).
     pub secure: Option<Box<Secure>>,
+    /// A TLS listener's server configuration, for the secure channel's
+    /// first byte (Err: OpenSSL 3 could not be loaded).
+    pub tls: Option<Result<farflash_tls::ServerConfig, String>>,
     pub peer: SocketAddr,
 }
 

@@ -1,12 +1,14 @@
-//! The target's event loops (NVMe/TCP and NVMe/RDMA).
+//! The target's event loops, for every transport (NVMe/TCP, NVMe/RDMA).
 //!
-//! One acceptor (`acceptor.rs`) hands each accepted connection (a TCP
-//! socket or an RDMA queue pair) to one worker thread, round robin; a
-//! worker owns its connections outright, in one table for every transport
-//! (`link.rs`), so the I/O path takes no lock shared between threads. Each
-//! worker waits in epoll (mio) on its sockets and on the eventfds of its
-//! backend queues, batches whatever a read brings, and sends everything the
-//! batch produced in one write.
+//! A transport is what `link.rs` says one is: a [`Listener`], the
+//! [`Incoming`] connections it accepts and the [`Link`] a worker drives
+//! (`tcp.rs`, `rdma.rs`); `transports.rs` names the ones a listen address
+//! can pick. One acceptor (`acceptor.rs`) hands each accepted connection
+//! to one worker thread, round robin; a worker owns its connections
+//! outright, in one table for every transport, so the I/O path takes no
+//! lock shared between threads. Each worker waits in epoll (mio) on its
+//! connections' fds and on the eventfds of its backend queues, and drives
+//! the connections the scheduler (`sched.rs`) orders.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -14,30 +16,31 @@ mod acceptor;
 mod conn;
 mod link;
 mod offload;
+mod rdma;
 mod sched;
 mod secure;
 mod sleep;
+mod tcp;
+mod transports;
 mod worker;
 
 use acceptor::{Acceptor, Handoff};
 pub use farflash_core::config::PollMode;
 use farflash_core::listen::{split_listen, ListenTransport};
 use farflash_core::Target;
-pub use farflash_rdma_verbs::RdmaListener;
+pub use link::{deliver, hand_out, After, Cx, Done, Incoming, Link, Listener, Sinks, Ticked};
 use mio::{Events, Poll, Waker};
+pub use rdma::RDMA_BACKLOG;
+pub use sched::{Pass, Rx, State};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
+pub use transports::bind_listener;
 
 /// How often the acceptor looks at the stop flag.
 const ACCEPT_POLL: Duration = Duration::from_millis(50);
-/// Acceptor tokens of the RDMA listeners (`RDMA_LISTEN + k`); TCP
-/// listeners count from 0.
-pub(crate) const RDMA_LISTEN: usize = 1 << 40;
-/// Connection requests an RDMA listener queues (`rdma_listen` backlog).
-pub const RDMA_BACKLOG: i32 = 128;
 
 /// How the event loops run.
 #[derive(Clone, Debug)]
@@ -60,8 +63,7 @@ pub struct LoopOptions {
 
 /// What the management API asks of the acceptor.
 pub(crate) enum ListenerCmd {
-    Add(std::net::TcpListener),
-    AddRdma(RdmaListener),
+    Add(Box<dyn Listener>),
     Remove(std::net::SocketAddr, ListenTransport, mpsc::Sender<()>),
 }
 
@@ -91,21 +93,8 @@ impl farflash_control::reload::ListenerControl for ListenerHandle {
             .map_err(|e| format!("bad address (want ADDR:PORT): {e}"))?
             .next()
             .ok_or_else(|| "the address resolves to nothing".to_owned())?;
-        let (cmd, bound) = match transport {
-            ListenTransport::Tcp => {
-                let l =
-                    std::net::TcpListener::bind(sa).map_err(|e| format!("cannot listen: {e}"))?;
-                let bound = l.local_addr().map_err(|e| e.to_string())?;
-                (ListenerCmd::Add(l), bound)
-            }
-            ListenTransport::Rdma => {
-                let l = RdmaListener::bind(sa, RDMA_BACKLOG).map_err(|e| {
-                    format!("cannot listen for NVMe/RDMA (is there an RDMA device on it? rdma link): {e}")
-                })?;
-                let bound = l.local_addr();
-                (ListenerCmd::AddRdma(l), bound)
-            }
-        };
+        let (l, bound) = transports::bind_listener(transport, sa)?;
+        let cmd = ListenerCmd::Add(l);
         self.tx
             .send(cmd)
             .map_err(|_| "the target is stopping".to_owned())?;
@@ -144,28 +133,28 @@ pub fn serve_with(
     stop: Arc<AtomicBool>,
     control: Option<ListenerControlRx>,
 ) -> io::Result<()> {
-    serve_all(target, listeners, Vec::new(), opts, stop, control)
+    let mut all = Vec::with_capacity(listeners.len());
+    for l in listeners {
+        all.push(transports::tcp(l)?);
+    }
+    serve_listeners(target, all, opts, stop, control)
 }
 
-/// [`serve_with`], with NVMe/RDMA listeners too: the acceptor takes their
-/// connection requests and hands each accepted queue pair to a worker,
-/// round robin with the TCP connections.
-pub fn serve_all(
+/// [`serve_with`] over listeners of any transport ([`Listener`]; the
+/// configured ones come from [`bind_listener`]): the acceptor takes their
+/// connections and hands each to a worker, round robin.
+pub fn serve_listeners(
     target: Arc<Target>,
-    listeners: Vec<std::net::TcpListener>,
-    rdma: Vec<RdmaListener>,
+    listeners: Vec<Box<dyn Listener>>,
     opts: &LoopOptions,
     stop: Arc<AtomicBool>,
     control: Option<ListenerControlRx>,
 ) -> io::Result<()> {
     let live = Arc::new(AtomicUsize::new(0));
     let (handoffs, threads) = spawn_workers(&target, opts, &stop, &live)?;
-    let mut acceptor = Acceptor::new(&target, live, opts.max_connections, handoffs)?;
+    let mut acceptor = Acceptor::new(target.clone(), live, opts.max_connections, handoffs)?;
     for l in listeners {
-        acceptor.add_tcp(l)?;
-    }
-    for l in rdma {
-        acceptor.add_rdma(l)?;
+        acceptor.add(l)?;
     }
     let mut events = Events::with_capacity(64);
     let served = loop {

@@ -99,7 +99,7 @@ const QUIET_BYTES: usize = 64 * 1024;
 /// `Open` -> `ReadClosed` -> `Failed` -> `Zombie` (steps may be skipped);
 /// then the connection is removed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum State {
+pub enum State {
     /// Reading and sending.
     Open(Rx),
     /// The peer closed its side: nothing more to read, but what is owed
@@ -115,7 +115,7 @@ pub(crate) enum State {
 
 /// What an open connection's socket may hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Rx {
+pub enum Rx {
     /// Drained (the last read said EAGAIN or came short): a pass for other
     /// reasons (a completion, a tick) skips the `recv`.
     Drained,
@@ -143,7 +143,7 @@ impl State {
 
 /// How a connection's pass went: the shell's report to [`Scheduler::on_driven`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Pass {
+pub struct Pass {
     /// Anything moved.
     pub worked: bool,
     /// The socket may still hold bytes.
@@ -164,7 +164,7 @@ pub(crate) struct Pass {
 
 impl Pass {
     /// A pass starting in `state`.
-    pub(crate) fn starting(state: State) -> Pass {
+    pub fn starting(state: State) -> Pass {
         Pass {
             unread: matches!(state, State::Open(Rx::Unread | Rx::Backlog)),
             eof: state == State::ReadClosed,
@@ -1140,8 +1140,8 @@ mod tests {
         assert_eq!(s.poll_timeout(now), Some(now + IDLE));
     }
 
-    /// An RDMA queue pair is scheduled as a socket is (`worker.rs`
-    /// `drive_rdma` is its pass): its completion channel's event queues it,
+    /// An RDMA queue pair is scheduled as a socket is (`rdma.rs`
+    /// `Link::drive` is its pass): its completion channel's event queues it,
     /// a pass that polled its CQ empty and re-armed it leaves it drained,
     /// work makes it hot (the loop then polls its CQ directly, without
     /// epoll), it is quiet beside a backlogged socket (its data moves by

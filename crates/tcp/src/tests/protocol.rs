@@ -98,7 +98,10 @@ fn c2hdata_success_replaces_the_capsule_resp_without_sq_flow_control() {
     let t = target_with(
         vec![],
         TransportConfig {
-            max_c2h_data: 8192,
+            data: farflash_core::config::DataSizes {
+                max_c2h_data: 8192,
+                ..Default::default()
+            },
             ..TransportConfig::default()
         },
     );

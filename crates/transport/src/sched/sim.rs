@@ -3,8 +3,10 @@
 //! each budget allows, reading costs time. What the unit tests in
 //! `sched.rs` check one call at a time is checked here as it adds up:
 //! weighted sharing between deep queues, a QD 1 neighbour's wait beside a
-//! deep writer and the idle window handing the full share back, and ticks
-//! of many connections gathered on the grid.
+//! deep writer and the idle window handing the full share back, fairness
+//! between equal connections, an RDMA queue's completion-queue events
+//! waking the loop as a socket's readiness does, and ticks of many
+//! connections gathered on the grid.
 
 use super::*;
 
@@ -23,6 +25,9 @@ struct Sim {
     weight: Vec<u32>,
     held: Vec<usize>,
     read: Vec<usize>,
+    /// The connection's "socket" is a completion queue (an RDMA queue):
+    /// a pass polls it empty and re-arms it, whatever the budget.
+    cq: Vec<bool>,
 }
 
 /// One connection's turn of a round.
@@ -47,6 +52,7 @@ impl Sim {
             weight: vec![1; conns],
             held: vec![0; conns],
             read: vec![0; conns],
+            cq: vec![false; conns],
         }
     }
 
@@ -62,7 +68,10 @@ impl Sim {
         let r = self.s.next_round(|i| held[i]);
         let mut turns = Vec::new();
         for &i in &r.conns {
-            let budget = self.s.budget(i, r.contended, self.weight[i]);
+            let budget = match self.cq[i] {
+                true => usize::MAX,
+                false => self.s.budget(i, r.contended, self.weight[i]),
+            };
             let n = budget.min(self.unread[i]);
             self.unread[i] -= n;
             self.read[i] += n;
@@ -83,6 +92,117 @@ impl Sim {
         }
         self.s.finish_round(r, self.now);
         turns
+    }
+}
+
+/// What the loop does with nothing queued: how it waits.
+fn idle_wait(sim: &mut Sim) -> Wait {
+    sim.s.wait(sim.now)
+}
+
+#[test]
+fn equal_connections_share_the_loop_equally_and_none_waits_beyond_its_round() {
+    let n = 6;
+    let mut sim = Sim::new(PollMode::Adaptive, n);
+    // Deep writers with backlogs of different sizes.
+    for i in 0..n {
+        sim.held[i] = 8 << 20;
+        sim.arrive(i, (i + 2) * 8 * SHARE);
+    }
+    // An event storm on one of them earns it no extra turn.
+    for _ in 0..50 {
+        sim.s.on_event(3, true);
+    }
+    for round in 0..16 {
+        let turns = sim.round();
+        let mut conns: Vec<usize> = turns.iter().map(|t| t.conn).collect();
+        conns.sort_unstable();
+        conns.dedup();
+        assert_eq!(conns.len(), turns.len(), "round {round}: one turn each");
+        // Every connection with bytes left is in every round.
+        let left: Vec<usize> = (0..n)
+            .filter(|&i| sim.unread[i] > 0 || conns.contains(&i))
+            .collect();
+        assert_eq!(conns, left, "round {round}");
+        // While all are backlogged they read the same.
+        assert!(
+            turns.iter().all(|t| t.bytes == SHARE),
+            "round {round}: {turns:?}"
+        );
+    }
+    assert!(sim.read.iter().all(|&r| r == 16 * SHARE), "{:?}", sim.read);
+    // A newcomer's command goes in the first round after its event, ahead
+    // of every backlogged connection, and they lose their turn to nobody.
+    let mut sim2 = Sim::new(PollMode::Adaptive, n + 1);
+    for i in 0..n {
+        sim2.held[i] = 8 << 20;
+        sim2.arrive(i, 64 * SHARE);
+    }
+    sim2.round();
+    sim2.held[n] = 0;
+    sim2.arrive(n, 72);
+    let turns = sim2.round();
+    assert_eq!(turns[0].conn, n, "the quiet newcomer goes first: {turns:?}");
+    assert_eq!(turns[0].bytes, 72);
+    assert_eq!(turns.len(), n + 1, "no backlogged connection skipped");
+}
+
+#[test]
+fn a_completion_queue_event_wakes_the_sleeping_loop_as_a_socket_event_does() {
+    for mode in [PollMode::Never, PollMode::Adaptive] {
+        // Two identical loops: connection 1 is a socket in one, an RDMA
+        // queue (its completion channel's event) in the other.
+        let mut trace = Vec::new();
+        for cq in [false, true] {
+            let mut sim = Sim::new(mode, 2);
+            sim.cq[1] = cq;
+            // The first passes, then nothing to do: the loop sleeps (until
+            // a timer, never spinning on an empty CQ).
+            sim.round();
+            sim.now += 10 * IDLE;
+            let asleep = idle_wait(&mut sim);
+            let Wait::Poll(Some(t)) = asleep else {
+                panic!("{mode:?} cq={cq}: an idle loop sleeps, got {asleep:?}");
+            };
+            assert!(t > IDLE, "{mode:?} cq={cq}: asleep for {t:?}");
+            // A completion (a capsule) arrives: its event wakes the loop,
+            // which looks at once and drives it in the next round.
+            sim.arrive(1, 64);
+            let woken = idle_wait(&mut sim);
+            assert_eq!(woken, Wait::Poll(Some(Duration::ZERO)), "{mode:?} cq={cq}");
+            let turns = sim.round();
+            assert_eq!(
+                turns.iter().map(|t| (t.conn, t.bytes)).collect::<Vec<_>>(),
+                [(1, 64)]
+            );
+            // Polled empty (and re-armed): no further round without a
+            // new event, in either.
+            let next = idle_wait(&mut sim);
+            trace.push((asleep, woken, next, sim.s.state(1), sim.s.hot.clone()));
+        }
+        assert_eq!(
+            trace[0], trace[1],
+            "{mode:?}: a CQ is scheduled as a socket is"
+        );
+    }
+    // Beside a socket with a backlog, the RDMA queue's completions go
+    // first and all at once (it reads no socket), and the socket reads
+    // short slices while the queue is busy.
+    let mut sim = Sim::new(PollMode::Adaptive, 2);
+    sim.cq[1] = true;
+    sim.held = vec![8 << 20, 0];
+    sim.arrive(0, 1 << 30);
+    sim.round();
+    for _ in 0..100 {
+        sim.arrive(1, 3 * SHARE);
+        let turns = sim.round();
+        assert_eq!(turns[0].conn, 1);
+        assert_eq!(turns[0].bytes, 3 * SHARE, "a CQ pass polls it empty");
+        assert!(turns[1].contended);
+        assert_eq!(
+            turns[1].bytes,
+            (SHARE / CONTENDED_DIVISOR).max(CONTENDED_MIN)
+        );
     }
 }
 
