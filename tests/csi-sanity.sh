@@ -12,6 +12,8 @@
 #
 #   bash tests/csi-sanity.sh            # exit status: csi-sanity's
 #   CSI_SANITY_FOCUS='Controller' ...   # a ginkgo focus, for one's own runs
+#   bash tests/csi-sanity.sh --build-only   # only build csi-sanity (for
+#                                           # crates/csi/tests/node_vm.rs)
 set -euo pipefail
 
 CSI_TEST_VERSION=v5.6.0
@@ -28,6 +30,10 @@ if [[ ! -x $SANITY ]]; then
 	echo "building csi-sanity $CSI_TEST_VERSION into $(dirname "$SANITY")"
 	mkdir -p "$(dirname "$SANITY")"
 	GOBIN=$(dirname "$SANITY") go install "github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity@$CSI_TEST_VERSION"
+fi
+if [[ ${1:-} = --build-only ]]; then
+	echo "$SANITY"
+	exit 0
 fi
 
 cd "$ROOT"

@@ -23,7 +23,8 @@
 #      apt-get download) for in-band authentication, which 6.1 lacks, and,
 #      with Debian 13's tlshd and nvme-cli 2.13 added (run-linux-host
 #      --tls), for NVMe/TCP over TLS both ways (tests/interop_tls.rs,
-#      host_kernel_target's farflash_host_tls_to_linux_612_target).
+#      host_kernel_target's farflash_host_tls_to_linux_612_target); and
+#      farflash-csi's Node service in the 6.1 guest (crates/csi/tests/node_vm.rs)
 # Every step runs even if an earlier one failed; the exit status is non-zero
 # if any step failed.  A summary with timings is printed at the end.
 #
@@ -227,9 +228,17 @@ else
 		cargo test --test differential -- --ignored --test-threads=1 --nocapture
 	step "Linux multipath over two farflash targets (cargo test --test interop_ha -- --ignored)" 900 \
 		cargo test --test interop_ha -- --ignored --test-threads=1 --nocapture
+	# The CSI driver's Node service inside the 6.1 guest (issue 45):
+	# csi-sanity's Node specs there, end to end through the gRPC API
+	# against farflash serve and the controller on this machine, a target
+	# restart, nvme_core.multipath on and off; one boot each: about 2 min
+	# (plus about 1 min when farflash-csi changed: a new VM image)
+	step "CSI node in the Linux 6.1 guest: csi-sanity Node specs, end to end, target restart, multipath on/off (cargo test -p farflash-csi --test node_vm -- --ignored)" 1200 \
+		bash -c 'bash tests/csi-sanity.sh --build-only && cargo build -p farflash --bin farflash &&
+			cargo test -p farflash-csi --test node_vm -- --ignored --test-threads=1 --nocapture'
 	step "Linux host fio verify on an RBD namespace (cargo test --test interop_rbd -- --ignored)" 900 \
 		cargo test --test interop_rbd -- --ignored --test-threads=1 --nocapture
-	step "NVMe/RDMA over Soft-RoCE in the VM: kernel loop, farflash's RDMA target in the guest (cargo test --test interop_rdma -- --ignored)" 900 \
+	step "NVMe/RDMA over Soft-RoCE in the VM: kernel loop, farflash's RDMA target in the guest (cargo test --test interop_rdma -- --ignored)" 1500 \
 		cargo test --test interop_rdma -- --ignored --test-threads=1 --nocapture --skip farflash_rdma_auth_and_run_time_listeners_612
 	step "NVMe/RDMA DH-HMAC-CHAP and run-time RDMA listeners, Linux 6.12 guest (cargo test --test interop_rdma -- --ignored --exact farflash_rdma_auth_and_run_time_listeners_612)" 600 \
 		cargo test --test interop_rdma -- --ignored --nocapture --exact farflash_rdma_auth_and_run_time_listeners_612

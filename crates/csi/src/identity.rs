@@ -9,15 +9,13 @@ use tonic::{Request, Response, Status};
 /// The driver's name (CSIDriver object, StorageClass `provisioner`).
 pub const DRIVER_NAME: &str = "csi.farflash.io";
 
-/// Which services this process runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IdentityService {
-    controller: bool,
-}
+/// The driver as a whole, whichever services this process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IdentityService;
 
 impl IdentityService {
-    pub fn new(controller: bool) -> IdentityService {
-        IdentityService { controller }
+    pub fn new() -> IdentityService {
+        IdentityService
     }
 }
 
@@ -38,18 +36,24 @@ impl Identity for IdentityService {
         &self,
         _r: Request<GetPluginCapabilitiesRequest>,
     ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
-        let mut capabilities = vec![PluginCapability {
-            r#type: Some(Type::VolumeExpansion(VolumeExpansion {
-                r#type: volume_expansion::Type::Online as i32,
-            })),
-        }];
-        if self.controller {
-            capabilities.push(PluginCapability {
+        // CSI spec, GetPluginCapabilities: the capabilities of the Plugin
+        // "as a whole"; all instances of one version "SHALL return the same
+        // set of capabilities, regardless of ... which RPCs an instance is
+        // serving". A node-only instance (the DaemonSet) reports the
+        // controller too; csi-sanity run against the node's socket with
+        // --csi.controllerendpoint publishes volumes only then.
+        let capabilities = vec![
+            PluginCapability {
+                r#type: Some(Type::VolumeExpansion(VolumeExpansion {
+                    r#type: volume_expansion::Type::Online as i32,
+                })),
+            },
+            PluginCapability {
                 r#type: Some(Type::Service(Service {
                     r#type: service::Type::ControllerService as i32,
                 })),
-            });
-        }
+            },
+        ];
         Ok(Response::new(GetPluginCapabilitiesResponse {
             capabilities,
         }))

@@ -84,7 +84,7 @@ pub async fn serve(
     }
     let listener = tokio::net::UnixListener::bind(&path)
         .with_context(|| format!("binding {}", path.display()))?;
-    let identity = IdentityService::new(services.controller.is_some());
+    let identity = IdentityService::new();
     tracing::info!(
         endpoint = %path.display(),
         controller = services.controller.is_some(),

@@ -131,7 +131,7 @@ fn stage_publish_grow(fs: &str, size: u64) {
     // take it away): without it the error must say so.
     let before = total_bytes(&target);
     l.grow(2 * size);
-    let grown = expand(&staging.to_string_lossy());
+    let grown = expand(&staging.to_string_lossy(), 2 * size as i64);
     if fs == "ext4" && !has_cap_sys_resource() {
         let e = grown.unwrap_err();
         assert!(e.message().contains("CAP_SYS_RESOURCE"), "{}", e.message());

@@ -247,16 +247,38 @@ pub fn delete(ops: &Ops, raw: &str) -> Result<(), Status> {
         return Ok(());
     };
     ops.unexport(&id)?;
-    let gone = absent_ok(ops.call(
-        id.primary(),
-        "volume_delete",
-        json!({"pool": id.pool(), "name": id.name()}),
-    ))?;
+    let gone = absent_ok(delete_unexported(ops, &id))?;
     match gone {
         Some(_) => tracing::info!(volume = %id, "DeleteVolume: deleted"),
         None => tracing::info!(volume = %id, "DeleteVolume: gone already"),
     }
     Ok(())
+}
+
+/// How long DeleteVolume waits for a volume whose subsystem it just
+/// deleted to be released: the target answers subsystem_delete at once,
+/// and drops the namespace when the subsystem's last connection closes
+/// (a node's disconnect moments before, as csi-sanity's cleanup and the
+/// kubelet's NodeUnstage then the attacher's ControllerUnpublish do).
+const RELEASE_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// volume_delete of a volume no subsystem exports any more: InUse
+/// (-32006) is retried until [`RELEASE_LIMIT`].
+fn delete_unexported(ops: &Ops, id: &VolumeId) -> Result<Value, crate::target::CallError> {
+    let deadline = std::time::Instant::now() + RELEASE_LIMIT;
+    loop {
+        let r = ops.call(
+            id.primary(),
+            "volume_delete",
+            json!({"pool": id.pool(), "name": id.name()}),
+        );
+        match r {
+            Err(e) if e.is(rpc::IN_USE) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            r => return r,
+        }
+    }
 }
 
 pub fn validate(

@@ -145,7 +145,9 @@ impl Node for NodeService {
         let r = r.into_inner();
         need(&r.volume_id, "volume_id")?;
         need(&r.volume_path, "volume_path")?;
-        let a = blocking(move || volume::expand(&r.volume_path)).await?;
+        // 0 (no capacity_range): the device's size, whatever it is.
+        let required = r.capacity_range.as_ref().map_or(0, |c| c.required_bytes);
+        let a = blocking(move || volume::expand(&r.volume_path, required)).await?;
         Ok(Response::new(a))
     }
 

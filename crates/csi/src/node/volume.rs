@@ -274,8 +274,32 @@ pub fn stats(path: &str) -> Result<NodeGetVolumeStatsResponse, Status> {
     })
 }
 
-pub fn expand(path: &str) -> Result<NodeExpandVolumeResponse, Status> {
+/// The size in bytes of block device `dev` (/dev/NAME), from sysfs.
+fn device_bytes(dev: &str) -> Option<i64> {
+    let name = dev.trim_start_matches("/dev/");
+    std::fs::read_to_string(format!("/sys/class/block/{name}/size"))
+        .ok()
+        .and_then(|s| s.trim().parse::<i64>().ok())
+        .map(|sectors| sectors * 512)
+}
+
+/// Grows the file system mounted at `path` to its device, once the device
+/// holds `required` bytes (the kernel takes the namespace's new size from
+/// the target's Namespace Attribute Changed event a moment after
+/// ControllerExpandVolume: wait for it, at most [`DEVICE_LIMIT`]).
+pub fn expand(path: &str, required: i64) -> Result<NodeExpandVolumeResponse, Status> {
     let m = mounted_at(Path::new(path)).ok_or_else(|| not_there(path))?;
+    let grown = wait_for(DEVICE_LIMIT, || {
+        device_bytes(&m.source).filter(|b| *b >= required)
+    });
+    if grown.is_none() {
+        return Err(Status::failed_precondition(format!(
+            "{}: {} bytes after {} s, capacity_range.required_bytes {required} (has the controller expanded the volume?)",
+            m.source,
+            device_bytes(&m.source).unwrap_or(0),
+            DEVICE_LIMIT.as_secs()
+        )));
+    }
     let (prog, args) = cmd::grow(&m.fstype, &m.source, path).map_err(Status::invalid_argument)?;
     run(&prog, &args, FS_LIMIT).map_err(|e| {
         if e.contains("Permission denied") {
@@ -285,13 +309,8 @@ pub fn expand(path: &str) -> Result<NodeExpandVolumeResponse, Status> {
             internal(e)
         }
     })?;
-    let dev = m.source.trim_start_matches("/dev/");
-    let sectors = std::fs::read_to_string(format!("/sys/class/block/{dev}/size"))
-        .ok()
-        .and_then(|s| s.trim().parse::<i64>().ok())
-        .unwrap_or(0);
     tracing::info!(path, device = %m.source, "NodeExpandVolume: file system grown");
     Ok(NodeExpandVolumeResponse {
-        capacity_bytes: sectors * 512,
+        capacity_bytes: device_bytes(&m.source).unwrap_or(0),
     })
 }
