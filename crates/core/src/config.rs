@@ -284,18 +284,19 @@ pub const DEFAULT_MAX_NAMESPACES: u32 = 65536;
 #[serde(rename_all = "lowercase")]
 pub enum PollMode {
     /// Spin while work arrives, sleep in epoll after `poll_idle_us` of quiet.
-    #[default]
     Adaptive,
     /// Never sleep: lowest latency, one busy core per event loop.
     Always,
     /// Always sleep in epoll: least CPU.
     Never,
-    /// As adaptive, but in a gap the loop expects to last (learnt from
-    /// the recent gaps between a host's commands) it sleeps on a precise
-    /// timer for the part it can sleep and wakes early enough to poll for
-    /// the rest (the kernel's hybrid polling, for a network queue). Far
-    /// less CPU than adaptive below full load; not the default, as it
-    /// sometimes sleeps at QD 4 full load (docs/performance.md).
+    /// The default. As adaptive, but in a gap the loop expects to last
+    /// (learnt from the recent gaps between a host's commands) it sleeps on
+    /// a precise timer for the part it can sleep and wakes early enough to
+    /// poll for the rest (the kernel's hybrid polling, for a network
+    /// queue); only where the gap is long against the measured wake-up
+    /// cost, and backing off after a sleep an arrival cut short, so full
+    /// load is polled (`farflash-nap`; docs/performance.md).
+    #[default]
     Hybrid,
 }
 
@@ -352,7 +353,7 @@ impl Default for TransportConfig {
             max_connections: 4096,
             max_queue_buffer: 8 << 20,
             cpus_allowed: String::new(),
-            poll: PollMode::Adaptive,
+            poll: PollMode::Hybrid,
             poll_idle_us: 100,
             fair_share_kib: 256,
             limits: Limits::default(),

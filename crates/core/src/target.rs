@@ -53,6 +53,8 @@ pub struct Target {
     pub auth_failures: AtomicU64,
     /// Host oddities accepted (docs/interop.md).
     pub tolerated: crate::stats::Tolerated,
+    /// The event loops' sleeps, per worker.
+    pub loops: crate::stats::Loops,
     /// Serializes management changes (RPC, SIGHUP, load_config).
     manage: Mutex<()>,
     ctrls: Mutex<CtrlTable>,
@@ -135,6 +137,7 @@ impl Target {
             keep_alive_expiries: AtomicU64::new(0),
             auth_failures: AtomicU64::new(0),
             tolerated: Default::default(),
+            loops: Default::default(),
             manage: Mutex::new(()),
             ctrls: Mutex::new(CtrlTable {
                 next: 1,

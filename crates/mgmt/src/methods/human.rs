@@ -181,7 +181,19 @@ pub fn stats(out: &mut dyn Write, r: &Value) -> Result<()> {
         "controllers {}, keep-alive expiries {}",
         s(&r["controllers"]),
         s(&r["keep_alive_expiries"])
-    )
+    )?;
+    for w in r["workers"].as_array().into_iter().flatten() {
+        let ms = w["slept_ns"].as_u64().unwrap_or(0) as f64 / 1e6;
+        writeln!(
+            out,
+            "worker {}: timed sleeps {} ({} cut short), idle sleeps {}, asleep {ms:.1} ms",
+            s(&w["worker"]),
+            s(&w["timed_sleeps"]),
+            s(&w["missed_sleeps"]),
+            s(&w["idle_sleeps"]),
+        )?;
+    }
+    Ok(())
 }
 
 pub fn save_config(out: &mut dyn Write, r: &Value) -> Result<()> {
