@@ -10,6 +10,8 @@ use serde_json::{json, Value};
 use std::io::Write;
 use std::path::PathBuf;
 
+use super::ctl_volumes::size_param;
+
 #[derive(Args, Debug)]
 pub struct CtlArgs {
     #[command(flatten)]
@@ -295,11 +297,6 @@ fn call(ep: &Endpoint, method: &str, params: Value) -> Result<Value> {
         );
     }
     Ok(answer.get("result").cloned().unwrap_or(Value::Null))
-}
-
-pub(crate) fn size_param(s: &str) -> Result<Value> {
-    let n: farflash_core::config::Size = s.parse().map_err(anyhow::Error::msg)?;
-    Ok(json!(n.0))
 }
 
 pub fn run_rpc(a: RpcArgs) -> Result<()> {

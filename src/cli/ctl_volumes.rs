@@ -2,7 +2,6 @@
 //! volume methods (docs/volumes.md); the method table prints their results
 //! (`farflash_mgmt::methods`).
 
-use super::ctl::size_param;
 use anyhow::Result;
 use clap::Subcommand;
 use serde_json::{json, Value};
@@ -153,4 +152,11 @@ impl SnapshotVerb {
             json!({"pool": pool, "volume": volume, "name": name}),
         ))
     }
+}
+
+/// A size argument (`1G`, `512M`, bytes) as the JSON number of bytes. It
+/// lives here, not in `ctl`, which uses this module: no module cycle.
+pub(crate) fn size_param(s: &str) -> Result<Value> {
+    let n: farflash_core::config::Size = s.parse().map_err(anyhow::Error::msg)?;
+    Ok(json!(n.0))
 }

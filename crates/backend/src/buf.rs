@@ -16,8 +16,7 @@ use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 
-/// Alignment (and capacity granule) of every [`IoBuf`], in bytes.
-pub const IO_ALIGN: usize = 4096;
+pub use crate::chunk::IO_ALIGN;
 
 /// An owned, [`IO_ALIGN`]-aligned heap buffer with a capacity and a length.
 ///

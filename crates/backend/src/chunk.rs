@@ -14,12 +14,16 @@
 //! [`BufPool`]: crate::BufPool
 //! [`BufPool::put`]: crate::BufPool::put
 
-use crate::buf::IO_ALIGN;
 use std::alloc::{self, Layout};
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+/// Alignment (and capacity granule) of every `IoBuf` (and of a chunk's
+/// memory), in bytes. Defined here, which `buf` builds on, so that the two
+/// modules do not name each other.
+pub const IO_ALIGN: usize = 4096;
 
 /// One chunk's memory and the places of buffers dropped outside their pool.
 struct ChunkMem {

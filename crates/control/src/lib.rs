@@ -15,7 +15,8 @@ pub mod provision;
 pub mod reload;
 pub mod volumes;
 
-pub use provision::{build_namespaces, build_subsystem, build_subsystems, System};
+pub use provision::{build_namespaces, build_subsystem, System};
+pub use reload::build_subsystems;
 
 #[cfg(test)]
 mod tests_ha;

@@ -7,7 +7,7 @@ use farflash_backend::{
     open_file, open_null, open_ram, open_ram_committed, open_rbd, FileOptions, RbdOptions,
     SharedBackend,
 };
-use farflash_core::config::{split_volume, BackendKind, Config, NamespaceConfig, SubsystemConfig};
+use farflash_core::config::{split_volume, BackendKind, NamespaceConfig, SubsystemConfig};
 use farflash_core::resv::ptpl::PtplFile;
 use farflash_core::subsystem::{human, BuildError, Namespace, Provision, Subsystem};
 use std::path::{Path, PathBuf};
@@ -132,13 +132,6 @@ fn open_volume(
         .map_err(|e| invalid(format!("volume {v}: {e}")))?;
     let d = format!("volume {v} ({})", human(b.capacity()));
     Ok((b, d))
-}
-
-/// Opens `cfg`'s pools, then every backend of its subsystems
-/// ([`farflash_core::subsystem::build_subsystems`] with [`System`]).
-pub fn build_subsystems(cfg: &Config) -> Result<Vec<Arc<Subsystem>>, crate::reload::ApplyError> {
-    crate::pools::registry().open_configured(&cfg.pools)?;
-    Ok(farflash_core::subsystem::build_subsystems(cfg, &System)?)
 }
 
 /// Opens one subsystem's backends.

@@ -89,6 +89,18 @@ pub enum ApplyError {
     },
 }
 
+/// Opens `cfg`'s pools, then every backend of its subsystems
+/// ([`farflash_core::subsystem::build_subsystems`] with
+/// [`System`](crate::provision::System)). It lives here, not in
+/// `provision`, which this module uses: no module cycle.
+pub fn build_subsystems(cfg: &Config) -> Result<Vec<Arc<Subsystem>>, ApplyError> {
+    crate::pools::registry().open_configured(&cfg.pools)?;
+    Ok(farflash_core::subsystem::build_subsystems(
+        cfg,
+        &crate::provision::System,
+    )?)
+}
+
 /// Tells the storage of each namespace of `subs` (its namespaces, its ANA
 /// entries) whether its ANA group is optimized through one of `listeners`
 /// ([`farflash_backend::Backend::set_ana_optimized`]): the promotions are

@@ -421,7 +421,7 @@ fn ptpl_keeps_a_reservation_across_a_restart() {
         pools: Vec::new(),
     };
     let start = || {
-        let subs = crate::provision::build_subsystems(&cfg).unwrap();
+        let subs = crate::reload::build_subsystems(&cfg).unwrap();
         farflash_core::Target::new(
             subs,
             TransportConfig::default(),
@@ -472,7 +472,7 @@ fn ptpl_keeps_a_reservation_across_a_restart() {
     assert!(rep.unwrap().ptpls);
     // A corrupt file: the namespace does not build, the error names the file.
     std::fs::write(&file, b"FFPTPL\x01\x00junk").unwrap();
-    let e = crate::provision::build_subsystems(&cfg)
+    let e = crate::reload::build_subsystems(&cfg)
         .err()
         .unwrap()
         .to_string();

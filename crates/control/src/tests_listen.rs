@@ -4,7 +4,7 @@
 //! transport named, and only that transport's queues lose their listener.
 
 use crate::manage::{add_listener, remove_listener};
-use crate::provision::build_subsystems;
+use crate::reload::build_subsystems;
 use crate::reload::{apply_with, current_config, ListenerControl};
 use farflash_core::config::{
     BackendKind, Config, NamespaceConfig, SubsystemConfig, TransportConfig,

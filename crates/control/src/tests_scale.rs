@@ -3,7 +3,7 @@
 //! and the limits on subsystems and namespaces.
 
 use crate::manage::{self, ManageError};
-use crate::provision::build_subsystems;
+use crate::reload::build_subsystems;
 use crate::reload::ApplyError;
 use farflash_core::config::{BackendKind, Config, ConfigError, NamespaceConfig, SubsystemConfig};
 use farflash_core::testing::{connect_to, queue, run, HOST};

@@ -20,6 +20,7 @@
 
 mod cmd;
 mod link;
+mod out;
 mod queue;
 mod rx;
 mod tx;

@@ -9,7 +9,7 @@
 
 use crate::cmd::TcpCmd;
 use crate::link::{RxEvent, RxState, TxState};
-use crate::tx::OutQueue;
+use crate::out::OutQueue;
 use farflash_core::{Binding, NvmeQueue, Target};
 use farflash_wire::pdu::Negotiated;
 use farflash_wire::Status;

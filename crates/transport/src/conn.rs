@@ -3,6 +3,7 @@
 //! are the same loop for plaintext and TLS: the secure channel only stands
 //! between the socket and the queue pair ([`Inbound`]).
 
+use crate::inbound::Inbound;
 use crate::sched::Pass;
 use crate::secure::Secure;
 use farflash_tcp::QueuePair;
@@ -28,16 +29,6 @@ pub(crate) struct Conn {
     /// first byte (Err: OpenSSL 3 could not be loaded).
     pub tls: Option<Result<farflash_tls::ServerConfig, String>>,
     pub peer: SocketAddr,
-}
-
-/// Where the bytes a read brings go.
-pub(crate) trait Inbound {
-    /// The buffer the next read fills.
-    fn space<'a>(&'a mut self, qp: &'a mut QueuePair) -> &'a mut [u8];
-    /// `n` bytes were read into that buffer.
-    fn received(&mut self, qp: &mut QueuePair, n: usize, now: Instant);
-    /// Reading is over (the channel decided to close).
-    fn stopped(&self) -> bool;
 }
 
 /// Plaintext: straight into the queue pair's receive space (PDUs are

@@ -14,6 +14,7 @@
 
 mod acceptor;
 mod conn;
+mod inbound;
 mod link;
 mod offload;
 mod rdma;

@@ -29,7 +29,7 @@
 //! queue pair wants to read (the rest waits in OpenSSL's buffer, bounded
 //! by that one read).
 
-use crate::conn::Inbound;
+use crate::inbound::Inbound;
 use crate::sched::Pass;
 use farflash_core::listen::SecureChannel;
 use farflash_tcp::QueuePair;

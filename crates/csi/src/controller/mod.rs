@@ -16,6 +16,7 @@ mod snapshots;
 mod volumes;
 
 use crate::config::ControllerConfig;
+use crate::ids::VolumeId;
 use crate::proto::controller_server::Controller;
 use crate::proto::controller_service_capability::rpc::Type as Cap;
 use crate::proto::*;
@@ -82,6 +83,13 @@ pub async fn blocking<T: Send + 'static>(
 
 pub fn invalid(m: impl Into<String>) -> Status {
     Status::invalid_argument(m.into())
+}
+
+/// A volume id from a request: one that cannot be ours names nothing
+/// (here, not in `volumes`, since `publish` needs it too and `volumes`
+/// uses `publish`: no module cycle).
+pub fn parse_id(id: &str, what: &str) -> Result<VolumeId, Status> {
+    VolumeId::parse(id).map_err(|e| Status::not_found(format!("{what}: {e}")))
 }
 
 /// The controller capabilities the driver has.

@@ -4,7 +4,7 @@
 
 use super::export::{absent_ok, exists_ok, Ops};
 use super::invalid;
-use super::volumes::parse_id;
+use super::parse_id;
 use crate::caps;
 use crate::ids::VolumeId;
 use crate::params::{self, Transport};

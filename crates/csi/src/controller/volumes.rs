@@ -2,7 +2,7 @@
 //! validate, list, get, expand, modify (QoS), and the pools' capacity.
 
 use super::export::{absent_ok, Ops, Vol};
-use super::{invalid, publish};
+use super::{invalid, parse_id, publish};
 use crate::caps;
 use crate::ids::{snapshot_name, volume_name, VolumeId};
 use crate::params::{self, VolumeParams};
@@ -35,11 +35,6 @@ impl CreatePlan {
 
 fn not_found(what: &str, id: &str) -> Status {
     Status::not_found(format!("{what} {id} does not exist"))
-}
-
-/// A volume id from a request: one that cannot be ours names nothing.
-pub fn parse_id(id: &str, what: &str) -> Result<VolumeId, Status> {
-    VolumeId::parse(id).map_err(|e| Status::not_found(format!("{what}: {e}")))
 }
 
 /// (required, limit) from a capacity range; errors name the field.
