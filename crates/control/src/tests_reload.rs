@@ -1,6 +1,6 @@
 //! Reloads of a live subsystem's settings that cannot change.
 
-use crate::provision::build_subsystems;
+use crate::reload::build_subsystems;
 use farflash_core::config::{BackendKind, Config, NamespaceConfig, SubsystemConfig};
 use farflash_core::Target;
 
