@@ -15,7 +15,10 @@
 //!   target (management API) and no controller in the guest.
 //! * `node_in_linux_guest_multipath_off`: `nvme_core.multipath=N` on the
 //!   guest's kernel command line: staging, writing, reading back and
-//!   unstaging on the controller's own namespace device.
+//!   unstaging on the controller's own namespace device; and a node
+//!   reboot as kubelet handles it (NodeStageVolume and NodePublishVolume
+//!   again, the data back), from stale mounts of a gone disk, from a clean
+//!   state, and from a controller connected but nothing mounted.
 //!
 //! One VM boot per test. Needs the VM harness's prerequisites, socat,
 //! openssl, e2fsprogs and util-linux on this machine, csi-sanity (`bash
@@ -341,6 +344,69 @@ fn unreachable_target(c: &Csi, down: &Vol) {
     );
 }
 
+/// A node reboot, as kubelet sees it: NodeStageVolume and
+/// NodePublishVolume called again for a volume staged and published
+/// before. Three states of the node, each brought back with the volume's
+/// data (`/tmp/data.sha`, written before):
+/// 1. its controllers gone under the mounts (`nvme disconnect-all` with
+///    the staging and pod paths still mounted: stale mounts of a gone
+///    disk), repaired, not refused;
+/// 2. a clean reboot (nothing mounted, no controller);
+/// 3. half done: a controller of the volume connected (with the node's
+///    host NQN and its path) but nothing mounted.
+fn node_reboot(c: &Csi, vm: &Vm, v: &Vol, name: &str) {
+    let (st, pod) = (staging(name), target(name));
+    let nqn = v.publish.get("nqn").expect("publish_context.nqn");
+    let again = |what: &str| {
+        let t0 = Instant::now();
+        c.stage(v, &st);
+        c.node_publish(v, &st, &pod);
+        vm.ok(
+            &format!("{what}: the data is back"),
+            &format!(
+                "echo 3 >/proc/sys/vm/drop_caches; cd {pod} && sha256sum -c /tmp/data.sha \
+                 && test $(awk '$2 == \"{st}\"' /proc/mounts | wc -l) = 1 \
+                 && test $(awk '$2 == \"{pod}\"' /proc/mounts | wc -l) = 1 \
+                 && touch {pod}/after-{}",
+                what.split(' ').next().unwrap_or("x")
+            ),
+        );
+        let ctrls = controllers(vm);
+        assert!(
+            ctrls.len() == 1 && ctrls[0].ends_with(" live"),
+            "{what}: the guest's controllers are {ctrls:?}, want one live"
+        );
+        println!(
+            "[node_vm] {what}: staged and published again in {} ms",
+            t0.elapsed().as_millis()
+        );
+    };
+    vm.ok(
+        "controllers gone under the mounts",
+        &format!("sync && nvme disconnect-all && ! grep -qlx '{nqn}' /sys/class/nvme/nvme*/subsysnqn && grep -q ' {st} ' /proc/mounts"),
+    );
+    again("stale mounts of a gone disk");
+    vm.ok(
+        "a clean reboot: nothing mounted, no controller",
+        &format!("sync && umount {pod} && umount {st} && nvme disconnect-all && test -d {st}"),
+    );
+    again("clean reboot");
+    let (addr, port) = v.publish["paths"]
+        .split(',')
+        .next()
+        .and_then(|p| p.rsplit_once(':'))
+        .expect("publish_context.paths");
+    vm.ok(
+        "half done: connected, not mounted",
+        &format!(
+            "sync && umount {pod} && umount {st} && nvme disconnect-all \
+             && nvme connect -t tcp -a {addr} -s {port} -n {nqn} --hostnqn=$(cat /etc/nvme/hostnqn) \
+             && for i in $(seq 200); do ls /sys/class/nvme/nvme*/nvme*n1 >/dev/null 2>&1 && exit 0; sleep 0.1; done; exit 1"
+        ),
+    );
+    again("half-connected");
+}
+
 /// Nothing of the CSI driver left on the target or in the guest.
 fn nothing_left(host: &Host, vm: &Vm, node: &str) {
     let (vols, subs, allowing) = target_state(host, node);
@@ -453,6 +519,7 @@ fn node_in_linux_guest_multipath_off() {
              && echo 3 >/proc/sys/vm/drop_caches && sha256sum -c /tmp/data.sha"
         ),
     );
+    node_reboot(&c, &vm, &a, "nomp");
     detach(&c, &node, &a, "nomp");
     c.delete(&a.id);
     nothing_left(&host, &vm, &node);
