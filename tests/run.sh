@@ -204,6 +204,10 @@ step "RBD namespaces on a single-node Ceph cluster (cargo test --test rbd -- --i
 	cargo test --test rbd -- --ignored --test-threads=1 --nocapture
 step "RBD pools: the volume API on a single-node Ceph cluster (cargo test --test rbd_pool -- --ignored)" 600 \
 	cargo test --test rbd_pool -- --ignored --test-threads=1 --nocapture
+# csi-sanity (every spec but the Node Service's) against the CSI controller
+# with its volumes in an RBD pool of a single-node Ceph cluster
+step "csi-sanity with an RBD pool (CSI_SANITY_POOL=rbd bash tests/csi-sanity.sh)" 900 \
+	env CSI_SANITY_POOL=rbd bash tests/csi-sanity.sh
 step "CSI node: file systems on a loop device (cargo test -p farflash-csi --test node_fs -- --ignored)" 600 \
 	cargo test -p farflash-csi --test node_fs -- --ignored --test-threads=1 --nocapture
 step "Kubernetes manifests against their schemas (tests/manifests.sh)" 600 bash tests/manifests.sh

@@ -20,6 +20,15 @@
 //!   again, the data back), from stale mounts of a gone disk, from a clean
 //!   state, and from a controller connected but nothing mounted.
 //!
+//! * `node_in_linux_guest_612_keys`: the 6.12 guest (`--kernel 6.12
+//!   --tls`: Debian 13's kernel, tlshd, keyctl), the target listening
+//!   `tls-optional:`: a volume with bidirectional DH-HMAC-CHAP and one
+//!   over TLS (PSK), the keys in the CSI secrets maps as Kubernetes passes
+//!   a Secret named by the StorageClass; a wrong key first (staging fails,
+//!   PermissionDenied "authentication failed", no controller and no key
+//!   left), then the right one (writes read back), unstaging leaving no
+//!   key in the guest's keyrings and nothing on the target.
+//!
 //! One VM boot per test. Needs the VM harness's prerequisites, socat,
 //! openssl, e2fsprogs and util-linux on this machine, csi-sanity (`bash
 //! tests/csi-sanity.sh --build-only`) and `farflash` built (`cargo build -p
@@ -320,6 +329,7 @@ fn unreachable_target(c: &Csi, down: &Vol) {
         id: down.id.clone(),
         context: down.context.clone(),
         publish,
+        secrets: Map::new(),
     };
     let t0 = Instant::now();
     let e = c
@@ -524,5 +534,125 @@ fn node_in_linux_guest_multipath_off() {
     c.delete(&a.id);
     nothing_left(&host, &vm, &node);
     println!("[node_vm] multipath off: {} s", t0.elapsed().as_secs());
+    vm.finish();
+}
+
+/// A random 32-byte key.
+fn random_key() -> Vec<u8> {
+    let mut k = vec![0u8; 32];
+    let mut f = std::fs::File::open("/dev/urandom").expect("/dev/urandom");
+    std::io::Read::read_exact(&mut f, &mut k).expect("random bytes");
+    k
+}
+
+/// A DH-HMAC-CHAP secret (`DHHC-1:00:...:`, as `nvme gen-dhchap-key`).
+fn dhchap_secret() -> String {
+    let s = farflash_auth::Secret::new(&random_key(), None).expect("a secret");
+    s.to_dhhc().to_string()
+}
+
+/// A configured TLS PSK (`NVMeTLSkey-1:01:...:`, as `nvme gen-tls-key`).
+fn tls_psk() -> String {
+    farflash_psk::format_interchange(1, 1, &random_key()).to_string()
+}
+
+/// The guest's TLS PSKs in its keyrings (/proc/keys lines of type psk).
+fn guest_psks(vm: &Vm) -> Vec<String> {
+    let out = vm.ok("psk keys", "awk '$8 == \"psk\"' /proc/keys");
+    out.lines().map(str::to_string).collect()
+}
+
+/// Staging `v` with `wrong` in place of its secrets fails, naming the
+/// authentication failure, and leaves no controller and no key; then it
+/// stages with its own, and a write reads back.
+fn keys_wrong_then_right(c: &Csi, vm: &Vm, v: &Vol, wrong: Map, name: &str) -> String {
+    let bad = Vol {
+        id: v.id.clone(),
+        context: v.context.clone(),
+        publish: v.publish.clone(),
+        secrets: wrong,
+    };
+    let t0 = Instant::now();
+    let e = c
+        .try_stage(&bad, &staging(name))
+        .expect_err("NodeStageVolume succeeded with a wrong key");
+    assert!(
+        e.code() == tonic::Code::PermissionDenied && e.message().contains("authentication failed"),
+        "{name}: a wrong key: {:?} {:?}, want PermissionDenied naming the authentication failure",
+        e.code(),
+        e.message()
+    );
+    for s in bad.secrets.values() {
+        assert!(!e.message().contains(s.as_str()), "the error shows a secret");
+    }
+    println!(
+        "[node_vm] {name}: a wrong key failed staging in {} ms: {}",
+        t0.elapsed().as_millis(),
+        e.message()
+    );
+    assert!(controllers(vm).is_empty(), "{name}: controllers left: {:?}", controllers(vm));
+    assert!(guest_psks(vm).is_empty(), "{name}: keys left: {:?}", guest_psks(vm));
+    c.stage(v, &staging(name));
+    c.node_publish(v, &staging(name), &target(name));
+    let pod = target(name);
+    vm.ok(
+        &format!("{name}: write and read back"),
+        &format!(
+            "head -c 1048576 /dev/urandom >{pod}/data && sha256sum {pod}/data >/tmp/{name}.sha && sync \
+             && echo 3 >/proc/sys/vm/drop_caches && sha256sum -c /tmp/{name}.sha"
+        ),
+    );
+    pod
+}
+
+#[test]
+#[ignore = "boots a Linux VM (TCG, minutes); run by tests/run.sh"]
+fn node_in_linux_guest_612_keys() {
+    let t0 = Instant::now();
+    let host = Host::start_tls_optional("keys");
+    let vm = Vm::boot_kernel(&host, true, true, &[]);
+    let c = Csi::connect(host.bridge_port, vm.node_port);
+    let node = c.node_id();
+
+    // DH-HMAC-CHAP, bidirectional.
+    let mut p = params();
+    p.insert("dhchap".into(), "true".into());
+    let mut dh = c.create("node-vm-dhchap", 64 * MIB, &p, None);
+    dh.secrets = map(&[("dhchapKey", &dhchap_secret()), ("dhchapCtrlKey", &dhchap_secret())]);
+    c.publish(&mut dh, &node);
+    let mut wrong = dh.secrets.clone();
+    wrong.insert("dhchapKey".into(), dhchap_secret());
+    keys_wrong_then_right(&c, &vm, &dh, wrong, "dhchap");
+    vm.ok(
+        "the controller authenticated both ways",
+        "for c in /sys/class/nvme/nvme*; do test -s $c/dhchap_secret && test -s $c/dhchap_ctrl_secret || exit 1; done",
+    );
+
+    // TLS with a PSK.
+    let mut p = params();
+    p.insert("transport".into(), "tls".into());
+    let mut tls = c.create("node-vm-tls", 64 * MIB, &p, None);
+    tls.secrets = map(&[("tlsPsk", &tls_psk())]);
+    c.publish(&mut tls, &node);
+    let wrong = map(&[("tlsPsk", &tls_psk())]);
+    keys_wrong_then_right(&c, &vm, &tls, wrong, "tls");
+    let psks = guest_psks(&vm);
+    let nqn = tls.publish.get("nqn").expect("nqn");
+    assert!(
+        psks.len() == 1 && psks[0].contains(nqn.as_str()) && psks[0].contains(" NVMe1R01 "),
+        "the TLS PSK in the guest's keyring: {psks:?}"
+    );
+    vm.ok(
+        "the TLS controller uses that key",
+        &format!("grep -lx '{nqn}' /sys/class/nvme/nvme*/subsysnqn | while read f; do d=${{f%/subsysnqn}}; test -n \"$(cat $d/tls_key)\" || exit 1; done"),
+    );
+
+    detach(&c, &node, &dh, "dhchap");
+    detach(&c, &node, &tls, "tls");
+    assert!(guest_psks(&vm).is_empty(), "keys left after unstaging: {:?}", guest_psks(&vm));
+    c.delete(&dh.id);
+    c.delete(&tls.id);
+    nothing_left(&host, &vm, &node);
+    println!("[node_vm] 6.12 keys: {} s", t0.elapsed().as_secs());
     vm.finish();
 }

@@ -20,6 +20,11 @@ const NVME_FABRICS: &str = "/dev/nvme-fabrics";
 /// NodeStageVolume and removed by NodeUnstageVolume). Errors carry the
 /// errno, never the options.
 pub fn fabrics_connect(options: Zeroizing<String>, limit: Duration) -> Result<String, String> {
+    if !Path::new(NVME_FABRICS).exists() {
+        // As nvme-cli: the modules first (nvme-tcp pulls nvme-fabrics in).
+        run("modprobe", &["nvme-tcp".to_owned()], limit)
+            .map_err(|e| format!("{NVME_FABRICS} is missing and {e}"))?;
+    }
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let r = (|| -> std::io::Result<String> {
@@ -256,9 +261,12 @@ pub fn controllers(nqn: &str) -> Vec<(String, String)> {
         .flatten()
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
+            // (A controller deleted while its namespace is still held, by
+            // a mount say, can linger in the subsystem: not one of them.)
             let ctrl = name
                 .strip_prefix("nvme")
-                .is_some_and(|r| !r.is_empty() && r.bytes().all(|c| c.is_ascii_digit()));
+                .is_some_and(|r| !r.is_empty() && r.bytes().all(|c| c.is_ascii_digit()))
+                && Path::new("/sys/class/nvme").join(&name).exists();
             ctrl.then(|| (name, read(&e.path().join("address")).unwrap_or_default()))
         })
         .collect()
@@ -322,7 +330,11 @@ pub fn controller_state(ctrl: &str) -> String {
 /// Deletes controller `ctrl` (nvmeN) as `nvme disconnect` does.
 pub fn delete_controller(ctrl: &str) -> Result<(), String> {
     let p = Path::new("/sys/class/nvme").join(ctrl).join("delete_controller");
-    std::fs::write(&p, "1").map_err(|e| format!("{}: {e}", p.display()))
+    match std::fs::write(&p, "1") {
+        // Gone meanwhile: what was wanted.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        r => r.map_err(|e| format!("{}: {e}", p.display())),
+    }
 }
 
 /// Waits until `f` gives something, at most `limit`.

@@ -65,6 +65,19 @@ fn keys(
     Ok(keys)
 }
 
+/// Whether a failed connect was the keys' fault: the kernel's NVMe host
+/// says so ("authentication failed", Linux host/auth.c; "TLS handshake
+/// failed", host/tcp.c) or the write's errno is EKEYREJECTED, EKEYEXPIRED,
+/// EACCES.
+fn refused_keys(kernel: &[String], err: &str) -> bool {
+    kernel.iter().any(|l| {
+        let l = l.to_ascii_lowercase();
+        l.contains("authentication") || l.contains("tls handshake")
+    }) || ["Key was rejected", "Key has expired", "Permission denied"]
+        .iter()
+        .any(|m| err.contains(m))
+}
+
 /// Connects every path of the volume not connected yet; the device.
 fn connect(r: &NodeStageVolumeRequest, host: &str, hostid: Option<String>) -> Result<PathBuf, Status> {
     let nqn = nqn_of(&r.volume_id, &r.publish_context)?;
@@ -107,8 +120,7 @@ fn connect(r: &NodeStageVolumeRequest, host: &str, hostid: Option<String>) -> Re
                 }
                 Err(e) => {
                     let kernel = log.nvme_lines();
-                    auth |= kernel.iter().any(|l| l.contains("authentication"))
-                        || e.contains("Key was rejected");
+                    auth |= refused_keys(&kernel, &e);
                     let e = if kernel.is_empty() {
                         e
                     } else {
