@@ -583,15 +583,26 @@ fn keys_wrong_then_right(c: &Csi, vm: &Vm, v: &Vol, wrong: Map, name: &str) -> S
         e.message()
     );
     for s in bad.secrets.values() {
-        assert!(!e.message().contains(s.as_str()), "the error shows a secret");
+        assert!(
+            !e.message().contains(s.as_str()),
+            "the error shows a secret"
+        );
     }
     println!(
         "[node_vm] {name}: a wrong key failed staging in {} ms: {}",
         t0.elapsed().as_millis(),
         e.message()
     );
-    assert!(controllers(vm).is_empty(), "{name}: controllers left: {:?}", controllers(vm));
-    assert!(guest_psks(vm).is_empty(), "{name}: keys left: {:?}", guest_psks(vm));
+    assert!(
+        controllers(vm).is_empty(),
+        "{name}: controllers left: {:?}",
+        controllers(vm)
+    );
+    assert!(
+        guest_psks(vm).is_empty(),
+        "{name}: keys left: {:?}",
+        guest_psks(vm)
+    );
     c.stage(v, &staging(name));
     c.node_publish(v, &staging(name), &target(name));
     let pod = target(name);
@@ -618,7 +629,10 @@ fn node_in_linux_guest_612_keys() {
     let mut p = params();
     p.insert("dhchap".into(), "true".into());
     let mut dh = c.create("node-vm-dhchap", 64 * MIB, &p, None);
-    dh.secrets = map(&[("dhchapKey", &dhchap_secret()), ("dhchapCtrlKey", &dhchap_secret())]);
+    dh.secrets = map(&[
+        ("dhchapKey", &dhchap_secret()),
+        ("dhchapCtrlKey", &dhchap_secret()),
+    ]);
     c.publish(&mut dh, &node);
     let mut wrong = dh.secrets.clone();
     wrong.insert("dhchapKey".into(), dhchap_secret());
@@ -649,7 +663,11 @@ fn node_in_linux_guest_612_keys() {
 
     detach(&c, &node, &dh, "dhchap");
     detach(&c, &node, &tls, "tls");
-    assert!(guest_psks(&vm).is_empty(), "keys left after unstaging: {:?}", guest_psks(&vm));
+    assert!(
+        guest_psks(&vm).is_empty(),
+        "keys left after unstaging: {:?}",
+        guest_psks(&vm)
+    );
     c.delete(&dh.id);
     c.delete(&tls.id);
     nothing_left(&host, &vm, &node);

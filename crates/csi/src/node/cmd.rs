@@ -56,11 +56,15 @@ impl Connect {
     /// never a secret's value.
     pub fn options(&self, keys: &Keys) -> Result<Zeroizing<String>, String> {
         let tmo = self.ctrl_loss_tmo.as_deref().unwrap_or(CTRL_LOSS_TMO);
-        tmo.parse::<i32>()
-            .map_err(|_| format!("volume_context.ctrlLossTmo {tmo:?}: want an integer (seconds, -1: for ever)"))?;
+        tmo.parse::<i32>().map_err(|_| {
+            format!("volume_context.ctrlLossTmo {tmo:?}: want an integer (seconds, -1: for ever)")
+        })?;
         let mut o = Zeroizing::new(String::new());
         let mut add = |k: &str, v: &str, field: &str| -> Result<(), String> {
-            if v.is_empty() || v.contains([',', '\n', '\r', '\0']) || v.chars().any(char::is_whitespace) {
+            if v.is_empty()
+                || v.contains([',', '\n', '\r', '\0'])
+                || v.chars().any(char::is_whitespace)
+            {
                 return Err(format!("{field}: empty or holds a separator"));
             }
             if !o.is_empty() {
@@ -91,11 +95,18 @@ impl Connect {
         }
         if let Some(k) = &keys.dhchap_ctrl_secret {
             check_dhchap(k, crate::params::SECRET_DHCHAP_CTRL_KEY)?;
-            add("dhchap_ctrl_secret", k, crate::params::SECRET_DHCHAP_CTRL_KEY)?;
+            add(
+                "dhchap_ctrl_secret",
+                k,
+                crate::params::SECRET_DHCHAP_CTRL_KEY,
+            )?;
         }
         if self.tls {
             let serial = keys.tls_key.ok_or_else(|| {
-                format!("secret key {}: missing (transport tls)", crate::params::SECRET_TLS_PSK)
+                format!(
+                    "secret key {}: missing (transport tls)",
+                    crate::params::SECRET_TLS_PSK
+                )
             })?;
             add("tls_key", &serial.to_string(), "tls_key")?;
             o.push_str(",tls");
@@ -158,12 +169,7 @@ fn check_dhchap(k: &str, field: &str) -> Result<(), String> {
 /// `.nvme` one, by its serial) under its PSK identity, where the Linux
 /// host's `tls_key=` and tlshd find it; prints the key's serial.
 pub fn psk_add(identity: &str, keyring: &str) -> Vec<String> {
-    vec![
-        "padd".into(),
-        "psk".into(),
-        identity.into(),
-        keyring.into(),
-    ]
+    vec!["padd".into(), "psk".into(), identity.into(), keyring.into()]
 }
 
 /// `keyctl unlink KEY KEYRING`.
@@ -274,7 +280,10 @@ mod tests {
         );
         assert_eq!(tls.describe(), "fd00::5:4421");
         // TLS without its key in the keyring is refused, naming the secret key.
-        assert!(tls.options(&Keys::default()).unwrap_err().contains("tlsPsk"));
+        assert!(tls
+            .options(&Keys::default())
+            .unwrap_err()
+            .contains("tlsPsk"));
         assert!(Connect::new("target-a:4420", "n", "h", &HashMap::new())
             .unwrap_err()
             .contains("IP:PORT"));
@@ -289,11 +298,22 @@ mod tests {
         let e = c.options(&keys(None, Some("plain"), None)).unwrap_err();
         assert!(e.contains("dhchapCtrlKey") && !e.contains("plain"), "{e}");
         let nqn = Connect::new("10.0.0.5:4420", "n,hostnqn=x", "h", &HashMap::new()).unwrap();
-        assert!(nqn.options(&Keys::default()).unwrap_err().contains("publish_context.nqn"));
-        let tmo = Connect::new("10.0.0.5:4420", "n", "h", &ctx(&[("ctrlLossTmo", "5,tls")])).unwrap();
-        assert!(tmo.options(&Keys::default()).unwrap_err().contains("ctrlLossTmo"));
-        let delay = Connect::new("10.0.0.5:4420", "n", "h", &ctx(&[("reconnectDelay", "x")])).unwrap();
-        assert!(delay.options(&Keys::default()).unwrap_err().contains("reconnectDelay"));
+        assert!(nqn
+            .options(&Keys::default())
+            .unwrap_err()
+            .contains("publish_context.nqn"));
+        let tmo =
+            Connect::new("10.0.0.5:4420", "n", "h", &ctx(&[("ctrlLossTmo", "5,tls")])).unwrap();
+        assert!(tmo
+            .options(&Keys::default())
+            .unwrap_err()
+            .contains("ctrlLossTmo"));
+        let delay =
+            Connect::new("10.0.0.5:4420", "n", "h", &ctx(&[("reconnectDelay", "x")])).unwrap();
+        assert!(delay
+            .options(&Keys::default())
+            .unwrap_err()
+            .contains("reconnectDelay"));
     }
 
     /// Every argument list the node runs for a volume with keys: none holds

@@ -48,9 +48,10 @@ pub fn insert_psk(psk: &str, hostnqn: &str, subnqn: &str) -> Result<i32, Status>
         CONNECT_LIMIT,
     )
     .map_err(|e| Status::internal(format!("TLS PSK into the .nvme keyring: {e}")))?;
-    let serial = out.trim().parse::<i32>().map_err(|_| {
-        Status::internal(format!("keyctl padd printed {out:?}, not a key serial"))
-    })?;
+    let serial = out
+        .trim()
+        .parse::<i32>()
+        .map_err(|_| Status::internal(format!("keyctl padd printed {out:?}, not a key serial")))?;
     tracing::info!(%identity, serial, "TLS PSK in the .nvme keyring");
     Ok(serial)
 }

@@ -65,11 +65,7 @@ impl NodeService {
             .ok()
             .map(|s| s.trim().to_owned())
             .filter(|s| !s.is_empty())
-            .or_else(|| {
-                hostnqn
-                    .rsplit_once(":uuid:")
-                    .map(|(_, u)| u.to_owned())
-            })
+            .or_else(|| hostnqn.rsplit_once(":uuid:").map(|(_, u)| u.to_owned()))
     }
 }
 

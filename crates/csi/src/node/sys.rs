@@ -329,7 +329,9 @@ pub fn controller_state(ctrl: &str) -> String {
 
 /// Deletes controller `ctrl` (nvmeN) as `nvme disconnect` does.
 pub fn delete_controller(ctrl: &str) -> Result<(), String> {
-    let p = Path::new("/sys/class/nvme").join(ctrl).join("delete_controller");
+    let p = Path::new("/sys/class/nvme")
+        .join(ctrl)
+        .join("delete_controller");
     match std::fs::write(&p, "1") {
         // Gone meanwhile: what was wanted.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -453,8 +455,10 @@ mod tests {
         assert_eq!(k[0].description, ".nvme");
         assert_eq!(k[2].description, "NVMe0R01 nqn.h nqn.other");
         assert_eq!(
-            kmsg_message("3,1234,5678,-;nvme nvme0: qid 0: authentication failed\n SUBSYSTEM=nvme\n")
-                .as_deref(),
+            kmsg_message(
+                "3,1234,5678,-;nvme nvme0: qid 0: authentication failed\n SUBSYSTEM=nvme\n"
+            )
+            .as_deref(),
             Some("nvme nvme0: qid 0: authentication failed")
         );
         assert_eq!(kmsg_message("6,1,2,-;EXT4-fs (vda): mounted\n"), None);

@@ -79,7 +79,11 @@ fn refused_keys(kernel: &[String], err: &str) -> bool {
 }
 
 /// Connects every path of the volume not connected yet; the device.
-fn connect(r: &NodeStageVolumeRequest, host: &str, hostid: Option<String>) -> Result<PathBuf, Status> {
+fn connect(
+    r: &NodeStageVolumeRequest,
+    host: &str,
+    hostid: Option<String>,
+) -> Result<PathBuf, Status> {
     let nqn = nqn_of(&r.volume_id, &r.publish_context)?;
     let paths = r
         .publish_context

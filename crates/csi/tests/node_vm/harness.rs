@@ -454,8 +454,7 @@ impl Vm {
                 .arg("-f")
                 .arg(guest.join("tls-lib.sh"));
         }
-        cmd
-            .arg("-p")
+        cmd.arg("-p")
             .arg(host.nvme_port.to_string())
             .arg("-p")
             .arg(host.bridge_port.to_string())
