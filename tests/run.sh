@@ -24,7 +24,8 @@
 #      with Debian 13's tlshd and nvme-cli 2.13 added (run-linux-host
 #      --tls), for NVMe/TCP over TLS both ways (tests/interop_tls.rs,
 #      host_kernel_target's farflash_host_tls_to_linux_612_target); and
-#      farflash-csi's Node service in the 6.1 guest (crates/csi/tests/node_vm.rs)
+#      farflash-csi's Node service in the 6.1 guest, and in the 6.12 one with
+#      DH-HMAC-CHAP and TLS keys from CSI secrets (crates/csi/tests/node_vm.rs)
 # Every step runs even if an earlier one failed; the exit status is non-zero
 # if any step failed.  A summary with timings is printed at the end.
 #
@@ -235,9 +236,12 @@ else
 	# The CSI driver's Node service inside the 6.1 guest (issue 45):
 	# csi-sanity's Node specs there, end to end through the gRPC API
 	# against farflash serve and the controller on this machine, a target
-	# restart, nvme_core.multipath on and off; one boot each: about 2 min
-	# (plus about 1 min when farflash-csi changed: a new VM image)
-	step "CSI node in the Linux 6.1 guest: csi-sanity Node specs, end to end, target restart, multipath on/off (cargo test -p farflash-csi --test node_vm -- --ignored)" 1200 \
+	# restart, nvme_core.multipath on and off, a node reboot (stale mounts,
+	# clean, half connected: 3.5 min with multipath off); and in the 6.12
+	# guest (--tls) DH-HMAC-CHAP and TLS keys from the CSI secrets; one
+	# boot each (plus about 1 min per guest when farflash-csi changed: a
+	# new VM image)
+	step "CSI node in the Linux 6.1 and 6.12 guests: csi-sanity Node specs, end to end, target restart, multipath on/off, node reboot, DH-HMAC-CHAP and TLS from secrets (cargo test -p farflash-csi --test node_vm -- --ignored)" 1500 \
 		bash -c 'bash tests/csi-sanity.sh --build-only && cargo build -p farflash --bin farflash &&
 			cargo test -p farflash-csi --test node_vm -- --ignored --test-threads=1 --nocapture'
 	step "Linux host fio verify on an RBD namespace (cargo test --test interop_rbd -- --ignored)" 900 \

@@ -593,10 +593,10 @@ fn keys_wrong_then_right(c: &Csi, vm: &Vm, v: &Vol, wrong: Map, name: &str) -> S
         t0.elapsed().as_millis(),
         e.message()
     );
-    assert!(
-        controllers(vm).is_empty(),
-        "{name}: controllers left: {:?}",
-        controllers(vm)
+    let nqn = v.publish.get("nqn").expect("publish_context.nqn");
+    vm.ok(
+        &format!("{name}: no controller of {nqn} left"),
+        &format!("! grep -lx '{nqn}' /sys/class/nvme/nvme*/subsysnqn"),
     );
     assert!(
         guest_psks(vm).is_empty(),
