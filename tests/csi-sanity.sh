@@ -8,6 +8,9 @@
 # endpoint on 127.0.0.1 and a local pool on a sparse file, starts the CSI
 # controller on a Unix socket, and runs every csi-sanity spec but the Node
 # Service's (this process serves no node; the node's run is in the VM).
+# tests/csi-sanity-summary.sh then prints how many specs passed, failed and
+# were skipped, each skip's reason, and fails the run if a spec was skipped
+# for anything but a capability the driver does not advertise.
 # A missing prerequisite (go, openssl, cargo) fails the run.
 #
 #   bash tests/csi-sanity.sh            # exit status: csi-sanity's
@@ -132,17 +135,10 @@ rc=0
 	--csi.testvolumeparameters "$WORK/params.yaml" \
 	--csi.testvolumemutableparameters "$WORK/mutable.yaml" \
 	--csi.testvolumesize 67108864 --csi.testvolumeexpandsize 134217728 \
+	--csi.testnodevolumeattachlimit \
 	--ginkgo.skip 'Node Service' ${CSI_SANITY_FOCUS:+--ginkgo.focus "$CSI_SANITY_FOCUS"} \
 	--ginkgo.v --ginkgo.no-color 2>&1 | tee "$WORK/sanity.log" || rc=$?
 echo "---- the controller's log (last 60 lines) ----"
 tail -n 60 "$WORK/csi.log"
-echo "---- csi-sanity: $(grep -E '^Ran [0-9]+ of [0-9]+ Specs' "$WORK/sanity.log" || echo 'no summary')"
-grep -E '[0-9]+ Passed \| [0-9]+ Failed' "$WORK/sanity.log" || true
-# Skips: those a capability the driver does not advertise excludes (the
-# spec says so as it skips), and the Node Service specs left to the VM.
-by_caps=$(grep -cE '^S \[SKIPPED\]' "$WORK/sanity.log" || true)
-echo "skipped for a capability not advertised: $by_caps"
-grep -E '^\s+\[SKIPPED\] [A-Z]' "$WORK/sanity.log" | sort | uniq -c || true
-skipped=$(sed -n 's/.* \([0-9]*\) Skipped.*/\1/p' "$WORK/sanity.log" | tail -n1)
-echo "not run here (Node Service, run in the VM): $(( ${skipped:-0} - by_caps ))"
+bash "$ROOT/tests/csi-sanity-summary.sh" "$WORK/sanity.log" || { [[ $rc = 0 ]] && rc=1; }
 exit "$rc"

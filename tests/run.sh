@@ -216,6 +216,7 @@ step "csi-sanity with an RBD pool (CSI_SANITY_POOL=rbd bash tests/csi-sanity.sh)
 step "CSI node: file systems on a loop device (cargo test -p farflash-csi --test node_fs -- --ignored)" 600 \
 	cargo test -p farflash-csi --test node_fs -- --ignored --test-threads=1 --nocapture
 step "Kubernetes manifests against their schemas (tests/manifests.sh)" 600 bash tests/manifests.sh
+step "csi-sanity against farflash-csi (tests/csi-sanity.sh)" 1800 bash tests/csi-sanity.sh
 step "fresh Debian 12 root: release build without libclang or headers, serve, .deb install (tests/fresh-root.sh)" 2400 \
 	bash tests/fresh-root.sh
 if [[ ${FARFLASH_SKIP_INTEROP:-0} = 1 ]]; then
