@@ -209,8 +209,8 @@ step "RBD pools: the volume API on a single-node Ceph cluster (cargo test --test
 # with its volumes in an RBD pool of a single-node Ceph cluster. Known
 # failing at its introduction (2026-11-28): 11 snapshot specs, because the
 # controller names a snapshot s-HASH@VOLUME (ids::snapshot_name), which an
-# RBD pool refuses (its snapshots are VOLUME@SNAP, no '@' in a new name);
-# plus the read-only publish spec the local-pool run fails too.
+# RBD pool refuses (its snapshots are VOLUME@SNAP, no '@' in a new name):
+# 53 passed, 11 failed, 38 skipped (27 Node Service, 11 capabilities).
 step "csi-sanity with an RBD pool (CSI_SANITY_POOL=rbd bash tests/csi-sanity.sh)" 900 \
 	env CSI_SANITY_POOL=rbd bash tests/csi-sanity.sh
 step "CSI node: file systems on a loop device (cargo test -p farflash-csi --test node_fs -- --ignored)" 600 \
