@@ -2,12 +2,12 @@
 # scripts/build-csi-image.sh -- the container image of the CSI driver
 # (farflash-csi:VERSION, the image deploy/kubernetes names), built without a
 # container engine (docs/kubernetes.md, "The image"). Needs root (debootstrap,
-# chroot), debootstrap, cargo, go (it builds crane once), python3, tar, gzip.
+# chroot), debootstrap, cargo, go (it builds crane once), python3, tar, gzip,
+# objcopy (binutils).
 #
 #   bash scripts/build-csi-image.sh [--out DIR] [--refresh]
 #
-# 1. `cargo build --release -p farflash-csi` from this tree.
-# 2. A Debian 12 (bookworm) root: debootstrap --variant=minbase with
+# 1. A Debian 12 (bookworm) root: debootstrap --variant=minbase with
 #    nvme-cli, e2fsprogs, xfsprogs, util-linux, mount, kmod and
 #    ca-certificates from the mirror apt uses here, then upgraded from
 #    bookworm-updates and bookworm-security. It is cached in
@@ -15,7 +15,10 @@
 #    anew when the package list or mirror changed, when it is older than
 #    FARFLASH_CSI_IMAGE_MAX_AGE_DAYS (default 7: security updates), or with
 #    --refresh.
-# 3. A copy of it with /usr/bin/farflash-csi, without what ties it to the
+# 2. `cargo build --release -p farflash-csi` from this tree, debug
+#    information stripped (objcopy --strip-debug --strip-unneeded, as
+#    scripts/package-deb.sh does).
+# 3. A copy of the root with /usr/bin/farflash-csi, without what ties it to the
 #    build machine or a moment (apt lists and caches, logs, /dev nodes,
 #    backup files, nvme-cli's generated /etc/nvme/hostnqn and hostid: a
 #    node's identity comes from its host), packed into one layer: tar
@@ -69,7 +72,7 @@ while [[ $# -gt 0 ]]; do
 done
 
 [[ $(id -u) = 0 ]] || die "needs root (debootstrap and chroot)"
-for tool in debootstrap chroot unshare cargo go python3 tar gzip sha256sum flock git; do
+for tool in debootstrap chroot unshare cargo go python3 tar gzip sha256sum flock git objcopy; do
 	command -v "$tool" >/dev/null || die "$tool not found"
 done
 [[ $(uname -m) = x86_64 ]] || die "builds the linux/amd64 image on x86_64 only (this is $(uname -m))"
@@ -101,16 +104,6 @@ MIRROR=${FARFLASH_DEBIAN_MIRROR:-$(apt_uri "$SUITE")}
 SECURITY=${FARFLASH_DEBIAN_SECURITY_MIRROR:-$(apt_uri "$SUITE-security")}
 [[ -n $MIRROR ]] || die "no deb source for $SUITE main in apt's sources (set FARFLASH_DEBIAN_MIRROR)"
 SECURITY=${SECURITY:-http://deb.debian.org/debian-security/}
-
-# ------------------------------------------------------------ the binary
-say "cargo build --release -p farflash-csi"
-(cd "$ROOT" && cargo build --release -p farflash-csi --bin farflash-csi) >&2 ||
-	die "cargo build --release -p farflash-csi failed"
-TARGET_DIR=$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps |
-	python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-BIN=$TARGET_DIR/release/farflash-csi
-[[ -x $BIN ]] || die "$BIN missing after the build"
-BIN_SHA=$(sha256sum "$BIN" | cut -d' ' -f1)
 
 # --------------------------------------------------------------- crane
 CRANE=$CACHE/crane-$CRANE_VERSION/crane
@@ -164,6 +157,21 @@ EOF
 	echo "$STAMP" >"$BASE.tmp/.farflash-stamp"
 	mv "$BASE.tmp" "$BASE"
 fi
+
+# ------------------------------------------------------------ the binary
+say "cargo build --release -p farflash-csi"
+(cd "$ROOT" && cargo build --release -p farflash-csi --bin farflash-csi) >&2 ||
+	die "cargo build --release -p farflash-csi failed"
+TARGET_DIR=$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps |
+	python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+BIN=$TARGET_DIR/release/farflash-csi
+[[ -x $BIN ]] || die "$BIN missing after the build"
+# debug information stripped, as the .deb does (scripts/package-deb.sh):
+# 67 MB to 10 MB
+mkdir -p "$TARGET_DIR/csi-image"
+objcopy --strip-debug --strip-unneeded "$BIN" "$TARGET_DIR/csi-image/farflash-csi.stripped"
+BIN=$TARGET_DIR/csi-image/farflash-csi.stripped
+BIN_SHA=$(sha256sum "$BIN" | cut -d' ' -f1)
 
 # ------------------------------------------------------------ the root
 WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/farflash-csi-image.XXXXXX")

@@ -16,8 +16,9 @@
 # 3. The config: linux/amd64, Entrypoint /usr/bin/farflash-csi, PATH, no
 #    other environment, the labels (version, revision = this tree's commit,
 #    the binary's sha256); the layer's farflash-csi is byte for byte the
-#    tree's release build; no host identity (/etc/nvme/hostnqn, hostid,
-#    machine-id content), no private key, no device node in the layer.
+#    tree's release build with its debug information stripped; no host
+#    identity (/etc/nvme/hostnqn, hostid, machine-id content), no private
+#    key, no device node in the layer.
 # 4. Unpacks the root file system and runs in it (chroot in mount and PID
 #    namespaces of its own, /dev and /proc mounted there): farflash-csi
 #    --version and --help, its libraries all found; nvme version; mkfs.ext4,
@@ -43,7 +44,7 @@ die() {
 }
 
 [[ $(id -u) = 0 ]] || die "needs root (the build's debootstrap and chroot; unpacking with owners)"
-for tool in unshare chroot python3 gzip tar sha256sum git cargo; do
+for tool in unshare chroot python3 gzip tar sha256sum git cargo objcopy; do
 	command -v "$tool" >/dev/null || die "$tool not found"
 done
 
@@ -86,7 +87,9 @@ say "image $IMAGE $DIGEST"
 
 REVISION=$(git rev-parse HEAD)
 [[ -z $(git status --porcelain) ]] || REVISION=$REVISION-dirty
-BIN_SHA=$(sha256sum "$TARGET_DIR/release/farflash-csi" | cut -d' ' -f1)
+# the tree's release build, stripped as the build strips it
+objcopy --strip-debug --strip-unneeded "$TARGET_DIR/release/farflash-csi" "$WORK/farflash-csi.stripped"
+BIN_SHA=$(sha256sum "$WORK/farflash-csi.stripped" | cut -d' ' -f1)
 
 # --------------------------------------------------------- validate
 say "crane validate --tarball"
@@ -162,7 +165,7 @@ with tarfile.open(fileobj=__import__("io").BytesIO(gzip.decompress(layers[0]))) 
     check(b is not None and b.isfile() and b.mode & 0o111, "usr/bin/farflash-csi: an executable file")
     if b is not None:
         check(hashlib.sha256(t.extractfile(b).read()).hexdigest() == bin_sha,
-              "usr/bin/farflash-csi is not the tree's target/release/farflash-csi")
+              "usr/bin/farflash-csi is not the tree's target/release/farflash-csi (stripped)")
     for p in ("etc/nvme/hostnqn", "etc/nvme/hostid", "etc/resolv.conf", "etc/hostname"):
         check(p not in members, f"{p} in the layer (the host's, not the image's)")
     mid = members.get("etc/machine-id")
