@@ -21,7 +21,8 @@
 # 3. A copy of the root with /usr/bin/farflash-csi, without what ties it to the
 #    build machine or a moment (apt lists and caches, logs, /dev nodes,
 #    backup files, nvme-cli's generated /etc/nvme/hostnqn and hostid: a
-#    node's identity comes from its host), packed into one layer: tar
+#    node's identity comes from its host; manuals, translations and
+#    documentation but the copyright files, as debian:bookworm-slim), packed into one layer: tar
 #    sorted by name, numeric owners, mtimes clamped to SOURCE_DATE_EPOCH
 #    (default: the commit's time), no atime/ctime.
 # 4. crane (go-containerregistry, pinned below, built with `go install` from
@@ -206,6 +207,12 @@ find "$R/var/log" -type f -exec truncate -s 0 {} +
 # /etc/shadow's "last changed" field counts days since 1970 at the build
 days=$((SOURCE_DATE_EPOCH / 86400))
 sed -i -E "s/^([^:]*:[^:]*:)[0-9]*:/\1$days:/" "$R/etc/shadow"
+# What debian:bookworm-slim leaves out too: manuals, info, translations,
+# documentation but the copyright files (about 50 MB)
+rm -rf "$R"/usr/share/man/* "$R"/usr/share/info/* "$R"/usr/share/locale/* \
+	"$R"/usr/share/lintian "$R"/usr/share/linda
+find "$R/usr/share/doc" -mindepth 1 -not -type d -not -name copyright -delete
+find "$R/usr/share/doc" -mindepth 1 -type d -empty -delete
 # the runtime mounts /dev; no device nodes in the layer
 find "$R/dev" -mindepth 1 -delete
 

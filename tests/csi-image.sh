@@ -176,6 +176,7 @@ with tarfile.open(fileobj=__import__("io").BytesIO(gzip.decompress(layers[0]))) 
             data = t.extractfile(m).read()
             check(b"PRIVATE KEY-----" not in data, f"{name} holds a private key")
     check(not any(n.startswith("var/lib/apt/lists/") and members[n].isfile() for n in members), "apt lists in the layer")
+    check("usr/share/doc/nvme-cli/copyright" in members, "usr/share/doc/nvme-cli/copyright missing (licences stay)")
     t.extractall(rootfs, numeric_owner=True, filter="fully_trusted") if sys.version_info >= (3, 12) else t.extractall(rootfs, numeric_owner=True)
 print(f"{len(members)} entries, {len(layers[0]) >> 20} MiB compressed; config {manifest['config']['digest']}")
 for f in fails:
