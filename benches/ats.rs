@@ -8,7 +8,7 @@
 //!
 //! Against a running target (benches/ats.sh starts one):
 //!   FARFLASH_ATS_ADDR=127.0.0.1:4420 FARFLASH_ATS_NQN=nqn... \
-//!   PAIRS=10000000 QD=32 HOSTS=2 cargo bench --bench ats
+//!   PAIRS=5000000 QD=32 HOSTS=2 cargo bench --bench ats
 
 use farflash_bench::ats::{self, AtsSpec};
 use farflash_host::{ConnectOptions, Controller, IoQueue, IoQueueOptions};
@@ -56,7 +56,7 @@ fn main() {
         nsid: env_u64("NSID", 1) as u32,
         lba: 0,
         block: env_u64("BLOCK", 512) as u32,
-        pairs: env_u64("PAIRS", 10_000_000),
+        pairs: env_u64("PAIRS", 5_000_000),
         qd: env_u64("QD", 32) as u16,
         neighbours: 1024,
         seed: 0,

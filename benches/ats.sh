@@ -3,7 +3,7 @@
 # starts `farflash serve` (release, RAM namespace, 2 event-loop threads) on
 # 127.0.0.1, then runs benches/ats.rs: HOSTS hosts (2) hammer test-and-set
 # on LBA 0 with 4 KiB writes to the LBAs beside it at QD (32), PAIRS pairs
-# each (10,000,000), failing on a torn block or a lost increment; then the
+# each (5,000,000: 10 million over 2 hosts), failing on a torn block or a lost increment; then the
 # QD 1 cost of a fused pair against a plain write. Prints its results; the
 # numbers belong in docs/benchmarks.md ("Fused Compare and Write").
 #

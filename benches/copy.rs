@@ -5,8 +5,9 @@
 //! from farflash's host at QD 1. Marker blocks written first are checked at
 //! the destination after each way.
 //!
-//! Against a running target with a namespace of at least 2 × SIZE
-//! (benches/ats.sh's target has 1 GiB: use SIZE=256M there, or start one):
+//! Against a running target with a namespace of at least 2 × SIZE, its
+//! memory committed up front (`farflash serve --ram 2G --ram-commit`: else
+//! the first method pays the page faults of first writes):
 //!   FARFLASH_COPY_ADDR=127.0.0.1:4420 FARFLASH_COPY_NQN=nqn... \
 //!   SIZE_MIB=1024 cargo bench --bench copy
 

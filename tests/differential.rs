@@ -179,6 +179,97 @@ fn divergence_list_is_true_to_the_corpus() {
     }
 }
 
+/// The rows `| cat | n1 | n2 | … |` of the first table after `heading` in
+/// `doc`, numeric cells only (a row's text cells are skipped).
+fn doc_table(doc: &str, heading: &str) -> BTreeMap<String, Vec<usize>> {
+    let at = doc
+        .find(heading)
+        .unwrap_or_else(|| panic!("docs/interop.md has no {heading:?}"));
+    let mut rows = BTreeMap::new();
+    for line in doc[at..]
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+    {
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+        let nums: Vec<usize> = cells[1..].iter().filter_map(|c| c.parse().ok()).collect();
+        if CATEGORIES.contains(&cells[0]) {
+            rows.insert(cells[0].to_string(), nums);
+        }
+    }
+    rows
+}
+
+/// The number right after `before` in `doc`.
+fn doc_number(doc: &str, before: &str) -> usize {
+    let at = doc
+        .find(before)
+        .unwrap_or_else(|| panic!("docs/interop.md has no {before:?}"))
+        + before.len();
+    let digits: String = doc[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    digits
+        .parse()
+        .unwrap_or_else(|_| panic!("no number after {before:?} in docs/interop.md"))
+}
+
+/// docs/interop.md's counts of the corpus and of the divergence list are
+/// the code's: behaviours per category, and per category the entries listed
+/// (justified, open) and the rest, which agree with nvmet (a run of the VM
+/// test fails on any difference not listed and any listed one gone). Was:
+/// written by hand and left behind as entries went (issue 43).
+#[test]
+fn interop_doc_counts_are_the_corpus_and_the_list() {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/interop.md"))
+            .expect("docs/interop.md");
+    let all = all_behaviours();
+    let list = load_list(&list_path());
+    let count = |cat: &str, status: Option<&str>| {
+        list.iter()
+            .filter(|e| e.behaviour.split('/').next() == Some(cat))
+            .filter(|e| status.is_none_or(|s| e.status == s))
+            .count()
+    };
+    assert_eq!(
+        doc_number(&doc, "### The corpus ("),
+        all.len(),
+        "the corpus heading"
+    );
+    let corpus = doc_table(&doc, "### The corpus (");
+    let listed = doc_table(&doc, "Against Linux 6.1 nvmet: ");
+    for cat in CATEGORIES {
+        let n = all.iter().filter(|b| b.cat == *cat).count();
+        let (j, o) = (count(cat, Some("justified")), count(cat, Some("open")));
+        assert_eq!(
+            corpus.get(*cat).and_then(|r| r.first()),
+            Some(&n),
+            "corpus table, {cat}"
+        );
+        assert_eq!(
+            listed.get(*cat),
+            Some(&vec![n - j - o, j, o]),
+            "divergence table (agree, justified, open), {cat}"
+        );
+    }
+    let (j, o) = (
+        list.iter().filter(|e| e.status == "justified").count(),
+        list.iter().filter(|e| e.status == "open").count(),
+    );
+    let sentence = format!(
+        "Against Linux 6.1 nvmet: {} of {} behaviours agree; {} are listed, {j} justified and {o} open.",
+        all.len() - list.len(),
+        all.len(),
+        list.len()
+    );
+    assert!(
+        doc.contains(&sentence),
+        "docs/interop.md should say: {sentence}"
+    );
+}
+
 #[test]
 fn clause_check_rejects_placeholders() {
     assert!(names_a_clause("NVMe/TCP Transport 1.0 §3.6.2.2"));

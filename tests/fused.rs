@@ -15,7 +15,9 @@ fn connect(s: &Serve, host: &str) -> (Controller, farflash_host::IoQueue) {
     let mut o = ConnectOptions::new(s.addr(), &s.nqn);
     o.hostnqn = format!("nqn.2014-08.org.nvmexpress:uuid:{host}");
     o.command_timeout = Duration::from_secs(30);
-    let ctrl = Controller::connect_with_queues(&o, 1).expect("connect");
+    let mut ctrl = Controller::connect_with_queues(&o, 1).expect("connect");
+    // Keep Alive every KATO/2: on a loaded machine a run may outlast KATO.
+    ctrl.start_keep_alive().expect("keep-alive thread");
     let q = ctrl
         .io_queue(
             1,

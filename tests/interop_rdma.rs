@@ -16,7 +16,10 @@
 //! - `farflash_rdma_host_in_guest`: farflash's host (`-t rdma`) in the
 //!   guest against the guest kernel's nvmet-rdma (discover, identify, perf
 //!   --verify of 4 KiB and 128 KiB writes, two I/O queues) and against
-//!   `farflash serve --listen rdma:…` (perf --verify, discover); refused
+//!   `farflash serve --listen rdma:…` (perf --verify, discover, and fused
+//!   Compare and Write by `examples/rdma_fused.rs` of farflash-rdma-verbs:
+//!   in-capsule and RDMA READ halves, a miscompare, a second half missing
+//!   and the other refusals, two hosts hammering test-and-set); refused
 //!   connects (wrong NQN, no listener, a QID the target refuses) end with
 //!   a clear error.
 //! - `farflash_sweep_tcp_and_rdma_in_guest`: `farflash sweep --transport
@@ -238,7 +241,18 @@ fn farflash_rdma_target_in_guest() {
 fn farflash_rdma_host_in_guest() {
     let reject = guest_binary(&rdma_example("rdma_host_reject"), "rdma_host_reject");
     let reject = reject.to_str().expect("UTF-8 path");
-    let extra = farflash_guest_args(&["--bin", reject, "--env", &format!("REJECT={reject}")]);
+    let fused = guest_binary(&rdma_example("rdma_fused"), "rdma_fused");
+    let fused = fused.to_str().expect("UTF-8 path");
+    let extra = farflash_guest_args(&[
+        "--bin",
+        reject,
+        "--env",
+        &format!("REJECT={reject}"),
+        "--bin",
+        fused,
+        "--env",
+        &format!("FUSED={fused}"),
+    ]);
     run_guest(
         "rdma-farflash-host.sh",
         &extra,
@@ -252,6 +266,7 @@ fn farflash_rdma_host_in_guest() {
             "reject-no-listener",
             "perf-verify-rdma-farflash",
             "discover-rdma-farflash",
+            "fused-rdma-farflash",
             "reject-qid-sts",
             "farflash-target-exit-clean",
         ],

@@ -246,7 +246,7 @@ else
 			cargo test -p farflash-csi --test node_vm -- --ignored --test-threads=1 --nocapture'
 	step "Linux host fio verify on an RBD namespace (cargo test --test interop_rbd -- --ignored)" 900 \
 		cargo test --test interop_rbd -- --ignored --test-threads=1 --nocapture
-	step "NVMe/RDMA over Soft-RoCE in the VM: kernel loop, farflash's RDMA target in the guest (cargo test --test interop_rdma -- --ignored)" 900 \
+	step "NVMe/RDMA over Soft-RoCE in the VM: kernel loop, farflash's RDMA target in the guest (cargo test --test interop_rdma -- --ignored)" 1500 \
 		cargo test --test interop_rdma -- --ignored --test-threads=1 --nocapture --skip farflash_rdma_auth_and_run_time_listeners_612
 	step "NVMe/RDMA DH-HMAC-CHAP and run-time RDMA listeners, Linux 6.12 guest (cargo test --test interop_rdma -- --ignored --exact farflash_rdma_auth_and_run_time_listeners_612)" 600 \
 		cargo test --test interop_rdma -- --ignored --nocapture --exact farflash_rdma_auth_and_run_time_listeners_612

@@ -39,6 +39,15 @@ pub(crate) fn classify<C: Default>(
 fn xfer<C: Default>(q: &NvmeQueue<C>, sqe: &Sqe, cmd: FabricsCmd) -> Result<Xfer, Status> {
     use FabricsCmd::*;
     match cmd {
+        // A queue connects once (Base §6.3); the spec names no status for
+        // a Connect on a connected queue, so as Linux nvmet
+        // (`nvmet_parse_fabrics_admin_cmd`, `nvmet_parse_fabrics_io_cmd`)
+        // and SPDK (`nvmf_ctrlr_process_fabrics_cmd`) answer, and SPDK's
+        // bdevio expects of opcode 7Fh on an I/O queue: Invalid Command
+        // Opcode, before any data moves. Was: Command Sequence Error once
+        // the 1024 bytes of data came, Data SGL Length Invalid without
+        // them (docs/interop.md, issue 43).
+        Connect if q.ctrl.is_some() => Err(Status::INVALID_OPCODE.dnr()),
         Connect => Ok(Xfer::H2C(CONNECT_DATA_LEN as u32)),
         PropertyGet | PropertySet if q.ctrl.is_none() => Err(Status::COMMAND_SEQUENCE_ERROR.dnr()),
         // Property Get/Set only on the admin queue (Fabrics §6.5, §6.6).

@@ -60,6 +60,46 @@ fn reads_complete_in_the_backends_order_with_their_own_data() {
     }
 }
 
+/// Opcode 7Fh on a connected queue with FCTYPE 01h (Connect), with or
+/// without its 1024 bytes of data: Invalid Command Opcode before any data
+/// moves, as Linux nvmet and SPDK answer and SPDK's bdevio ("blockdev nvme
+/// passthru vendor specific": opcode 7Fh, NSID 1, no data) expects; the
+/// queue goes on (issue 43; was Data SGL Length Invalid without data).
+#[test]
+fn connect_on_a_connected_queue_is_an_invalid_opcode() {
+    let (t, _) = target();
+    let (mut admin, mut q) = io_queue(&t);
+    let bdevio = Sqe {
+        opcode: farflash_wire::opcode::admin::FABRICS,
+        flags: PSDT_SGL,
+        cid: 40,
+        nsid: 1,
+        dptr: SglDescriptor::transport(0),
+        ..Sqe::default()
+    };
+    for queue in [&mut q, &mut admin] {
+        assert_eq!(run(queue, bdevio, &[]).status, Status::INVALID_OPCODE.dnr());
+        let again = ConnectCmd {
+            recfmt: 0,
+            qid: 1,
+            sqsize: 31,
+            cattr: 0,
+            kato: 0,
+        }
+        .to_sqe(41);
+        assert!(
+            matches!(queue.begin(again), Begin::Answered),
+            "refused before its data moves"
+        );
+        let c = crate::testing::completions(queue);
+        assert_eq!(c[0].status, Status::INVALID_OPCODE.dnr());
+    }
+    assert_eq!(
+        run(&mut q, rw(io::READ, 42, 0, 512), &[]).status,
+        Status::SUCCESS
+    );
+}
+
 #[test]
 fn a_failed_flush_fails_its_command_and_the_queue_goes_on() {
     let (t, script) = target();

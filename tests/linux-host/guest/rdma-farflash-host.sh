@@ -7,7 +7,8 @@
 #
 # Needs the image of tests/interop_rdma.rs (RDMA modules, the farflash
 # binary and the rxe verbs provider); $FARFLASH names the binary, $REJECT
-# (when set) the example that asks the target for a QID it refuses.
+# (when set) the example that asks the target for a QID it refuses, $FUSED
+# (when set) the example that drives fused Compare and Write over RDMA.
 # Prints PASS:/FAIL: lines; exit status 0 when all passed.
 set -uo pipefail
 
@@ -98,6 +99,19 @@ if serve_ready grep -q "listening on rdma:$ADDR:$FPORT" "$LOG"; then
 	out=$(ff discover -t rdma -a "$ADDR" -s "$FPORT" 2>&1)
 	grep -q "subnqn: *$FNQN" <<<"$out" && pass discover-rdma-farflash ||
 		fail discover-rdma-farflash "no entry for $FNQN: $out"
+	# Fused Compare and Write over RDMA (Base §3.4.2): in-capsule and
+	# RDMA READ halves, the refusals, two hosts hammering test-and-set.
+	if [[ -n ${FUSED:-} ]]; then
+		out=$(timeout 300 "$FUSED" "$ADDR:$FPORT" "$FNQN" 2>&1)
+		st=$?
+		echo "$out"
+		if ((st == 0)) && (($(grep -c "^ok: " <<<"$out") == 10)); then
+			pass fused-rdma-farflash
+		else
+			fail fused-rdma-farflash "status $st"
+			show_log
+		fi
+	fi
 	# QID 1000 is beyond the target's queue count: the Reject's STS 03h
 	# must reach the user as an error naming it.
 	if [[ -n ${REJECT:-} ]]; then

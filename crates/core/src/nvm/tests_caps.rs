@@ -182,3 +182,138 @@ fn classify_write(q: &mut NvmeQueue) -> Option<crate::command::IoCmd> {
     let _ = crate::tests::completions(q);
     cmd
 }
+
+/// Get Log Page `lid` for `nsid`: `len` bytes from `offset`.
+fn log_page(a: &mut NvmeQueue, lid: u8, nsid: u32, len: u32, offset: u64) -> (Status, Vec<u8>) {
+    let mut sqe = Sqe {
+        opcode: admin::GET_LOG_PAGE,
+        flags: PSDT_SGL,
+        cid: 12,
+        nsid,
+        dptr: SglDescriptor::transport(len),
+        ..Sqe::default()
+    };
+    farflash_wire::log::GetLogPage {
+        lid,
+        lsp: 0,
+        rae: false,
+        len: len as u64,
+        offset,
+    }
+    .fill_sqe(&mut sqe);
+    let c = run(a, sqe, &[]);
+    let data = c
+        .data
+        .map(|(b, n)| b.as_slice()[..n as usize].to_vec())
+        .unwrap_or_default();
+    (c.status, data)
+}
+
+#[test]
+fn the_error_log_holds_each_failed_command_newest_first() {
+    // Base §5.16.1.2 (ELPE + 1 entries); SMART counts the entries logged.
+    let (t, _) = target();
+    let (mut a, mut q) = io_queue(&t);
+    let elpe = id_ctrl(&mut a).elpe as usize;
+    let (st, page) = log_page(&mut a, log_id::ERROR, 0, 64 * (elpe as u32 + 1), 0);
+    assert_eq!(st, Status::SUCCESS);
+    assert!(page.iter().all(|&b| b == 0), "no error yet");
+    // Two failed commands: a Read past the end, a Compare that differs.
+    let past = run(&mut q, rw(io::READ, 30, 1 << 20, 512), &[]);
+    assert_eq!(past.status, Status::LBA_OUT_OF_RANGE.dnr());
+    let cmp = run(&mut q, rw(io::COMPARE, 31, 0, 512), &[9u8; 512]);
+    assert_eq!(cmp.status, Status::COMPARE_FAILURE);
+    let (st, page) = log_page(&mut a, log_id::ERROR, 0, 128, 0);
+    assert_eq!(st, Status::SUCCESS);
+    let u16_at = |o: usize| u16::from_le_bytes([page[o], page[o + 1]]);
+    let u64_at = |o: usize| u64::from_le_bytes(page[o..o + 8].try_into().unwrap());
+    // Error Count, SQID, CID, Status Field (bits 15:1), NSID.
+    assert_eq!((u64_at(0), u16_at(8), u16_at(10)), (2, 1, 31));
+    assert_eq!(
+        u16_at(12) >> 1,
+        Status::COMPARE_FAILURE.to_cqe_field(false) >> 1
+    );
+    assert_eq!(u32::from_le_bytes(page[24..28].try_into().unwrap()), 1);
+    assert_eq!((u64_at(64), u16_at(64 + 10)), (1, 30));
+    let (_, smart) = log_page(&mut a, log_id::SMART, u32::MAX, 512, 0);
+    // Number of Error Information Log Entries (bytes 176:191).
+    assert_eq!(smart[176], 2);
+}
+
+#[test]
+fn the_firmware_slot_log_names_the_running_revision() {
+    // Base §5.16.1.4: FRMW says one slot, read-only; AFI names slot 1, and
+    // FRS1 is Identify's FR. OACS bit 2 is clear: no Firmware Commit or
+    // Image Download.
+    let (t, _) = target();
+    let (mut a, _q) = io_queue(&t);
+    let id = id_ctrl(&mut a);
+    assert_eq!(id.frmw, 0x03);
+    let (st, page) = log_page(&mut a, log_id::FIRMWARE_SLOT, u32::MAX, 512, 0);
+    assert_eq!(st, Status::SUCCESS);
+    assert_eq!(page[0], 1, "AFI: slot 1 active");
+    assert_eq!(
+        String::from_utf8_lossy(&page[8..16]).trim_end(),
+        id.fr.trim_end()
+    );
+    assert!(page[16..].iter().all(|&b| b == 0), "slots 2-7 empty");
+}
+
+#[test]
+fn oacs_reports_no_optional_admin_command_and_each_is_refused() {
+    // Base §5.17.2.1 OACS: every bit clear; each command it would cover is
+    // an Invalid Command Opcode (Security Send/Receive, Format NVM,
+    // Firmware Commit/Image Download, Namespace Management/Attachment,
+    // Device Self-test, Directives, NVMe-MI, Virtualization Management,
+    // Doorbell Buffer Config, Get LBA Status, Lockdown).
+    let (t, _) = target();
+    let (mut a, _q) = io_queue(&t);
+    assert_eq!(id_ctrl(&mut a).oacs, 0);
+    let opcodes = [
+        0x81, 0x82, 0x80, 0x10, 0x11, 0x0D, 0x15, 0x14, 0x19, 0x1A, 0x1D, 0x1E, 0x1C, 0x7C, 0x86,
+        0x24,
+    ];
+    for (i, opcode) in opcodes.into_iter().enumerate() {
+        let sqe = Sqe {
+            opcode,
+            flags: PSDT_SGL,
+            cid: 20 + i as u16,
+            nsid: 1,
+            ..Sqe::default()
+        };
+        assert_eq!(
+            run(&mut a, sqe, &[]).status,
+            Status::INVALID_OPCODE.dnr(),
+            "admin opcode {opcode:#04x}"
+        );
+    }
+}
+
+#[test]
+fn lpa_extended_data_serves_the_smart_log_from_an_offset() {
+    // Base §5.16 / LPA bit 2: LPOL/LPOU; a dword-aligned offset inside the
+    // page returns the rest, an unaligned one or one past the page is
+    // Invalid Field in Command.
+    let (t, _) = target();
+    let (mut a, mut q) = io_queue(&t);
+    assert_ne!(id_ctrl(&mut a).lpa & wid::LPA_EXTENDED, 0);
+    for cid in 0..5 {
+        assert_eq!(
+            run(&mut q, rw(io::WRITE, cid, 0, 512), &[1u8; 512]).status,
+            Status::SUCCESS
+        );
+    }
+    let (st, whole) = log_page(&mut a, log_id::SMART, u32::MAX, 512, 0);
+    assert_eq!(st, Status::SUCCESS);
+    let (st, tail) = log_page(&mut a, log_id::SMART, u32::MAX, 448, 64);
+    assert_eq!(st, Status::SUCCESS);
+    assert_eq!(tail, whole[64..], "the page from byte 64");
+    assert_eq!(tail[16], 5, "Host Write Commands");
+    for bad in [2u64, 516] {
+        assert_eq!(
+            log_page(&mut a, log_id::SMART, u32::MAX, 4, bad).0,
+            Status::INVALID_FIELD.dnr(),
+            "offset {bad}"
+        );
+    }
+}
