@@ -168,7 +168,7 @@ TARGET_DIR=$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps |
 BIN=$TARGET_DIR/release/farflash-csi
 [[ -x $BIN ]] || die "$BIN missing after the build"
 # debug information stripped, as the .deb does (scripts/package-deb.sh):
-# 67 MB to 10 MB
+# 67 MB to 6 MB
 mkdir -p "$TARGET_DIR/csi-image"
 objcopy --strip-debug --strip-unneeded "$BIN" "$TARGET_DIR/csi-image/farflash-csi.stripped"
 BIN=$TARGET_DIR/csi-image/farflash-csi.stripped

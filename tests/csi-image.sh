@@ -28,8 +28,8 @@
 # 5. Builds again: the same manifest digest (same tree, base root and
 #    SOURCE_DATE_EPOCH).
 # The first run debootstraps the base root (cached afterwards) and builds the
-# release binary: 5-15 minutes on a loaded machine; with both cached, about
-# 1-2 minutes.
+# release binary: about 18 minutes on a loaded 2-core machine; with both
+# cached, 2-7 minutes.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)

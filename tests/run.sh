@@ -212,7 +212,7 @@ step "Kubernetes manifests against their schemas (tests/manifests.sh)" 600 bash 
 # The CSI driver's container image, built without a container engine
 # (debootstrap + crane), validated, and its tools run in its root: about
 # 18 min the first time on 2 loaded cores (debootstrap, the release build),
-# 2 min with the base root (~/.cache/farflash/csi-image) and build cached
+# 2-7 min with the base root (~/.cache/farflash/csi-image) and build cached
 step "CSI driver's container image: build, validate, run in its root (tests/csi-image.sh)" 2400 \
 	bash tests/csi-image.sh
 step "fresh Debian 12 root: release build without libclang or headers, serve, .deb install (tests/fresh-root.sh)" 2400 \
