@@ -208,11 +208,8 @@ step "RBD namespaces on a single-node Ceph cluster (cargo test --test rbd -- --i
 step "RBD pools: the volume API on a single-node Ceph cluster (cargo test --test rbd_pool -- --ignored)" 600 \
 	cargo test --test rbd_pool -- --ignored --test-threads=1 --nocapture
 # csi-sanity (every spec but the Node Service's) against the CSI controller
-# with its volumes in an RBD pool of a single-node Ceph cluster. Known
-# failing at its introduction (2026-11-28): 11 snapshot specs, because the
-# controller names a snapshot s-HASH@VOLUME (ids::snapshot_name), which an
-# RBD pool refuses (its snapshots are VOLUME@SNAP, no '@' in a new name):
-# 53 passed, 11 failed, 38 skipped (27 Node Service, 11 capabilities).
+# with its volumes in an RBD pool of a single-node Ceph cluster (snapshots
+# are named VOLUME@s-HASH, RBD's notation, for both kinds of pool).
 step "csi-sanity with an RBD pool (CSI_SANITY_POOL=rbd bash tests/csi-sanity.sh)" 900 \
 	env CSI_SANITY_POOL=rbd bash tests/csi-sanity.sh
 step "CSI node: file systems on a loop device (cargo test -p farflash-csi --test node_fs -- --ignored)" 600 \
