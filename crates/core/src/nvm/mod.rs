@@ -55,7 +55,14 @@ pub(crate) const fn runs(opcode: u8) -> bool {
     false
 }
 
-pub(crate) use copy::limits as copy_limits;
+/// Fills the Identify Namespace fields this module's commands report
+/// (`identify.rs` calls it): Copy's MSSRL, MCL and MSRC.
+pub(crate) fn identify_namespace(
+    ns: &crate::subsystem::Namespace,
+    id: &mut farflash_wire::identify::IdNs,
+) {
+    copy::identify_namespace(ns, id);
+}
 pub(crate) use fused::{arrive as fused_arrive, failed as fused_failed};
 
 /// How often a queue with commands held for a range looks again.
