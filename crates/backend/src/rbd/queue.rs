@@ -75,6 +75,9 @@ struct SlotShared {
     pending: AtomicU32,
     /// The first negative result, or 0.
     error: AtomicI64,
+    /// Where librbd writes a compare-and-write's mismatch offset (unused:
+    /// the NVMe Compare Failure status carries none).
+    mismatch: AtomicU64,
 }
 
 impl SlotShared {
@@ -175,6 +178,7 @@ impl RbdQueue {
             index,
             pending: AtomicU32::new(0),
             error: AtomicI64::new(0),
+            mismatch: AtomicU64::new(0),
         }));
         self.state.push(SlotState::default());
         self.free.push(index);
@@ -269,14 +273,18 @@ impl BackendQueue for RbdQueue {
         self.in_flight += 1;
         let IoRequest { tag, op, mut buf } = req;
         self.geometry.capacity = self.capacity.load(Ordering::Acquire);
-        if let Err(e) = self.geometry.validate(&op, &buf) {
+        let unit = u64::from(super::COMPARE_AND_WRITE_UNIT);
+        if let Err(e) = self.geometry.validate_compare_and_write(&op, &buf, unit) {
             return self.refuse(tag, buf, e);
         }
         // Writes need the exclusive lock, which only ANA hands out here
         // (lock.rs): librbd must not fetch it from another gateway.
         let writes = matches!(
             op,
-            IoOp::Write { .. } | IoOp::WriteZeroes { .. } | IoOp::Deallocate { .. }
+            IoOp::Write { .. }
+                | IoOp::WriteZeroes { .. }
+                | IoOp::Deallocate { .. }
+                | IoOp::CompareAndWrite { .. }
         );
         if (writes || op == IoOp::Flush) && !self.image.lock_owned.load(Ordering::Acquire) {
             if writes {
@@ -327,12 +335,15 @@ impl BackendQueue for RbdQueue {
         let shared = &self.shared[idx as usize];
         shared.pending.store(ops, Ordering::Release);
         shared.error.store(0, Ordering::Release);
+        let mismatch = shared.mismatch.as_ptr();
         self.state[idx as usize] = SlotState {
             tag,
             buf: Some(buf),
             then_flush: matches!(
                 op,
-                IoOp::Write { fua: true, .. } | IoOp::WriteZeroes { fua: true, .. }
+                IoOp::Write { fua: true, .. }
+                    | IoOp::WriteZeroes { fua: true, .. }
+                    | IoOp::CompareAndWrite { fua: true, .. }
             ),
             busy: true,
         };
@@ -351,6 +362,30 @@ impl BackendQueue for RbdQueue {
             IoOp::Flush => self.issue(idx, |c| {
                 // SAFETY: as above.
                 unsafe { sys::rbd_aio_flush(image, c) }
+            }),
+            // The compare data, then the write data (`validate` checked the
+            // buffer holds both). librbd answers a miscompare with EILSEQ,
+            // passed on as is (the command layer's Compare Failure).
+            IoOp::CompareAndWrite { offset, len, .. } => self.issue(idx, |c| {
+                let (cmp, data) = (
+                    ptr.cast_const(),
+                    ptr.wrapping_add(len as usize).cast_const(),
+                );
+                // SAFETY: as above; `mismatch` points into the slot's boxed
+                // shared part, alive until the callback ran.
+                let rc = unsafe {
+                    sys::rbd_aio_compare_and_write(
+                        image,
+                        offset,
+                        len as usize,
+                        cmp.cast(),
+                        data.cast(),
+                        c,
+                        mismatch,
+                        0,
+                    )
+                };
+                i32::try_from(rc).unwrap_or(-libc::EIO)
             }),
             IoOp::WriteZeroes { offset, len, .. } => self.issue(idx, |c| {
                 // SAFETY: as above.
