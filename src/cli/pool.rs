@@ -1,10 +1,11 @@
-//! `farflash pool check|create`: a local pool's devices offline (no
+//! `farflash pool check|create|open`: a local pool's devices offline (no
 //! target running on them: the devices' locks refuse an open pool).
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use farflash_pool::{LocalPool, VolumeStore};
 use std::path::PathBuf;
+use std::time::Instant;
 
 #[derive(Args, Debug)]
 pub struct PoolArgs {
@@ -30,10 +31,68 @@ pub enum PoolVerb {
         #[arg(long = "cluster-size", value_name = "SIZE")]
         cluster_size: Option<farflash_core::config::Size>,
     },
+    /// Open the pool on DEVICE... as `serve` does (recovering it after a
+    /// crash), report how long that took, its volumes and the memory the
+    /// open pool holds, and close it (benches/pool.sh).
+    Open {
+        #[arg(required = true)]
+        devices: Vec<PathBuf>,
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// This process's resident set size in bytes (VmRSS, /proc/self/status).
+fn rss_bytes() -> Result<u64> {
+    let status =
+        std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .context("no VmRSS in /proc/self/status")?;
+    Ok(kib * 1024)
+}
+
+/// `farflash pool open`: the time `LocalPool::open` takes and the memory
+/// the open pool holds (resident set growth over the open).
+fn open(devices: &[PathBuf], json: bool) -> Result<()> {
+    let before = rss_bytes()?;
+    let t = Instant::now();
+    let pool = LocalPool::open(devices)?;
+    let took = t.elapsed();
+    let after = rss_bytes()?;
+    let s = pool.stats();
+    let grown = after.saturating_sub(before);
+    // No per-volume figure for an empty pool.
+    let per_volume = (s.volumes > 0).then(|| grown / s.volumes as u64);
+    if json {
+        let o = serde_json::json!({
+            "open_ms": took.as_secs_f64() * 1e3,
+            "volumes": s.volumes,
+            "allocated": s.allocated,
+            "size": s.size,
+            "rss_growth": grown,
+            "rss_per_volume": per_volume,
+        });
+        println!("{o}");
+    } else {
+        let per = per_volume.map_or(String::new(), |p| format!(" ({p} per volume)"));
+        println!(
+            "opened in {:.1} ms: {} volumes, {} of {} bytes allocated; resident memory grew by {grown} bytes{per}",
+            took.as_secs_f64() * 1e3,
+            s.volumes,
+            s.allocated,
+            s.size
+        );
+    }
+    Ok(())
 }
 
 pub fn run(a: PoolArgs) -> Result<()> {
     match a.verb {
+        PoolVerb::Open { devices, json } => open(&devices, json),
         PoolVerb::Check { devices } => {
             let r = farflash_pool::check(&devices);
             for n in &r.notes {

@@ -15,13 +15,10 @@ use farflash_wire::{Sqe, Status};
 /// The NVM commands this file runs, with their Commands Supported and
 /// Effects (Base §5.16.1.6; those that write change logical block content,
 /// LBCC) and the Identify Controller ONCS bit that advertises an optional
-/// one (Base §5.17.2.1; 0: mandatory). A new command adds its row here.
-const COMMANDS: [(u8, u32, u16); 12] = [
+/// one (Base §5.17.2.1; 0: mandatory). A new command adds its row here, or,
+/// when it lives in `crate::nvm`, in that module's table.
+const OWN: [(u8, u32, u16); 9] = [
     (op::FLUSH, wlog::CSUPP, 0),
-    // `crate::nvm`: Compare, Verify, Copy.
-    (op::COMPARE, wlog::CSUPP, wid::ONCS_COMPARE),
-    (op::VERIFY, wlog::CSUPP, wid::ONCS_VERIFY),
-    (op::COPY, wlog::CSUPP | wlog::LBCC, wid::ONCS_COPY),
     (op::WRITE, wlog::CSUPP | wlog::LBCC, 0),
     (op::READ, wlog::CSUPP, 0),
     (
@@ -43,6 +40,22 @@ const COMMANDS: [(u8, u32, u16); 12] = [
     (op::RESERVATION_ACQUIRE, wlog::CSUPP, wid::ONCS_RESERVATIONS),
     (op::RESERVATION_RELEASE, wlog::CSUPP, wid::ONCS_RESERVATIONS),
 ];
+
+/// Every I/O command: this file's and `crate::nvm`'s (Compare, Verify, Copy).
+const COMMANDS: [(u8, u32, u16); OWN.len() + crate::nvm::COMMANDS.len()] = {
+    let mut all = [(0, 0, 0); OWN.len() + crate::nvm::COMMANDS.len()];
+    let mut i = 0;
+    while i < OWN.len() {
+        all[i] = OWN[i];
+        i += 1;
+    }
+    let mut j = 0;
+    while j < crate::nvm::COMMANDS.len() {
+        all[i + j] = crate::nvm::COMMANDS[j];
+        j += 1;
+    }
+    all
+};
 
 /// The I/O part of the Commands Supported and Effects log (`admin.rs`).
 pub(crate) const EFFECTS: [(u8, u32); COMMANDS.len()] = {
@@ -202,7 +215,7 @@ pub(crate) fn classify<C: Default>(q: &NvmeQueue<C>, sqe: &Sqe) -> Result<(Xfer,
                 },
             ))
         }
-        op::COMPARE | op::VERIFY | op::COPY => {
+        o if crate::nvm::runs(o) => {
             let ns = ns_index(q, sqe.nsid)?;
             crate::nvm::classify(q, sqe, ns)
         }

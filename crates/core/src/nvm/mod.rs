@@ -26,9 +26,34 @@ use crate::exec::Step;
 use crate::queue::NvmeQueue;
 use exclusion::{Entry, Tally};
 use farflash_backend::IoBuf;
+use farflash_wire::identify as wid;
+use farflash_wire::log as wlog;
 use farflash_wire::opcode::io as op;
 use farflash_wire::{Sqe, Status};
 use std::sync::Arc;
+
+/// This module's rows of the I/O command table (`io.rs`): opcode, Commands
+/// Supported and Effects (Base §5.16.1.6) and the ONCS bit (Base
+/// §5.17.2.1). A new command of this module adds its row here, its arms in
+/// [`classify`], [`execute`] and [`stored`], and its file.
+pub(crate) const COMMANDS: [(u8, u32, u16); 3] = [
+    (op::COMPARE, wlog::CSUPP, wid::ONCS_COMPARE),
+    (op::VERIFY, wlog::CSUPP, wid::ONCS_VERIFY),
+    (op::COPY, wlog::CSUPP | wlog::LBCC, wid::ONCS_COPY),
+];
+
+/// Whether `opcode` is one of this module's commands (`io::classify`
+/// hands those over).
+pub(crate) const fn runs(opcode: u8) -> bool {
+    let mut i = 0;
+    while i < COMMANDS.len() {
+        if COMMANDS[i].0 == opcode {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
 
 pub(crate) use copy::limits as copy_limits;
 pub(crate) use fused::{arrive as fused_arrive, failed as fused_failed};
