@@ -1895,7 +1895,17 @@ pub unsafe fn rbd_aio_compare_and_write(
     mismatch_off: *mut u64,
     op_flags: ::std::os::raw::c_int,
 ) -> isize {
-    (crate::api().rbd_aio_compare_and_write)(image, off, len, cmp_buf, buf, c, mismatch_off, op_flags)
+    (crate::api()
+        .rbd_aio_compare_and_write)(
+        image,
+        off,
+        len,
+        cmp_buf,
+        buf,
+        c,
+        mismatch_off,
+        op_flags,
+    )
 }
 /// `rbd_aio_create_completion` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
 #[inline]
