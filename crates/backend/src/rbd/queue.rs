@@ -216,6 +216,36 @@ impl RbdQueue {
         }
     }
 
+    /// librbd's compare-and-write for slot `idx`: `ptr` holds the compare
+    /// data, then the write data (`validate` checked the buffer holds both
+    /// and stays in the slot until completion). librbd answers a
+    /// miscompare with EILSEQ, passed on as is (the command layer's Compare
+    /// Failure).
+    fn compare_and_write(&mut self, idx: u32, offset: u64, len: u32, ptr: *const u8) {
+        let image = self.image.handle;
+        let mismatch = self.shared[idx as usize].mismatch.as_ptr();
+        let data = ptr.wrapping_add(len as usize);
+        self.issue(idx, |c| {
+            // SAFETY: the image is open; `ptr` and `data` point at `len`
+            // bytes each of the slot's buffer, which stays in the slot until
+            // the operation completed; `mismatch` points into the slot's
+            // boxed shared part, alive until the callback ran.
+            let rc = unsafe {
+                sys::rbd_aio_compare_and_write(
+                    image,
+                    offset,
+                    len as usize,
+                    ptr.cast(),
+                    data.cast(),
+                    c,
+                    mismatch,
+                    0,
+                )
+            };
+            i32::try_from(rc).unwrap_or(-libc::EIO)
+        });
+    }
+
     fn flush(&mut self, idx: u32) {
         let image = self.image.handle;
         self.shared[idx as usize]
@@ -335,7 +365,6 @@ impl BackendQueue for RbdQueue {
         let shared = &self.shared[idx as usize];
         shared.pending.store(ops, Ordering::Release);
         shared.error.store(0, Ordering::Release);
-        let mismatch = shared.mismatch.as_ptr();
         self.state[idx as usize] = SlotState {
             tag,
             buf: Some(buf),
@@ -363,30 +392,10 @@ impl BackendQueue for RbdQueue {
                 // SAFETY: as above.
                 unsafe { sys::rbd_aio_flush(image, c) }
             }),
-            // The compare data, then the write data (`validate` checked the
-            // buffer holds both). librbd answers a miscompare with EILSEQ,
-            // passed on as is (the command layer's Compare Failure).
-            IoOp::CompareAndWrite { offset, len, .. } => self.issue(idx, |c| {
-                let (cmp, data) = (
-                    ptr.cast_const(),
-                    ptr.wrapping_add(len as usize).cast_const(),
-                );
-                // SAFETY: as above; `mismatch` points into the slot's boxed
-                // shared part, alive until the callback ran.
-                let rc = unsafe {
-                    sys::rbd_aio_compare_and_write(
-                        image,
-                        offset,
-                        len as usize,
-                        cmp.cast(),
-                        data.cast(),
-                        c,
-                        mismatch,
-                        0,
-                    )
-                };
-                i32::try_from(rc).unwrap_or(-libc::EIO)
-            }),
+            // The compare data, then the write data.
+            IoOp::CompareAndWrite { offset, len, .. } => {
+                self.compare_and_write(idx, offset, len, ptr.cast_const())
+            }
             IoOp::WriteZeroes { offset, len, .. } => self.issue(idx, |c| {
                 // SAFETY: as above.
                 unsafe { sys::rbd_aio_write_zeroes(image, offset, len as usize, c, 0, 0) }
