@@ -4,7 +4,7 @@
 use crate::build::SUBNQN;
 use farflash_control::build_subsystems;
 use farflash_core::config::{
-    BackendKind, Config, NamespaceConfig, Size, SubsystemConfig, TransportConfig,
+    BackendKind, Config, DataSizes, NamespaceConfig, Size, SubsystemConfig, TransportConfig,
 };
 use farflash_core::qos::QosConfig;
 use farflash_core::Target;
@@ -48,12 +48,14 @@ pub fn build_with(sel: u8, ns: u8, qos: bool) -> (Arc<Target>, Shape) {
         }
     } else {
         TransportConfig {
-            in_capsule_data_size: pick(0, [8192, 0, 4096, 1024]),
+            data: DataSizes {
+                in_capsule_data_size: pick(0, [8192, 0, 4096, 1024]),
+                max_h2c_data: pick(6, [8192, 4096, 4100, 65536]),
+                max_c2h_data: pick(6, [4096, 8192, 4097, 131072]),
+            },
             max_queue_depth: pick(2, [128, 2, 4, 16]),
             max_io_queues: 2,
             max_io_size: pick(4, [65536, 4096, 8192, 262144]),
-            max_h2c_data: pick(6, [8192, 4096, 4100, 65536]),
-            max_c2h_data: pick(6, [4096, 8192, 4097, 131072]),
             keep_alive_granularity_ms: 1000,
             threads: 1,
             // Fields added later keep their defaults.
@@ -90,9 +92,9 @@ pub fn build_with(sel: u8, ns: u8, qos: bool) -> (Arc<Target>, Shape) {
     let subs = build_subsystems(&cfg).expect("build the fuzz subsystem");
     let shape = Shape {
         block_size: bs,
-        icd: transport.in_capsule_data_size,
-        max_h2c_data: transport.max_h2c_data,
-        max_c2h_data: transport.max_c2h_data,
+        icd: transport.data.in_capsule_data_size,
+        max_h2c_data: transport.data.max_h2c_data,
+        max_c2h_data: transport.data.max_c2h_data,
         max_io_size: transport.max_io_size,
         max_queue_depth: transport.max_queue_depth,
     };

@@ -140,15 +140,18 @@ pub enum NamespaceVerb {
 
 #[derive(Subcommand, Debug)]
 pub enum HostVerb {
+    /// Allow a host NQN to connect.
     Allow {
         nqn: String,
         host: String,
+        /// Grant read-only access: the host's controllers see every
+        /// namespace write protected (writes fail; Linux sets the disk
+        /// read-only). A host allowed already keeps its grant.
+        #[arg(long)]
+        read_only: bool,
     },
     /// Remove a host from the allowed list; its controllers are disconnected.
-    Disallow {
-        nqn: String,
-        host: String,
-    },
+    Disallow { nqn: String, host: String },
     /// Set or replace a host's TLS PSK (rotation: connected queues keep
     /// running, new connections use the new key); its DH-HMAC-CHAP keys stay.
     PskSet {
@@ -165,10 +168,7 @@ pub enum HostVerb {
         tls_derivation: Vec<String>,
     },
     /// Remove a host's TLS PSK (its DH-HMAC-CHAP keys stay).
-    PskRemove {
-        nqn: String,
-        host: String,
-    },
+    PskRemove { nqn: String, host: String },
 }
 
 /// A command-line secret: `Debug` prints no key material.
@@ -351,9 +351,14 @@ fn request(verb: &Verb) -> Result<(&'static str, Value)> {
             "namespace_resize",
             json!({"nqn": nqn, "nsid": nsid, "size": size_param(size)?}),
         ),
-        Verb::Host(HostVerb::Allow { nqn, host }) => {
-            ("host_allow", json!({"nqn": nqn, "host": host}))
-        }
+        Verb::Host(HostVerb::Allow {
+            nqn,
+            host,
+            read_only,
+        }) => (
+            "host_allow",
+            json!({"nqn": nqn, "host": host, "read_only": read_only}),
+        ),
         Verb::Host(HostVerb::PskSet {
             nqn,
             host,

@@ -79,8 +79,8 @@ pub struct PerfArgs {
     /// CPUs the job threads may run on (1, 0-1, 0,2).
     #[arg(long = "cpus-allowed", alias = "cpus_allowed")]
     pub cpus_allowed: Option<String>,
-    /// How job threads wait for completions: spin (busy-poll) or block.
-    #[arg(long = "poll", default_value = "spin")]
+    /// How job threads wait for completions: hybrid (the default: busy-poll, sleeping on a precise timeout through the part of a gap it expects to be long, as the target's --poll hybrid), spin (busy-poll) or block.
+    #[arg(long = "poll", default_value = "hybrid")]
     pub poll: String,
     /// Seed for offsets and data (default: from the clock).
     #[arg(long = "randseed")]
@@ -187,9 +187,10 @@ fn spec(a: &PerfArgs) -> anyhow::Result<JobSpec> {
             .map(farflash_bench::cpus::parse_cpu_list)
             .transpose()?,
         poll: match a.poll.as_str() {
+            "hybrid" => PollMode::Hybrid,
             "spin" => PollMode::Spin,
             "block" => PollMode::Block,
-            p => bail!("--poll={p}: expected spin or block"),
+            p => bail!("--poll={p}: expected hybrid, spin or block"),
         },
         rate_iops: a.rate_iops,
         seed: a.randseed.unwrap_or_else(farflash_bench::rng::time_seed),

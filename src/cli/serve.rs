@@ -114,7 +114,7 @@ pub struct ServeFlags {
     /// Pin event loops to these CPUs, e.g. 0-3,6.
     #[arg(long = "cpus-allowed", value_name = "LIST")]
     pub cpus_allowed: Option<String>,
-    /// How event loops wait: adaptive (the default: spin while busy, then sleep), hybrid (adaptive, sleeping on a precise timer through the part of a gap it expects: far less CPU below full load), always (busy-poll) or never.
+    /// How event loops wait: hybrid (the default: spin while busy, sleeping on a precise timer through the part of a gap it expects to be long, then in epoll: CPU in proportion to the load), adaptive (spin while busy, then sleep), always (busy-poll) or never.
     #[arg(long, value_name = "MODE")]
     pub poll: Option<PollMode>,
     /// Adaptive and hybrid polling: microseconds of quiet before an event loop sleeps.

@@ -7,6 +7,7 @@ use crate::spec::{JobSpec, PollMode};
 use crate::stats::JobStats;
 use crate::verify;
 use crate::workload::{verify_plan, Region, Workload};
+use farflash_nap::{Decision, Nap, Woke};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -19,6 +20,94 @@ pub struct Progress {
     pub write_ios: AtomicU64,
     pub read_bytes: AtomicU64,
     pub write_bytes: AtomicU64,
+}
+
+/// Margin a hybrid job wakes before a paced I/O's time, beyond the
+/// measured wake-up cost.
+const PACE_GUARD: Duration = Duration::from_micros(2);
+
+/// How a job thread waits (`--poll`): for completions, and for a paced
+/// I/O's time while nothing is in flight.
+struct Waiter {
+    mode: PollMode,
+    /// Hybrid: when a gap between completions is worth a sleep
+    /// (`farflash-nap`, the target's rule).
+    nap: Nap,
+}
+
+impl Waiter {
+    fn new(mode: PollMode, now: Instant) -> Waiter {
+        if mode == PollMode::Hybrid {
+            // SAFETY: PR_SET_TIMERSLACK takes an integer argument only; 1 ns
+            // of slack (the default 50 µs would blur the naps).
+            unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+        }
+        Waiter {
+            mode,
+            nap: Nap::new(now),
+        }
+    }
+
+    /// Whether the thread spins between completions (reads the clock
+    /// only every few empty polls).
+    fn spins(&self) -> bool {
+        self.mode == PollMode::Spin
+    }
+
+    /// Nothing in flight at `now`: waits (or not) for `next`, the paced
+    /// I/O's time. Blocking sleeps to it; hybrid sleeps to the measured
+    /// wake-up cost before it, then spins; spinning spins.
+    fn until(&mut self, next: Instant, now: Instant) {
+        let left = next.saturating_duration_since(now);
+        match self.mode {
+            PollMode::Block => std::thread::sleep(left),
+            PollMode::Hybrid => {
+                let margin = self.nap.wake_cost() + PACE_GUARD;
+                if left > 2 * margin {
+                    std::thread::sleep(left - margin);
+                }
+            }
+            PollMode::Spin => {}
+        }
+    }
+
+    /// Waits for completions as the mode says; appends them to `done`.
+    fn wait(&mut self, e: &mut dyn Engine, done: &mut Vec<Done>) -> anyhow::Result<usize> {
+        match self.mode {
+            PollMode::Block => e.wait(done),
+            PollMode::Spin => e.poll(done),
+            PollMode::Hybrid => self.hybrid(e, done),
+        }
+    }
+
+    /// Polls; idle, naps when the gaps say so and reports how it ended.
+    fn hybrid(&mut self, e: &mut dyn Engine, done: &mut Vec<Done>) -> anyhow::Result<usize> {
+        let n = e.poll(done)?;
+        let now = Instant::now();
+        if n > 0 {
+            self.nap.work(now);
+            return Ok(n);
+        }
+        let Decision::Sleep(until) = self.nap.decide(now, None) else {
+            return Ok(0);
+        };
+        let (n, woken) = e.nap(done, until.saturating_duration_since(now))?;
+        let t = Instant::now();
+        let how = match woken {
+            None => {
+                // The engine cannot nap: spin from now on.
+                self.mode = PollMode::Spin;
+                Woke::Aborted
+            }
+            Some(false) if n == 0 => Woke::Timer,
+            Some(_) => Woke::Arrival,
+        };
+        self.nap.woke(t, how);
+        if n > 0 {
+            self.nap.work(t);
+        }
+        Ok(n)
+    }
 }
 
 /// Spaces a job's I/Os `1 / rate` apart (fio's `rate_iops` with
@@ -219,34 +308,24 @@ impl JobRun<'_> {
         let mut idle = 0u32;
         let mut now = Instant::now();
         let mut pacer = spec.rate_iops.map(|r| Pacer::new(r, now));
+        let mut waiter = Waiter::new(spec.poll, now);
         loop {
             inflight += self.refill(e, src, st, pacer.as_mut(), now, depth - inflight)?;
             if inflight == 0 && !src.has_more(now) {
                 return Ok(());
             }
             if let Some(p) = pacer.filter(|_| inflight == 0) {
-                // Nothing in flight: wait for the next I/O's time, asleep
-                // when blocking (the host's CPU follows the offered load),
-                // reading the clock when spinning.
-                if spec.poll == PollMode::Block {
-                    std::thread::sleep(p.next.saturating_duration_since(now));
-                }
+                // Nothing in flight: wait for the next I/O's time.
+                waiter.until(p.next, now);
                 now = Instant::now();
                 continue;
             }
-            let n = if spec.poll == PollMode::Block {
-                e.wait(&mut st.done)?
-            } else {
-                e.poll(&mut st.done)?
-            };
+            let n = waiter.wait(e, &mut st.done)?;
             if n == 0 {
                 // Busy-polling: read the clock (for the end of the run)
                 // only every few empty polls.
                 idle += 1;
-                if spec.poll != PollMode::Block
-                    && pacer.is_none()
-                    && !idle.is_multiple_of(IDLE_POLLS_PER_CLOCK)
-                {
+                if waiter.spins() && pacer.is_none() && !idle.is_multiple_of(IDLE_POLLS_PER_CLOCK) {
                     continue;
                 }
             } else {

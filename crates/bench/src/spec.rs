@@ -68,8 +68,14 @@ pub enum Target {
 /// How job threads wait for completions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum PollMode {
-    /// Busy-poll (non-blocking receive in a loop), like SPDK's perf.
+    /// The default: busy-poll, but sleep on a precise timeout through the
+    /// part of a gap between completions that the recent gaps promise to
+    /// be long against the wake-up cost (the target's `--poll hybrid`
+    /// decision, `farflash-nap`; a host whose queue cannot sleep that
+    /// precisely, NVMe/RDMA, spins), and until a paced job's next I/O.
     #[default]
+    Hybrid,
+    /// Busy-poll (non-blocking receive in a loop), like SPDK's perf.
     Spin,
     /// Sleep in poll(2) until something arrives.
     Block,

@@ -19,6 +19,10 @@ pub enum ManageError {
     NotFound(String),
     #[error("{0}")]
     Exists(String),
+    /// The object exists with other settings than asked (an allowed host's
+    /// `read_only` grant): refused, nothing changed.
+    #[error("{0}")]
+    Conflict(String),
     #[error("{0}")]
     Invalid(String),
     #[error("{0}")]
@@ -218,13 +222,21 @@ pub fn resize_namespace(
 }
 
 /// Adds `host` to the allowed hosts, with its DH-HMAC-CHAP settings when
-/// `keys` is given (Base §8.13). A host allowed already only takes new keys
-/// (they apply from its next authentication, as with Linux nvmet).
+/// `keys` is given (Base §8.13) and, with `read_only`, granted read-only
+/// access: its controllers see every namespace write protected
+/// (`farflash_core::controller::Controller::read_only`). A host allowed
+/// already only takes new keys (without keys: `Exists`); its `read_only`
+/// grant is not changed here: asked with another value it is a `Conflict`
+/// naming the field, and nothing changes (a grant is fixed for the life of
+/// the controllers it made; `host_disallow`, which disconnects them, then
+/// `host_allow` changes it explicitly). docs/management.md, "Read-only
+/// hosts".
 pub fn allow_host(
     target: &Target,
     nqn: &str,
     host: &str,
     mut keys: Option<HostAuthConfig>,
+    read_only: bool,
 ) -> Result<ReloadReport, ManageError> {
     check_nqn(host)?;
     if let Some(k) = keys.as_mut().and_then(|h| h.tls_key.as_mut()) {
@@ -232,6 +244,13 @@ pub fn allow_host(
     }
     modify_subsystem(target, nqn, |s| {
         let listed = s.allowed_hosts.iter().any(|h| h == host);
+        let granted_ro = s.read_only_hosts.iter().any(|h| h == host);
+        if listed && granted_ro != read_only {
+            return Err(ManageError::Conflict(format!(
+                "read_only: {nqn}: {host} is allowed already with read_only = {granted_ro}; \
+                 host_disallow it first to change the grant (that disconnects its controllers)"
+            )));
+        }
         match keys {
             None if listed => {
                 return Err(ManageError::Exists(format!(
@@ -249,6 +268,9 @@ pub fn allow_host(
                     s.allowed_hosts.push(host.to_owned());
                 }
             }
+        }
+        if read_only && !granted_ro {
+            s.read_only_hosts.push(host.to_owned());
         }
         Ok(())
     })
@@ -332,6 +354,7 @@ pub fn disallow_host(target: &Target, nqn: &str, host: &str) -> Result<ReloadRep
             )));
         }
         s.allowed_hosts.retain(|h| h != host);
+        s.read_only_hosts.retain(|h| h != host);
         s.hosts.retain(|h| h.nqn != host);
         if s.allowed_hosts.is_empty() {
             return Err(ManageError::Invalid(format!(

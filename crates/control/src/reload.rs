@@ -470,9 +470,15 @@ fn commit_subsystem(
         // Host access control (Fabrics §6.3, Connect Invalid Host): a host no
         // longer allowed (not listed, or without a key where one is now required)
         // loses its controllers now, not at its next Connect. New or changed keys
-        // apply from the next (re-)authentication, as with Linux nvmet.
+        // apply from the next (re-)authentication, as with Linux nvmet. A
+        // host whose read-only grant changed (a configuration reloaded; the
+        // management API refuses such a change) loses its controllers too:
+        // a controller's write protection is fixed when it is created
+        // (Identify Namespace told the host), so the host reconnects to see
+        // the new grant rather than have it change under a mounted disk.
         for c in target.controllers() {
-            if c.subnqn == sub.nqn && !sub.host_allowed(&c.hostnqn) {
+            let regranted = c.read_only != sub.host_read_only(&c.hostnqn);
+            if c.subnqn == sub.nqn && (!sub.host_allowed(&c.hostnqn) || regranted) {
                 report.disconnected += usize::from(target.disconnect_controller(c.cntlid));
             }
         }

@@ -116,7 +116,7 @@ fn identify_cmd<C: Default>(
         }
         cns::NAMESPACE => match ns {
             Some(ns) => {
-                identify::namespace(&ns).encode(q.reply_buf(idx, IDENTIFY_LEN));
+                identify::namespace(&ns, ctrl).encode(q.reply_buf(idx, IDENTIFY_LEN));
                 Status::SUCCESS
             }
             // Base §5.17.2.1: an inactive but valid NSID returns zeroes.

@@ -203,6 +203,20 @@ impl IoCmd {
         }
     }
 
+    /// Whether the command would modify its namespace's content, and is
+    /// refused where the namespace is write protected (Base 2.0, "Namespace
+    /// Write Protection"):
+    /// Write, Write Zeroes, Dataset Management with Deallocate, Copy and
+    /// the Write half of a fused Compare and Write. Reads, Compare, Verify,
+    /// Flush, DSM without Deallocate (hints only) and the Reservation
+    /// commands (they change no logical block) do not.
+    pub(crate) fn modifies(&self) -> bool {
+        match self {
+            IoCmd::Dsm { deallocate, .. } => *deallocate,
+            c => c.writes(),
+        }
+    }
+
     /// What the command spends under QoS (`queue/qos.rs`): reads and writes
     /// their I/O and bytes, Write Zeroes one write I/O (no data moves), the
     /// rest nothing.

@@ -284,18 +284,19 @@ pub const DEFAULT_MAX_NAMESPACES: u32 = 65536;
 #[serde(rename_all = "lowercase")]
 pub enum PollMode {
     /// Spin while work arrives, sleep in epoll after `poll_idle_us` of quiet.
-    #[default]
     Adaptive,
     /// Never sleep: lowest latency, one busy core per event loop.
     Always,
     /// Always sleep in epoll: least CPU.
     Never,
-    /// As adaptive, but in a gap the loop expects to last (learnt from
-    /// the recent gaps between a host's commands) it sleeps on a precise
-    /// timer for the part it can sleep and wakes early enough to poll for
-    /// the rest (the kernel's hybrid polling, for a network queue). Far
-    /// less CPU than adaptive below full load; not the default, as it
-    /// sometimes sleeps at QD 4 full load (docs/performance.md).
+    /// The default. As adaptive, but in a gap the loop expects to last
+    /// (learnt from the recent gaps between a host's commands) it sleeps on
+    /// a precise timer for the part it can sleep and wakes early enough to
+    /// poll for the rest (the kernel's hybrid polling, for a network
+    /// queue); only where the gap is long against the measured wake-up
+    /// cost, and backing off after a sleep an arrival cut short, so full
+    /// load is polled (`farflash-nap`; docs/performance.md).
+    #[default]
     Hybrid,
 }
 
@@ -352,7 +353,7 @@ impl Default for TransportConfig {
             max_connections: 4096,
             max_queue_buffer: 8 << 20,
             cpus_allowed: String::new(),
-            poll: PollMode::Adaptive,
+            poll: PollMode::Hybrid,
             poll_idle_us: 100,
             fair_share_kib: 256,
             limits: Limits::default(),
@@ -423,6 +424,13 @@ pub struct SubsystemConfig {
     /// Host NQNs allowed to connect; empty means any host.
     #[serde(default)]
     pub allowed_hosts: Vec<String>,
+    /// Allowed hosts granted read-only access: every controller such a
+    /// host creates sees every namespace write protected (Identify
+    /// Namespace NSATTR bit 0; commands that would modify a namespace get
+    /// Namespace is Write Protected). Each must be in `allowed_hosts`
+    /// (docs/management.md, "Read-only hosts").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_only_hosts: Vec<String>,
     /// In-band authentication secrets per host (`[[subsystem.host]]`).
     #[serde(default, rename = "host", skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<HostAuthConfig>,
@@ -572,6 +580,7 @@ impl SubsystemConfig {
             cntlid_min: None,
             cntlid_max: None,
             allowed_hosts: vec![],
+            read_only_hosts: vec![],
             hosts: vec![],
             require_auth: false,
             qos: Vec::new(),
@@ -894,6 +903,28 @@ impl Config {
 }
 
 impl SubsystemConfig {
+    /// `read_only_hosts`: each listed once and allowed by name (a read-only
+    /// grant is a property of an allowed host; on a subsystem open to any
+    /// host there is no grant to qualify).
+    fn validate_read_only_hosts(&self) -> Result<(), ConfigError> {
+        let mut seen = std::collections::HashSet::new();
+        for h in &self.read_only_hosts {
+            if !seen.insert(h) {
+                return Err(ConfigError::Invalid(format!(
+                    "{}: read_only_hosts: {h} is listed twice",
+                    self.nqn
+                )));
+            }
+            if !self.allowed_hosts.contains(h) {
+                return Err(ConfigError::Invalid(format!(
+                    "{}: read_only_hosts: {h} is not in allowed_hosts",
+                    self.nqn
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Checks what the types cannot, within one subsystem: its NQN,
     /// CNTLID range, hosts, QoS and ANA entries, NSIDs and namespaces.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -909,6 +940,7 @@ impl SubsystemConfig {
         }
         crate::cntlid::CntlidRange::from_config(self.cntlid_min, self.cntlid_max)
             .map_err(|m| ConfigError::Invalid(format!("{}: {m}", self.nqn)))?;
+        self.validate_read_only_hosts()?;
         let mut hosts = std::collections::HashSet::new();
         for h in &self.hosts {
             if !hosts.insert(&h.nqn) {
@@ -1196,6 +1228,32 @@ mod tests {
         // A keyed host outside allowed_hosts could never connect.
         let outside = text.replace("require_auth=true", "allowed_hosts=['nqn.other']");
         assert!(Config::from_toml(&outside, "t").is_err());
+    }
+
+    #[test]
+    fn read_only_hosts_are_allowed_hosts_listed_once_and_round_trip() {
+        let text = "[[subsystem]]\nnqn='nqn.a'\nallowed_hosts=['nqn.h1','nqn.h2']\nread_only_hosts=['nqn.h2']\n[[subsystem.namespace]]\nbackend='ram'\nsize='1M'\n";
+        let c = Config::from_toml(text, "t").unwrap();
+        assert_eq!(c.subsystems[0].read_only_hosts, ["nqn.h2"]);
+        let back = Config::from_toml(&toml::to_string(&c).unwrap(), "t").unwrap();
+        assert_eq!(back.subsystems[0].read_only_hosts, ["nqn.h2"]);
+        // None: the field is not written.
+        let plain = text.replace("read_only_hosts=['nqn.h2']\n", "");
+        let c = Config::from_toml(&plain, "t").unwrap();
+        assert!(!toml::to_string(&c).unwrap().contains("read_only_hosts"));
+        // A host not allowed, or listed twice, is refused with the field named.
+        for bad in [
+            text.replace("read_only_hosts=['nqn.h2']", "read_only_hosts=['nqn.h3']"),
+            text.replace("allowed_hosts=['nqn.h1','nqn.h2']\n", ""),
+            text.replace(
+                "read_only_hosts=['nqn.h2']",
+                "read_only_hosts=['nqn.h2','nqn.h2']",
+            ),
+        ] {
+            let e = Config::from_toml(&bad, "t").unwrap_err().to_string();
+            assert!(e.contains("read_only_hosts"), "{e}");
+        }
+        assert!(Config::from_toml(&text.replace("['nqn.h2']", "'nqn.h2'"), "t").is_err());
     }
 
     #[test]

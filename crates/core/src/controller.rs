@@ -42,6 +42,13 @@ pub struct Controller {
     /// §5.27.1.4): every write is written through (as with FUA). Read
     /// per write, without the lock.
     write_through: AtomicBool,
+    /// The host was granted read-only access when it connected
+    /// (`Subsystem::host_read_only`): every namespace is write protected
+    /// for this controller (Identify Namespace NSATTR bit 0, and Namespace
+    /// is Write Protected for commands that would modify one; `io.rs`).
+    /// Fixed for the controller's life: a management change of the grant
+    /// disconnects the host's controllers instead (`control/src/reload.rs`).
+    read_only: bool,
     state: Mutex<CtrlState>,
 }
 
@@ -97,6 +104,7 @@ impl Controller {
             epoch: AtomicU32::new(0),
             offloads: AtomicU32::new(0),
             write_through: AtomicBool::new(false),
+            read_only: false,
             state: Mutex::new(CtrlState {
                 kato_ms,
                 vwc_enabled: true,
@@ -135,6 +143,18 @@ impl Controller {
     /// others with Command Sequence Error.
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
+    }
+
+    /// The same controller, seeing every namespace write protected (a
+    /// read-only host's; set at creation, `Target::create_controller`).
+    pub fn with_read_only(self, read_only: bool) -> Controller {
+        Controller { read_only, ..self }
+    }
+
+    /// Whether every namespace is write protected for this controller.
+    #[inline]
+    pub fn read_only(&self) -> bool {
+        self.read_only
     }
 
     /// Writes go through to stable storage (the host turned the volatile

@@ -109,7 +109,11 @@ pub(crate) fn volatile_write_cache(sub: &Subsystem) -> bool {
         .any(|n| n.backend.volatile_write_cache())
 }
 
-pub(crate) fn namespace(ns: &Namespace) -> IdNs {
+/// Identify Namespace (CNS 00h) of `ns` as `ctrl` sees it: NSATTR bit 0
+/// (write protected) when the controller is a read-only host's (NVM Command
+/// Set §4.1.5.1; the Linux host then sets the disk read-only,
+/// `nvme_update_ns_info`).
+pub(crate) fn namespace(ns: &Namespace, ctrl: &Controller) -> IdNs {
     // NVM Command Set §4.1.5.1 NPDG/NPDA: Deallocate frees whole units of
     // the storage's granularity (a pool's cluster), in blocks, 0's based;
     // NSFEAT.OPTPERF says they are defined. Not reported when a unit is
@@ -139,6 +143,11 @@ pub(crate) fn namespace(ns: &Namespace) -> IdNs {
         rescap: 0xFE | ns.resv.file.is_some() as u8,
         dlfeat: wid::DLFEAT_READ_ZEROES,
         anagrpid: ns.anagrpid,
+        nsattr: if ctrl.read_only() {
+            wid::NSATTR_WRITE_PROTECTED
+        } else {
+            0
+        },
         nguid: ns.nguid,
         eui64: [0; 8],
         lbads: ns.lba_shift as u8,

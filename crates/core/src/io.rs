@@ -134,8 +134,29 @@ pub(crate) fn write_through<C: Default>(q: &NvmeQueue<C>) -> bool {
     q.ctrl.as_ref().is_some_and(|c| c.write_through())
 }
 
-/// Parses and checks an I/O command before any data moves.
+/// Parses and checks an I/O command before any data moves; one that would
+/// modify a namespace the controller sees write protected (a read-only
+/// host's, `Controller::read_only`) is refused here, the one place every
+/// I/O command passes (the Write half of a fused Compare and Write too:
+/// `nvm/fused.rs` takes its refusal and fails the Compare).
 pub(crate) fn classify<C: Default>(q: &NvmeQueue<C>, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status> {
+    let (x, cmd) = parse(q, sqe)?;
+    if cmd.modifies() && q.ctrl.as_ref().is_some_and(|c| c.read_only()) {
+        // Base 2.0 §4.6.1.2.1 (Generic Command Status 20h, Namespace is
+        // Write Protected) and "Namespace Write Protection" (commands
+        // that modify the namespace are aborted with it; reads, Compare,
+        // Verify and Flush run). DNR: the grant does not change for this
+        // controller's life, so a retry here fails the same way (Linux
+        // nvmet, whose write protection Set Features can lift, leaves DNR
+        // clear).
+        return Err(Status::NS_WRITE_PROTECTED.dnr());
+    }
+    Ok((x, cmd))
+}
+
+/// Parses and checks an I/O command (its namespace, range, reservation
+/// access) into its typed form.
+fn parse<C: Default>(q: &NvmeQueue<C>, sqe: &Sqe) -> Result<(Xfer, IoCmd), Status> {
     match sqe.opcode {
         op::READ | op::WRITE => {
             let ns = ns_index(q, sqe.nsid)?;

@@ -59,3 +59,5 @@ pub use target::Target;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_read_only;

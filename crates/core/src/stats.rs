@@ -403,3 +403,76 @@ impl Tolerated {
         self.0[o as usize].load(Relaxed)
     }
 }
+
+/// One event loop's sleeps (a target worker's): how often and how long it
+/// slept, and how many of its timed sleeps (the default polling's bets,
+/// `farflash-nap`) an arrival cut short. A loop that sleeps at full load
+/// shows here (`stats`, `farflash_worker_*` metrics).
+#[derive(Debug, Default)]
+pub struct LoopCounters {
+    /// Sleeps in `epoll_wait` on a bet's timer.
+    timed_sleeps: AtomicU64,
+    /// Sleeps in `epoll_wait` until an event or the next tick (idle).
+    idle_sleeps: AtomicU64,
+    /// Nanoseconds spent in both.
+    slept_ns: AtomicU64,
+    /// Timed sleeps an arrival ended before the timer.
+    missed: AtomicU64,
+}
+
+/// A snapshot of [`LoopCounters`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoopTotals {
+    pub timed_sleeps: u64,
+    pub idle_sleeps: u64,
+    pub slept_ns: u64,
+    pub missed: u64,
+}
+
+impl LoopCounters {
+    /// A sleep of `ns` nanoseconds: `timed` on a bet (then `missed` if an
+    /// arrival ended it), else idle.
+    pub fn slept(&self, timed: bool, missed: bool, ns: u64) {
+        let n = if timed {
+            &self.timed_sleeps
+        } else {
+            &self.idle_sleeps
+        };
+        n.fetch_add(1, Relaxed);
+        self.slept_ns.fetch_add(ns, Relaxed);
+        if missed {
+            self.missed.fetch_add(1, Relaxed);
+        }
+    }
+
+    pub fn totals(&self) -> LoopTotals {
+        LoopTotals {
+            timed_sleeps: self.timed_sleeps.load(Relaxed),
+            idle_sleeps: self.idle_sleeps.load(Relaxed),
+            slept_ns: self.slept_ns.load(Relaxed),
+            missed: self.missed.load(Relaxed),
+        }
+    }
+}
+
+/// The target's event loops' counters, in the order they registered.
+#[derive(Debug, Default)]
+pub struct Loops(Mutex<Vec<Arc<LoopCounters>>>);
+
+impl Loops {
+    /// A new loop's counters (its index in [`Loops::totals`] is its number).
+    pub fn register(&self) -> Arc<LoopCounters> {
+        let c = Arc::new(LoopCounters::default());
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(c.clone());
+        c
+    }
+
+    /// Every loop's totals, by registration order.
+    pub fn totals(&self) -> Vec<LoopTotals> {
+        let l = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        l.iter().map(|c| c.totals()).collect()
+    }
+}

@@ -70,6 +70,8 @@ impl Namespace {
 pub struct HostAccess {
     /// Empty: any host may connect.
     pub allowed_hosts: Vec<String>,
+    /// Allowed hosts whose controllers see every namespace write protected.
+    pub read_only_hosts: Vec<String>,
     /// DH-HMAC-CHAP settings per host NQN (Base §8.13), checked by
     /// `Config::validate`.
     pub hosts: Vec<HostAuthConfig>,
@@ -82,6 +84,7 @@ impl HostAccess {
     pub fn of(sc: &SubsystemConfig) -> HostAccess {
         HostAccess {
             allowed_hosts: sc.allowed_hosts.clone(),
+            read_only_hosts: sc.read_only_hosts.clone(),
             hosts: sc.hosts.clone(),
             require_auth: sc.require_auth,
         }
@@ -128,6 +131,20 @@ impl Subsystem {
                     .iter()
                     .any(|h| h.nqn == hostnqn && h.dhchap_key.is_some()))
     }
+    /// Whether `hostnqn` is granted read-only access: the controllers it
+    /// creates from now on see every namespace write protected (read at
+    /// Connect, fixed for the controller's life; `Controller::read_only`).
+    pub fn host_read_only(&self, hostnqn: &str) -> bool {
+        let a = self.access.read().unwrap_or_else(|p| p.into_inner());
+        a.read_only_hosts.iter().any(|h| h == hostnqn)
+    }
+
+    /// The hosts granted read-only access.
+    pub fn read_only_hosts(&self) -> Vec<String> {
+        let a = self.access.read().unwrap_or_else(|p| p.into_inner());
+        a.read_only_hosts.clone()
+    }
+
     /// The allowed host NQNs (empty: any host).
     pub fn allowed_hosts(&self) -> Vec<String> {
         // Only the list: `access()` would clone the host keys too.
@@ -196,6 +213,7 @@ impl Subsystem {
             cntlid_min: (self.cntlids != Default::default()).then_some(self.cntlids.min),
             cntlid_max: (self.cntlids != Default::default()).then_some(self.cntlids.max),
             allowed_hosts: a.allowed_hosts,
+            read_only_hosts: a.read_only_hosts,
             hosts: a.hosts,
             require_auth: a.require_auth,
             namespaces: self.namespaces().iter().map(|n| n.config.clone()).collect(),

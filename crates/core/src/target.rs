@@ -53,6 +53,8 @@ pub struct Target {
     pub auth_failures: AtomicU64,
     /// Host oddities accepted (docs/interop.md).
     pub tolerated: crate::stats::Tolerated,
+    /// The event loops' sleeps, per worker.
+    pub loops: crate::stats::Loops,
     /// Serializes management changes (RPC, SIGHUP, load_config).
     manage: Mutex<()>,
     ctrls: Mutex<CtrlTable>,
@@ -79,6 +81,8 @@ pub struct ControllerInfo {
     pub hostid: [u8; 16],
     pub io_queues: usize,
     pub kato_ms: u32,
+    /// Every namespace is write protected for it (a read-only host's).
+    pub read_only: bool,
 }
 
 struct CtrlTable {
@@ -133,6 +137,7 @@ impl Target {
             keep_alive_expiries: AtomicU64::new(0),
             auth_failures: AtomicU64::new(0),
             tolerated: Default::default(),
+            loops: Default::default(),
             manage: Mutex::new(()),
             ctrls: Mutex::new(CtrlTable {
                 next: 1,
@@ -264,9 +269,9 @@ impl Target {
         hostid: [u8; 16],
         kato_ms: u32,
     ) -> Option<Arc<Controller>> {
-        let range = match &kind {
-            Kind::Io(s) => s.cntlids,
-            Kind::Discovery => CntlidRange::default(),
+        let (range, read_only) = match &kind {
+            Kind::Io(s) => (s.cntlids, s.host_read_only(&hostnqn)),
+            Kind::Discovery => (CntlidRange::default(), false),
         };
         let mut t = self.ctrls.lock().unwrap_or_else(|p| p.into_inner());
         t.live.retain(|_, w| w.strong_count() > 0);
@@ -277,7 +282,8 @@ impl Target {
             t.next = id;
             let id = this;
             if let std::collections::hash_map::Entry::Vacant(e) = t.live.entry(id) {
-                let c = Arc::new(Controller::new(id, kind, hostnqn, hostid, kato_ms));
+                let c = Controller::new(id, kind, hostnqn, hostid, kato_ms);
+                let c = Arc::new(c.with_read_only(read_only));
                 e.insert(Arc::downgrade(&c));
                 return Some(c);
             }
@@ -406,6 +412,7 @@ impl Target {
                     hostid: c.hostid,
                     io_queues: st.io_qids.len(),
                     kato_ms: st.kato_ms,
+                    read_only: c.read_only(),
                 }
             })
             .collect()

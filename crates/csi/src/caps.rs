@@ -20,6 +20,12 @@ pub fn single_node(m: Mode) -> bool {
     )
 }
 
+/// Whether `m` lets nodes only read the volume (its publish is then a
+/// read-only grant whatever the request's `readonly` says).
+pub fn reader_only(m: Mode) -> bool {
+    matches!(m, Mode::SingleNodeReaderOnly | Mode::MultiNodeReaderOnly)
+}
+
 fn mode_of(c: &VolumeCapability) -> Option<Mode> {
     c.access_mode
         .as_ref()

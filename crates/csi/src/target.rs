@@ -48,7 +48,10 @@ impl From<CallError> for Status {
         let code = match e.code() {
             None => Code::Unavailable,
             Some(rpc::NOT_FOUND) => Code::NotFound,
-            Some(rpc::EXISTS) => Code::AlreadyExists,
+            // CONFLICT: exists with other settings (a node published with
+            // another readonly): the CSI spec's ALREADY_EXISTS for an
+            // incompatible ControllerPublishVolume.
+            Some(rpc::EXISTS | rpc::CONFLICT) => Code::AlreadyExists,
             Some(rpc::INVALID_CONFIG | rpc::INVALID_PARAMS) => Code::InvalidArgument,
             Some(rpc::LIMIT_EXCEEDED | rpc::NO_SPACE) => Code::ResourceExhausted,
             Some(rpc::IN_USE) => Code::FailedPrecondition,
@@ -128,6 +131,7 @@ mod tests {
         let cases = [
             (rpc::NOT_FOUND, Code::NotFound),
             (rpc::EXISTS, Code::AlreadyExists),
+            (rpc::CONFLICT, Code::AlreadyExists),
             (rpc::INVALID_CONFIG, Code::InvalidArgument),
             (rpc::INVALID_PARAMS, Code::InvalidArgument),
             (rpc::LIMIT_EXCEEDED, Code::ResourceExhausted),

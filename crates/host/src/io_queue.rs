@@ -12,7 +12,7 @@ use crate::info::ControllerInfo;
 use crate::options::ConnectOptions;
 use crate::queue::QueueConfig;
 use crate::slot::{Completion, DataDir};
-use crate::transport::{self, HostTransport};
+use crate::transport::{self, HostTransport, Napped};
 use farflash_wire::fabrics::{ConnectData, CONNECT_DATA_LEN};
 use farflash_wire::{Sqe, Status};
 use std::time::{Duration, Instant};
@@ -358,6 +358,28 @@ impl IoQueue {
             // one `poll` and one `recv`).
             self.conn.wait_progress(ms, out)?;
         }
+    }
+
+    /// A hybrid-polling host's nap: like [`IoQueue::wait`], but for at
+    /// most `timeout` with the transport's precision (NVMe/TCP: `ppoll`,
+    /// nanoseconds), once; how it ended ([`Napped::Unsupported`]: the
+    /// transport cannot, and it polled instead). Appends completions to
+    /// `out`; returns how many.
+    pub fn nap(&mut self, out: &mut Vec<Completion>, timeout: Duration) -> Result<(usize, Napped)> {
+        let before = out.len();
+        out.append(&mut self.held);
+        if out.len() > before || self.outstanding() == 0 {
+            return Ok((out.len() - before, Napped::Woken));
+        }
+        let how = self.conn.nap_progress(timeout, out)?;
+        let n = out.len() - before;
+        if n > 0 {
+            self.idle_polls = 0;
+            self.idle_since = None;
+        } else {
+            self.check_idle()?;
+        }
+        Ok((n, how))
     }
 
     /// Runs one command to completion (blocking, bounded by the command

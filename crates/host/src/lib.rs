@@ -78,4 +78,4 @@ pub use io_queue::{IoQueue, IoQueueOptions};
 pub use options::{ConnectOptions, Connector};
 pub use queue::{QueueConfig, QueuePair};
 pub use slot::{Completion, DataDir};
-pub use transport::HostTransport;
+pub use transport::{HostTransport, Napped};

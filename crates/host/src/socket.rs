@@ -12,6 +12,7 @@ use crate::error::{HostError, Result, TransportError};
 use crate::queue::{QueueConfig, QueuePair};
 use crate::slot::Completion;
 use crate::tls::{ClientSession, TlsLink};
+use crate::transport::Napped;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
@@ -289,6 +290,32 @@ impl Conn {
         Ok(r > 0)
     }
 
+    /// `ppoll(2)` on the socket for `events`, up to `timeout` (nanosecond
+    /// resolution); true when one of them (or an error or hang-up) is
+    /// reported.
+    fn ppoll_events(&self, events: libc::c_short, timeout: Duration) -> Result<bool> {
+        let mut p = libc::pollfd {
+            fd: self.stream.as_raw_fd(),
+            events,
+            revents: 0,
+        };
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: `p` is one valid pollfd and `ts` a valid timespec, both
+        // outliving the call; no signal mask is passed (null).
+        let r = unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                return Ok(false);
+            }
+            return Err(e.into());
+        }
+        Ok(r > 0)
+    }
+
     /// Best effort: sends what is queued (e.g. an H2CTermReq) within
     /// `timeout`, then shuts the socket down.
     pub fn close(&mut self, timeout: Duration) {
@@ -371,6 +398,25 @@ impl crate::transport::HostTransport for Conn {
         }
         self.qp.take_completions(out);
         Ok(())
+    }
+    /// One `writev`, one `ppoll(2)` with a nanosecond timeout (the
+    /// caller's timer slack decides how precise), the `recv`s it announced.
+    fn nap_progress(&mut self, timeout: Duration, out: &mut Vec<Completion>) -> Result<Napped> {
+        self.flush()?;
+        let mut events = libc::POLLIN;
+        if self.out_pending() {
+            events |= libc::POLLOUT;
+        }
+        let woken = self.ppoll_events(events, timeout)?;
+        if woken {
+            self.recv_all()?;
+        }
+        self.qp.take_completions(out);
+        Ok(if woken {
+            Napped::Woken
+        } else {
+            Napped::Timeout
+        })
     }
     fn close(&mut self, timeout: Duration) {
         Conn::close(self, timeout)

@@ -57,12 +57,33 @@ pub trait HostTransport: Send {
         self.wait_ready(ms)?;
         self.progress(out)
     }
+    /// Sends what is queued, sleeps until something arrives or `timeout`
+    /// passes, with the transport's precision (a hybrid-polling host's
+    /// nap: tens of microseconds), takes it in and appends finished
+    /// commands to `out`. `Unsupported` (the default): the transport
+    /// cannot sleep that precisely; it did one `progress` instead.
+    fn nap_progress(&mut self, timeout: Duration, out: &mut Vec<Completion>) -> Result<Napped> {
+        let _ = timeout;
+        self.progress(out)?;
+        Ok(Napped::Unsupported)
+    }
     /// Best effort orderly close within `timeout`.
     fn close(&mut self, timeout: Duration);
     /// NVMe/TCP's MAXH2CDATA from the ICResp; 0 on other transports.
     fn maxh2cdata(&self) -> u32 {
         0
     }
+}
+
+/// How a [`HostTransport::nap_progress`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Napped {
+    /// Something arrived (or the socket became writable) before the timeout.
+    Woken,
+    /// The timeout passed first.
+    Timeout,
+    /// The transport cannot sleep precisely; it did not sleep.
+    Unsupported,
 }
 
 /// Drives `t` until `cid` completes or `deadline` passes; completions of

@@ -33,6 +33,10 @@ pub const LIMIT_EXCEEDED: i64 = -32005;
 pub const IN_USE: i64 = -32006;
 /// The pool has no room for the change.
 pub const NO_SPACE: i64 = -32007;
+/// The object exists with other settings than asked (an allowed host's
+/// `read_only` grant); the message names the field. Unlike `EXISTS`, a
+/// repeated call is not a success.
+pub const CONFLICT: i64 = -32008;
 
 /// An error answer.
 #[derive(Debug, Clone, PartialEq)]

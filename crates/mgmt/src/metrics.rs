@@ -100,6 +100,7 @@ impl Collector for TargetCollector {
         let mut e = Enc(&mut encoder);
         target_gauges(&mut e, t)?;
         target_counters(&mut e, t)?;
+        loop_counters(&mut e, t)?;
         pool_metrics(&mut e)?;
         process_metrics(&mut e)
     }
@@ -310,6 +311,45 @@ fn target_counters(e: &mut Enc<'_, '_>, t: &Target) -> Result<(), std::fmt::Erro
         "Listening sockets",
         None,
         &[(vec![], t.listeners().len() as i64)],
+    )
+}
+
+/// Each event loop's sleeps: a loop that sleeps at full load (a polling
+/// regression) shows as timed sleeps, and lost bets, where the load is high.
+fn loop_counters(e: &mut Enc<'_, '_>, t: &Target) -> Result<(), std::fmt::Error> {
+    let loops = t.loops.totals();
+    let names: Vec<String> = (0..loops.len()).map(|i| i.to_string()).collect();
+    let rows = |f: fn(&farflash_core::stats::LoopTotals) -> u64, kind: Option<&'static str>| {
+        (loops.iter().zip(&names))
+            .map(|(l, n)| {
+                let mut labels = vec![("worker", n.as_str())];
+                labels.extend(kind.map(|k| ("kind", k)));
+                (labels, f(l))
+            })
+            .collect::<Rows<'_, u64>>()
+    };
+    let mut sleeps = rows(|l| l.timed_sleeps, Some("timed"));
+    sleeps.extend(rows(|l| l.idle_sleeps, Some("idle")));
+    e.counter(
+        "farflash_worker_sleeps",
+        "Event-loop sleeps: timed (hybrid polling's bets on the gap to the next command) and idle (until an event or a timer)",
+        None,
+        &sleeps,
+    )?;
+    e.counter(
+        "farflash_worker_missed_sleeps",
+        "Timed sleeps a command cut short (a lost bet: the loop then polls for a while)",
+        None,
+        &rows(|l| l.missed, None),
+    )?;
+    let slept: Rows<f64> = (loops.iter().zip(&names))
+        .map(|(l, n)| (vec![("worker", n.as_str())], l.slept_ns as f64 / 1e9))
+        .collect();
+    e.counter(
+        "farflash_worker_slept",
+        "Time event loops spent asleep",
+        Some(&Unit::Seconds),
+        &slept,
     )
 }
 

@@ -257,6 +257,9 @@ fn a_server_with_metrics_exports_what_a_host_did() -> Result<()> {
         "farflash_authentication_failures_total",
         "farflash_tolerated_total",
         "farflash_listeners",
+        "farflash_worker_sleeps_total",
+        "farflash_worker_missed_sleeps_total",
+        "farflash_worker_slept_seconds_total",
     ];
     let ours: Vec<&str> = families
         .iter()
@@ -264,6 +267,129 @@ fn a_server_with_metrics_exports_what_a_host_did() -> Result<()> {
         .filter(|f| f.starts_with("farflash_"))
         .collect();
     assert_eq!(ours, want, "{body}");
+    drop(q);
+    ctrl.shutdown()?;
+    server.shutdown()?;
+    Ok(())
+}
+
+/// The value of the series `name{labels...}` whose line has every one of
+/// `labels` (`key="value"`).
+fn metric(body: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    body.lines()
+        .find(|l| l.starts_with(&format!("{name}{{")) && labels.iter().all(|w| l.contains(w)))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// A server with one worker in `poll` mode, its management socket and
+/// metrics; a host connected with an I/O queue.
+fn worker_server(
+    name: &str,
+    poll: &str,
+) -> Result<(Server, PathBuf, std::net::SocketAddr, Controller)> {
+    let dir = scratch(name);
+    let sock = dir.join("rpc.sock");
+    let t = toml("127.0.0.1:0", &["backend = 'ram'\nsize = '1M'"])
+        .replace("threads = 1\n", &format!("threads = 1\npoll = '{poll}'\n"));
+    let text = Arc::new(Mutex::new(t));
+    let opts = Options::new(source(&text))
+        .rpc_socket(RpcSocket::Path(sock.clone()))
+        .metrics("127.0.0.1:0".parse().ok());
+    let server = Server::start(opts)?;
+    let scrape = server.metrics_addr().expect("a metrics listener");
+    let mut copts = ConnectOptions::new(server.addrs()[0].to_string(), NQN);
+    copts.command_timeout = PATIENCE;
+    let ctrl = Controller::connect(&copts)?;
+    Ok((server, sock, scrape, ctrl))
+}
+
+#[test]
+fn the_workers_sleeps_are_counted_in_stats_and_metrics() -> Result<()> {
+    // The default polling (hybrid): a host paced at 300 µs teaches the
+    // loop its gaps; it then sleeps on its timer through most of each,
+    // and idle between the bursts.
+    let (server, sock, scrape, ctrl) = worker_server("sleeps", "hybrid")?;
+    let mut q = ctrl.io_queue(
+        1,
+        IoQueueOptions {
+            depth: 4,
+            max_io: 16 * 1024,
+        },
+    )?;
+    let mut back = vec![0u8; 4096];
+    let worker = |sock: &Path| rpc(sock, "stats", json!({}))["workers"][0].clone();
+    wait_for("timed sleeps of the default polling", || {
+        for _ in 0..100 {
+            q.read_at(1, 0, 8, &mut back).expect("read");
+            std::thread::sleep(Duration::from_micros(300));
+        }
+        worker(&sock)["timed_sleeps"].as_u64() > Some(0)
+    });
+    let w = worker(&sock);
+    assert_eq!(w["worker"], 0, "{w}");
+    let idle = w["idle_sleeps"].as_u64().expect("idle_sleeps");
+    assert!(idle > 0, "{w}");
+    assert!(w["slept_ns"].as_u64() > Some(0), "{w}");
+    assert!(
+        w["missed_sleeps"].as_u64() <= w["timed_sleeps"].as_u64(),
+        "{w}"
+    );
+    // The same counters on /metrics (read after: at least as high).
+    let body = http_get(scrape, "/metrics");
+    let timed = metric(
+        &body,
+        "farflash_worker_sleeps_total",
+        &["worker=\"0\"", "kind=\"timed\""],
+    );
+    assert!(timed >= w["timed_sleeps"].as_f64(), "{body}");
+    let idle_m = metric(&body, "farflash_worker_sleeps_total", &["kind=\"idle\""]);
+    assert!(idle_m >= Some(idle as f64), "{body}");
+    let slept = metric(
+        &body,
+        "farflash_worker_slept_seconds_total",
+        &["worker=\"0\""],
+    );
+    assert!(slept > Some(0.0), "{body}");
+    assert!(metric(
+        &body,
+        "farflash_worker_missed_sleeps_total",
+        &["worker=\"0\""]
+    )
+    .is_some());
+    drop(q);
+    ctrl.shutdown()?;
+    server.shutdown()?;
+
+    // Busy polling never sleeps: the counters stay at zero.
+    let (server, sock, scrape, ctrl) = worker_server("no-sleeps", "always")?;
+    let mut q = ctrl.io_queue(
+        1,
+        IoQueueOptions {
+            depth: 4,
+            max_io: 16 * 1024,
+        },
+    )?;
+    for _ in 0..100 {
+        q.read_at(1, 0, 8, &mut back)?;
+        std::thread::sleep(Duration::from_micros(300));
+    }
+    let w = worker(&sock);
+    assert_eq!(
+        (
+            w["timed_sleeps"].as_u64(),
+            w["idle_sleeps"].as_u64(),
+            w["slept_ns"].as_u64()
+        ),
+        (Some(0), Some(0), Some(0)),
+        "{w}"
+    );
+    let body = http_get(scrape, "/metrics");
+    assert_eq!(
+        metric(&body, "farflash_worker_sleeps_total", &["kind=\"idle\""]),
+        Some(0.0),
+        "{body}"
+    );
     drop(q);
     ctrl.shutdown()?;
     server.shutdown()?;

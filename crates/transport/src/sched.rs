@@ -24,7 +24,11 @@
 //! learnt from the gaps the hosts leave), or while a connection's output is
 //! blocked and still moving, then sleeps in `epoll_wait` until the next
 //! event or timer ([`Scheduler::poll_timeout`]); `Always` never sleeps and
-//! `Never` always does. Spinning `recv`s straight from the few connections
+//! `Never` always does. [`PollMode::Hybrid`] (the default) is adaptive
+//! that, within the idle window, may also sleep on a precise timer through
+//! the part of a gap the recent gaps promise ([`Wait::Sleep`]; the decision
+//! is `farflash-nap`'s, and the shell reports how each sleep ended,
+//! [`Scheduler::on_woken`]). Spinning `recv`s straight from the few connections
 //! that worked lately (the hot set), with an `epoll_wait(0)` every
 //! `DIRECT_SPINS` rounds for the rest.
 //!
@@ -42,6 +46,7 @@
 //! touched per tick, never per I/O.
 
 use farflash_core::config::PollMode;
+use farflash_nap::{Decision, Nap, Woke};
 use std::collections::VecDeque;
 use std::num::NonZeroUsize;
 use std::time::{Duration, Instant};
@@ -246,10 +251,9 @@ pub(crate) struct Scheduler {
     idle_ticks: VecDeque<(Instant, Due)>,
     /// Origin of the tick grid.
     epoch: Instant,
-    /// Hybrid polling: the gaps between work, and the timer's lateness.
-    gaps: GapPredictor,
-    /// Until when the last [`Wait::Sleep`] asked to sleep.
-    sleeping_until: Option<Instant>,
+    /// Hybrid polling's decision: the gaps between work, the wake-up
+    /// cost, the bets and their back-off (`farflash-nap`).
+    nap: Nap,
 }
 
 impl Scheduler {
@@ -277,8 +281,7 @@ impl Scheduler {
             timers: VecDeque::new(),
             idle_ticks: VecDeque::new(),
             epoch: now,
-            gaps: GapPredictor::new(),
-            sleeping_until: None,
+            nap: Nap::new(now),
         }
     }
 
@@ -364,7 +367,7 @@ impl Scheduler {
                 self.idle.woke_after(gap);
             }
             if self.mode == PollMode::Hybrid {
-                self.gaps.on_gap(gap);
+                self.nap.work(now);
             }
         } else {
             self.slept = false;
@@ -474,19 +477,10 @@ impl Scheduler {
         };
         self.slept = false;
         if spin && self.mode == PollMode::Hybrid && self.ready.is_empty() && self.blocked == 0 {
-            // Sleep through the part of the gap the recent gaps promise,
-            // waking early enough (the timer's lateness and a guard) to
-            // poll for the arrival; never past a timer.
-            if let Some(at) = self.gaps.wake_at(self.last_work, now) {
-                let at = [Some(at), self.timer_deadline(), self.throttle_deadline()]
-                    .into_iter()
-                    .flatten()
-                    .min()
-                    .unwrap_or(at);
-                if at >= now + MIN_SLEEP {
-                    self.sleeping_until = Some(at);
-                    return Wait::Sleep(at);
-                }
+            // Sleep through the part of the gap the recent gaps promise
+            // (`farflash-nap`), never past a timer or the idle window.
+            if let Decision::Sleep(at) = self.nap.decide(now, self.poll_timeout(now)) {
+                return Wait::Sleep(at);
             }
         }
         if spin && !self.hot.is_empty() && self.direct_spins < DIRECT_SPINS {
@@ -536,14 +530,11 @@ impl Scheduler {
         self.throttled.iter().map(|&(_, at)| at).min()
     }
 
-    /// The loop is back from a [`Wait::Sleep`] at `now`; `timer`: its timer
-    /// woke it (not an event), so `now` tells how late the timer was.
-    pub(crate) fn on_woken(&mut self, now: Instant, timer: bool) {
-        if let Some(at) = self.sleeping_until.take() {
-            if timer {
-                self.gaps.on_late(now.saturating_duration_since(at));
-            }
-        }
+    /// The loop is back from a [`Wait::Sleep`] at `now`, as `how` says
+    /// (`Aborted`: it could not sleep); true when an arrival ended the
+    /// sleep before its timer (a lost bet: counted, and the loop backs off).
+    pub(crate) fn on_woken(&mut self, now: Instant, how: Woke) -> bool {
+        self.nap.woke(now, how)
     }
 
     /// The next timer due by `now`, if any (call until None). A
@@ -774,90 +765,6 @@ impl IdleWindow {
                 self.cur = (self.cur / 2).max(self.base);
             }
         }
-    }
-}
-
-/// Hybrid polling's prediction: the gaps between work (from the end of
-/// the last work to the next arrival, busy stretches included as short
-/// gaps) and how late a timer wakes the loop. Given how long the loop has
-/// been idle, the next arrival is bet to come no sooner than the
-/// second-shortest of the last `GAPS` gaps that were longer than that; the
-/// loop sleeps until then, less the timer's lateness and a guard. At full
-/// load (gaps of a few microseconds) the bet is "do not sleep"; a steady
-/// or paced host is slept through most of each gap; and where gaps come
-/// in two kinds (a host that answers some completions at once and waits
-/// for its pacing clock between others: 15-20 µs and 80-100 µs gaps
-/// measured at QD 4 under paced `farflash perf`), the loop polls through
-/// the short kind and, once idle past it, sleeps through most of the long
-/// one. On this VM a 1 µs timer sleep returns after 5 µs and charges about
-/// 5 µs of CPU (examples/timer_cost), so gaps under about 10 µs are polled
-/// through.
-#[derive(Clone, Debug)]
-struct GapPredictor {
-    gaps: [Duration; GAPS],
-    /// Gaps recorded (saturating at `GAPS`) and the next to overwrite.
-    n: usize,
-    next: usize,
-    /// Moving average of a timer's lateness.
-    late: Duration,
-}
-
-/// Gaps remembered for the prediction.
-const GAPS: usize = 16;
-/// A timer sleep shorter than this costs more than it saves.
-const MIN_SLEEP: Duration = Duration::from_micros(4);
-/// Margin between the predicted wake-up and the expected arrival.
-const SLEEP_GUARD: Duration = Duration::from_micros(2);
-/// A timer's lateness before any is measured (this VM's p50 is ~5 µs).
-const LATE_INITIAL: Duration = Duration::from_micros(6);
-
-impl GapPredictor {
-    fn new() -> GapPredictor {
-        GapPredictor {
-            gaps: [Duration::ZERO; GAPS],
-            n: 0,
-            next: 0,
-            late: LATE_INITIAL,
-        }
-    }
-
-    fn on_gap(&mut self, gap: Duration) {
-        self.gaps[self.next] = gap;
-        self.next = (self.next + 1) % GAPS;
-        self.n = (self.n + 1).min(GAPS);
-    }
-
-    /// A timer asked to fire at T fired at T + `late`: the average moves an
-    /// eighth of the way (capped, so one descheduled wake-up does not stop
-    /// the loop sleeping for long).
-    fn on_late(&mut self, late: Duration) {
-        let late = late.min(Duration::from_micros(100));
-        self.late = (self.late * 7 + late) / 8;
-    }
-
-    /// When to wake, at `now`, after work ended at `last_work`: None until
-    /// `GAPS` gaps are known, or when fewer than two of them were longer
-    /// than the loop has now been idle (an arrival later than nearly all
-    /// the recent ones: no basis for a bet).
-    fn wake_at(&self, last_work: Instant, now: Instant) -> Option<Instant> {
-        if self.n < GAPS {
-            return None;
-        }
-        let idle = now.saturating_duration_since(last_work);
-        // The second-shortest gap longer than `idle` (a linear pass: this
-        // runs per spin).
-        let (mut first, mut gap) = (Duration::MAX, Duration::MAX);
-        for &g in self.gaps.iter().filter(|&&g| g > idle) {
-            if g < first {
-                (first, gap) = (g, first);
-            } else if g < gap {
-                gap = g;
-            }
-        }
-        if gap == Duration::MAX {
-            return None;
-        }
-        Some(last_work + gap.checked_sub(self.late + SLEEP_GUARD)?)
     }
 }
 
@@ -1136,77 +1043,71 @@ mod tests {
     }
 
     #[test]
-    fn hybrid_sleeps_through_the_gap_it_expects_and_polls_the_rest() {
+    fn hybrid_bets_once_the_gaps_are_known_and_backs_off_after_a_lost_bet() {
+        use farflash_nap::GAPS;
         let (mut s, t0) = sched(PollMode::Hybrid, 0);
         s.add(0, t0);
         round(&mut s, |_| 0, t0);
-        // A paced host, a command every 200 µs: until 16 gaps are known it
-        // behaves as adaptive (the window learns to cover the gap)...
-        let now = steady(&mut s, t0, 200 * US, GAPS - 1);
-        assert!(!matches!(s.wait(now), Wait::Sleep(_)));
-        let now = steady(&mut s, now, 200 * US, 1);
-        // ...then it sleeps to 200 µs less the timer's lateness and a guard...
-        let at = now + 200 * US - LATE_INITIAL - SLEEP_GUARD;
-        assert_eq!(s.wait(now), Wait::Sleep(at));
-        // ...and learns that the timer is late: 20 µs, twice, moves it.
-        s.on_woken(at + 20 * US, true);
-        assert_ne!(
-            s.wait(at + 20 * US),
-            Wait::Poll(None),
-            "polls after the sleep"
-        );
-        let now = steady(&mut s, now, 200 * US, 1);
-        match s.wait(now) {
-            Wait::Sleep(t) => assert!(
-                t < now + 200 * US - LATE_INITIAL - SLEEP_GUARD,
-                "{:?}",
-                t - now
-            ),
-            w => panic!("{w:?}"),
+        // A paced host, a command every 60 µs (inside the idle window):
+        // until GAPS gaps are known it polls ...
+        let now = steady(&mut s, t0, 60 * US, GAPS - 1);
+        assert!(!matches!(s.wait(now + US), Wait::Sleep(_)));
+        let now = steady(&mut s, now, 60 * US, 1);
+        // ... then it sleeps to 60 µs less the wake-up cost and a guard.
+        let Wait::Sleep(at) = s.wait(now + US) else {
+            panic!("no bet on steady gaps")
+        };
+        assert!(at > now + 40 * US && at < now + 60 * US, "{:?}", at - now);
+        // Its timer wakes it: it polls for the arrival; no miss.
+        assert!(!s.on_woken(at + 5 * US, Woke::Timer));
+        assert!(!matches!(
+            s.wait(at + 5 * US),
+            Wait::Sleep(_) | Wait::Poll(None)
+        ));
+        let now = steady(&mut s, now, 60 * US, 1);
+        // A command that ends the next sleep early: a miss ...
+        assert!(matches!(s.wait(now + US), Wait::Sleep(_)));
+        assert!(s.on_woken(now + 10 * US, Woke::Arrival));
+        // ... after which the loop polls for a while (`farflash-nap`'s
+        // hold-off: 100 wake-up costs after a first miss) ...
+        let mut now = now;
+        for _ in 0..8 {
+            now = steady(&mut s, now, 60 * US, 1);
+            assert!(!matches!(s.wait(now + US), Wait::Sleep(_)));
         }
-        // An event that ends the sleep early teaches nothing about lateness.
-        let late = s.gaps.late;
-        s.on_woken(now + 50 * US, false);
-        assert_eq!(s.gaps.late, late);
+        // ... then bets again.
+        let now = steady(&mut s, now, 60 * US, 8);
+        assert!(matches!(s.wait(now + US), Wait::Sleep(_)));
+        // A sleep the worker could not take is forgotten.
+        assert!(!s.on_woken(now + US, Woke::Aborted));
     }
 
     #[test]
-    fn hybrid_does_not_sleep_at_full_load_on_irregular_gaps_or_past_a_timer() {
+    fn hybrid_does_not_sleep_at_full_load_nor_past_a_timer() {
+        use farflash_nap::GAPS;
         let (mut s, t0) = sched(PollMode::Hybrid, 0);
         s.add(0, t0);
         round(&mut s, |_| 0, t0);
         // Full load: commands 3 µs apart; a sleep would cost more than it saves.
         let now = steady(&mut s, t0, 3 * US, 2 * GAPS);
-        assert!(!matches!(s.wait(now), Wait::Sleep(_)));
-        // Mostly 300 µs, but two short gaps among the last 16: no bet
-        // while one of those may come...
-        let now = steady(&mut s, now, 300 * US, GAPS - 2);
-        let now = steady(&mut s, now, 5 * US, 2);
-        assert!(!matches!(s.wait(now), Wait::Sleep(_)));
-        // (The loop reads the hot connection it was told to, finding nothing.)
-        round(&mut s, |_| 0, now);
-        s.on_driven(0, Pass::default(), now);
-        // ...but idle past them, the bet is on the 300 µs kind.
-        assert_eq!(
-            s.wait(now + 6 * US),
-            Wait::Sleep(now + 300 * US - LATE_INITIAL - SLEEP_GUARD)
-        );
-        // Idle past nearly all recent gaps: no basis for a bet.
-        assert!(!matches!(s.wait(now + 301 * US), Wait::Sleep(_)));
-        // Steady 300 µs, but a tick due sooner: the sleep ends at the tick.
+        for idle in [0, 1, 2, 5, 20] {
+            assert!(!matches!(s.wait(now + idle * US), Wait::Sleep(_)));
+        }
+        // Steady 60 µs, but a tick due sooner: the sleep ends at the tick.
         let (mut s, t0) = sched(PollMode::Hybrid, 0);
         s.add(0, t0);
         round(&mut s, |_| 0, t0);
-        let now = steady(&mut s, t0 + 95 * MS, 300 * US, GAPS);
+        let start = t0 + TICK - 60 * US * GAPS as u32 - 30 * US;
+        let now = steady(&mut s, start, 60 * US, GAPS);
         let tick = s.timer_deadline().unwrap();
-        assert!(tick < now + 300 * US, "set up: a tick within the gap");
-        assert_eq!(s.wait(now), Wait::Sleep(tick));
+        assert!(tick < now + 50 * US, "set up: a tick within the gap");
+        assert_eq!(s.wait(now + US), Wait::Sleep(tick));
         // Adaptive never sleeps this way.
         let (mut a, t0) = sched(PollMode::Adaptive, 0);
         a.add(0, t0);
         round(&mut a, |_| 0, t0);
-        let now = steady(&mut a, t0, 200 * US, 2 * GAPS);
-        assert!(!matches!(a.wait(now), Wait::Sleep(_)));
+        let now = steady(&mut a, t0, 60 * US, 2 * GAPS);
+        assert!(!matches!(a.wait(now + US), Wait::Sleep(_)));
     }
 
     #[test]

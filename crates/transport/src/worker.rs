@@ -28,7 +28,9 @@ use crate::sleep::SleepTimer;
 use crate::LoopOptions;
 use farflash_backend::QueueSet;
 use farflash_core::config::PollMode;
+use farflash_core::stats::LoopCounters;
 use farflash_core::Target;
+use farflash_nap::Woke;
 use mio::{Events, Poll, Token};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -70,6 +72,8 @@ pub(crate) struct Worker {
     changes: u64,
     /// Hybrid polling's timer (`--poll hybrid` only).
     sleep: Option<SleepTimer>,
+    /// This loop's sleeps (`stats`, metrics).
+    slept: Arc<LoopCounters>,
 }
 
 /// Pins the calling thread to one CPU.
@@ -108,6 +112,7 @@ impl Worker {
                 })
                 .ok()
             });
+        let slept = target.loops.register();
         Worker {
             target,
             poll,
@@ -122,6 +127,7 @@ impl Worker {
             now,
             changes: farflash_core::controller::changes(),
             sleep,
+            slept,
         }
     }
 
@@ -129,44 +135,8 @@ impl Worker {
         let mut events = Events::with_capacity(256);
         let mut drain_deadline: Option<Instant> = None;
         loop {
-            let now = Instant::now();
-            let mut hybrid_sleep = false;
-            let wait = match self.sched.wait(now) {
-                Wait::Sleep(at) => {
-                    // Hybrid polling: until an event or the timer, then poll.
-                    match self
-                        .sleep
-                        .as_ref()
-                        .map(|t| t.arm(at.saturating_duration_since(now)))
-                    {
-                        Some(Ok(())) => {
-                            hybrid_sleep = true;
-                            Some(
-                                self.sched
-                                    .poll_timeout(now)
-                                    .map(|t| t.saturating_duration_since(now)),
-                            )
-                        }
-                        _ => Some(Some(Duration::ZERO)),
-                    }
-                }
-                Wait::Poll(timeout) => Some(timeout),
-                Wait::Direct => None,
-            };
-            if let Some(timeout) = wait {
-                if let Err(e) = self.poll.poll(&mut events, timeout) {
-                    if e.kind() != io::ErrorKind::Interrupted {
-                        tracing::error!("poll failed: {e}");
-                        return;
-                    }
-                }
-                // Completions routed from the events are stamped after the wait.
-                self.now = Instant::now();
-                if hybrid_sleep {
-                    let timer = events.iter().any(|e| e.token() == SLEEP_TOKEN);
-                    self.sched.on_woken(self.now, timer);
-                }
-                self.take_events(&events);
+            if !self.wait(&mut events) {
+                return;
             }
             let now = Instant::now();
             self.now = now;
@@ -205,6 +175,52 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// Waits as the scheduler says (spin, look, sleep until an event or
+    /// the next timer, or a bet's precise timer), takes the events in and
+    /// counts the sleeps; false when epoll failed (the loop ends).
+    fn wait(&mut self, events: &mut Events) -> bool {
+        let now = Instant::now();
+        let (timeout, timed) = match self.sched.wait(now) {
+            Wait::Sleep(at) => match self
+                .sleep
+                .as_ref()
+                .map(|t| t.arm(at.saturating_duration_since(now)))
+            {
+                // Until an event or the timer (which is never after
+                // `poll_timeout`: that bound only guards the timer), then poll.
+                Some(Ok(())) => {
+                    let bound = self.sched.poll_timeout(now);
+                    (bound.map(|t| t.saturating_duration_since(now)), true)
+                }
+                _ => {
+                    self.sched.on_woken(now, Woke::Aborted);
+                    (Some(Duration::ZERO), false)
+                }
+            },
+            Wait::Poll(timeout) => (timeout, false),
+            Wait::Direct => return true,
+        };
+        if let Err(e) = self.poll.poll(events, timeout) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                tracing::error!("poll failed: {e}");
+                return false;
+            }
+        }
+        // Completions routed from the events are stamped after the wait.
+        self.now = Instant::now();
+        let slept = (self.now - now).as_nanos() as u64;
+        if timed {
+            let arrival = events.iter().any(|e| e.token() != SLEEP_TOKEN);
+            let how = if arrival { Woke::Arrival } else { Woke::Timer };
+            let missed = self.sched.on_woken(self.now, how);
+            self.slept.slept(true, missed, slept);
+        } else if timeout != Some(Duration::ZERO) {
+            self.slept.slept(false, false, slept);
+        }
+        self.take_events(events);
+        true
     }
 
     /// Queues the connections epoll reported (new arrivals on the wake token).

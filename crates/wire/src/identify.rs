@@ -277,6 +277,7 @@ pub mod ns_off {
     pub const MCL: usize = 76;
     pub const MSRC: usize = 80;
     pub const ANAGRPID: usize = 92;
+    pub const NSATTR: usize = 99;
     pub const NGUID: usize = 104;
     pub const EUI64: usize = 120;
     pub const LBAF0: usize = 128;
@@ -288,6 +289,10 @@ pub const DLFEAT_READ_ZEROES: u8 = 0x01;
 /// NSFEAT bit 4 (OPTPERF, NVM Command Set §4.1.5.1): NPWG, NPWA, NPDG,
 /// NPDA and NOWS are defined.
 pub const NSFEAT_OPTPERF: u8 = 0x10;
+/// NSATTR bit 0 (NVM Command Set §4.1.5.1, Namespace Attributes): the
+/// namespace is write protected (Linux: `NVME_NS_ATTR_RO`, the disk is then
+/// set read-only in `nvme_update_disk_info` / `nvme_update_ns_info`).
+pub const NSATTR_WRITE_PROTECTED: u8 = 0x01;
 
 /// What a namespace reports in Identify Namespace.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -313,6 +318,8 @@ pub struct IdNs {
     pub msrc: u8,
     /// ANA Group Identifier (0: not in an ANA group).
     pub anagrpid: u32,
+    /// Namespace Attributes (bit 0: [`NSATTR_WRITE_PROTECTED`]).
+    pub nsattr: u8,
     pub nguid: [u8; 16],
     pub eui64: [u8; 8],
     /// log2 of the logical block size (LBAF0.LBADS).
@@ -338,6 +345,7 @@ impl IdNs {
         put_u32(b, MCL, self.mcl);
         b[MSRC] = self.msrc;
         put_u32(b, ANAGRPID, self.anagrpid);
+        b[NSATTR] = self.nsattr;
         b[NGUID..NGUID + 16].copy_from_slice(&self.nguid);
         b[EUI64..EUI64 + 8].copy_from_slice(&self.eui64);
         // LBAF0: MS (15:0) = 0, LBADS (23:16), RP (25:24) = 0 (best).
@@ -365,6 +373,7 @@ impl IdNs {
             mcl: u32_at(b, MCL),
             msrc: b[MSRC],
             anagrpid: u32_at(b, ANAGRPID),
+            nsattr: b[NSATTR],
             nguid,
             eui64,
             lbads: b[LBAF0 + flbas * 4 + 2],
@@ -505,6 +514,7 @@ mod tests {
             nmic: 1,
             rescap: 0xFF,
             anagrpid: 7,
+            nsattr: NSATTR_WRITE_PROTECTED,
             nguid: [3; 16],
             eui64: [0; 8],
             lbads: 9,
@@ -516,6 +526,8 @@ mod tests {
         n.encode(&mut b);
         // NVM Command Set Identify Namespace: MSSRL 75:74, MCL 79:76, MSRC 80.
         assert_eq!((u16_at(&b, 74), u32_at(&b, 76), b[80]), (256, 4096, 127));
+        // NSATTR: byte 99.
+        assert_eq!(b[99], 1);
         assert_eq!(u64_at(&b, 0), 1 << 21);
         assert_eq!(b[130], 9);
         assert_eq!((b[30], b[31]), (1, 0xFF));

@@ -94,6 +94,11 @@ impl Status {
     /// Host Identifier Inconsistent Format (Base §4.6.1.2.1, 18h): a
     /// Reservation Report without EDS where host identifiers are 128-bit.
     pub const HOST_ID_INCONSISTENT: Status = Status::new(sct::GENERIC, 0x18);
+    /// Namespace is Write Protected (Base 2.0 §4.6.1.2.1 Figure "Generic
+    /// Command Status Values", 20h; Linux `NVME_SC_NS_WRITE_PROTECTED`): a
+    /// command that would modify a namespace the controller sees write
+    /// protected (Identify Namespace NSATTR bit 0).
+    pub const NS_WRITE_PROTECTED: Status = Status::new(sct::GENERIC, 0x20);
     /// Reservation Conflict (Base §4.6.1.2.1, 83h).
     pub const RESERVATION_CONFLICT: Status = Status::new(sct::GENERIC, 0x83);
 
@@ -129,12 +134,15 @@ impl Status {
             (0, 0x06) => "Internal Error",
             (0, 0x07) => "Command Abort Requested",
             (0, 0x08) => "Command Aborted due to SQ Deletion",
+            (0, 0x09) => "Command Aborted due to Failed Fused Command",
+            (0, 0x0A) => "Command Aborted due to Missing Fused Command",
             (0, 0x0B) => "Invalid Namespace or Format",
             (0, 0x0C) => "Command Sequence Error",
             (0, 0x0F) => "Data SGL Length Invalid",
             (0, 0x11) => "SGL Descriptor Type Invalid",
             (0, 0x16) => "SGL Offset Invalid",
             (0, 0x19) => "Keep Alive Timeout Invalid",
+            (0, 0x20) => "Namespace is Write Protected",
             (0, 0x80) => "LBA Out of Range",
             (0, 0x81) => "Capacity Exceeded",
             (0, 0x82) => "Namespace Not Ready",
@@ -201,6 +209,12 @@ mod tests {
         assert_eq!(Status::ANA_INACCESSIBLE.0, 0x302);
         assert_eq!(Status::ANA_TRANSITION.0, 0x303);
         assert_eq!(Status::RESERVATION_CONFLICT.0, 0x83);
+        // Linux: NVME_SC_NS_WRITE_PROTECTED 0x20.
+        assert_eq!(Status::NS_WRITE_PROTECTED.0, 0x20);
+        assert_eq!(
+            Status::NS_WRITE_PROTECTED.name(),
+            "Namespace is Write Protected"
+        );
         assert_eq!(
             format!("{}", Status::INVALID_OPCODE),
             "Invalid Command Opcode (sct 0x0 sc 0x01)"

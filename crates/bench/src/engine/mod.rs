@@ -4,6 +4,8 @@
 //! libiscsi (the sweep's baseline). All expose slots with
 //! preallocated buffers, submit-by-slot and non-blocking completion polling.
 
+use std::time::Duration;
+
 pub mod iscsi;
 pub mod local;
 pub mod remote;
@@ -69,6 +71,19 @@ pub trait Engine {
     /// Blocking mode's `poll`: sends queued work, sleeps until something
     /// completes (bounded; then returns 0) and appends it to `out`.
     fn wait(&mut self, out: &mut Vec<Done>) -> anyhow::Result<usize>;
+    /// Hybrid mode's nap: sends queued work, sleeps until something
+    /// completes or `timeout` passes (precisely: tens of microseconds) and
+    /// appends what completed to `out`; how many, and whether something
+    /// arrived first (`Some(true)`), the timeout passed (`Some(false)`),
+    /// or the engine cannot nap and only polled (`None`, the default).
+    fn nap(
+        &mut self,
+        out: &mut Vec<Done>,
+        timeout: Duration,
+    ) -> anyhow::Result<(usize, Option<bool>)> {
+        let _ = timeout;
+        Ok((self.poll(out)?, None))
+    }
     /// Returns a slot taken with `alloc_slot` after it completed (slots are
     /// recycled automatically by `poll` for the remote engine).
     fn release(&mut self, slot: u16);

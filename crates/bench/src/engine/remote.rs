@@ -4,7 +4,7 @@
 //! `--verify` on both.
 
 use super::{Done, Engine, ErrorKind};
-use farflash_host::{Completion, HostError, IoQueue};
+use farflash_host::{Completion, HostError, IoQueue, Napped};
 use std::time::Duration;
 
 pub struct Remote {
@@ -66,6 +66,19 @@ impl Engine for Remote {
         self.q
             .wait(&mut self.completions, Duration::from_millis(100))?;
         Ok(self.take(out))
+    }
+    fn nap(
+        &mut self,
+        out: &mut Vec<Done>,
+        timeout: Duration,
+    ) -> anyhow::Result<(usize, Option<bool>)> {
+        let (_, how) = self.q.nap(&mut self.completions, timeout)?;
+        let woken = match how {
+            Napped::Woken => Some(true),
+            Napped::Timeout => Some(false),
+            Napped::Unsupported => None,
+        };
+        Ok((self.take(out), woken))
     }
     fn release(&mut self, slot: u16) {
         self.q.release_cid(slot);

@@ -138,7 +138,36 @@ async fn a_volume_lives_and_leaves_nothing_behind() {
         .unwrap()
         .into_inner();
     assert_eq!(got.status.unwrap().published_node_ids, [NODE_A]);
+    // The same node with another readonly: incompatible, ALREADY_EXISTS
+    // (the target's CONFLICT); the grant stays as it was.
+    let ro = ControllerPublishVolumeRequest {
+        volume_id: v.volume_id.clone(),
+        node_id: NODE_A.into(),
+        volume_capability: Some(cap(Mode::SingleNodeWriter)),
+        readonly: true,
+        ..Default::default()
+    };
+    let e = s
+        .controller_publish_volume(Request::new(ro.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::AlreadyExists, "{e:?}");
+    assert!(e.message().contains("read_only"), "{}", e.message());
+    assert!(t.model.lock().unwrap().subsystems[&v.volume_context["nqn"]]
+        .read_only
+        .is_empty());
     unpublish(&s, &v.volume_id, NODE_A).await;
+    unpublish(&s, &v.volume_id, NODE_A).await;
+    // Published read-only: the target holds the grant, a repeat is fine.
+    for _ in 0..2 {
+        s.controller_publish_volume(Request::new(ro.clone()))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        t.model.lock().unwrap().subsystems[&v.volume_context["nqn"]].read_only,
+        [NODE_A]
+    );
     unpublish(&s, &v.volume_id, NODE_A).await;
     publish(&s, &v.volume_id, NODE_B).await.unwrap();
     unpublish(&s, &v.volume_id, "").await;

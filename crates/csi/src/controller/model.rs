@@ -25,6 +25,8 @@ pub struct ModelVolume {
 #[derive(Debug, Clone, Default)]
 pub struct ModelSubsystem {
     pub hosts: Vec<(String, Value)>,
+    /// Hosts allowed with `read_only` (the target's read-only grant).
+    pub read_only: Vec<String>,
     pub volume: Option<String>,
     pub cntlid: (u64, u64),
     pub serial: String,
@@ -206,6 +208,7 @@ impl Model {
                 let serial = p["serial"].as_str().unwrap_or("").to_owned();
                 let sub = ModelSubsystem {
                     hosts,
+                    read_only: Vec::new(),
                     volume: None,
                     cntlid,
                     serial,
@@ -251,13 +254,27 @@ impl Model {
                 let mut keys = p.clone();
                 keys.as_object_mut().map(|o| {
                     o.remove("nqn");
+                    o.remove("read_only");
                     o.remove("host")
                 });
+                let read_only = p["read_only"].as_bool().unwrap_or(false);
                 // As the target (control's manage::allow_host): a host
-                // allowed already only takes new keys; without keys: EXISTS.
+                // allowed already keeps its read-only grant (another one:
+                // CONFLICT) and only takes new keys; without keys: EXISTS.
+                let listed = sub.hosts.iter().any(|(h, _)| *h == host);
+                let granted = sub.read_only.contains(&host);
+                if listed && granted != read_only {
+                    return Err((
+                        rpc::CONFLICT,
+                        format!("read_only: {nqn}: {host} is allowed already with read_only = {granted}"),
+                    ));
+                }
                 let keyless = keys.as_object().is_none_or(|o| o.is_empty());
-                if keyless && sub.hosts.iter().any(|(h, _)| *h == host) {
+                if keyless && listed {
                     return Err((rpc::EXISTS, format!("{nqn}: {host} is allowed already")));
+                }
+                if read_only && !granted {
+                    sub.read_only.push(host.clone());
                 }
                 sub.hosts.retain(|(h, _)| *h != host);
                 sub.hosts.push((host, keys));
@@ -276,6 +293,7 @@ impl Model {
                     ));
                 }
                 sub.hosts.retain(|(h, _)| h != host);
+                sub.read_only.retain(|h| h != host);
                 Ok(Value::Null)
             }
             "qos_set" => {

@@ -9,6 +9,7 @@ use crate::caps;
 use crate::ids::VolumeId;
 use crate::params::{self, Transport};
 use crate::proto::ControllerPublishVolumeRequest;
+use farflash_mgmt::jsonrpc as rpc;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use tonic::Status;
@@ -76,16 +77,30 @@ pub fn publish(
         }
     }
     let keyed = !keys.is_empty();
+    // The target's read-only grant (docs/management.md, "Read-only
+    // hosts"): the node's controllers see the namespace write protected.
+    let read_only = r.readonly || caps::reader_only(caps::mode(cap));
     let mut p = keys;
     p.insert("nqn".into(), json!(id.nqn()));
     p.insert("host".into(), json!(r.node_id));
+    p.insert("read_only".into(), json!(read_only));
     for t in id.targets() {
-        // EXISTS: host_allow without keys for a host on the list already. A
-        // repeated publish to the same node succeeds (CSI spec:
-        // ControllerPublishVolume is idempotent).
-        exists_ok(ops.call(t, "host_allow", Value::Object(p.clone())))?;
+        // EXISTS: host_allow without keys for a host on the list already,
+        // with the same grant. A repeated publish to the same node succeeds
+        // (CSI spec: ControllerPublishVolume is idempotent). CONFLICT: the
+        // node is allowed with the other read_only: the CSI spec's
+        // ALREADY_EXISTS ("published but is incompatible").
+        match exists_ok(ops.call(t, "host_allow", Value::Object(p.clone()))) {
+            Err(e) if e.is(rpc::CONFLICT) => {
+                return Err(Status::already_exists(format!(
+                    "volume {id} is published to node {} already with readonly = {}: incompatible ({e})",
+                    r.node_id, !read_only
+                )))
+            }
+            r => r?,
+        }
     }
-    tracing::info!(volume = %id, node = %r.node_id, keys = keyed, "ControllerPublishVolume: node allowed");
+    tracing::info!(volume = %id, node = %r.node_id, keys = keyed, read_only, "ControllerPublishVolume: node allowed");
     Ok(context(ops, &id, transport))
 }
 

@@ -15,10 +15,11 @@ use serde_json::{json, Value};
 pub const METHODS: &[MethodDef] = &[
     MethodDef::new(
         "host_allow",
-        "Allows a host NQN to connect. With dhchap_key (DHHC-1 secret, as `nvme gen-dhchap-key` prints it) the host must authenticate with DH-HMAC-CHAP; dhchap_ctrl_key adds bidirectional authentication; with psk (a configured TLS PSK, `NVMeTLSkey-1:0x:...:` as `nvme gen-tls-key` prints it, or a 0600 key file's path; SPDK's nvmf_subsystem_add_host name) the host may connect over TLS listeners; a host allowed already only takes the new keys, all of them replaced (from its next authentication / handshake). Keys are never logged or echoed; save_config writes them to its 0600 file.",
+        "Allows a host NQN to connect. With dhchap_key (DHHC-1 secret, as `nvme gen-dhchap-key` prints it) the host must authenticate with DH-HMAC-CHAP; dhchap_ctrl_key adds bidirectional authentication; with psk (a configured TLS PSK, `NVMeTLSkey-1:0x:...:` as `nvme gen-tls-key` prints it, or a 0600 key file's path; SPDK's nvmf_subsystem_add_host name) the host may connect over TLS listeners; a host allowed already only takes the new keys, all of them replaced (from its next authentication / handshake). Keys are never logged or echoed; save_config writes them to its 0600 file. With read_only true the host's controllers see every namespace write protected (NSATTR bit 0; writes get Namespace is Write Protected); a host allowed already keeps its grant: asking another read_only is refused (-32008 Conflict, naming read_only) until host_disallow.",
         &[
             Param::req("nqn"),
             Param::req("host"),
+            Param::opt("read_only"),
             Param::opt("dhchap_key"),
             Param::opt("dhchap_ctrl_key"),
             Param::opt("dhchap_hash"),
@@ -121,6 +122,10 @@ struct HostRef {
     /// Derivation layouts accepted for `psk` (empty: libnvme-1.10, rfc8446).
     #[serde(default)]
     tls_derivation: Vec<String>,
+    /// Read-only access: the host's controllers see every namespace write
+    /// protected (docs/management.md, "Read-only hosts").
+    #[serde(default)]
+    read_only: bool,
 }
 
 /// `host_psk_set`: a host's TLS PSK alone (its DH-HMAC-CHAP keys stay).
@@ -175,7 +180,13 @@ fn host_allow(api: &Api, p: &Value) -> Result<Value, RpcError> {
         tls_derivation: a.tls_derivation,
         ..HostAuthConfig::new(a.host.clone())
     });
-    report(manage::allow_host(&api.target, &a.nqn, &a.host, keys))
+    report(manage::allow_host(
+        &api.target,
+        &a.nqn,
+        &a.host,
+        keys,
+        a.read_only,
+    ))
 }
 
 fn host_disallow(api: &Api, p: &Value) -> Result<Value, RpcError> {

@@ -77,9 +77,17 @@ pub fn lines(out: &mut dyn Write, r: &Value) -> Result<()> {
 
 pub fn subsystem_list(out: &mut dyn Write, r: &Value) -> Result<()> {
     for sub in r.as_array().into_iter().flatten() {
-        let hosts = sub["allowed_hosts"]
-            .as_array()
-            .map(|h| h.iter().map(s).collect::<Vec<_>>().join(", "));
+        let ro = sub["read_only_hosts"].as_array();
+        let read_only = |h: &Value| ro.is_some_and(|r| r.contains(h));
+        let hosts = sub["allowed_hosts"].as_array().map(|h| {
+            h.iter()
+                .map(|h| match read_only(h) {
+                    true => format!("{} (read-only)", s(h)),
+                    false => s(h),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        });
         let hosts = match hosts {
             Some(h) if !h.is_empty() => h,
             _ => "any host".to_owned(),
@@ -136,11 +144,16 @@ pub fn controller_list(out: &mut dyn Write, r: &Value) -> Result<()> {
     for c in r.as_array().into_iter().flatten() {
         writeln!(
             out,
-            "{:>6}  {:>9}  {:<40} {}",
+            "{:>6}  {:>9}  {:<40} {}{}",
             s(&c["cntlid"]),
             s(&c["io_queues"]),
             s(&c["nqn"]),
-            s(&c["host"])
+            s(&c["host"]),
+            if c["read_only"] == Value::Bool(true) {
+                " (read-only)"
+            } else {
+                ""
+            }
         )?;
     }
     Ok(())
@@ -168,7 +181,19 @@ pub fn stats(out: &mut dyn Write, r: &Value) -> Result<()> {
         "controllers {}, keep-alive expiries {}",
         s(&r["controllers"]),
         s(&r["keep_alive_expiries"])
-    )
+    )?;
+    for w in r["workers"].as_array().into_iter().flatten() {
+        let ms = w["slept_ns"].as_u64().unwrap_or(0) as f64 / 1e6;
+        writeln!(
+            out,
+            "worker {}: timed sleeps {} ({} cut short), idle sleeps {}, asleep {ms:.1} ms",
+            s(&w["worker"]),
+            s(&w["timed_sleeps"]),
+            s(&w["missed_sleeps"]),
+            s(&w["idle_sleeps"]),
+        )?;
+    }
+    Ok(())
 }
 
 pub fn save_config(out: &mut dyn Write, r: &Value) -> Result<()> {
@@ -221,6 +246,13 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("nsid   1") && t.contains("RAM  uuid u"), "{t}");
+        let ro = json!([{"nqn": "nqn.a", "serial": "S1", "controllers": 0,
+            "allowed_hosts": ["nqn.h1", "nqn.h2"], "read_only_hosts": ["nqn.h2"]}]);
+        assert!(
+            text(subsystem_list, ro).contains("allowed: nqn.h1, nqn.h2 (read-only)\n"),
+            "{}",
+            text(subsystem_list, json!([]))
+        );
         // A result of another shape prints what it can, without panicking.
         for f in [
             subsystem_list,

@@ -212,6 +212,7 @@ pub fn manage_err(e: ManageError) -> RpcError {
     let code = match &e {
         ManageError::NotFound(_) => jsonrpc::NOT_FOUND,
         ManageError::Exists(_) => jsonrpc::EXISTS,
+        ManageError::Conflict(_) => jsonrpc::CONFLICT,
         ManageError::Apply(
             ApplyError::Invalid(ConfigError::Limit(_))
             | ApplyError::Build(BuildError::Descriptors(_)),

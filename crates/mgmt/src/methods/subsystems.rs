@@ -161,6 +161,7 @@ fn subsystem_list(api: &Api, p: &Value) -> Result<Value, RpcError> {
                 "serial": s.serial,
                 "model": s.model,
                 "allowed_hosts": s.allowed_hosts(),
+                "read_only_hosts": s.read_only_hosts(),
                 "controllers": ctrls.iter().filter(|c| c.subnqn == s.nqn).count(),
                 "namespaces": s.namespaces().iter().map(|n| json!({
                     "nsid": n.nsid,

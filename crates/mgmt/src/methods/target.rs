@@ -47,7 +47,7 @@ pub const METHODS: &[MethodDef] = &[
     ),
     MethodDef::new(
         "stats",
-        "I/O counters per subsystem and host (the same counters /metrics exports).",
+        "I/O counters per subsystem and host, and each event loop's sleeps (the same counters /metrics exports).",
         &[Param::opt("nqn")],
         stats,
     )
@@ -117,6 +117,7 @@ fn controller_list(api: &Api, p: &Value) -> Result<Value, RpcError> {
             "hostid": uuid_str(&c.hostid),
             "io_queues": c.io_queues,
             "kato_ms": c.kato_ms,
+            "read_only": c.read_only,
         }))
         .collect::<Vec<_>>()))
 }
@@ -163,5 +164,12 @@ fn stats(api: &Api, p: &Value) -> Result<Value, RpcError> {
         "controllers": t.live_controllers(),
         "keep_alive_expiries": t.keep_alive_expiries.load(Ordering::Relaxed),
         "authentication_failures": t.auth_failures.load(Ordering::Relaxed),
+        "workers": t.loops.totals().iter().enumerate().map(|(i, l)| json!({
+            "worker": i,
+            "timed_sleeps": l.timed_sleeps,
+            "missed_sleeps": l.missed,
+            "idle_sleeps": l.idle_sleeps,
+            "slept_ns": l.slept_ns,
+        })).collect::<Vec<_>>(),
     }))
 }

@@ -59,6 +59,7 @@ fn the_schema_documents_every_error_code() {
         jsonrpc::LIMIT_EXCEEDED,
         jsonrpc::IN_USE,
         jsonrpc::NO_SPACE,
+        jsonrpc::CONFLICT,
     ] {
         assert!(codes.contains(&c), "{c} undocumented");
     }

@@ -82,6 +82,54 @@ fn a_disallowed_host_loses_its_controllers_and_no_one_else_does() {
 }
 
 #[test]
+fn a_read_only_grant_is_kept_refused_when_changed_and_changed_by_a_reload_explicitly() {
+    let t = target_with(vec![OTHER.into()], TransportConfig::default());
+    manage::allow_host(&t, NQN, HOST, None, true).unwrap();
+    let sub = t.subsystem(NQN).unwrap();
+    assert!(sub.host_read_only(HOST) && !sub.host_read_only(OTHER));
+    assert_eq!(sub.to_config().read_only_hosts, [HOST]);
+    let mut a = Host::new(&t);
+    let ca = a.bring_up();
+    assert!(t.controller(ca).unwrap().read_only());
+    // The same grant again: EXISTS, as any host allowed already.
+    assert!(matches!(
+        manage::allow_host(&t, NQN, HOST, None, true),
+        Err(manage::ManageError::Exists(_))
+    ));
+    // Another read_only: refused with the field named, nothing changed.
+    for (host, ro) in [(HOST, false), (OTHER, true)] {
+        match manage::allow_host(&t, NQN, host, None, ro) {
+            Err(manage::ManageError::Conflict(m)) => {
+                assert!(m.starts_with("read_only: ") && m.contains(host), "{m}")
+            }
+            other => panic!("{host}: {other:?}"),
+        }
+    }
+    assert!(sub.host_read_only(HOST) && !sub.host_read_only(OTHER));
+    assert!(
+        t.controller(ca).is_some(),
+        "a refused change disconnects no one"
+    );
+    // A configuration reloaded with the grant changed: the host's
+    // controllers go (they were made under the old grant), others stay.
+    let mut b = Host::new(&t);
+    let cb = bring_up_as(&mut b, NQN, OTHER);
+    let mut cfg = farflash_control::reload::current_config(&t);
+    cfg.subsystems[0].read_only_hosts.clear();
+    let r = farflash_control::reload::apply(&t, &cfg).unwrap();
+    assert_eq!(r.disconnected, 1);
+    assert!(t.controller(ca).is_none() && t.controller(cb).is_some());
+    let mut again = Host::new(&t);
+    let c2 = again.bring_up();
+    assert!(!t.controller(c2).unwrap().read_only());
+    // host_disallow takes the grant with the host.
+    manage::disallow_host(&t, NQN, HOST).unwrap();
+    manage::allow_host(&t, NQN, HOST, None, true).unwrap();
+    manage::disallow_host(&t, NQN, HOST).unwrap();
+    assert!(sub.read_only_hosts().is_empty());
+}
+
+#[test]
 fn namespaces_added_and_resized_reach_the_host_through_one_event() {
     let t = target();
     let mut a = Host::new(&t);
