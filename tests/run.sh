@@ -7,8 +7,8 @@
 #   2. cargo clippy --workspace --all-targets -- -D warnings
 #   3. cargo test --workspace (with FARFLASH_REQUIRE_BINDINGS_CHECK=1: the
 #      committed crates/*-sys bindings against the installed headers), the
-#      backend's block-device test on a loop device (tests/block-device.sh),
-#      a real Prometheus (Debian's package) scraping farflash serve
+#      backend's block-device test and the fused pair on a loop device
+#      (tests/block-device.sh), a real Prometheus (Debian's package) scraping farflash serve
 #      (tests/prometheus.rs), the fuzz corpus replay, RBD namespaces on a
 #      single-node Ceph cluster (tests/rbd.rs), and tests/fresh-root.sh: a
 #      release build in a minimal Debian 12 root (debootstrap; no libclang,
@@ -198,7 +198,7 @@ step "cargo clippy --workspace --all-targets -- -D warnings" 2400 \
 # the committed bindings must be checked here, where the headers are installed
 export FARFLASH_REQUIRE_BINDINGS_CHECK=1
 step "cargo test --workspace" 2400 cargo test --workspace
-step "backend on a real block device (tests/block-device.sh)" 900 bash tests/block-device.sh
+step "backend and fused Compare and Write on a real block device (tests/block-device.sh)" 900 bash tests/block-device.sh
 step "Prometheus scrapes farflash serve (cargo test --test prometheus -- --ignored)" 600 \
 	cargo test --test prometheus -- --ignored --nocapture
 step "fuzz corpus and regression replay (cargo test --manifest-path fuzz/Cargo.toml)" 1200 \

@@ -128,6 +128,8 @@ enum Phase {
     CopyWrite,
     PairRead,
     PairWrite,
+    /// A fused pair run by storage as one compare-and-write.
+    PairAtomic,
 }
 
 /// How a write got into its namespace's range exclusion.
@@ -258,7 +260,7 @@ pub(crate) fn stored<C: Default>(q: &mut NvmeQueue<C>, idx: usize) -> Option<Out
         Phase::Compare => compare::compared(q, idx),
         Phase::Verify => compare::verified(q, idx),
         Phase::CopyRead | Phase::CopyWrite => copy::step(q, idx, cmd),
-        Phase::PairRead | Phase::PairWrite => fused::step(q, idx, cmd),
+        Phase::PairRead | Phase::PairWrite | Phase::PairAtomic => fused::step(q, idx, cmd),
         Phase::Idle | Phase::Held | Phase::PairWait => Outcome::Done(q.slots[idx].status, 0),
     })
 }
