@@ -203,7 +203,7 @@ step "Prometheus scrapes farflash serve (cargo test --test prometheus -- --ignor
 	cargo test --test prometheus -- --ignored --nocapture
 step "fuzz corpus and regression replay (cargo test --manifest-path fuzz/Cargo.toml)" 1200 \
 	cargo test --manifest-path fuzz/Cargo.toml
-step "RBD namespaces on a single-node Ceph cluster (cargo test --test rbd -- --ignored)" 900 \
+step "RBD namespaces on a single-node Ceph cluster (cargo test --test rbd -- --ignored)" 1500 \
 	cargo test --test rbd -- --ignored --test-threads=1 --nocapture
 step "RBD pools: the volume API on a single-node Ceph cluster (cargo test --test rbd_pool -- --ignored)" 600 \
 	cargo test --test rbd_pool -- --ignored --test-threads=1 --nocapture
