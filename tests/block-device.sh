@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# tests/block-device.sh -- run the backend's block-device test on a real block
-# device: a loop device over a 64 MiB temporary file (needs root or sudo).
+# tests/block-device.sh -- run the backend's block-device test, and the fused
+# Compare and Write check of tests/fused.rs, on a real block device: a loop
+# device over a 64 MiB temporary file (needs root or sudo).
 set -euo pipefail
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 as_root() {
@@ -20,3 +21,5 @@ dev=$(as_root losetup --find --show "$img")
 [[ $(id -u) = 0 ]] || as_root chown "$(id -u)" "$dev"
 echo "block device: $dev"
 FARFLASH_TEST_BLOCK_DEVICE=$dev cargo test -p farflash-backend --lib -- --ignored --exact file::tests::block_device
+# Fused Compare and Write on a block device namespace (issue 43).
+FARFLASH_TEST_BLOCK_DEVICE=$dev cargo test --test fused -- --ignored --exact on_a_block_device_fused_pairs_are_atomic

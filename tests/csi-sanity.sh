@@ -14,6 +14,12 @@
 # A missing prerequisite (go, openssl, cargo) fails the run.
 #
 #   bash tests/csi-sanity.sh            # exit status: csi-sanity's
+#   CSI_SANITY_POOL=rbd bash tests/csi-sanity.sh
+#                                       # the pool an RBD pool on a
+#                                       # throwaway single-node Ceph cluster
+#                                       # (tests/ceph/cluster.sh; Debian's
+#                                       # ceph-mon/-mgr/-osd/-common), not a
+#                                       # local pool on a sparse file
 #   CSI_SANITY_FOCUS='Controller' ...   # a ginkgo focus, for one's own runs
 #   bash tests/csi-sanity.sh --build-only   # only build csi-sanity (for
 #                                           # crates/csi/tests/node_vm.rs)
@@ -28,6 +34,12 @@ need() { command -v "$1" >/dev/null || { echo "csi-sanity.sh: $1 is needed ($2)"
 need go "the Go toolchain builds csi-sanity"
 need openssl "apt-get install openssl"
 need cargo "rustup"
+POOL_KIND=${CSI_SANITY_POOL:-local}
+case $POOL_KIND in
+local) ;;
+rbd) for c in ceph-mon ceph-mgr ceph-osd ceph rbd; do need "$c" "apt-get install ceph-mon ceph-mgr ceph-osd ceph-common"; done ;;
+*) echo "csi-sanity.sh: CSI_SANITY_POOL=$POOL_KIND: want local or rbd" >&2; exit 2 ;;
+esac
 
 if [[ ! -x $SANITY ]]; then
 	echo "building csi-sanity $CSI_TEST_VERSION into $(dirname "$SANITY")"
@@ -50,6 +62,7 @@ PIDS=()
 cleanup() {
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
 	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+	[[ $POOL_KIND != rbd ]] || bash tests/ceph/cluster.sh stop "$WORK/ceph" || true
 	rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -70,13 +83,21 @@ PIDS+=($!)
 for _ in $(seq 300); do [[ -S $WORK/rpc.sock ]] && break; sleep 0.1; done
 [[ -S $WORK/rpc.sock ]] || { cat "$WORK/serve.log"; echo "csi-sanity.sh: farflash serve did not start" >&2; exit 1; }
 
-# The pool the StorageClass parameters name: 4 GiB, sparse.
-truncate -s 4G "$WORK/pool.img"
-if ! "$BIN/farflash" rpc -s "$WORK/rpc.sock" pool_create \
-	"{\"name\": \"sanity\", \"backend\": \"local\", \"devices\": [\"$WORK/pool.img\"]}" >"$WORK/pool.json"; then
-	cat "$WORK/pool.json"
-	echo "csi-sanity.sh: the target made no pool: the Controller specs that need volumes will fail" >&2
+# The pool the StorageClass parameters name: a local pool of 4 GiB,
+# sparse; or the Ceph pool "rbd" of a single-node cluster (OSD 4 GiB,
+# sparse), volumes as RBD images.
+if [[ $POOL_KIND = rbd ]]; then
+	bash tests/ceph/cluster.sh start "$WORK/ceph" >"$WORK/ceph.out"
+	POOL_JSON="{\"name\": \"sanity\", \"backend\": \"rbd\", \"rbd\": {\"pool\": \"rbd\", \"conf\": \"$WORK/ceph/ceph.conf\"}}"
+else
+	truncate -s 4G "$WORK/pool.img"
+	POOL_JSON="{\"name\": \"sanity\", \"backend\": \"local\", \"devices\": [\"$WORK/pool.img\"]}"
 fi
+if ! "$BIN/farflash" rpc -s "$WORK/rpc.sock" pool_create "$POOL_JSON" >"$WORK/pool.json"; then
+	cat "$WORK/pool.json"
+	echo "csi-sanity.sh: the target made no $POOL_KIND pool: the Controller specs that need volumes will fail" >&2
+fi
+echo "csi-sanity.sh: pool sanity: $POOL_KIND"
 
 cat >"$WORK/controller.toml" <<EOF
 [tls]

@@ -7,13 +7,15 @@
 #   2. cargo clippy --workspace --all-targets -- -D warnings
 #   3. cargo test --workspace (with FARFLASH_REQUIRE_BINDINGS_CHECK=1: the
 #      committed crates/*-sys bindings against the installed headers), the
-#      backend's block-device test on a loop device (tests/block-device.sh),
-#      a real Prometheus (Debian's package) scraping farflash serve
+#      backend's block-device test and the fused pair on a loop device
+#      (tests/block-device.sh), a real Prometheus (Debian's package) scraping farflash serve
 #      (tests/prometheus.rs), the fuzz corpus replay, RBD namespaces on a
 #      single-node Ceph cluster (tests/rbd.rs), and tests/fresh-root.sh: a
 #      release build in a minimal Debian 12 root (debootstrap; no libclang,
 #      no -dev headers) that serves and answers discover/identify, and the
-#      .deb of scripts/package-deb.sh installed into another such root
+#      .deb of scripts/package-deb.sh installed into another such root;
+#      tests/csi-image.sh: the CSI driver's container image (debootstrap
+#      and crane, no container engine), validated and run in a chroot
 #   4. cargo test --test interop_linux --test host_kernel_target -- --ignored
 #      --test-threads=1 --nocapture
 #      (the Linux kernel host in QEMU VMs against the kernel's nvmet target
@@ -24,7 +26,8 @@
 #      with Debian 13's tlshd and nvme-cli 2.13 added (run-linux-host
 #      --tls), for NVMe/TCP over TLS both ways (tests/interop_tls.rs,
 #      host_kernel_target's farflash_host_tls_to_linux_612_target); and
-#      farflash-csi's Node service in the 6.1 guest (crates/csi/tests/node_vm.rs)
+#      farflash-csi's Node service in the 6.1 guest, and in the 6.12 one with
+#      DH-HMAC-CHAP and TLS keys from CSI secrets (crates/csi/tests/node_vm.rs)
 # Every step runs even if an earlier one failed; the exit status is non-zero
 # if any step failed.  A summary with timings is printed at the end.
 #
@@ -195,19 +198,30 @@ step "cargo clippy --workspace --all-targets -- -D warnings" 2400 \
 # the committed bindings must be checked here, where the headers are installed
 export FARFLASH_REQUIRE_BINDINGS_CHECK=1
 step "cargo test --workspace" 2400 cargo test --workspace
-step "backend on a real block device (tests/block-device.sh)" 900 bash tests/block-device.sh
+step "backend and fused Compare and Write on a real block device (tests/block-device.sh)" 900 bash tests/block-device.sh
 step "Prometheus scrapes farflash serve (cargo test --test prometheus -- --ignored)" 600 \
 	cargo test --test prometheus -- --ignored --nocapture
 step "fuzz corpus and regression replay (cargo test --manifest-path fuzz/Cargo.toml)" 1200 \
 	cargo test --manifest-path fuzz/Cargo.toml
-step "RBD namespaces on a single-node Ceph cluster (cargo test --test rbd -- --ignored)" 900 \
+step "RBD namespaces on a single-node Ceph cluster (cargo test --test rbd -- --ignored)" 1500 \
 	cargo test --test rbd -- --ignored --test-threads=1 --nocapture
 step "RBD pools: the volume API on a single-node Ceph cluster (cargo test --test rbd_pool -- --ignored)" 600 \
 	cargo test --test rbd_pool -- --ignored --test-threads=1 --nocapture
+# csi-sanity (every spec but the Node Service's) against the CSI controller
+# with its volumes in an RBD pool of a single-node Ceph cluster (snapshots
+# are named VOLUME@s-HASH, RBD's notation, for both kinds of pool).
+step "csi-sanity with an RBD pool (CSI_SANITY_POOL=rbd bash tests/csi-sanity.sh)" 900 \
+	env CSI_SANITY_POOL=rbd bash tests/csi-sanity.sh
 step "CSI node: file systems on a loop device (cargo test -p farflash-csi --test node_fs -- --ignored)" 600 \
 	cargo test -p farflash-csi --test node_fs -- --ignored --test-threads=1 --nocapture
 step "Kubernetes manifests against their schemas (tests/manifests.sh)" 600 bash tests/manifests.sh
 step "csi-sanity against farflash-csi (tests/csi-sanity.sh)" 1800 bash tests/csi-sanity.sh
+# The CSI driver's container image, built without a container engine
+# (debootstrap + crane), validated, and its tools run in its root: about
+# 18 min the first time on 2 loaded cores (debootstrap, the release build),
+# 2-7 min with the base root (~/.cache/farflash/csi-image) and build cached
+step "CSI driver's container image: build, validate, run in its root (tests/csi-image.sh)" 2400 \
+	bash tests/csi-image.sh
 step "fresh Debian 12 root: release build without libclang or headers, serve, .deb install (tests/fresh-root.sh)" 2400 \
 	bash tests/fresh-root.sh
 if [[ ${FARFLASH_SKIP_INTEROP:-0} = 1 ]]; then
@@ -232,9 +246,12 @@ else
 	# The CSI driver's Node service inside the 6.1 guest (issue 45):
 	# csi-sanity's Node specs there, end to end through the gRPC API
 	# against farflash serve and the controller on this machine, a target
-	# restart, nvme_core.multipath on and off; one boot each: about 2 min
-	# (plus about 1 min when farflash-csi changed: a new VM image)
-	step "CSI node in the Linux 6.1 guest: csi-sanity Node specs, end to end, target restart, multipath on/off (cargo test -p farflash-csi --test node_vm -- --ignored)" 1200 \
+	# restart, nvme_core.multipath on and off, a node reboot (stale mounts,
+	# clean, half connected: 3.5 min with multipath off); and in the 6.12
+	# guest (--tls) DH-HMAC-CHAP and TLS keys from the CSI secrets; one
+	# boot each (plus about 1 min per guest when farflash-csi changed: a
+	# new VM image)
+	step "CSI node in the Linux 6.1 and 6.12 guests: csi-sanity Node specs, end to end, target restart, multipath on/off, node reboot, DH-HMAC-CHAP and TLS from secrets (cargo test -p farflash-csi --test node_vm -- --ignored)" 1500 \
 		bash -c 'bash tests/csi-sanity.sh --build-only && cargo build -p farflash --bin farflash &&
 			cargo test -p farflash-csi --test node_vm -- --ignored --test-threads=1 --nocapture'
 	step "Linux host fio verify on an RBD namespace (cargo test --test interop_rbd -- --ignored)" 900 \

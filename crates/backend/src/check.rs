@@ -15,6 +15,12 @@ pub(crate) fn einval() -> io::Error {
     io::Error::from_raw_os_error(libc::EINVAL)
 }
 
+/// The error of an operation the storage does not offer
+/// ([`IoOp::CompareAndWrite`] where [`crate::Backend::compare_and_write_unit`] is `None`).
+pub(crate) fn unsupported() -> io::Error {
+    io::Error::from_raw_os_error(libc::EOPNOTSUPP)
+}
+
 /// Size and block size a request is checked against.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Geometry {
@@ -41,6 +47,8 @@ impl Geometry {
             }
             IoOp::Flush => Ok(()),
             IoOp::WriteZeroes { offset, len, .. } => self.check_range(offset, len),
+            // Only storage that offers it checks it (`validate_compare_and_write`).
+            IoOp::CompareAndWrite { .. } => Err(unsupported()),
             IoOp::Deallocate { ranges } => {
                 let bytes = (ranges as usize).checked_mul(RANGE_ENTRY);
                 ok_if(bytes.is_some_and(|b| b <= buf.len()))?;
@@ -50,6 +58,27 @@ impl Geometry {
                 })
             }
         }
+    }
+
+    /// Checks an [`IoOp::CompareAndWrite`] for storage that offers it inside
+    /// `unit` bytes: the range is a valid write that does not cross a
+    /// multiple of `unit`, and `buf` holds both halves' data.
+    pub(crate) fn validate_compare_and_write(
+        &self,
+        op: &IoOp,
+        buf: &IoBuf,
+        unit: u64,
+    ) -> io::Result<()> {
+        let IoOp::CompareAndWrite { offset, len, .. } = *op else {
+            return self.validate(op, buf);
+        };
+        if self.read_only {
+            return Err(io::Error::from_raw_os_error(libc::EROFS));
+        }
+        let len = u64::from(len);
+        self.check_range(offset, len)?;
+        ok_if(len > 0 && offset % unit + len <= unit)?;
+        ok_if(2 * len <= buf.len() as u64)
     }
 
     /// `offset..offset+len` is block aligned and inside the capacity.

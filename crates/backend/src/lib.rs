@@ -99,6 +99,15 @@ pub trait Backend: Send + Sync + 'static {
     fn deallocate_granularity(&self) -> Option<u64> {
         None
     }
+    /// Storage that runs [`IoOp::CompareAndWrite`] itself, atomically
+    /// against every writer (an RBD image exported by several gateways):
+    /// the unit in bytes, a power of two, that such a request's range must
+    /// stay inside. `None`: not offered, and the command layer runs a fused
+    /// Compare and Write under its own range exclusion (atomic against this
+    /// process only).
+    fn compare_and_write_unit(&self) -> Option<u32> {
+        None
+    }
 }
 
 /// A per-thread submission/completion queue on a [`Backend`].
@@ -137,6 +146,14 @@ pub enum IoOp {
     /// `(offset: u64, len: u64)` pairs (16 bytes each). Deallocated ranges
     /// read back as zeroes (DLFEAT = 001b).
     Deallocate { ranges: u32 },
+    /// Atomically against every writer of the storage (other targets
+    /// included): compare the `len` bytes at `offset` with `buf[..len]` and,
+    /// only when they are equal, write `buf[len..2 * len]` there (durable
+    /// before completion with `fua`). A miscompare completes with `EILSEQ`
+    /// and writes nothing. Only storage whose
+    /// [`Backend::compare_and_write_unit`] is `Some` runs it, for a range
+    /// inside one such unit; others complete it with `EOPNOTSUPP`.
+    CompareAndWrite { offset: u64, len: u32, fua: bool },
 }
 
 /// One request: a caller tag, an operation and the buffer it uses.

@@ -133,6 +133,7 @@ impl SyncEngine for RamEngine {
                 let (offset, len) = dealloc_range(buf, i);
                 self.map.zero(offset as usize, len as usize)
             }),
+            IoOp::CompareAndWrite { .. } => Err(crate::check::unsupported()),
         }
     }
 }

@@ -23,6 +23,7 @@ pub enum OpKind {
     Flush,
     WriteZeroes,
     Deallocate,
+    CompareAndWrite,
 }
 
 impl OpKind {
@@ -33,6 +34,7 @@ impl OpKind {
             IoOp::Flush => OpKind::Flush,
             IoOp::WriteZeroes { .. } => OpKind::WriteZeroes,
             IoOp::Deallocate { .. } => OpKind::Deallocate,
+            IoOp::CompareAndWrite { .. } => OpKind::CompareAndWrite,
         }
     }
 }
@@ -45,6 +47,8 @@ struct Rules {
     hold: bool,
     reverse: bool,
     submitted: Vec<OpKind>,
+    /// [`Backend::compare_and_write_unit`]: `None` (default), not offered.
+    cmpxchg_unit: Option<u32>,
 }
 
 /// What a test controls.
@@ -74,6 +78,11 @@ impl Script {
     /// Hand out each batch of ready completions newest first.
     pub fn reverse(&self, on: bool) {
         self.rules().reverse = on;
+    }
+    /// Offers [`IoOp::CompareAndWrite`] inside `unit` bytes (as an RBD
+    /// image does), or not (`None`, the default).
+    pub fn offer_compare_and_write(&self, unit: Option<u32>) {
+        self.rules().cmpxchg_unit = unit;
     }
     /// The operations submitted so far, in order.
     pub fn submitted(&self) -> Vec<OpKind> {
@@ -107,7 +116,10 @@ pub fn open_scripted(capacity: u64, block_size: u32) -> (SharedBackend, Arc<Scri
 
 impl Inner {
     fn run(&self, op: IoOp, buf: &mut IoBuf) -> io::Result<()> {
-        self.geometry.validate(&op, buf)?;
+        match self.script.rules().cmpxchg_unit {
+            Some(u) => (self.geometry).validate_compare_and_write(&op, buf, u.into())?,
+            None => self.geometry.validate(&op, buf)?,
+        }
         let mut d = self.data.lock().unwrap_or_else(|p| p.into_inner());
         match op {
             IoOp::Read { offset, len } => {
@@ -129,6 +141,14 @@ impl Inner {
                 }
             }
             IoOp::Flush => {}
+            IoOp::CompareAndWrite { offset, len, .. } => {
+                let (o, n) = (offset as usize, len as usize);
+                if d[o..o + n] != buf.as_slice()[..n] {
+                    // librbd's answer to a miscompare.
+                    return Err(io::Error::from_raw_os_error(libc::EILSEQ));
+                }
+                d[o..o + n].copy_from_slice(&buf.as_slice()[n..2 * n]);
+            }
         }
         Ok(())
     }
@@ -168,6 +188,9 @@ impl Backend for Scripted {
     }
     fn sync_all(&self) -> io::Result<()> {
         Ok(())
+    }
+    fn compare_and_write_unit(&self) -> Option<u32> {
+        self.0.script.rules().cmpxchg_unit
     }
 }
 

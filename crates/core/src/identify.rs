@@ -122,11 +122,7 @@ pub(crate) fn namespace(ns: &Namespace, ctrl: &Controller) -> IdNs {
         .filter(|g| g.is_multiple_of(ns.block_size as u64))
         .map(|g| g >> ns.lba_shift)
         .and_then(|blocks| u16::try_from(blocks.checked_sub(1)?).ok());
-    let (mssrl, mcl, msrc) = crate::nvm::copy_limits(ns);
-    IdNs {
-        mssrl,
-        mcl,
-        msrc,
+    let mut id = IdNs {
         nsze: ns.blocks,
         ncap: ns.blocks,
         nuse: ns.blocks,
@@ -151,5 +147,9 @@ pub(crate) fn namespace(ns: &Namespace, ctrl: &Controller) -> IdNs {
         nguid: ns.nguid,
         eui64: [0; 8],
         lbads: ns.lba_shift as u8,
-    }
+        ..IdNs::default()
+    };
+    // What the multi-request NVM commands report (the Copy limits).
+    crate::nvm::identify_namespace(ns, &mut id);
+    id
 }

@@ -4,8 +4,9 @@
 //!
 //! `TARGETS/POOL/NAME`: the targets a volume lives on (comma-separated,
 //! the first creates it and is ANA optimized), its pool, and its name in
-//! the pool. A snapshot's NAME is `SNAP@VOLUME`, so its id tells its source
-//! volume. Target names are `[A-Za-z0-9._-]` (checked in the controller's
+//! the pool. A snapshot's NAME is `VOLUME@SNAP` (RBD's own notation, which
+//! an rbd pool requires and a local pool accepts), so its id tells its
+//! source volume. Target names are `[A-Za-z0-9._-]` (checked in the controller's
 //! configuration), pool and volume names `[A-Za-z0-9._:@+-]`, 1-64 bytes
 //! (the pool engine's rule): neither `/` nor `,` can occur in a part.
 //!
@@ -18,7 +19,7 @@ use std::fmt;
 
 /// Longest pool or volume name a pool takes.
 pub const MAX_NAME: usize = 64;
-/// Longest volume name kept as given (room for a snapshot's `s-HASH@`).
+/// Longest volume name kept as given (room for a snapshot's `@s-HASH`).
 const MAX_KEPT: usize = MAX_NAME - 19;
 
 /// Whether `s` is a pool or volume name the pool engine takes.
@@ -56,9 +57,9 @@ pub fn volume_name(csi_name: &str) -> String {
 }
 
 /// The snapshot's name in its pool for CreateSnapshot's `name` taken of
-/// the volume named `volume` in the pool: `s-HASH@VOLUME`.
+/// the volume named `volume` in the pool: `VOLUME@s-HASH`.
 pub fn snapshot_name(csi_name: &str, volume: &str) -> String {
-    format!("s-{}@{volume}", hash16(csi_name))
+    format!("{volume}@s-{}", hash16(csi_name))
 }
 
 /// A volume's (or snapshot's) place: targets, pool, name.
@@ -121,7 +122,7 @@ impl VolumeId {
     }
     /// For a snapshot's id: its source volume's id.
     pub fn snapshot_source(&self) -> Option<VolumeId> {
-        let (_, vol) = self.name.split_once('@')?;
+        let (vol, _) = self.name.split_once('@')?;
         Some(VolumeId::new(self.targets.clone(), &self.pool, vol))
     }
     /// The same targets and pool, another name.

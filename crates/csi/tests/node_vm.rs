@@ -15,7 +15,19 @@
 //!   target (management API) and no controller in the guest.
 //! * `node_in_linux_guest_multipath_off`: `nvme_core.multipath=N` on the
 //!   guest's kernel command line: staging, writing, reading back and
-//!   unstaging on the controller's own namespace device.
+//!   unstaging on the controller's own namespace device; and a node
+//!   reboot as kubelet handles it (NodeStageVolume and NodePublishVolume
+//!   again, the data back), from stale mounts of a gone disk, from a clean
+//!   state, and from a controller connected but nothing mounted.
+//!
+//! * `node_in_linux_guest_612_keys`: the 6.12 guest (`--kernel 6.12
+//!   --tls`: Debian 13's kernel, tlshd, keyctl), the target listening
+//!   `tls-optional:`: a volume with bidirectional DH-HMAC-CHAP and one
+//!   over TLS (PSK), the keys in the CSI secrets maps as Kubernetes passes
+//!   a Secret named by the StorageClass; a wrong key first (staging fails,
+//!   PermissionDenied "authentication failed", no controller and no key
+//!   left), then the right one (writes read back), unstaging leaving no
+//!   key in the guest's keyrings and nothing on the target.
 //!
 //! One VM boot per test. Needs the VM harness's prerequisites, socat,
 //! openssl, e2fsprogs and util-linux on this machine, csi-sanity (`bash
@@ -317,6 +329,7 @@ fn unreachable_target(c: &Csi, down: &Vol) {
         id: down.id.clone(),
         context: down.context.clone(),
         publish,
+        secrets: Map::new(),
     };
     let t0 = Instant::now();
     let e = c
@@ -339,6 +352,69 @@ fn unreachable_target(c: &Csi, down: &Vol) {
         took.as_millis(),
         e.message()
     );
+}
+
+/// A node reboot, as kubelet sees it: NodeStageVolume and
+/// NodePublishVolume called again for a volume staged and published
+/// before. Three states of the node, each brought back with the volume's
+/// data (`/tmp/data.sha`, written before):
+/// 1. its controllers gone under the mounts (`nvme disconnect-all` with
+///    the staging and pod paths still mounted: stale mounts of a gone
+///    disk), repaired, not refused;
+/// 2. a clean reboot (nothing mounted, no controller);
+/// 3. half done: a controller of the volume connected (with the node's
+///    host NQN and its path) but nothing mounted.
+fn node_reboot(c: &Csi, vm: &Vm, v: &Vol, name: &str) {
+    let (st, pod) = (staging(name), target(name));
+    let nqn = v.publish.get("nqn").expect("publish_context.nqn");
+    let again = |what: &str| {
+        let t0 = Instant::now();
+        c.stage(v, &st);
+        c.node_publish(v, &st, &pod);
+        vm.ok(
+            &format!("{what}: the data is back"),
+            &format!(
+                "echo 3 >/proc/sys/vm/drop_caches; cd {pod} && sha256sum -c /tmp/data.sha \
+                 && test $(awk '$2 == \"{st}\"' /proc/mounts | wc -l) = 1 \
+                 && test $(awk '$2 == \"{pod}\"' /proc/mounts | wc -l) = 1 \
+                 && touch {pod}/after-{}",
+                what.split(' ').next().unwrap_or("x")
+            ),
+        );
+        let ctrls = controllers(vm);
+        assert!(
+            ctrls.len() == 1 && ctrls[0].ends_with(" live"),
+            "{what}: the guest's controllers are {ctrls:?}, want one live"
+        );
+        println!(
+            "[node_vm] {what}: staged and published again in {} ms",
+            t0.elapsed().as_millis()
+        );
+    };
+    vm.ok(
+        "controllers gone under the mounts",
+        &format!("sync && nvme disconnect-all && ! grep -qlx '{nqn}' /sys/class/nvme/nvme*/subsysnqn && grep -q ' {st} ' /proc/mounts"),
+    );
+    again("stale mounts of a gone disk");
+    vm.ok(
+        "a clean reboot: nothing mounted, no controller",
+        &format!("sync && umount {pod} && umount {st} && nvme disconnect-all && test -d {st}"),
+    );
+    again("clean reboot");
+    let (addr, port) = v.publish["paths"]
+        .split(',')
+        .next()
+        .and_then(|p| p.rsplit_once(':'))
+        .expect("publish_context.paths");
+    vm.ok(
+        "half done: connected, not mounted",
+        &format!(
+            "sync && umount {pod} && umount {st} && nvme disconnect-all \
+             && nvme connect -t tcp -a {addr} -s {port} -n {nqn} --hostnqn=$(cat /etc/nvme/hostnqn) \
+             && for i in $(seq 200); do ls /sys/class/nvme/nvme*/nvme*n1 >/dev/null 2>&1 && exit 0; sleep 0.1; done; exit 1"
+        ),
+    );
+    again("half-connected");
 }
 
 /// Nothing of the CSI driver left on the target or in the guest.
@@ -453,9 +529,148 @@ fn node_in_linux_guest_multipath_off() {
              && echo 3 >/proc/sys/vm/drop_caches && sha256sum -c /tmp/data.sha"
         ),
     );
+    node_reboot(&c, &vm, &a, "nomp");
     detach(&c, &node, &a, "nomp");
     c.delete(&a.id);
     nothing_left(&host, &vm, &node);
     println!("[node_vm] multipath off: {} s", t0.elapsed().as_secs());
+    vm.finish();
+}
+
+/// A random 32-byte key.
+fn random_key() -> Vec<u8> {
+    let mut k = vec![0u8; 32];
+    let mut f = std::fs::File::open("/dev/urandom").expect("/dev/urandom");
+    std::io::Read::read_exact(&mut f, &mut k).expect("random bytes");
+    k
+}
+
+/// A DH-HMAC-CHAP secret (`DHHC-1:00:...:`, as `nvme gen-dhchap-key`).
+fn dhchap_secret() -> String {
+    let s = farflash_auth::Secret::new(&random_key(), None).expect("a secret");
+    s.to_dhhc().to_string()
+}
+
+/// A configured TLS PSK (`NVMeTLSkey-1:01:...:`, as `nvme gen-tls-key`).
+fn tls_psk() -> String {
+    farflash_psk::format_interchange(1, 1, &random_key()).to_string()
+}
+
+/// The guest's TLS PSKs in its keyrings (/proc/keys lines of type psk).
+fn guest_psks(vm: &Vm) -> Vec<String> {
+    let out = vm.ok("psk keys", "awk '$8 == \"psk\"' /proc/keys");
+    out.lines().map(str::to_string).collect()
+}
+
+/// Staging `v` with `wrong` in place of its secrets fails, naming the
+/// authentication failure, and leaves no controller and no key; then it
+/// stages with its own, and a write reads back.
+fn keys_wrong_then_right(c: &Csi, vm: &Vm, v: &Vol, wrong: Map, name: &str) -> String {
+    let bad = Vol {
+        id: v.id.clone(),
+        context: v.context.clone(),
+        publish: v.publish.clone(),
+        secrets: wrong,
+    };
+    let t0 = Instant::now();
+    let e = c
+        .try_stage(&bad, &staging(name))
+        .expect_err("NodeStageVolume succeeded with a wrong key");
+    assert!(
+        e.code() == tonic::Code::PermissionDenied && e.message().contains("authentication failed"),
+        "{name}: a wrong key: {:?} {:?}, want PermissionDenied naming the authentication failure",
+        e.code(),
+        e.message()
+    );
+    for s in bad.secrets.values() {
+        assert!(
+            !e.message().contains(s.as_str()),
+            "the error shows a secret"
+        );
+    }
+    println!(
+        "[node_vm] {name}: a wrong key failed staging in {} ms: {}",
+        t0.elapsed().as_millis(),
+        e.message()
+    );
+    let nqn = v.publish.get("nqn").expect("publish_context.nqn");
+    vm.ok(
+        &format!("{name}: no controller of {nqn} left"),
+        &format!("! grep -lx '{nqn}' /sys/class/nvme/nvme*/subsysnqn"),
+    );
+    assert!(
+        guest_psks(vm).is_empty(),
+        "{name}: keys left: {:?}",
+        guest_psks(vm)
+    );
+    c.stage(v, &staging(name));
+    c.node_publish(v, &staging(name), &target(name));
+    let pod = target(name);
+    vm.ok(
+        &format!("{name}: write and read back"),
+        &format!(
+            "head -c 1048576 /dev/urandom >{pod}/data && sha256sum {pod}/data >/tmp/{name}.sha && sync \
+             && echo 3 >/proc/sys/vm/drop_caches && sha256sum -c /tmp/{name}.sha"
+        ),
+    );
+    pod
+}
+
+#[test]
+#[ignore = "boots a Linux VM (TCG, minutes); run by tests/run.sh"]
+fn node_in_linux_guest_612_keys() {
+    let t0 = Instant::now();
+    let host = Host::start_tls_optional("keys");
+    let vm = Vm::boot_kernel(&host, true, true, &[]);
+    let c = Csi::connect(host.bridge_port, vm.node_port);
+    let node = c.node_id();
+
+    // DH-HMAC-CHAP, bidirectional.
+    let mut p = params();
+    p.insert("dhchap".into(), "true".into());
+    let mut dh = c.create("node-vm-dhchap", 64 * MIB, &p, None);
+    dh.secrets = map(&[
+        ("dhchapKey", &dhchap_secret()),
+        ("dhchapCtrlKey", &dhchap_secret()),
+    ]);
+    c.publish(&mut dh, &node);
+    let mut wrong = dh.secrets.clone();
+    wrong.insert("dhchapKey".into(), dhchap_secret());
+    keys_wrong_then_right(&c, &vm, &dh, wrong, "dhchap");
+    vm.ok(
+        "the controller authenticated both ways",
+        "for c in /sys/class/nvme/nvme*; do test -s $c/dhchap_secret && test -s $c/dhchap_ctrl_secret || exit 1; done",
+    );
+
+    // TLS with a PSK.
+    let mut p = params();
+    p.insert("transport".into(), "tls".into());
+    let mut tls = c.create("node-vm-tls", 64 * MIB, &p, None);
+    tls.secrets = map(&[("tlsPsk", &tls_psk())]);
+    c.publish(&mut tls, &node);
+    let wrong = map(&[("tlsPsk", &tls_psk())]);
+    keys_wrong_then_right(&c, &vm, &tls, wrong, "tls");
+    let psks = guest_psks(&vm);
+    let nqn = tls.publish.get("nqn").expect("nqn");
+    assert!(
+        psks.len() == 1 && psks[0].contains(nqn.as_str()) && psks[0].contains(" NVMe1R01 "),
+        "the TLS PSK in the guest's keyring: {psks:?}"
+    );
+    vm.ok(
+        "the TLS controller uses that key",
+        &format!("grep -lx '{nqn}' /sys/class/nvme/nvme*/subsysnqn | while read f; do d=${{f%/subsysnqn}}; test -n \"$(cat $d/tls_key)\" || exit 1; done"),
+    );
+
+    detach(&c, &node, &dh, "dhchap");
+    detach(&c, &node, &tls, "tls");
+    assert!(
+        guest_psks(&vm).is_empty(),
+        "keys left after unstaging: {:?}",
+        guest_psks(&vm)
+    );
+    c.delete(&dh.id);
+    c.delete(&tls.id);
+    nothing_left(&host, &vm, &node);
+    println!("[node_vm] 6.12 keys: {} s", t0.elapsed().as_secs());
     vm.finish();
 }

@@ -288,6 +288,9 @@ impl MemDevice {
                 }
             }
             IoOp::Flush => ops.push(Op::Flush),
+            IoOp::CompareAndWrite { .. } => {
+                return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP))
+            }
             IoOp::WriteZeroes { offset, len, .. } => {
                 if !ok(offset, len) {
                     return Err(io::Error::from_raw_os_error(libc::EINVAL));

@@ -348,6 +348,10 @@ impl VolumeQueue {
                 && l.is_multiple_of(bs)
                 && o.checked_add(l).is_some_and(|e| e <= cap)
         };
+        if matches!(op, IoOp::CompareAndWrite { .. }) {
+            // Not offered (`compare_and_write_unit` is `None`).
+            return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+        }
         let writes = !matches!(op, IoOp::Read { .. } | IoOp::Flush);
         if writes && self.handle.read_only.load(Ordering::Relaxed) {
             return Err(io::Error::from_raw_os_error(libc::EROFS));
@@ -360,6 +364,7 @@ impl VolumeQueue {
                 range(offset, len.into()) && len as usize <= buf.len()
             }
             IoOp::Flush => true,
+            IoOp::CompareAndWrite { .. } => false,
             IoOp::WriteZeroes { offset, len, .. } => range(offset, len),
             IoOp::Deallocate { ranges } => {
                 (ranges as usize)
@@ -723,6 +728,11 @@ impl VolumeQueue {
             IoOp::Write { offset, len, fua } => self.start_write(tag, buf, offset, len, fua),
             IoOp::Flush => self.start_flush(tag, buf),
             IoOp::WriteZeroes { .. } | IoOp::Deallocate { .. } => self.start_zero(tag, buf, op),
+            IoOp::CompareAndWrite { .. } => self.complete(
+                tag,
+                buf,
+                Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP)),
+            ),
         }
     }
 }

@@ -1163,6 +1163,16 @@ pub struct Api {
         *mut ::std::os::raw::c_int,
         *mut ::std::os::raw::c_int,
     ),
+    pub rbd_aio_compare_and_write: unsafe extern "C" fn(
+        rbd_image_t,
+        u64,
+        usize,
+        *const ::std::os::raw::c_char,
+        *const ::std::os::raw::c_char,
+        rbd_completion_t,
+        *mut u64,
+        ::std::os::raw::c_int,
+    ) -> isize,
     pub rbd_aio_create_completion: unsafe extern "C" fn(
         *mut ::std::os::raw::c_void,
         rbd_callback_t,
@@ -1473,6 +1483,12 @@ impl Api {
                 LIBRARIES[0usize],
                 requirement,
                 "rados_version",
+            )?,
+            rbd_aio_compare_and_write: ::farflash_dynload::symbol(
+                &libs[1usize],
+                LIBRARIES[1usize],
+                requirement,
+                "rbd_aio_compare_and_write",
             )?,
             rbd_aio_create_completion: ::farflash_dynload::symbol(
                 &libs[1usize],
@@ -1866,6 +1882,30 @@ pub unsafe fn rados_version(
     extra: *mut ::std::os::raw::c_int,
 ) {
     (crate::api().rados_version)(major, minor, extra)
+}
+/// `rbd_aio_compare_and_write` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
+#[inline]
+pub unsafe fn rbd_aio_compare_and_write(
+    image: rbd_image_t,
+    off: u64,
+    len: usize,
+    cmp_buf: *const ::std::os::raw::c_char,
+    buf: *const ::std::os::raw::c_char,
+    c: rbd_completion_t,
+    mismatch_off: *mut u64,
+    op_flags: ::std::os::raw::c_int,
+) -> isize {
+    (crate::api()
+        .rbd_aio_compare_and_write)(
+        image,
+        off,
+        len,
+        cmp_buf,
+        buf,
+        c,
+        mismatch_off,
+        op_flags,
+    )
 }
 /// `rbd_aio_create_completion` from `librbd.so.1`, resolved at run time: call only after `crate::load()` succeeded.
 #[inline]

@@ -42,6 +42,8 @@ pub const RBD: Spec = Spec {
                 "rbd_aio_write",
                 "rbd_aio_write_zeroes",
                 "rbd_aio_flush",
+                // fused Compare and Write (issue 43)
+                "rbd_aio_compare_and_write",
                 "rbd_is_exclusive_lock_owner",
                 "rbd_lock_acquire",
                 "rbd_lock_release",

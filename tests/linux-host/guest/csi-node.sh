@@ -13,6 +13,8 @@
 #                  connection (--hostfwd H:CMD_PORT)
 #   MULTIPATH      Y or N: what nvme_core.multipath must be (the host side
 #                  sets it on the kernel command line)
+#   TLS            1: tlshd serves the .nvme keyring first (tls-lib.sh,
+#                  passed with -f; the --kernel 6.12 --tls image)
 # Prints "CSI-NODE-READY multipath=Y|N", serves until the host side runs
 # `touch /tmp/csi-node-done` through CMD_PORT, then stops farflash-csi
 # with SIGTERM and exits with its status (0 expected).
@@ -32,6 +34,12 @@ for p in socat blkid resize2fs mount umount nvme; do
 	command -v "$p" >/dev/null || fail "$p is not in the image"
 done
 modprobe ext4 || fail "no ext4 module (--module ext4)"
+if [ "${TLS:-0}" = 1 ]; then
+	# shellcheck source-path=SCRIPTDIR source=tls-lib.sh
+	. "$GUEST_FILES/tls-lib.sh"
+	tls_start
+	command -v keyctl >/dev/null || fail "keyctl is not in the image"
+fi
 mkdir -p /run/csi
 "$FARFLASH_CSI" --node --endpoint unix:///run/csi/csi.sock --log-level info &
 csi_pid=$!

@@ -37,6 +37,7 @@ impl SyncEngine for BlockingEngine {
                 let (offset, len) = dealloc_range(buf, i);
                 self.zero(offset, len, true)
             }),
+            IoOp::CompareAndWrite { .. } => Err(crate::check::unsupported()),
         }
     }
 }

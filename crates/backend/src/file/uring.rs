@@ -93,7 +93,7 @@ struct ZeroJob {
 }
 
 impl Stage {
-    fn new(op: IoOp, zero: &ZeroSupport) -> Stage {
+    fn new(op: IoOp, zero: &ZeroSupport) -> io::Result<Stage> {
         let job = |dealloc, count, range, fua| {
             Stage::Zero(ZeroJob {
                 dealloc,
@@ -105,7 +105,7 @@ impl Stage {
                 fua,
             })
         };
-        match op {
+        Ok(match op {
             IoOp::Read { offset, len } => Stage::Read {
                 offset,
                 len,
@@ -120,7 +120,8 @@ impl Stage {
             IoOp::Flush => Stage::Flush,
             IoOp::WriteZeroes { offset, len, fua } => job(false, 1, (offset, len), fua),
             IoOp::Deallocate { ranges } => job(true, ranges, (0, 0), false),
-        }
+            IoOp::CompareAndWrite { .. } => return Err(crate::check::unsupported()),
+        })
     }
 }
 
@@ -385,17 +386,18 @@ impl BackendQueue for UringQueue {
     fn submit(&mut self, req: IoRequest) {
         let IoRequest { tag, op, mut buf } = req;
         let ready_before = self.ready.len();
-        match self.inner.geometry.validate(&op, &buf) {
+        let staged = (self.inner.geometry.validate(&op, &buf))
+            .and_then(|()| Stage::new(op, &self.inner.zero));
+        match staged {
             Err(e) => self.ready.push(IoCompletion {
                 tag,
                 buf,
                 result: Err(e),
             }),
-            Ok(()) => {
+            Ok(stage) => {
                 if let IoOp::Read { len, .. } = op {
                     buf.set_len(len as usize);
                 }
-                let stage = Stage::new(op, &self.inner.zero);
                 let key = self.slots.insert(Slot { tag, buf, stage });
                 self.advance(key, None);
             }

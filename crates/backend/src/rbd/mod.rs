@@ -31,6 +31,14 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+/// The range librbd's compare-and-write accepts: inside one 512-byte
+/// sector (librbd's `ImageCompareAndWriteRequest::prune_object_extents`,
+/// Ceph 16 and before: a range crossing a sector, a stripe unit or an
+/// object is `EINVAL`; a sector never crosses the latter two; a later Ceph
+/// may accept more, every version accepts this). Wider fused pairs run
+/// under the command layer's range exclusion (docs/rbd.md).
+pub(crate) const COMPARE_AND_WRITE_UNIT: u32 = 512;
+
 struct RbdBackend {
     image: Arc<Image>,
     /// Whether the image has the exclusive-lock feature (else every gateway
@@ -107,6 +115,12 @@ impl Backend for RbdBackend {
     fn volatile_write_cache(&self) -> bool {
         // rbd_cache is off (see the module comment).
         false
+    }
+
+    /// librbd's compare-and-write: the OSD compares and writes the object
+    /// in one operation, atomic against every client of the image.
+    fn compare_and_write_unit(&self) -> Option<u32> {
+        Some(COMPARE_AND_WRITE_UNIT)
     }
 
     fn open_queue(&self, depth: u32) -> io::Result<Box<dyn BackendQueue>> {

@@ -75,6 +75,9 @@ struct SlotShared {
     pending: AtomicU32,
     /// The first negative result, or 0.
     error: AtomicI64,
+    /// Where librbd writes a compare-and-write's mismatch offset (unused:
+    /// the NVMe Compare Failure status carries none).
+    mismatch: AtomicU64,
 }
 
 impl SlotShared {
@@ -175,6 +178,7 @@ impl RbdQueue {
             index,
             pending: AtomicU32::new(0),
             error: AtomicI64::new(0),
+            mismatch: AtomicU64::new(0),
         }));
         self.state.push(SlotState::default());
         self.free.push(index);
@@ -210,6 +214,36 @@ impl RbdQueue {
             unsafe { sys::rbd_aio_release(comp) };
             slot.finish_one(rc.into());
         }
+    }
+
+    /// librbd's compare-and-write for slot `idx`: `ptr` holds the compare
+    /// data, then the write data (`validate` checked the buffer holds both
+    /// and stays in the slot until completion). librbd answers a
+    /// miscompare with EILSEQ, passed on as is (the command layer's Compare
+    /// Failure).
+    fn compare_and_write(&mut self, idx: u32, offset: u64, len: u32, ptr: *const u8) {
+        let image = self.image.handle;
+        let mismatch = self.shared[idx as usize].mismatch.as_ptr();
+        let data = ptr.wrapping_add(len as usize);
+        self.issue(idx, |c| {
+            // SAFETY: the image is open; `ptr` and `data` point at `len`
+            // bytes each of the slot's buffer, which stays in the slot until
+            // the operation completed; `mismatch` points into the slot's
+            // boxed shared part, alive until the callback ran.
+            let rc = unsafe {
+                sys::rbd_aio_compare_and_write(
+                    image,
+                    offset,
+                    len as usize,
+                    ptr.cast(),
+                    data.cast(),
+                    c,
+                    mismatch,
+                    0,
+                )
+            };
+            i32::try_from(rc).unwrap_or(-libc::EIO)
+        });
     }
 
     fn flush(&mut self, idx: u32) {
@@ -269,14 +303,18 @@ impl BackendQueue for RbdQueue {
         self.in_flight += 1;
         let IoRequest { tag, op, mut buf } = req;
         self.geometry.capacity = self.capacity.load(Ordering::Acquire);
-        if let Err(e) = self.geometry.validate(&op, &buf) {
+        let unit = u64::from(super::COMPARE_AND_WRITE_UNIT);
+        if let Err(e) = self.geometry.validate_compare_and_write(&op, &buf, unit) {
             return self.refuse(tag, buf, e);
         }
         // Writes need the exclusive lock, which only ANA hands out here
         // (lock.rs): librbd must not fetch it from another gateway.
         let writes = matches!(
             op,
-            IoOp::Write { .. } | IoOp::WriteZeroes { .. } | IoOp::Deallocate { .. }
+            IoOp::Write { .. }
+                | IoOp::WriteZeroes { .. }
+                | IoOp::Deallocate { .. }
+                | IoOp::CompareAndWrite { .. }
         );
         if (writes || op == IoOp::Flush) && !self.image.lock_owned.load(Ordering::Acquire) {
             if writes {
@@ -332,7 +370,9 @@ impl BackendQueue for RbdQueue {
             buf: Some(buf),
             then_flush: matches!(
                 op,
-                IoOp::Write { fua: true, .. } | IoOp::WriteZeroes { fua: true, .. }
+                IoOp::Write { fua: true, .. }
+                    | IoOp::WriteZeroes { fua: true, .. }
+                    | IoOp::CompareAndWrite { fua: true, .. }
             ),
             busy: true,
         };
@@ -352,6 +392,10 @@ impl BackendQueue for RbdQueue {
                 // SAFETY: as above.
                 unsafe { sys::rbd_aio_flush(image, c) }
             }),
+            // The compare data, then the write data.
+            IoOp::CompareAndWrite { offset, len, .. } => {
+                self.compare_and_write(idx, offset, len, ptr.cast_const())
+            }
             IoOp::WriteZeroes { offset, len, .. } => self.issue(idx, |c| {
                 // SAFETY: as above.
                 unsafe { sys::rbd_aio_write_zeroes(image, offset, len as usize, c, 0, 0) }

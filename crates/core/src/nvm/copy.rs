@@ -20,8 +20,13 @@ const MSRC: u8 = 127;
 const MAX_COPY_BYTES: u64 = 1 << 30;
 
 /// (MSSRL, MCL, MSRC) of a namespace, in its logical blocks.
-pub(crate) fn limits(ns: &Namespace) -> (u16, u32, u8) {
+fn limits(ns: &Namespace) -> (u16, u32, u8) {
     limits_for(ns.lba_shift)
+}
+
+/// Its Identify Namespace fields: MSSRL, MCL, MSRC (NVM Command Set §4.1.5.1).
+pub(super) fn identify_namespace(ns: &Namespace, id: &mut farflash_wire::identify::IdNs) {
+    (id.mssrl, id.mcl, id.msrc) = limits(ns);
 }
 
 fn limits_for(lba_shift: u32) -> (u16, u32, u8) {

@@ -9,6 +9,15 @@
 //! neither writes. The Write half's slot runs the pair; the Compare half's
 //! slot is held and answered with it.
 //!
+//! Storage that runs a compare-and-write itself
+//! ([`farflash_backend::Backend::compare_and_write_unit`]: an RBD image,
+//! whose OSD compares and writes in one operation, atomic against every
+//! gateway of the image) gets the pair as one [`IoOp::CompareAndWrite`]
+//! when the range fits its unit, still under the range exclusion; its
+//! miscompare (`EILSEQ`, Compare Failure) is answered as ours. Other pairs,
+//! and every pair on other storage, read, compare and write here
+//! (docs/rbd.md, "Fused Compare and Write").
+//!
 //! Refusals (docs/interop.md, "Fused operations"): FUSE 11b, or a first
 //! half that is not a Compare, or a second that is not a Write: Invalid
 //! Field in Command; a second half with no first before it: Command Aborted
@@ -21,7 +30,7 @@
 use super::{compare, hold, take_read, NvmCmd, Phase, Range};
 use crate::command::{Cmd, IoCmd, Outcome, Xfer};
 use crate::queue::NvmeQueue;
-use farflash_backend::{IoOp, IoRequest};
+use farflash_backend::{IoBuf, IoOp, IoRequest};
 use farflash_wire::opcode::io as op;
 use farflash_wire::{Sqe, Status};
 
@@ -215,12 +224,63 @@ pub(super) fn proceed<C: Default>(q: &mut NvmeQueue<C>, w: usize) -> Outcome {
         return finish(q, w, Status::INTERNAL_ERROR, Status::INTERNAL_ERROR);
     };
     let host = q.slots[w].buf.take();
+    if offloads(q, ns, offset, len) {
+        return offload(q, w, host);
+    }
     let r = q.nvm.run(w);
     r.host = host;
     r.phase = Phase::PairRead;
     match compare::read(q, w, ns, offset, len, true) {
         Outcome::Done(st, _) => finish(q, w, st, Status::FUSED_FAILED),
         o => o,
+    }
+}
+
+/// Whether namespace `ns`'s storage runs the pair over `offset..+len` itself.
+fn offloads<C: Default>(q: &NvmeQueue<C>, ns: usize, offset: u64, len: u32) -> bool {
+    let unit =
+        q.ns.get(ns)
+            .and_then(|n| n.backend.compare_and_write_unit());
+    unit.is_some_and(|u| offset % u64::from(u) + u64::from(len) <= u64::from(u))
+}
+
+/// Hands the pair to storage: the Compare half's data, then the Write
+/// half's (`host`), in one buffer.
+fn offload<C: Default>(q: &mut NvmeQueue<C>, w: usize, host: Option<IoBuf>) -> Outcome {
+    let Some(IoCmd::Nvm(NvmCmd::Fused {
+        ns,
+        offset,
+        len,
+        fua,
+        ..
+    })) = q.slots[w].cmd.io()
+    else {
+        return finish(q, w, Status::INTERNAL_ERROR, Status::INTERNAL_ERROR);
+    };
+    let n = len as usize;
+    let p = q.nvm.run(w).partner.map(usize::from);
+    let cmp = p.and_then(|p| q.slots[p].buf.as_ref());
+    let (Some(host), Some(cmp)) = (host, cmp) else {
+        return finish(q, w, Status::FUSED_FAILED, Status::INTERNAL_ERROR);
+    };
+    if cmp.len() < n || host.len() < n {
+        q.pool.put(host);
+        return finish(q, w, Status::FUSED_FAILED, Status::INTERNAL_ERROR);
+    }
+    let mut buf = q.pool.get(2 * n);
+    let both = buf.as_mut_slice();
+    both[..n].copy_from_slice(&cmp.as_slice()[..n]);
+    both[n..].copy_from_slice(&host.as_slice()[..n]);
+    q.pool.put(host);
+    q.nvm.run(w).phase = Phase::PairAtomic;
+    let req = IoRequest {
+        tag: w as u64,
+        op: IoOp::CompareAndWrite { offset, len, fua },
+        buf,
+    };
+    match q.submit(w, ns, req) {
+        Ok(()) => Outcome::Pending,
+        Err(e) => finish(q, w, Status::FUSED_FAILED, e),
     }
 }
 
@@ -237,6 +297,19 @@ pub(super) fn step<C: Default>(q: &mut NvmeQueue<C>, w: usize, cmd: NvmCmd) -> O
         return Outcome::Done(Status::INTERNAL_ERROR, 0);
     };
     let st = q.slots[w].status;
+    if q.nvm.run(w).phase == Phase::PairAtomic {
+        // As below: a miscompare fails the Compare with Compare Failure and
+        // the Write with Failed Fused Command; a storage error fails the
+        // Write and the Compare with Failed Fused Command.
+        let (first, second) = if st.is_success() {
+            (Status::SUCCESS, st)
+        } else if st == Status::COMPARE_FAILURE {
+            (st, Status::FUSED_FAILED)
+        } else {
+            (Status::FUSED_FAILED, st)
+        };
+        return finish(q, w, first, second);
+    }
     if q.nvm.run(w).phase == Phase::PairWrite {
         let first = if st.is_success() {
             Status::SUCCESS

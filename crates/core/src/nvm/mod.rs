@@ -55,7 +55,14 @@ pub(crate) const fn runs(opcode: u8) -> bool {
     false
 }
 
-pub(crate) use copy::limits as copy_limits;
+/// Fills the Identify Namespace fields this module's commands report
+/// (`identify.rs` calls it): Copy's MSSRL, MCL and MSRC.
+pub(crate) fn identify_namespace(
+    ns: &crate::subsystem::Namespace,
+    id: &mut farflash_wire::identify::IdNs,
+) {
+    copy::identify_namespace(ns, id);
+}
 pub(crate) use fused::{arrive as fused_arrive, failed as fused_failed};
 
 /// How often a queue with commands held for a range looks again.
@@ -121,6 +128,8 @@ enum Phase {
     CopyWrite,
     PairRead,
     PairWrite,
+    /// A fused pair run by storage as one compare-and-write.
+    PairAtomic,
 }
 
 /// How a write got into its namespace's range exclusion.
@@ -251,7 +260,7 @@ pub(crate) fn stored<C: Default>(q: &mut NvmeQueue<C>, idx: usize) -> Option<Out
         Phase::Compare => compare::compared(q, idx),
         Phase::Verify => compare::verified(q, idx),
         Phase::CopyRead | Phase::CopyWrite => copy::step(q, idx, cmd),
-        Phase::PairRead | Phase::PairWrite => fused::step(q, idx, cmd),
+        Phase::PairRead | Phase::PairWrite | Phase::PairAtomic => fused::step(q, idx, cmd),
         Phase::Idle | Phase::Held | Phase::PairWait => Outcome::Done(q.slots[idx].status, 0),
     })
 }

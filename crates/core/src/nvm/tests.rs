@@ -205,6 +205,61 @@ fn fused_compare_and_write_writes_only_when_the_data_match() {
     assert_eq!(read(&mut q, 7, 5, 512), new);
 }
 
+/// Storage that compares and writes itself (an RBD image: atomic against
+/// other gateways) gets a pair inside its unit as one request, answered as
+/// the in-process path answers; a wider pair is read, compared and written
+/// here.
+#[test]
+fn storage_that_compares_and_writes_gets_the_pairs_within_its_unit() {
+    let (t, script) = target();
+    script.offer_compare_and_write(Some(512));
+    let (_a, mut q) = io_queue(&t);
+    let (old, new, wrong) = (pattern(1, 512), pattern(2, 512), pattern(9, 512));
+    write(&mut q, 1, 5, &old);
+    let before = script.submitted().len();
+    start(&mut q, fused(2, io::COMPARE, FUSE_FIRST, 5, 512), &old);
+    start(&mut q, fused(3, io::WRITE, FUSE_SECOND, 5, 512), &new);
+    assert_eq!(
+        settle(&mut q),
+        vec![(2, Status::SUCCESS), (3, Status::SUCCESS)]
+    );
+    assert_eq!(script.submitted()[before..], [OpKind::CompareAndWrite]);
+    assert_eq!(read(&mut q, 4, 5, 512), new);
+    // Miscompare (EILSEQ from storage): the statuses of the in-process path.
+    start(&mut q, fused(5, io::COMPARE, FUSE_FIRST, 5, 512), &wrong);
+    start(&mut q, fused(6, io::WRITE, FUSE_SECOND, 5, 512), &old);
+    assert_eq!(
+        settle(&mut q),
+        vec![(5, Status::COMPARE_FAILURE), (6, Status::FUSED_FAILED)]
+    );
+    assert_eq!(read(&mut q, 7, 5, 512), new, "nothing written");
+    // A storage error fails the Write with it, the Compare as Failed Fused.
+    script.fail(OpKind::CompareAndWrite, libc::EIO, 1);
+    start(&mut q, fused(8, io::COMPARE, FUSE_FIRST, 5, 512), &new);
+    start(&mut q, fused(9, io::WRITE, FUSE_SECOND, 5, 512), &old);
+    assert_eq!(
+        settle(&mut q),
+        vec![(8, Status::FUSED_FAILED), (9, Status::WRITE_FAULT)]
+    );
+    assert_eq!(read(&mut q, 10, 5, 512), new);
+    // Two blocks cross the 512-byte unit: the pair runs here.
+    let wide = pattern(3, 1024);
+    write(&mut q, 11, 20, &wide);
+    let before = script.submitted().len();
+    start(&mut q, fused(12, io::COMPARE, FUSE_FIRST, 20, 1024), &wide);
+    start(
+        &mut q,
+        fused(13, io::WRITE, FUSE_SECOND, 20, 1024),
+        &old.repeat(2),
+    );
+    assert_eq!(
+        settle(&mut q),
+        vec![(12, Status::SUCCESS), (13, Status::SUCCESS)]
+    );
+    assert_eq!(script.submitted()[before..], [OpKind::Read, OpKind::Write]);
+    assert_eq!(read(&mut q, 14, 20, 1024), old.repeat(2));
+}
+
 #[test]
 fn the_second_half_may_run_first_and_the_pair_still_waits_for_both() {
     let (t, script) = target();

@@ -94,6 +94,10 @@ impl<C: Default> NvmeQueue<C> {
             self.pool.put(c.buf);
             return None;
         };
+        let fused = matches!(
+            s.cmd.io(),
+            Some(crate::command::IoCmd::Nvm(crate::nvm::NvmCmd::Fused { .. }))
+        );
         if let Some(e) = c
             .result
             .as_ref()
@@ -113,6 +117,14 @@ impl<C: Default> NvmeQueue<C> {
             // neither a media error nor worth a warning per write.
             tracing::debug!(cid = s.sqe.cid, opcode = s.sqe.opcode, "{e}");
             s.status = Status::CAPACITY_EXCEEDED;
+        } else if let Some(e) =
+            (c.result.as_ref().err()).filter(|e| e.raw_os_error() == Some(libc::EILSEQ) && fused)
+        {
+            // Storage's own compare-and-write miscompared (a fused pair
+            // offloaded by nvm/fused.rs): Compare Failure (NVM Command Set
+            // §3.2.1, Media and Data Integrity Errors 85h), not a media error.
+            tracing::debug!(cid = s.sqe.cid, opcode = s.sqe.opcode, "{e}");
+            s.status = Status::COMPARE_FAILURE;
         } else if let Err(e) = &c.result {
             let write = s.cmd.io().is_some_and(|io| io.writes());
             tracing::warn!(

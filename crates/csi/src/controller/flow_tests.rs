@@ -223,7 +223,7 @@ async fn snapshots_and_clones() {
         .snapshot
         .unwrap();
     assert_eq!(a.source_volume_id, src.volume_id);
-    assert!(a.ready_to_use && a.size_bytes == GIB && a.snapshot_id.contains("@pvc-src"));
+    assert!(a.ready_to_use && a.size_bytes == GIB && a.snapshot_id.contains("/pvc-src@s-"));
     let again = s
         .create_snapshot(Request::new(snap("snapshot-1", &src.volume_id)))
         .await

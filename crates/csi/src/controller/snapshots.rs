@@ -1,5 +1,5 @@
 //! Snapshots: made in the source volume's pool on its primary target,
-//! named `s-HASH@VOLUME` (crate::ids), so that a snapshot's id tells its
+//! named `VOLUME@s-HASH` (crate::ids), so that a snapshot's id tells its
 //! source.
 
 use super::export::{absent_ok, Ops, Vol};
@@ -61,18 +61,18 @@ pub fn create(ops: &Ops, src: &VolumeId, csi_name: &str) -> Result<Snapshot, Sta
     let name = snapshot_name(csi_name, src.name());
     let id = src.sibling(&name);
     // The same CSI name taken of another volume: a clash.
-    let (stem, _) = name.split_once('@').unwrap_or((&name, ""));
+    let (_, stem) = name.split_once('@').unwrap_or(("", &name));
     let clash = ops.list(src.primary())?.into_iter().find(|v| {
         v.pool == src.pool()
             && v.snapshot
             && v.name
                 .split_once('@')
-                .is_some_and(|(s, vol)| s == stem && vol != src.name())
+                .is_some_and(|(vol, s)| s == stem && vol != src.name())
     });
     if let Some(other) = clash {
         return Err(Status::already_exists(format!(
             "snapshot {csi_name} exists already, of volume {}",
-            other.name.split_once('@').map_or("?", |(_, v)| v)
+            other.name.split_once('@').map_or("?", |(v, _)| v)
         )));
     }
     let snap = match ops.volume(&id)? {

@@ -1,9 +1,12 @@
-//! The commands the node service runs, built as argument lists (no shell):
-//! nvme-cli's connect and disconnect with the kernel host, the TLS key
-//! into the kernel keyring, mkfs, mount, and the file systems' growers.
-//! Pure functions, so every flag is checked by a unit test.
+//! What the node service gives the kernel and the commands it runs, built
+//! as option strings and argument lists (no shell): the connect options
+//! for /dev/nvme-fabrics (where the secrets go: never into an argv),
+//! nvme-cli's disconnect, keyctl for the TLS PSK in the kernel keyring,
+//! mkfs, mount, and the file systems' growers. Pure functions, so every
+//! flag is checked by a unit test.
 
 use std::collections::HashMap;
+use zeroize::Zeroizing;
 
 /// How the node connects to one path of a volume.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,37 +47,86 @@ impl Connect {
         })
     }
 
-    /// `nvme connect ...`: the secrets are passed as nvme-cli takes them
-    /// (its arguments); the caller never logs the list.
-    pub fn args(&self, secrets: &HashMap<String, String>) -> Vec<String> {
-        let mut a: Vec<String> = [
-            "connect",
-            "--transport=tcp",
-            &format!("--traddr={}", self.addr),
-            &format!("--trsvcid={}", self.port),
-            &format!("--nqn={}", self.nqn),
-            &format!("--hostnqn={}", self.hostnqn),
-            &format!(
-                "--ctrl-loss-tmo={}",
-                self.ctrl_loss_tmo.as_deref().unwrap_or(CTRL_LOSS_TMO)
-            ),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    /// The option string written to /dev/nvme-fabrics (the kernel's
+    /// `nvmf_parse_options`, drivers/nvme/host/fabrics.c): the same
+    /// options `nvme connect` builds, with the secrets in it, so they are
+    /// never in a process's argv (/proc/PID/cmdline is world-readable).
+    /// Every value is checked not to carry a separator (`,` or a line
+    /// break) that would smuggle in another option; errors name the field,
+    /// never a secret's value.
+    pub fn options(&self, keys: &Keys) -> Result<Zeroizing<String>, String> {
+        let tmo = self.ctrl_loss_tmo.as_deref().unwrap_or(CTRL_LOSS_TMO);
+        tmo.parse::<i32>().map_err(|_| {
+            format!("volume_context.ctrlLossTmo {tmo:?}: want an integer (seconds, -1: for ever)")
+        })?;
+        let mut o = Zeroizing::new(String::new());
+        let mut add = |k: &str, v: &str, field: &str| -> Result<(), String> {
+            if v.is_empty()
+                || v.contains([',', '\n', '\r', '\0'])
+                || v.chars().any(char::is_whitespace)
+            {
+                return Err(format!("{field}: empty or holds a separator"));
+            }
+            if !o.is_empty() {
+                o.push(',');
+            }
+            o.push_str(k);
+            o.push('=');
+            o.push_str(v);
+            Ok(())
+        };
+        add("transport", "tcp", "transport")?;
+        add("traddr", &self.addr, "publish_context.paths")?;
+        add("trsvcid", &self.port, "publish_context.paths")?;
+        add("nqn", &self.nqn, "publish_context.nqn")?;
+        add("hostnqn", &self.hostnqn, "hostnqn")?;
+        if let Some(id) = &keys.hostid {
+            add("hostid", id, "hostid")?;
+        }
+        add("ctrl_loss_tmo", tmo, "volume_context.ctrlLossTmo")?;
         if let Some(d) = &self.reconnect_delay {
-            a.push(format!("--reconnect-delay={d}"));
+            d.parse::<u32>()
+                .map_err(|_| format!("volume_context.reconnectDelay {d:?}: want seconds"))?;
+            add("reconnect_delay", d, "volume_context.reconnectDelay")?;
         }
-        if let Some(k) = secrets.get(crate::params::SECRET_DHCHAP_KEY) {
-            a.push(format!("--dhchap-secret={k}"));
+        if let Some(k) = &keys.dhchap_secret {
+            check_dhchap(k, crate::params::SECRET_DHCHAP_KEY)?;
+            add("dhchap_secret", k, crate::params::SECRET_DHCHAP_KEY)?;
         }
-        if let Some(k) = secrets.get(crate::params::SECRET_DHCHAP_CTRL_KEY) {
-            a.push(format!("--dhchap-ctrl-secret={k}"));
+        if let Some(k) = &keys.dhchap_ctrl_secret {
+            check_dhchap(k, crate::params::SECRET_DHCHAP_CTRL_KEY)?;
+            add(
+                "dhchap_ctrl_secret",
+                k,
+                crate::params::SECRET_DHCHAP_CTRL_KEY,
+            )?;
         }
         if self.tls {
-            a.push("--tls".into());
+            let serial = keys.tls_key.ok_or_else(|| {
+                format!(
+                    "secret key {}: missing (transport tls)",
+                    crate::params::SECRET_TLS_PSK
+                )
+            })?;
+            add("tls_key", &serial.to_string(), "tls_key")?;
+            o.push_str(",tls");
         }
-        a
+        Ok(o)
+    }
+
+    /// The target's address (IPv6 without brackets), as sysfs shows it.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// The target's port.
+    pub fn port(&self) -> &str {
+        &self.port
+    }
+
+    /// Whether the path is NVMe/TCP over TLS.
+    pub fn tls(&self) -> bool {
+        self.tls
     }
 
     /// What a log may show of this path.
@@ -83,17 +135,46 @@ impl Connect {
     }
 }
 
-/// `nvme check-tls-key --insert`: the PSK into the kernel's `.nvme`
-/// keyring for this host and subsystem (nvme-cli 2.4 and later), before a
-/// `--tls` connect.
-pub fn tls_key_insert(key: &str, hostnqn: &str, nqn: &str) -> Vec<String> {
-    vec![
-        "check-tls-key".into(),
-        "--insert".into(),
-        format!("--keydata={key}"),
-        format!("--hostnqn={hostnqn}"),
-        format!("--subsysnqn={nqn}"),
-    ]
+/// The keys of one connect, none of them ever in an argument list.
+#[derive(Default)]
+pub struct Keys {
+    /// The node's host ID (/etc/nvme/hostid, as nvme-cli passes it).
+    pub hostid: Option<String>,
+    /// DH-HMAC-CHAP: the host's secret (`DHHC-1:..`).
+    pub dhchap_secret: Option<Zeroizing<String>>,
+    /// DH-HMAC-CHAP, bidirectional: the controller's secret.
+    pub dhchap_ctrl_secret: Option<Zeroizing<String>>,
+    /// TLS: the serial of the TLS PSK in the `.nvme` keyring.
+    pub tls_key: Option<i32>,
+}
+
+/// A DH-HMAC-CHAP secret in the representation NVMe Base 2.1 §8.3.5.5.8
+/// gives (`DHHC-1:HH:base64:`): nothing else may reach the option string.
+fn check_dhchap(k: &str, field: &str) -> Result<(), String> {
+    let ok = k.strip_prefix("DHHC-1:").is_some_and(|r| {
+        r.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || b"+/=:".contains(&c))
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "secret key {field}: not a DHHC-1 secret (nvme gen-dhchap-key makes one)"
+        ))
+    }
+}
+
+/// `keyctl padd psk IDENTITY KEYRING`: the TLS PSK (given on standard
+/// input, never as an argument) into the kernel keyring `keyring` (the
+/// `.nvme` one, by its serial) under its PSK identity, where the Linux
+/// host's `tls_key=` and tlshd find it; prints the key's serial.
+pub fn psk_add(identity: &str, keyring: &str) -> Vec<String> {
+    vec!["padd".into(), "psk".into(), identity.into(), keyring.into()]
+}
+
+/// `keyctl unlink KEY KEYRING`.
+pub fn key_unlink(key: &str, keyring: &str) -> Vec<String> {
+    vec!["unlink".into(), key.into(), keyring.into()]
 }
 
 /// `nvme disconnect --nqn`: every path of the subsystem.
@@ -160,8 +241,20 @@ mod tests {
             .collect()
     }
 
+    const DH: &str = "DHHC-1:00:ia6zGodOr4SEG0Zzaw398rpY0wqipUWj4jWjUh4HWUz6aQ2n:";
+    const DHC: &str = "DHHC-1:01:cOJT4HP8nJ5vH7ATSpWQW1ZqFcGkuVuBJ+qkBzhc9L3M3Q39:";
+
+    fn keys(dh: Option<&str>, ctrl: Option<&str>, tls: Option<i32>) -> Keys {
+        Keys {
+            hostid: Some("f81d4fae-7dec-11d0-a765-00a0c91e6bf6".into()),
+            dhchap_secret: dh.map(|k| Zeroizing::new(k.to_owned())),
+            dhchap_ctrl_secret: ctrl.map(|k| Zeroizing::new(k.to_owned())),
+            tls_key: tls,
+        }
+    }
+
     #[test]
-    fn connect_carries_the_path_the_host_and_the_keys() {
+    fn connect_options_carry_the_path_the_host_and_the_keys() {
         let c = Connect::new(
             "10.0.0.5:4420",
             "nqn.2026-11.io.farflash.csi:fast:pvc-1",
@@ -170,36 +263,82 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            c.args(&HashMap::new()),
-            [
-                "connect",
-                "--transport=tcp",
-                "--traddr=10.0.0.5",
-                "--trsvcid=4420",
-                "--nqn=nqn.2026-11.io.farflash.csi:fast:pvc-1",
-                "--hostnqn=nqn.2014-08.org.nvmexpress:uuid:h",
-                "--ctrl-loss-tmo=-1",
-                "--reconnect-delay=2",
-            ]
+            &c.options(&Keys::default()).unwrap()[..],
+            "transport=tcp,traddr=10.0.0.5,trsvcid=4420,\
+             nqn=nqn.2026-11.io.farflash.csi:fast:pvc-1,\
+             hostnqn=nqn.2014-08.org.nvmexpress:uuid:h,ctrl_loss_tmo=-1,reconnect_delay=2"
         );
         let tls = Connect::new("[fd00::5]:4421", "n", "h", &ctx(&[("transport", "tls")])).unwrap();
-        let keys = ctx(&[
-            ("dhchapKey", "DHHC-1:00:k:"),
-            ("dhchapCtrlKey", "DHHC-1:00:c:"),
-        ]);
-        let a = tls.args(&keys);
-        assert!(
-            a.contains(&"--traddr=fd00::5".to_string())
-                && a.contains(&"--trsvcid=4421".to_string())
+        let o = tls.options(&keys(Some(DH), Some(DHC), Some(912))).unwrap();
+        assert_eq!(
+            &o[..],
+            format!(
+                "transport=tcp,traddr=fd00::5,trsvcid=4421,nqn=n,hostnqn=h,\
+                 hostid=f81d4fae-7dec-11d0-a765-00a0c91e6bf6,ctrl_loss_tmo=600,\
+                 dhchap_secret={DH},dhchap_ctrl_secret={DHC},tls_key=912,tls"
+            )
         );
-        assert!(a.contains(&"--ctrl-loss-tmo=600".to_string()));
-        assert!(a.contains(&"--dhchap-secret=DHHC-1:00:k:".to_string()));
-        assert!(a.contains(&"--dhchap-ctrl-secret=DHHC-1:00:c:".to_string()));
-        assert_eq!(a.last().unwrap(), "--tls");
         assert_eq!(tls.describe(), "fd00::5:4421");
+        // TLS without its key in the keyring is refused, naming the secret key.
+        assert!(tls
+            .options(&Keys::default())
+            .unwrap_err()
+            .contains("tlsPsk"));
         assert!(Connect::new("target-a:4420", "n", "h", &HashMap::new())
             .unwrap_err()
             .contains("IP:PORT"));
+    }
+
+    #[test]
+    fn connect_options_refuse_smuggled_options_without_echoing_secrets() {
+        let c = Connect::new("10.0.0.5:4420", "n", "h", &HashMap::new()).unwrap();
+        let bad = "DHHC-1:00:abc,nqn=other:";
+        let e = c.options(&keys(Some(bad), None, None)).unwrap_err();
+        assert!(e.contains("dhchapKey") && !e.contains("abc"), "{e}");
+        let e = c.options(&keys(None, Some("plain"), None)).unwrap_err();
+        assert!(e.contains("dhchapCtrlKey") && !e.contains("plain"), "{e}");
+        let nqn = Connect::new("10.0.0.5:4420", "n,hostnqn=x", "h", &HashMap::new()).unwrap();
+        assert!(nqn
+            .options(&Keys::default())
+            .unwrap_err()
+            .contains("publish_context.nqn"));
+        let tmo =
+            Connect::new("10.0.0.5:4420", "n", "h", &ctx(&[("ctrlLossTmo", "5,tls")])).unwrap();
+        assert!(tmo
+            .options(&Keys::default())
+            .unwrap_err()
+            .contains("ctrlLossTmo"));
+        let delay =
+            Connect::new("10.0.0.5:4420", "n", "h", &ctx(&[("reconnectDelay", "x")])).unwrap();
+        assert!(delay
+            .options(&Keys::default())
+            .unwrap_err()
+            .contains("reconnectDelay"));
+    }
+
+    /// Every argument list the node runs for a volume with keys: none holds
+    /// a secret (the secrets go to /dev/nvme-fabrics and keyctl's stdin).
+    #[test]
+    fn no_argument_list_holds_a_secret() {
+        let psk = "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:";
+        let identity = "NVMe1R01 h n digest=";
+        let lists = [
+            psk_add(identity, "0x2a"),
+            key_unlink("0x51", "0x2a"),
+            disconnect("n"),
+            mount("ext4", &[], "/dev/nvme0n1", "/s"),
+        ];
+        for a in &lists {
+            for arg in a {
+                for secret in [DH, DHC, psk, "VRLbtnN9AQb2", "ia6zGodOr4"] {
+                    assert!(!arg.contains(secret), "{arg:?} holds a secret");
+                }
+            }
+        }
+        assert_eq!(psk_add(identity, "0x2a"), ["padd", "psk", identity, "0x2a"]);
+        // And the options do hold them: they are where the keys go.
+        let c = Connect::new("10.0.0.5:4420", "n", "h", &HashMap::new()).unwrap();
+        assert!(c.options(&keys(Some(DH), None, None)).unwrap().contains(DH));
     }
 
     #[test]
@@ -229,6 +368,6 @@ mod tests {
             ("xfs_growfs".into(), vec!["/s".into()])
         );
         assert_eq!(disconnect("n"), ["disconnect", "--nqn=n"]);
-        assert_eq!(tls_key_insert("K", "h", "n")[2], "--keydata=K");
+        assert_eq!(key_unlink("7", "0x2a"), ["unlink", "7", "0x2a"]);
     }
 }

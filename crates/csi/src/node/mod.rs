@@ -7,6 +7,7 @@
 //! with its address in the error.
 
 pub mod cmd;
+pub mod keyring;
 pub mod sys;
 pub mod volume;
 
@@ -54,6 +55,18 @@ impl NodeService {
         }
         Ok(n)
     }
+
+    /// The node's host ID, as nvme-cli passes it: /etc/nvme/hostid beside
+    /// the host NQN file, else the UUID of a `uuid:` host NQN (the kernel
+    /// refuses one host NQN under two host IDs); else none (the kernel's).
+    fn hostid(&self, hostnqn: &str) -> Option<String> {
+        let file = self.hostnqn_file.with_file_name("hostid");
+        std::fs::read_to_string(file)
+            .ok()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .or_else(|| hostnqn.rsplit_once(":uuid:").map(|(_, u)| u.to_owned()))
+    }
 }
 
 fn need(v: &str, field: &str) -> Result<(), Status> {
@@ -84,7 +97,8 @@ impl Node for NodeService {
             .ok_or_else(|| Status::invalid_argument("volume_capability: missing"))?;
         crate::caps::check(&cap, "volume_capability").map_err(Status::invalid_argument)?;
         let host = self.hostnqn()?;
-        blocking(move || volume::stage(&r, &cap, &host)).await?;
+        let hostid = self.hostid(&host);
+        blocking(move || volume::stage(&r, &cap, &host, hostid)).await?;
         Ok(Response::new(NodeStageVolumeResponse {}))
     }
 
@@ -95,7 +109,8 @@ impl Node for NodeService {
         let r = r.into_inner();
         need(&r.volume_id, "volume_id")?;
         need(&r.staging_target_path, "staging_target_path")?;
-        blocking(move || volume::unstage(&r.volume_id, &r.staging_target_path)).await?;
+        let host = self.hostnqn()?;
+        blocking(move || volume::unstage(&r.volume_id, &r.staging_target_path, &host)).await?;
         Ok(Response::new(NodeUnstageVolumeResponse {}))
     }
 

@@ -3,9 +3,10 @@
 //! command failed.
 
 use super::cmd::{self, Connect};
-use super::sys::{self, mounted_at, run, wait_for};
+use super::sys::{self, mounted_at, run, wait_for, KernelLog};
 use super::{CONNECT_LIMIT, DEVICE_LIMIT, FS_LIMIT};
 use crate::ids::VolumeId;
+use crate::params::{SECRET_DHCHAP_CTRL_KEY, SECRET_DHCHAP_KEY, SECRET_TLS_PSK};
 use crate::proto::volume_capability::AccessType;
 use crate::proto::*;
 use std::path::{Path, PathBuf};
@@ -28,8 +29,61 @@ fn nqn_of(
         .map_err(|e| Status::not_found(e.to_string()))
 }
 
+/// The keys of a connect from the node-stage secrets; for TLS, the PSK
+/// derived for this host and subsystem goes into the `.nvme` keyring
+/// first (through keyctl's standard input).
+fn keys(
+    r: &NodeStageVolumeRequest,
+    tls: bool,
+    host: &str,
+    hostid: Option<String>,
+    nqn: &str,
+) -> Result<cmd::Keys, Status> {
+    let get = |k: &str| {
+        r.secrets
+            .get(k)
+            .filter(|v| !v.is_empty())
+            .map(|v| zeroize::Zeroizing::new(v.clone()))
+    };
+    let mut keys = cmd::Keys {
+        hostid,
+        dhchap_secret: get(SECRET_DHCHAP_KEY),
+        dhchap_ctrl_secret: get(SECRET_DHCHAP_CTRL_KEY),
+        tls_key: None,
+    };
+    if keys.dhchap_ctrl_secret.is_some() && keys.dhchap_secret.is_none() {
+        return Err(Status::invalid_argument(format!(
+            "secret key {SECRET_DHCHAP_KEY}: missing ({SECRET_DHCHAP_CTRL_KEY} is set: bidirectional DH-HMAC-CHAP needs both)"
+        )));
+    }
+    if tls {
+        let psk = get(SECRET_TLS_PSK).ok_or_else(|| {
+            Status::invalid_argument(format!("secret key {SECRET_TLS_PSK}: missing (transport tls; set csi.storage.k8s.io/node-stage-secret-name)"))
+        })?;
+        keys.tls_key = Some(super::keyring::insert_psk(&psk, host, nqn)?);
+    }
+    Ok(keys)
+}
+
+/// Whether a failed connect was the keys' fault: the kernel's NVMe host
+/// says so ("authentication failed", Linux host/auth.c; "TLS handshake
+/// failed", host/tcp.c) or the write's errno is EKEYREJECTED, EKEYEXPIRED,
+/// EACCES.
+fn refused_keys(kernel: &[String], err: &str) -> bool {
+    kernel.iter().any(|l| {
+        let l = l.to_ascii_lowercase();
+        l.contains("authentication") || l.contains("tls handshake")
+    }) || ["Key was rejected", "Key has expired", "Permission denied"]
+        .iter()
+        .any(|m| err.contains(m))
+}
+
 /// Connects every path of the volume not connected yet; the device.
-fn connect(r: &NodeStageVolumeRequest, host: &str) -> Result<PathBuf, Status> {
+fn connect(
+    r: &NodeStageVolumeRequest,
+    host: &str,
+    hostid: Option<String>,
+) -> Result<PathBuf, Status> {
     let nqn = nqn_of(&r.volume_id, &r.publish_context)?;
     let paths = r
         .publish_context
@@ -45,38 +99,54 @@ fn connect(r: &NodeStageVolumeRequest, host: &str) -> Result<PathBuf, Status> {
     if let Some(t) = r.publish_context.get("transport") {
         ctx.insert("transport".into(), t.clone());
     }
+    drop_dead_controllers(&nqn, Path::new(&r.staging_target_path))?;
+    let conns = paths
+        .split(',')
+        .map(|p| {
+            Connect::new(p, &nqn, host, &ctx)
+                .map_err(|e| Status::invalid_argument(format!("publish_context.{e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let todo: Vec<&Connect> = conns
+        .iter()
+        .filter(|c| !sys::has_path(&nqn, c.addr(), c.port()))
+        .collect();
     let mut failed = Vec::new();
-    let mut up = 0;
-    for p in paths.split(',') {
-        let c = Connect::new(p, &nqn, host, &ctx)
-            .map_err(|e| Status::invalid_argument(format!("publish_context.{e}")))?;
-        let (addr, port) = p.rsplit_once(':').unwrap_or((p, ""));
-        if sys::has_path(&nqn, addr.trim_matches(['[', ']']), port) {
-            up += 1;
-            continue;
-        }
-        if ctx.get("transport").is_some_and(|t| t == "tls") {
-            let psk = r.secrets.get(crate::params::SECRET_TLS_PSK).ok_or_else(|| {
-                Status::invalid_argument("secret key tlsPsk: missing (transport tls; set csi.storage.k8s.io/node-stage-secret-name)")
-            })?;
-            run("nvme", &cmd::tls_key_insert(psk, host, &nqn), CONNECT_LIMIT).map_err(internal)?;
-        }
-        match run("nvme", &c.args(&r.secrets), CONNECT_LIMIT) {
-            Ok(_) => {
-                up += 1;
-                tracing::info!(volume = %r.volume_id, path = %c.describe(), "NodeStageVolume: connected");
-            }
-            Err(e) => {
-                tracing::warn!(volume = %r.volume_id, path = %c.describe(), "NodeStageVolume: connect failed: {e}");
-                failed.push(format!("{}: {e}", c.describe()));
+    let mut auth = false;
+    if !todo.is_empty() {
+        let keys = keys(r, todo[0].tls(), host, hostid, &nqn)?;
+        for c in &todo {
+            let opts = c.options(&keys).map_err(Status::invalid_argument)?;
+            let mut log = KernelLog::now();
+            match sys::fabrics_connect(opts, CONNECT_LIMIT) {
+                Ok(a) => {
+                    tracing::info!(volume = %r.volume_id, path = %c.describe(), controller = %a, "NodeStageVolume: connected");
+                }
+                Err(e) => {
+                    let kernel = log.nvme_lines();
+                    auth |= refused_keys(&kernel, &e);
+                    let e = if kernel.is_empty() {
+                        e
+                    } else {
+                        format!("{e}; kernel: {}", kernel.join(" | "))
+                    };
+                    tracing::warn!(volume = %r.volume_id, path = %c.describe(), "NodeStageVolume: connect failed: {e}");
+                    failed.push(format!("{}: {e}", c.describe()));
+                }
             }
         }
     }
-    if up == 0 {
-        return Err(Status::unavailable(format!(
-            "no path of {nqn} connects: {}",
-            failed.join("; ")
-        )));
+    if failed.len() == conns.len() {
+        // Nothing connected: no key of this volume stays in the keyring.
+        super::keyring::remove_psks(host, &nqn)?;
+        let why = failed.join("; ");
+        return Err(if auth {
+            Status::permission_denied(format!(
+                "{nqn}: authentication failed (DH-HMAC-CHAP or TLS key refused; check the node-stage secret's {SECRET_DHCHAP_KEY}, {SECRET_DHCHAP_CTRL_KEY}, {SECRET_TLS_PSK}): {why}"
+            ))
+        } else {
+            Status::unavailable(format!("no path of {nqn} connects: {why}"))
+        });
     }
     wait_for(DEVICE_LIMIT, || sys::device(&nqn)).ok_or_else(|| {
         Status::deadline_exceeded(format!(
@@ -86,8 +156,13 @@ fn connect(r: &NodeStageVolumeRequest, host: &str) -> Result<PathBuf, Status> {
     })
 }
 
-pub fn stage(r: &NodeStageVolumeRequest, cap: &VolumeCapability, host: &str) -> Result<(), Status> {
-    let dev = connect(r, host)?;
+pub fn stage(
+    r: &NodeStageVolumeRequest,
+    cap: &VolumeCapability,
+    host: &str,
+    hostid: Option<String>,
+) -> Result<(), Status> {
+    let dev = connect(r, host, hostid)?;
     let Some(AccessType::Mount(m)) = &cap.access_type else {
         // Raw block: publishing binds the device itself.
         return Ok(());
@@ -112,14 +187,20 @@ pub fn format_and_mount(
     flags: &[String],
 ) -> Result<(), Status> {
     if let Some(have) = mounted_at(staging) {
-        if have.source == dev {
+        if sys::dev_number(dev).is_some_and(|n| n == have.dev) {
             return Ok(());
         }
-        return Err(Status::failed_precondition(format!(
-            "{}: {} is mounted there",
-            staging.display(),
-            have.source
-        )));
+        if sys::disk_live(&have.dev) {
+            return Err(Status::failed_precondition(format!(
+                "{}: {} is mounted there",
+                staging.display(),
+                have.source
+            )));
+        }
+        // A mount of a disk that is gone (the node lost its controllers,
+        // a reboot's leftovers): repaired, not refused.
+        tracing::warn!(staging = %staging.display(), old = %have.source, "stale mount of a gone disk: unmounting it");
+        unmount_stale(staging)?;
     }
     std::fs::create_dir_all(staging)
         .map_err(|e| internal(format!("{}: {e}", staging.display())))?;
@@ -143,6 +224,48 @@ pub fn format_and_mount(
     Ok(())
 }
 
+/// Unmounts the stale mounts on `dir` (lazily when the file system is
+/// still busy: its disk is gone, nothing more can reach it).
+fn unmount_stale(dir: &Path) -> Result<(), Status> {
+    let d = dir.to_string_lossy().into_owned();
+    while mounted_at(dir).is_some() {
+        if run("umount", std::slice::from_ref(&d), FS_LIMIT).is_err() {
+            run("umount", &["-l".to_owned(), d.clone()], FS_LIMIT).map_err(internal)?;
+        }
+    }
+    Ok(())
+}
+
+/// Deletes the controllers of `nqn` that are not live (connecting to a
+/// target that went away, left half made), unless the volume's disk is
+/// mounted on `staging` (then the kernel's reconnects, within
+/// ctrlLossTmo, are what keeps the file system): a repeated
+/// NodeStageVolume then connects afresh.
+fn drop_dead_controllers(nqn: &str, staging: &Path) -> Result<(), Status> {
+    if mounted_at(staging).is_some_and(|m| sys::disk_live(&m.dev)) {
+        return Ok(());
+    }
+    let dead: Vec<String> = sys::controllers(nqn)
+        .into_iter()
+        .map(|(c, _)| c)
+        .filter(|c| sys::controller_state(c) != "live")
+        .collect();
+    for c in &dead {
+        tracing::warn!(nqn, controller = %c, state = %sys::controller_state(c), "NodeStageVolume: a controller that is not live: deleting it to connect afresh");
+        sys::delete_controller(c).map_err(internal)?;
+    }
+    if !dead.is_empty()
+        && wait_for(DEVICE_LIMIT, || {
+            let left = sys::controllers(nqn);
+            (!left.iter().any(|(c, _)| dead.contains(c))).then_some(())
+        })
+        .is_none()
+    {
+        return Err(internal(format!("{nqn}: controllers {dead:?} not gone")));
+    }
+    Ok(())
+}
+
 /// Unmounts whatever is mounted on `dir` (stacked mounts too).
 pub fn unmount_all(dir: &Path) -> Result<(), Status> {
     while mounted_at(dir).is_some() {
@@ -151,7 +274,7 @@ pub fn unmount_all(dir: &Path) -> Result<(), Status> {
     Ok(())
 }
 
-pub fn unstage(volume_id: &str, staging: &str) -> Result<(), Status> {
+pub fn unstage(volume_id: &str, staging: &str, host: &str) -> Result<(), Status> {
     let dir = Path::new(staging);
     unmount_all(dir)?;
     let Ok(nqn) = nqn_of(volume_id, &Default::default()) else {
@@ -170,6 +293,7 @@ pub fn unstage(volume_id: &str, staging: &str) -> Result<(), Status> {
             "{nqn}: controllers left after disconnect"
         )));
     }
+    super::keyring::remove_psks(host, &nqn)?;
     let _ = std::fs::remove_dir(dir);
     tracing::info!(
         volume = volume_id,
@@ -205,8 +329,18 @@ pub fn publish(r: &NodePublishVolumeRequest, cap: &VolumeCapability) -> Result<(
 /// `target` (made: a directory, or a file for a device), read-only when
 /// asked; bound already: done.
 pub fn bind_into(from: &str, target: &Path, block: bool, readonly: bool) -> Result<(), Status> {
-    if mounted_at(target).is_some() {
-        return Ok(());
+    if let Some(have) = mounted_at(target) {
+        // (A bound device node shows devtmpfs's number: raw block is
+        // bound once per device, nothing to compare.)
+        let want = (!block)
+            .then(|| mounted_at(Path::new(from)).map(|m| m.dev))
+            .flatten();
+        if want.is_none() || want.as_deref() == Some(have.dev.as_str()) {
+            return Ok(());
+        }
+        // Bound from a disk that is gone (staged again since): rebound.
+        tracing::warn!(target = %target.display(), "stale bind mount: unmounting it");
+        unmount_stale(target)?;
     }
     let made = if block {
         let parent = target.parent().unwrap_or(Path::new("/"));

@@ -42,6 +42,9 @@ pub struct Vol {
     pub id: String,
     pub context: Map,
     pub publish: Map,
+    /// The secrets the CO passes (controller-publish and node-stage
+    /// secrets: one Kubernetes Secret for both here).
+    pub secrets: Map,
 }
 
 pub struct Csi {
@@ -112,6 +115,7 @@ impl Csi {
             id: v.volume_id,
             context: v.volume_context,
             publish: Map::new(),
+            secrets: Map::new(),
         }
     }
 
@@ -121,6 +125,7 @@ impl Csi {
             node_id: node.into(),
             volume_capability: Some(ext4()),
             volume_context: v.context.clone(),
+            secrets: v.secrets.clone(),
             ..Default::default()
         };
         let mut c = self.ctrl.clone();
@@ -210,7 +215,7 @@ impl Csi {
             staging_target_path: staging.into(),
             volume_capability: Some(ext4()),
             volume_context: v.context.clone(),
-            ..Default::default()
+            secrets: v.secrets.clone(),
         };
         self.rt.block_on(n.node_stage_volume(req)).map(drop)
     }

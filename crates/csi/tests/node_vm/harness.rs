@@ -237,6 +237,16 @@ impl Host {
     /// TCP bridge to it on 127.0.0.1 (for the guest and for the test's
     /// gRPC client).
     pub fn start(tag: &str) -> Host {
+        Host::start_listen(tag, "")
+    }
+
+    /// [`Host::start`] with a `tls-optional:` NVMe/TCP listener: plain
+    /// and TLS connections on one port (docs/tls.md).
+    pub fn start_tls_optional(tag: &str) -> Host {
+        Host::start_listen(tag, "tls-optional:")
+    }
+
+    fn start_listen(tag: &str, scheme: &str) -> Host {
         let dir = std::env::temp_dir().join(format!("ff-node-vm-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir");
@@ -256,7 +266,7 @@ impl Host {
         let mut serve = Command::new(&h.farflash);
         serve
             .args(["serve", "--ram", "16M", "--threads", "1", "--listen"])
-            .arg(format!("127.0.0.1:{}", h.nvme_port))
+            .arg(format!("{scheme}127.0.0.1:{}", h.nvme_port))
             .args(["--rpc-listen", &mgmt])
             .arg("--rpc-cert")
             .arg(pki.join("target-a.crt"))
@@ -426,13 +436,25 @@ impl Vm {
     /// kernel command line) with farflash-csi's node service; returns when
     /// it serves.
     pub fn boot(host: &Host, multipath: bool, files: &[PathBuf]) -> Vm {
+        Vm::boot_kernel(host, multipath, false, files)
+    }
+
+    /// [`Vm::boot`]; with `tls`, the 6.12 guest (`--kernel 6.12 --tls`:
+    /// Debian 13's kernel, tlshd and keyctl) with tlshd serving the
+    /// `.nvme` keyring (guest/tls-lib.sh) before the node service starts.
+    pub fn boot_kernel(host: &Host, multipath: bool, tls: bool, files: &[PathBuf]) -> Vm {
         let p = free_ports(2);
         let hostnqn = random_hostnqn();
         let guest = repo_root().join("tests/linux-host/guest");
         let mp = if multipath { "Y" } else { "N" };
         let mut cmd = Command::new(repo_root().join("tests/linux-host/run-linux-host"));
-        cmd.args(["-t", "1500", "--hostnqn", &hostnqn])
-            .arg("-p")
+        cmd.args(["-t", "1500", "--hostnqn", &hostnqn]);
+        if tls {
+            cmd.args(["--kernel", "6.12", "--tls", "-e", "TLS=1"])
+                .arg("-f")
+                .arg(guest.join("tls-lib.sh"));
+        }
+        cmd.arg("-p")
             .arg(host.nvme_port.to_string())
             .arg("-p")
             .arg(host.bridge_port.to_string())

@@ -86,6 +86,9 @@ impl Backend for Exported {
     fn stable_id(&self) -> Option<[u8; 16]> {
         Some(self.uuid)
     }
+    fn compare_and_write_unit(&self) -> Option<u32> {
+        self.inner.compare_and_write_unit()
+    }
 }
 
 #[cfg(test)]
