@@ -222,16 +222,27 @@ tar -C "$R" --sort=name --numeric-owner --mtime="@$SOURCE_DATE_EPOCH" --clamp-mt
 	-cf "$WORK/layer.tar" .
 
 # --------------------------------------------------------- the image
-"$CRANE" registry serve --address 127.0.0.1:0 >"$WORK/registry.log" 2>&1 &
-REG_PID=$!
+# The log exists before the registry starts (its redirection happens in the
+# child, after the fork), and a registry that exits before it says its port
+# is started again, three times at most.
 port=""
-for _ in $(seq 100); do
-	port=$(sed -n 's/.*serving on port \([0-9]*\).*/\1/p' "$WORK/registry.log")
+for _attempt in 1 2 3; do
+	: >"$WORK/registry.log"
+	"$CRANE" registry serve --address 127.0.0.1:0 >>"$WORK/registry.log" 2>&1 &
+	REG_PID=$!
+	for _ in $(seq 200); do
+		port=$(sed -n 's/.*serving on port \([0-9]*\).*/\1/p' "$WORK/registry.log")
+		[[ -n $port ]] && break
+		kill -0 "$REG_PID" 2>/dev/null || break
+		sleep 0.1
+	done
 	[[ -n $port ]] && break
-	kill -0 "$REG_PID" 2>/dev/null || break
-	sleep 0.1
+	cat "$WORK/registry.log" >&2
+	kill "$REG_PID" 2>/dev/null || true
+	wait "$REG_PID" 2>/dev/null || true
+	REG_PID=""
 done
-[[ -n $port ]] || { cat "$WORK/registry.log" >&2; die "crane registry serve did not start"; }
+[[ -n $port ]] || die "crane registry serve did not start (its log is above)"
 REF=localhost:$port/farflash-csi:$VERSION
 created=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)
 "$CRANE" append --oci-empty-base -f "$WORK/layer.tar" -t "$REF" >/dev/null 2>"$WORK/crane.log" ||
