@@ -86,6 +86,18 @@ pub(crate) fn controller<C: Default>(q: &NvmeQueue<C>, ctrl: &Controller) -> IdC
                 .min()
                 .unwrap_or(12);
             c.acwu = ((t.max_io_size >> min_shift).clamp(1, 1 << 16) - 1) as u16;
+            // Storage that compares and writes itself (an RBD image other
+            // gateways write too) is atomic across them only within its
+            // unit (`Backend::compare_and_write_unit`; wider pairs are atomic
+            // within this process): ACWU says no more than that.
+            if let Some(unit) = sub
+                .namespaces()
+                .iter()
+                .filter_map(|n| Some((n.backend.compare_and_write_unit()? >> n.lba_shift).max(1)))
+                .min()
+            {
+                c.acwu = c.acwu.min((unit.min(1 << 16) - 1) as u16);
+            }
             c.oaes = wid::OAES_NS_ATTR | wid::OAES_ANA_CHANGE;
             c.vwc = volatile_write_cache(sub) as u8;
         }

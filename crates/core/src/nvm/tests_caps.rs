@@ -48,7 +48,7 @@ fn set_vwc(a: &mut NvmeQueue, on: bool) -> Status {
 
 #[test]
 fn identify_reports_compare_verify_copy_and_the_fused_pair() {
-    let (t, _) = target();
+    let (t, script) = target();
     let (mut a, mut q) = io_queue(&t);
     let id = id_ctrl(&mut a);
     for bit in [wid::ONCS_COMPARE, wid::ONCS_VERIFY, wid::ONCS_COPY] {
@@ -58,6 +58,10 @@ fn identify_reports_compare_verify_copy_and_the_fused_pair() {
     assert_eq!(id.ocfs, wid::OCFS_FORMAT0);
     // 512-byte blocks, 256 KiB transfers: 512 blocks, 0's based.
     assert_eq!(id.acwu, 511);
+    // Storage atomic across gateways only within 512 bytes (RBD): one block.
+    script.offer_compare_and_write(Some(512));
+    assert_eq!(id_ctrl(&mut a).acwu, 0);
+    script.offer_compare_and_write(None);
     assert_ne!(id.lpa & wid::LPA_SMART_PER_NS, 0);
     let c = run(
         &mut a,
