@@ -131,7 +131,9 @@ pub fn completions(q: &mut NvmeQueue) -> Vec<Completion> {
     v
 }
 
-/// Runs one command with `data` as its host data; returns its completion.
+/// Runs one command with `data` as its host data, through every storage
+/// step it takes (Compare, Verify and Copy take several); returns its
+/// completion.
 pub fn run(q: &mut NvmeQueue, sqe: Sqe, data: &[u8]) -> Completion {
     match q.begin(sqe) {
         Begin::Ready { slot, xfer } => {
@@ -148,6 +150,8 @@ pub fn run(q: &mut NvmeQueue, sqe: Sqe, data: &[u8]) -> Completion {
     q.commit();
     while q.in_flight() > 0 {
         q.poll_backends();
+        // A further step's storage requests go out.
+        q.commit();
     }
     let mut c = completions(q);
     assert_eq!(c.len(), 1, "{c:?}");

@@ -5,9 +5,9 @@
 //! `classify`); reads, Compare, Verify and Flush run. Another host of the
 //! same subsystem writes as before.
 
-use crate::command::{Begin, Completion, Xfer};
+use crate::command::Begin;
 use crate::subsystem::HostAccess;
-use crate::testing::{completions, connect_to, queue, rw, target, NQN};
+use crate::testing::{completions, connect_to, queue, run, rw, target, NQN};
 use crate::{NvmeQueue, Target};
 use farflash_backend::{OpKind, Script};
 use farflash_wire::fabrics::{PropertyCmd, CNTLID_DYNAMIC};
@@ -49,30 +49,6 @@ fn io_queue_as(t: &Arc<Target>, host: &str) -> (NvmeQueue, NvmeQueue) {
     let io = connect_to(&mut q, NQN, host, 1, c.result as u16);
     assert_eq!(io.status, Status::SUCCESS);
     (admin, q)
-}
-
-/// Runs one command with `data` as its host data, through every storage
-/// step it takes (Compare, Verify and Copy take several); its completion.
-fn run(q: &mut NvmeQueue, sqe: Sqe, data: &[u8]) -> Completion {
-    match q.begin(sqe) {
-        Begin::Ready { slot, xfer } => {
-            if let Xfer::H2C(n) = xfer {
-                assert_eq!(n as usize, data.len());
-                q.data_buf(slot).copy_from_slice(data);
-            }
-            q.execute(slot);
-        }
-        Begin::Answered => {}
-        other => panic!("not runnable: {other:?}"),
-    }
-    q.commit();
-    while q.in_flight() > 0 {
-        q.poll_backends();
-        q.commit();
-    }
-    let mut c = completions(q);
-    assert_eq!(c.len(), 1, "{c:?}");
-    c.remove(0)
 }
 
 fn identify_ns(a: &mut NvmeQueue) -> IdNs {
