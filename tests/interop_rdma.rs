@@ -352,7 +352,7 @@ fn farflash_sweep_tcp_and_rdma_in_guest() {
             assert_eq!(p.mode, Mode::Remote);
         }
     }
-    for stem in farflash_sweep::output::plots(&r) {
+    for stem in farflash_sweep::plot::plots(&r) {
         assert!(stem != "transport" || r.has_rdma());
         for ext in ["png", "svg"] {
             let f = dir.join(format!("{stem}.{ext}"));

@@ -54,10 +54,6 @@ const ALLOWED: &[(&str, &str)] = &[
         "crates/pool/src/lib.rs: committer, ops, pool, prep, recover, volume",
         "the pool's stages (prep, committer, recover, ops) and volumes share pool::PoolInner and its lock, and the pool starts the stages",
     ),
-    (
-        "crates/sweep/src/lib.rs: cpuload, output, plot, report, tenants",
-        "the studies (cpuload, tenants) write through output/plot, and plot/report read each study's results types back",
-    ),
 ];
 
 /// A module path inside one crate root (`[]` is the root).

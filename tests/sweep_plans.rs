@@ -153,9 +153,9 @@ fn check_folder(dir: &Path, both_sides: bool) -> Results {
         )));
     }
     // Plots: a non-empty PNG and SVG each (the transport figure only with RDMA points).
-    let plots = farflash_sweep::output::plots(&r);
+    let plots = farflash_sweep::plot::plots(&r);
     assert_eq!(
-        plots.contains(&farflash_sweep::output::TRANSPORT_PLOT),
+        plots.contains(&farflash_sweep::plot::TRANSPORT_PLOT),
         r.has_rdma()
     );
     for stem in &plots {
@@ -435,7 +435,7 @@ fn sweep_transport_tcp_is_the_default_and_old_results_replot() {
     .iter()
     .map(|s| s.to_string())
     .chain(
-        farflash_sweep::output::PLOTS
+        farflash_sweep::plot::PLOTS
             .iter()
             .flat_map(|p| [format!("{p}.png"), format!("{p}.svg")]),
     )
@@ -982,7 +982,7 @@ fn check_cpu_load(dir: &Path) -> farflash_sweep::cpuload::results::CpuLoadResult
         assert_eq!(f[0], run.target.name());
         assert!((f[4].parse::<f64>().unwrap() - run.iops).abs() <= 0.001);
     }
-    for stem in farflash_sweep::plot::CPU_LOAD_PLOTS {
+    for stem in farflash_sweep::cpuload::figures::CPU_LOAD_PLOTS {
         let png = std::fs::read(dir.join(format!("{stem}.png"))).unwrap();
         assert!(
             png.len() > 10_000 && png.starts_with(b"\x89PNG"),

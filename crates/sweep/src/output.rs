@@ -4,22 +4,6 @@ use crate::results::Results;
 use anyhow::{Context, Result};
 use std::path::Path;
 
-/// The plots of every folder (file stems; each is written as `.svg` and `.png`).
-pub const PLOTS: [&str; 4] = ["latency", "throughput", "cpu", "efficiency"];
-
-/// The transports figure (CPU per I/O and p50/p99 of local, TCP and RDMA),
-/// written when the results hold NVMe/RDMA points.
-pub const TRANSPORT_PLOT: &str = "transport";
-
-/// The plots of this folder: [`PLOTS`], and [`TRANSPORT_PLOT`] when RDMA ran.
-pub fn plots(r: &Results) -> Vec<&'static str> {
-    let mut v = PLOTS.to_vec();
-    if r.has_rdma() {
-        v.push(TRANSPORT_PLOT);
-    }
-    v
-}
-
 /// A study's results, as a folder: data files, figures, report.md.
 pub trait Study {
     /// Writes the data files (results.json and the like) into `dir`.

@@ -132,7 +132,7 @@ fn write_figures(s: &mut String, r: &Results) {
             "CPU per I/O (µs of CPU, host and target) and p50 / p99 latency per point: local, NVMe/TCP and NVMe/RDMA side by side.",
         ),
     ] {
-        if !crate::output::plots(r).contains(&stem) {
+        if !crate::plot::plots(r).contains(&stem) {
             continue;
         }
         let _ = writeln!(s, "![{stem}]({stem}.png)\n\n*{cap}* ([SVG]({stem}.svg))\n");

@@ -8,6 +8,7 @@
 //! target (`/proc/<pid>/stat` over perf's measured interval) and host
 //! (perf's own `cpu`), both in % of one core.
 
+pub mod figures;
 pub mod plan;
 pub mod report;
 pub mod results;
@@ -291,7 +292,7 @@ impl crate::output::Study for CpuLoadResults {
         self.write(dir)
     }
     fn write_plots(&self, dir: &Path) -> Result<()> {
-        crate::plot::write_cpu_load(self, dir)
+        figures::write(self, dir)
     }
     fn report(&self, plots: bool) -> String {
         report::markdown(self, plots)

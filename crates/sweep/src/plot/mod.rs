@@ -4,11 +4,13 @@
 //! bars), remote NVMe/TCP is dashed gray with hollow triangles (or light
 //! bars with a black outline), remote NVMe/RDMA dotted black with hollow
 //! squares (or mid-gray hatched bars), so they stay apart in grayscale.
+//!
+//! The sweep's own figures are drawn here (`charts.rs`); each other study
+//! draws its figures in its own module (`cpuload/figures.rs`,
+//! `tenants/figures.rs`) with this module's `Figure`, `save` and panels.
 
 mod charts;
-mod cpuload;
-mod panels;
-mod tenants;
+pub(crate) mod panels;
 
 use crate::results::Results;
 use anyhow::{anyhow, bail, Result};
@@ -63,41 +65,30 @@ pub(crate) fn save(dir: &Path, stem: &str, fig: &impl Figure) -> Result<()> {
     Ok(())
 }
 
-/// Writes every plot of a results folder.
+/// The plots of every folder (file stems; each is written as `.svg` and `.png`).
+pub const PLOTS: [&str; 4] = ["latency", "throughput", "cpu", "efficiency"];
+
+/// The transports figure (CPU per I/O and p50/p99 of local, TCP and RDMA),
+/// written when the results hold NVMe/RDMA points.
+pub const TRANSPORT_PLOT: &str = "transport";
+
+/// The plots of this folder: [`PLOTS`], and [`TRANSPORT_PLOT`] when RDMA ran.
+pub fn plots(r: &Results) -> Vec<&'static str> {
+    let mut v = PLOTS.to_vec();
+    if r.has_rdma() {
+        v.push(TRANSPORT_PLOT);
+    }
+    v
+}
+
+/// Writes every plot of a results folder ([`plots`]).
 pub fn write_all(r: &Results, dir: &Path) -> Result<()> {
     save(dir, "latency", &charts::LatencyFig(r))?;
     save(dir, "throughput", &charts::ThroughputFig(r))?;
     save(dir, "cpu", &charts::CpuFig(r))?;
     save(dir, "efficiency", &charts::EfficiencyFig(r))?;
     if r.has_rdma() {
-        save(dir, crate::output::TRANSPORT_PLOT, &charts::TransportFig(r))?;
-    }
-    Ok(())
-}
-
-/// Writes the tenants study's figure (`tenants.svg`, `tenants.png`).
-pub fn write_tenants(r: &crate::tenants::results::TenantsResults, dir: &Path) -> Result<()> {
-    save(dir, "tenants", &tenants::TenantsFig(r))
-}
-
-/// The cpu-vs-load study's figures (file stems).
-pub const CPU_LOAD_PLOTS: [&str; 3] = ["cpu", "efficiency", "latency"];
-
-/// Writes the cpu-vs-load study's figures ([`CPU_LOAD_PLOTS`]).
-pub fn write_cpu_load(r: &crate::cpuload::results::CpuLoadResults, dir: &Path) -> Result<()> {
-    let figs = [
-        (
-            "target and host CPU against offered load",
-            &cpuload::CPU_ROWS[..],
-        ),
-        (
-            "IOPS per CPU-% against offered load",
-            &cpuload::EFFICIENCY_ROWS[..],
-        ),
-        ("latency against offered load", &cpuload::LATENCY_ROWS[..]),
-    ];
-    for (stem, (title, rows)) in CPU_LOAD_PLOTS.iter().zip(figs) {
-        save(dir, stem, &cpuload::LoadFig { r, title, rows })?;
+        save(dir, TRANSPORT_PLOT, &charts::TransportFig(r))?;
     }
     Ok(())
 }

@@ -9,11 +9,11 @@
 //! a private tgtd ([`crate::tgt`]) exports each tenant's file as its own
 //! target, and every phase is `farflash perf --iscsi` (libiscsi).
 
+pub mod figures;
 pub mod plan;
 pub mod report;
 pub mod results;
 
-use crate::perfjson::figures;
 use crate::progress::Progress;
 use crate::runner::{run_perf, split_addr};
 use crate::target::{free_port, Backing, RemoteAddr, Serve};
@@ -188,7 +188,7 @@ fn run_phase(farflash: &Path, route: &Route, i: usize, ph: &Phase, poll: &str) -
     let mut f = None;
     for (on, write) in [(r, false), (w, true)] {
         if on {
-            let x = figures(&perf, write)?;
+            let x = crate::perfjson::figures(&perf, write)?;
             p99 = p99.max(x.lat_us.p99);
             f = Some(x);
         }
@@ -403,7 +403,7 @@ impl crate::output::Study for TenantsResults {
         self.write(dir)
     }
     fn write_plots(&self, dir: &Path) -> Result<()> {
-        crate::plot::write_tenants(self, dir)
+        figures::write(self, dir)
     }
     fn report(&self, plots: bool) -> String {
         report::markdown(self, plots)
@@ -428,7 +428,7 @@ pub fn replot(dir: &Path) -> Result<()> {
             r.schema
         );
     }
-    crate::plot::write_tenants(&r, dir)?;
+    figures::write(&r, dir)?;
     std::fs::write(dir.join("report.md"), report::markdown(&r, true))?;
     Ok(())
 }

@@ -4,13 +4,30 @@
 //! styles: each has its own colour, dash pattern and marker, so the lines
 //! stay apart in grayscale too.
 
-use super::panels::{frame, nice_max};
-use super::{perr, Figure, FAMILY};
-use crate::cpuload::plan::TargetKind;
-use crate::cpuload::results::{CpuLoadResults, LoadRun};
+use super::plan::TargetKind;
+use super::results::{CpuLoadResults, LoadRun};
+use crate::plot::panels::{frame, nice_max};
+use crate::plot::{perr, save, Figure, FAMILY};
 use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use std::path::Path;
+
+/// The study's figures (file stems).
+pub const CPU_LOAD_PLOTS: [&str; 3] = ["cpu", "efficiency", "latency"];
+
+/// Writes the study's figures ([`CPU_LOAD_PLOTS`]).
+pub fn write(r: &CpuLoadResults, dir: &Path) -> Result<()> {
+    let figs = [
+        ("target and host CPU against offered load", &CPU_ROWS[..]),
+        ("IOPS per CPU-% against offered load", &EFFICIENCY_ROWS[..]),
+        ("latency against offered load", &LATENCY_ROWS[..]),
+    ];
+    for (stem, (title, rows)) in CPU_LOAD_PLOTS.iter().zip(figs) {
+        save(dir, stem, &LoadFig { r, title, rows })?;
+    }
+    Ok(())
+}
 
 /// One row of panels: a metric of a run.
 pub struct Metric {
@@ -237,7 +254,7 @@ impl Figure for LoadFig<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpuload::results::tests::{results, run};
+    use super::super::results::tests::{results, run};
 
     #[test]
     fn points_skip_saturation_and_missing_values() {
@@ -255,8 +272,8 @@ mod tests {
         assert!(points(&r, TargetKind::Spdk, 1, &CPU_ROWS[0]).is_empty());
         let dir = std::env::temp_dir().join(format!("ff-cpuload-plot-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        super::super::write_cpu_load(&r, &dir).unwrap();
-        for stem in super::super::CPU_LOAD_PLOTS {
+        write(&r, &dir).unwrap();
+        for stem in CPU_LOAD_PLOTS {
             assert!(
                 std::fs::metadata(dir.join(format!("{stem}.png")))
                     .unwrap()

@@ -2,13 +2,19 @@
 //! together (light bars): runtime, throughput, p99, and the slowdown; with
 //! the iSCSI baseline, its tenants' bars after NVMe/TCP's.
 
-use super::panels::{bars, frame, legend, nice_max, Axes, Key, Series};
-use super::Figure;
-use crate::tenants::results::{Comparison, TenantsResults, ISCSI};
+use super::results::{Comparison, TenantsResults, ISCSI};
+use crate::plot::panels::{bars, frame, legend, nice_max, Axes, Key, Series};
+use crate::plot::{save, Figure};
 use crate::transport::Kind;
 use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use std::path::Path;
+
+/// Writes the study's figure (`tenants.svg`, `tenants.png`).
+pub fn write(r: &TenantsResults, dir: &Path) -> Result<()> {
+    save(dir, "tenants", &TenantsFig(r))
+}
 
 /// Runtime, throughput, p99 and slowdown per tenant and tenant count.
 pub struct TenantsFig<'a>(pub &'a TenantsResults);
