@@ -253,8 +253,8 @@ impl Figure for LoadFig<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use super::super::results::tests::{results, run};
+    use super::*;
 
     #[test]
     fn points_skip_saturation_and_missing_values() {
