@@ -545,13 +545,13 @@ fn print_banner(target: &Target, addrs: &[SocketAddr], lo: &farflash_transport::
         farflash_wire::DISCOVERY_NQN
     );
     for (a, l) in addrs.iter().zip(target.listeners().iter()) {
-        let _ = match l.transport {
-            ListenTransport::Tcp => {
-                let sc = farflash_core::listen::listen_secure(&l.config);
-                writeln!(out, "listening on {}{a}", sc.prefix())
-            }
-            ListenTransport::Rdma => writeln!(out, "listening on rdma:{a}"),
+        let shown = if l.transport == ListenTransport::Tcp {
+            let sc = farflash_core::listen::listen_secure(&l.config);
+            farflash_core::listen::join_listen_secure(sc, &a.to_string())
+        } else {
+            farflash_core::listen::join_listen(l.transport, &a.to_string())
         };
+        let _ = writeln!(out, "listening on {shown}");
     }
     if let (Some(a), Some(l), Some(sub)) = (
         addrs.first(),

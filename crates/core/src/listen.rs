@@ -3,6 +3,9 @@
 //! the table `{ address = "ADDR:PORT", transport = "rdma" }`, which is
 //! stored as the prefixed string so that every other place (reload,
 //! management, `save_config`) keeps handling one string per listener.
+//! Other transports name themselves the same way (`NAME:ADDR:PORT`,
+//! `transport = "NAME"`) once they [`register`] (the event loops' side of
+//! a transport registers there too: `farflash_transport::register`).
 //!
 //! NVMe/TCP's secure channel (TCP Transport Specification 1.0 §3.6.1, TP
 //! 8011) is a property of the listener, as Linux nvmet's `addr_treq` is of
@@ -14,46 +17,138 @@
 use serde::de::{self, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use std::fmt;
+use std::sync::RwLock;
 
-/// The transport a listener serves.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum ListenTransport {
-    #[default]
-    Tcp,
-    Rdma,
+/// The transport a listener serves: its name in listen addresses
+/// (`NAME:ADDR:PORT`, `transport = "NAME"`) and its TRTYPE (Fabrics
+/// "TRTYPE", the discovery log's). NVMe/TCP ([`ListenTransport::Tcp`], the
+/// default: a plain `ADDR:PORT`) and NVMe/RDMA ([`ListenTransport::Rdma`])
+/// are built in; any other transport is known once [`register`]ed, and
+/// from then on its name parses everywhere a listen address does (config
+/// files, `--listen`, the management API, `save_config`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ListenTransport {
+    name: &'static str,
+    trtype: u8,
 }
 
+/// The transports every target knows.
+const BUILT_IN: [ListenTransport; 2] = [ListenTransport::Tcp, ListenTransport::Rdma];
+
+/// The prefixes that are NVMe/TCP with a secure channel, not transports.
+const SECURE_PREFIXES: [&str; 2] = ["tls", "tls-optional"];
+
+/// Transports [`register`]ed at run time, in the order they were.
+static REGISTERED: RwLock<Vec<ListenTransport>> = RwLock::new(Vec::new());
+
+#[allow(non_upper_case_globals)] // named as the enum variants they were
 impl ListenTransport {
+    /// NVMe/TCP (TRTYPE 3).
+    pub const Tcp: ListenTransport = ListenTransport {
+        name: "tcp",
+        trtype: farflash_wire::discovery::TRTYPE_TCP,
+    };
+    /// NVMe/RDMA (TRTYPE 1).
+    pub const Rdma: ListenTransport = ListenTransport {
+        name: "rdma",
+        trtype: farflash_wire::discovery::TRTYPE_RDMA,
+    };
+
+    /// A transport named `name` (lower case letters and `-`) with TRTYPE
+    /// `trtype`; it parses once [`register`]ed.
+    pub const fn new(name: &'static str, trtype: u8) -> ListenTransport {
+        ListenTransport { name, trtype }
+    }
+
     /// TRTYPE of the Discovery Log Page Entry (Fabrics "TRTYPE": 1 RDMA, 3 TCP).
     pub fn trtype(self) -> u8 {
-        match self {
-            ListenTransport::Tcp => farflash_wire::discovery::TRTYPE_TCP,
-            ListenTransport::Rdma => farflash_wire::discovery::TRTYPE_RDMA,
-        }
+        self.trtype
     }
 
     pub fn name(self) -> &'static str {
-        match self {
-            ListenTransport::Tcp => "tcp",
-            ListenTransport::Rdma => "rdma",
-        }
+        self.name
     }
 
-    /// The transport of a queue's TRTYPE (RDMA, else TCP).
+    /// The transport of a queue's TRTYPE: the first known one with it, else TCP.
     pub fn from_trtype(t: u8) -> ListenTransport {
-        if t == farflash_wire::discovery::TRTYPE_RDMA {
-            ListenTransport::Rdma
-        } else {
-            ListenTransport::Tcp
-        }
+        known()
+            .into_iter()
+            .find(|k| k.trtype == t)
+            .unwrap_or(ListenTransport::Tcp)
     }
 
-    pub(crate) fn from_name(s: &str) -> Option<ListenTransport> {
-        match s {
-            "tcp" => Some(ListenTransport::Tcp),
-            "rdma" => Some(ListenTransport::Rdma),
-            _ => None,
+    /// The known transport named `s` (as written: lower case).
+    pub fn from_name(s: &str) -> Option<ListenTransport> {
+        known().into_iter().find(|k| k.name == s)
+    }
+}
+
+impl Default for ListenTransport {
+    fn default() -> ListenTransport {
+        ListenTransport::Tcp
+    }
+}
+
+impl fmt::Debug for ListenTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+impl fmt::Display for ListenTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// Makes transport `t` known to every listen-address parser of this
+/// process (call it before the configuration is read). Registering a known
+/// transport again is a no-op; the error names what clashes: a name not of
+/// lower case letters and `-`, a secure-channel prefix (`tls`,
+/// `tls-optional`), or a known name with another TRTYPE.
+pub fn register(t: ListenTransport) -> Result<(), String> {
+    let name = t.name;
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_lowercase() || b == b'-') {
+        return Err(format!(
+            "transport name {name:?} is not lower case letters and '-'"
+        ));
+    }
+    if SECURE_PREFIXES.contains(&name) {
+        return Err(format!(
+            "transport name {name:?} is NVMe/TCP's secure-channel prefix"
+        ));
+    }
+    let mut reg = REGISTERED.write().unwrap_or_else(|e| e.into_inner());
+    match BUILT_IN.iter().chain(reg.iter()).find(|k| k.name == name) {
+        Some(k) if *k == t => Ok(()),
+        Some(k) => Err(format!(
+            "transport {name:?} is already known, with TRTYPE {}",
+            k.trtype
+        )),
+        None => {
+            reg.push(t);
+            Ok(())
         }
+    }
+}
+
+/// Every known transport: the built-in ones, then the registered.
+pub fn known() -> Vec<ListenTransport> {
+    let reg = REGISTERED.read().unwrap_or_else(|e| e.into_inner());
+    BUILT_IN.iter().chain(reg.iter()).copied().collect()
+}
+
+/// `a, b or c`: the known transports' names (then `extra`), for errors.
+fn one_of(extra: &[&str]) -> String {
+    let known = known();
+    let names: Vec<&str> = known
+        .iter()
+        .map(|k| k.name)
+        .chain(extra.iter().copied())
+        .collect();
+    match names.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => names.concat(),
     }
 }
 
@@ -132,7 +227,8 @@ fn listen_parts(s: &str) -> Result<(ListenTransport, SecureChannel, &str), Strin
                 _ => match ListenTransport::from_name(&lower) {
                     Some(t) => Ok((t, SecureChannel::None, rest)),
                     None => Err(format!(
-                        "listen {s:?}: transport {name:?} is not tcp, rdma, tls or tls-optional"
+                        "listen {s:?}: transport {name:?} is not {}",
+                        one_of(&SECURE_PREFIXES)
                     )),
                 },
             };
@@ -141,11 +237,13 @@ fn listen_parts(s: &str) -> Result<(ListenTransport, SecureChannel, &str), Strin
     Ok((ListenTransport::Tcp, SecureChannel::None, s))
 }
 
-/// The string form of a listener: plain `ADDR:PORT` for TCP.
+/// The string form of a listener: plain `ADDR:PORT` for TCP, else
+/// `NAME:ADDR:PORT`.
 pub fn join_listen(t: ListenTransport, addr: &str) -> String {
-    match t {
-        ListenTransport::Tcp => addr.to_owned(),
-        ListenTransport::Rdma => format!("rdma:{addr}"),
+    if t == ListenTransport::Tcp {
+        addr.to_owned()
+    } else {
+        format!("{}:{addr}", t.name)
     }
 }
 
@@ -206,7 +304,7 @@ impl<'de> Deserialize<'de> for Entry {
                 let t = match transport.as_deref() {
                     None => ListenTransport::Tcp,
                     Some(n) => ListenTransport::from_name(n).ok_or_else(|| {
-                        de::Error::custom(format!("listen: transport {n:?} is not tcp or rdma"))
+                        de::Error::custom(format!("listen: transport {n:?} is not {}", one_of(&[])))
                     })?,
                 };
                 let sc = match secure.as_deref() {
@@ -219,9 +317,9 @@ impl<'de> Deserialize<'de> for Entry {
                 };
                 if sc != SecureChannel::None {
                     if t != ListenTransport::Tcp {
-                        return Err(de::Error::custom(
-                            "listen: a secure_channel is NVMe/TCP's (TLS); not for rdma",
-                        ));
+                        return Err(de::Error::custom(format!(
+                            "listen: a secure_channel is NVMe/TCP's (TLS); not for {t}"
+                        )));
                     }
                     return Ok(Entry(join_listen_secure(sc, &address)));
                 }
@@ -284,5 +382,42 @@ mod tests {
         );
         assert_eq!(ListenTransport::Rdma.trtype(), 1);
         assert_eq!(ListenTransport::Tcp.trtype(), 3);
+    }
+
+    #[test]
+    fn a_registered_transport_parses_and_clashes_are_refused() {
+        // Fibre Channel's TRTYPE (Fabrics "TRTYPE" 2); no other test names it.
+        const FC: ListenTransport = ListenTransport::new("fc", 2);
+        let e = split_listen("fc:10.0.2.15:4420").unwrap_err();
+        assert!(e.contains("is not tcp, rdma"), "{e}");
+        register(FC).expect("register");
+        register(FC).expect("again: a no-op");
+        assert_eq!(
+            split_listen("FC:10.0.2.15:4420"),
+            Ok((FC, "10.0.2.15:4420"))
+        );
+        assert_eq!(join_listen(FC, "10.0.2.15:4420"), "fc:10.0.2.15:4420");
+        assert_eq!(listen_secure("fc:10.0.2.15:4420"), SecureChannel::None);
+        assert_eq!(ListenTransport::from_name("fc"), Some(FC));
+        assert_eq!(ListenTransport::from_trtype(2), FC);
+        assert_eq!(ListenTransport::from_trtype(3), ListenTransport::Tcp);
+        assert_eq!(format!("{FC} {FC:?}"), "fc fc");
+        let e = split_listen("roce:10.0.2.15:4420").unwrap_err();
+        assert!(
+            e.contains(", fc,") && e.ends_with("tls or tls-optional"),
+            "{e}"
+        );
+        // Built-in ones again are no-ops; clashes name what clashes.
+        register(ListenTransport::Rdma).expect("built in");
+        let e = register(ListenTransport::new("rdma", 3)).unwrap_err();
+        assert!(e.contains("\"rdma\"") && e.contains("TRTYPE 1"), "{e}");
+        let e = register(ListenTransport::new("fc", 9)).unwrap_err();
+        assert!(e.contains("TRTYPE 2"), "{e}");
+        let e = register(ListenTransport::new("tls-optional", 3)).unwrap_err();
+        assert!(e.contains("secure-channel"), "{e}");
+        for bad in ["", "Fc", "f c", "fc2"] {
+            let e = register(ListenTransport::new(bad, 2)).unwrap_err();
+            assert!(e.contains("lower case"), "{bad:?}: {e}");
+        }
     }
 }

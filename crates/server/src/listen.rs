@@ -1,8 +1,9 @@
-//! Binding the configured listeners: TCP (plaintext or TLS) and NVMe/RDMA,
-//! in the configured order (the discovery log's).
+//! Binding the configured listeners of every transport (TCP plaintext or
+//! TLS, NVMe/RDMA, any registered with `farflash_transport::register`), in
+//! the configured order (the discovery log's).
 
 use anyhow::{Context, Result};
-use farflash_core::listen::{split_listen, ListenTransport};
+use farflash_core::listen::{join_listen, split_listen, ListenTransport};
 use farflash_core::target::Listener;
 use std::net::{SocketAddr, ToSocketAddrs};
 
@@ -50,10 +51,7 @@ pub(crate) fn bind_all(listen: &[String]) -> Result<Bound> {
 
 /// The socket address a listen address names.
 fn resolve(t: ListenTransport, addr: &str) -> Result<SocketAddr> {
-    let shown = match t {
-        ListenTransport::Tcp => addr.to_owned(),
-        ListenTransport::Rdma => format!("rdma:{addr}"),
-    };
+    let shown = join_listen(t, addr);
     addr.to_socket_addrs()
         .with_context(|| format!("bad listen address {shown:?} (want ADDR:PORT)"))?
         .next()

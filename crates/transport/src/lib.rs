@@ -2,8 +2,8 @@
 //!
 //! A transport is what `link.rs` says one is: a [`Listener`], the
 //! [`Incoming`] connections it accepts and the [`Link`] a worker drives
-//! (`tcp.rs`, `rdma.rs`); `transports.rs` names the ones a listen address
-//! can pick. One acceptor (`acceptor.rs`) hands each accepted connection
+//! (`tcp.rs`, `rdma.rs`); `transports.rs` binds the ones a listen address
+//! can pick: the built-in ones and those given to [`register`]. One acceptor (`acceptor.rs`) hands each accepted connection
 //! to one worker thread, round robin; a worker owns its connections
 //! outright, in one table for every transport, so the I/O path takes no
 //! lock shared between threads. Each worker waits in epoll (mio) on its
@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
-pub use transports::bind_listener;
+pub use transports::{bind_listener, register, Bind, BindResult};
 
 /// How often the acceptor looks at the stop flag.
 const ACCEPT_POLL: Duration = Duration::from_millis(50);

@@ -4,8 +4,9 @@
 //! storage queues and the acceptor are written against these traits only:
 //! adding a transport means implementing them (`tcp.rs` and `rdma.rs` are
 //! the built-in ones; `tests/loopback.rs` is a whole transport in one
-//! file) and naming it where listeners are made (`transports.rs`, or the
-//! listener list handed to [`crate::serve_listeners`]).
+//! file) and registering it, so listen addresses can name it
+//! ([`crate::register`]), or handing its listeners to
+//! [`crate::serve_listeners`].
 //!
 //! A connection is a trait object: the worker calls it once per event,
 //! tick and pass (per wake-up, not per PDU); inside its pass the
