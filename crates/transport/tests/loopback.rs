@@ -4,16 +4,23 @@
 //! this process, woken by eventfds instead of sockets. Its target side is
 //! a [`Listener`], the [`Incoming`] connections it accepts and the
 //! [`Link`] a worker drives; its host side is a `farflash_host`
-//! [`Connector`]. Nothing in `farflash-transport` knows it: its only
-//! registration is the listener handed to [`serve_listeners`] below.
+//! [`Connector`]. Nothing else in farflash knows it: its only registration
+//! is one [`register`] call, naming it `loop` and saying how it binds.
 //!
-//! The test connects a controller and an I/O queue over it (accept, the
-//! Fabrics Connect, the controller's bring-up), writes and reads back a
-//! pattern, closes, and checks the target dropped every connection.
+//! The test registers it, reads a configuration whose listener is
+//! `loop:ADDR:PORT` and binds it as the server does (the listen address
+//! split by `farflash_core::listen`, bound by [`bind_listener`]), adds and
+//! removes a second one through the management functions, connects a
+//! controller and an I/O queue over it (accept, the Fabrics Connect, the
+//! controller's bring-up), writes and reads back a pattern, closes, and
+//! checks the target dropped every connection.
 
 use farflash_control::build_subsystems;
-use farflash_core::config::{BackendKind, Config, NamespaceConfig, PollMode, SubsystemConfig};
-use farflash_core::listen::ListenTransport;
+use farflash_control::manage::{add_listener, remove_listener};
+use farflash_control::reload::current_config;
+use farflash_core::config::PollMode;
+use farflash_core::listen::{split_listen, ListenTransport};
+use farflash_core::target::Listener as Listening;
 use farflash_core::Target;
 use farflash_host::transport::HostTransport;
 use farflash_host::{
@@ -21,8 +28,8 @@ use farflash_host::{
     QueueConfig,
 };
 use farflash_transport::{
-    deliver, hand_out, serve_listeners, After, Cx, Done, Incoming, Link, Listener, LoopOptions,
-    Pass, Sinks, Ticked,
+    bind_listener, deliver, hand_out, listener_control, register, serve_listeners, After,
+    BindResult, Cx, Done, Incoming, Link, Listener, LoopOptions, Pass, Sinks, Ticked,
 };
 use farflash_wire::Sqe;
 use mio::event::Event;
@@ -37,8 +44,16 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 const NQN: &str = "nqn.2026-11.io.farflash:loopback";
-/// The address the target believes its loopback connections arrive on.
+/// The configured listener's address (no socket: a name for a backlog).
 const LOCAL: &str = "127.0.0.1:4420";
+/// The one the management API adds.
+const ADDED: &str = "127.0.0.1:4421";
+
+/// The transport as listen addresses name it. It carries NVMe/TCP's PDUs
+/// through farflash_tcp's queue pair, whose queues report TRTYPE 3 (TCP),
+/// so its listeners are of that TRTYPE too (`Target::serves_on` matches
+/// a queue to its listener by TRTYPE and address).
+const LOOP: ListenTransport = ListenTransport::new("loop", farflash_wire::discovery::TRTYPE_TCP);
 
 /// An eventfd: what wakes epoll for a queue with no socket.
 #[derive(Debug)]
@@ -119,37 +134,70 @@ struct Backlog {
     all: Mutex<Vec<Arc<Wire>>>,
 }
 
+/// The loopback's "network": the backlog of every bound address.
+#[derive(Debug, Default)]
+struct Net(Mutex<Vec<(SocketAddr, Arc<Backlog>)>>);
+
+impl Net {
+    /// The transport's binder ([`register`]): a listener with a backlog of
+    /// its own on `sa`, unless one is bound there.
+    fn bind(&self, sa: SocketAddr) -> BindResult {
+        let mut bound = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if bound.iter().any(|(a, _)| *a == sa) {
+            return Err(format!("cannot listen on loop:{sa}: in use"));
+        }
+        let backlog = Arc::new(Backlog {
+            wires: Mutex::default(),
+            bell: Bell::new(),
+            all: Mutex::default(),
+        });
+        bound.push((sa, backlog.clone()));
+        Ok((Box::new(LoopListener { backlog, addr: sa }), sa))
+    }
+
+    /// The backlog bound on `addr`.
+    fn at(&self, addr: &str) -> Arc<Backlog> {
+        let sa: SocketAddr = addr.parse().expect("address");
+        let bound = self.0.lock().expect("lock");
+        let found = bound.iter().find(|(a, _)| *a == sa).expect("bound");
+        found.1.clone()
+    }
+}
+
 /// The transport's listener: the acceptor watches its backlog's bell.
-struct LoopListener(Arc<Backlog>);
+struct LoopListener {
+    backlog: Arc<Backlog>,
+    addr: SocketAddr,
+}
 
 impl Listener for LoopListener {
     fn register(&mut self, registry: &Registry, token: Token) -> io::Result<()> {
-        self.0.bell.register(registry, token)
+        self.backlog.bell.register(registry, token)
     }
 
     fn deregister(&mut self, registry: &Registry) {
-        self.0.bell.deregister(registry);
+        self.backlog.bell.deregister(registry);
     }
 
     fn accept(&mut self, _target: &Arc<Target>, out: &mut Vec<Box<dyn Incoming>>) {
-        self.0.bell.clear();
-        let mut wires = self.0.wires.lock().unwrap_or_else(|e| e.into_inner());
+        self.backlog.bell.clear();
+        let mut wires = self.backlog.wires.lock().unwrap_or_else(|e| e.into_inner());
         for w in wires.drain(..) {
-            out.push(Box::new(LoopIncoming(w)));
+            out.push(Box::new(LoopIncoming(w, self.addr)));
         }
     }
 
     fn local_addr(&self) -> Option<SocketAddr> {
-        None
+        Some(self.addr)
     }
 
     fn transport(&self) -> Option<ListenTransport> {
-        None
+        Some(LOOP)
     }
 }
 
-/// An accepted wire on its way to a worker.
-struct LoopIncoming(Arc<Wire>);
+/// An accepted wire on its way to a worker, and its listener's address.
+struct LoopIncoming(Arc<Wire>, SocketAddr);
 
 impl Incoming for LoopIncoming {
     fn peer(&self) -> Option<SocketAddr> {
@@ -157,7 +205,7 @@ impl Incoming for LoopIncoming {
     }
 
     fn open(self: Box<Self>, target: &Arc<Target>, _now: Instant) -> Box<dyn Link> {
-        let local: SocketAddr = LOCAL.parse().expect("address");
+        let local = self.1;
         Box::new(LoopLink {
             wire: self.0,
             qp: farflash_tcp::QueuePair::new(target.clone(), local, local),
@@ -425,45 +473,19 @@ impl Connector for LoopConnector {
     }
 }
 
-#[test]
-fn a_transport_in_one_file_accepts_moves_data_and_closes() {
-    let cfg = Config {
-        listen: vec![LOCAL.to_owned()],
-        transport: Default::default(),
-        subsystems: vec![SubsystemConfig::new(
-            NQN,
-            vec![NamespaceConfig::sized(BackendKind::Ram, 1 << 20)],
-        )],
-        pools: Vec::new(),
-    };
-    let subs = build_subsystems(&cfg).expect("subsystem");
-    let t = Target::new(
-        subs,
-        cfg.transport.clone(),
-        vec![LOCAL.parse().expect("address")],
-    );
-    let backlog = Arc::new(Backlog {
-        wires: Mutex::default(),
-        bell: Bell::new(),
-        all: Mutex::default(),
-    });
-    let stop = Arc::new(AtomicBool::new(false));
-    let opts = LoopOptions {
-        threads: 2,
-        cpus: vec![],
-        poll: PollMode::Adaptive,
-        poll_idle: Duration::from_micros(100),
-        drain: Duration::from_secs(2),
-        max_connections: 64,
-        fair_share: 256 * 1024,
-    };
-    let server = {
-        // The transport's registration: its listener, handed to the loops.
-        let listeners: Vec<Box<dyn Listener>> = vec![Box::new(LoopListener(backlog.clone()))];
-        let (t, stop) = (t.clone(), stop.clone());
-        std::thread::spawn(move || serve_listeners(t, listeners, &opts, stop, None))
-    };
+/// The configuration the test serves: `listen` as given, a RAM namespace.
+fn config_text(listen: &str) -> String {
+    format!(
+        "listen = [{listen}]\n[[subsystem]]\nnqn = '{NQN}'\n\
+         [[subsystem.namespace]]\nbackend = 'ram'\nsize = '1M'\n"
+    )
+}
 
+/// Connects a controller and an I/O queue through the listener on `addr`,
+/// writes a pattern and reads it back, shuts down, and waits until the
+/// target dropped both connections.
+fn exchange(net: &Net, addr: &str) {
+    let backlog = net.at(addr);
     let mut copts = ConnectOptions::new("loopback", NQN);
     copts.command_timeout = Duration::from_secs(10);
     copts.connector = Some(Arc::new(LoopConnector(backlog.clone())));
@@ -495,7 +517,7 @@ fn a_transport_in_one_file_accepts_moves_data_and_closes() {
     assert_eq!(
         wires.len(),
         2,
-        "an admin and an I/O connection were accepted"
+        "an admin and an I/O connection were accepted on {addr}"
     );
     let deadline = Instant::now() + Duration::from_secs(10);
     for w in &wires {
@@ -506,6 +528,77 @@ fn a_transport_in_one_file_accepts_moves_data_and_closes() {
             b = w.host.wait_timeout(b, left).expect("wait").0;
         }
     }
+}
+
+#[test]
+fn a_transport_in_one_file_is_configured_accepts_moves_data_and_closes() {
+    // The transport's one registration: its name and how it binds.
+    let net = Arc::new(Net::default());
+    {
+        let net = net.clone();
+        register(LOOP, move |sa| net.bind(sa)).expect("register");
+    }
+
+    // Its listen address, as a string and as a table, parses as any
+    // other transport's; an unknown one is still refused, naming it.
+    let text = config_text(&format!("'loop:{LOCAL}'"));
+    let cfg = farflash_control::config::from_toml(&text, "loop.toml").expect("config");
+    assert_eq!(cfg.listen, [format!("loop:{LOCAL}")]);
+    let table = config_text(&format!("{{ address = '{LOCAL}', transport = 'loop' }}"));
+    let same = farflash_control::config::from_toml(&table, "table.toml").expect("table");
+    assert_eq!(same.listen, cfg.listen);
+    let e = farflash_control::config::from_toml(&text.replace("loop:", "roce:"), "bad.toml")
+        .expect_err("an unknown transport");
+    let e = e.to_string();
+    assert!(e.contains("\"roce\"") && e.contains("loop"), "{e}");
+
+    // Bound as the server binds a configured listener
+    // (crates/server/src/listen.rs): split, resolve, bind.
+    let (mut listeners, mut described) = (Vec::new(), Vec::new());
+    for c in &cfg.listen {
+        let (t, a) = split_listen(c).expect("a known transport");
+        assert_eq!(t, LOOP);
+        let (l, addr) = bind_listener(t, a.parse().expect("address")).expect("bind");
+        listeners.push(l);
+        described.push(Listening {
+            config: c.clone(),
+            addr,
+            transport: t,
+        });
+    }
+    let e = bind_listener(LOOP, LOCAL.parse().expect("address")).err();
+    assert!(e.is_some_and(|e| e.contains("in use")), "a second bind");
+    let subs = build_subsystems(&cfg).expect("subsystem");
+    let t = Target::with_listeners(subs, cfg.transport.clone(), described);
+    let stop = Arc::new(AtomicBool::new(false));
+    let opts = LoopOptions {
+        threads: 2,
+        cpus: vec![],
+        poll: PollMode::Adaptive,
+        poll_idle: Duration::from_micros(100),
+        drain: Duration::from_secs(2),
+        max_connections: 64,
+        fair_share: 256 * 1024,
+    };
+    let (handle, control) = listener_control();
+    let server = {
+        let (t, stop) = (t.clone(), stop.clone());
+        std::thread::spawn(move || serve_listeners(t, listeners, &opts, stop, Some(control)))
+    };
+
+    // The management API's listener_add / listener_remove, and
+    // save_config's listen list, with no transport-specific code.
+    let added = format!("loop:{ADDED}");
+    add_listener(&t, &handle, &added).expect("listener_add");
+    assert_eq!(
+        current_config(&t).listen,
+        [format!("loop:{LOCAL}"), added.clone()]
+    );
+    exchange(&net, ADDED);
+    remove_listener(&t, &handle, &added).expect("listener_remove");
+    assert_eq!(current_config(&t).listen, [format!("loop:{LOCAL}")]);
+
+    exchange(&net, LOCAL);
     stop.store(true, Ordering::Release);
     server.join().expect("server thread").expect("served");
 }
