@@ -43,13 +43,15 @@
 #               (perf's usr_cpu + sys_cpu), IOPS, p50.
 #   starts      STARTS fresh default targets, each QD 128 once, each beside a
 #               fresh SPDK target (the anchor: what the machine's drift is).
-#   idle        the default target with 4 idle hosts connected, 30 s.
+#   idle        the default target with 4 idle hosts connected, and with
+#               IDLE_CTRLS controllers, 30 s each, against --poll adaptive (the
+#               default before issue 44) the same way.
 #   floor       ../shared/limits/tcp_rr (a server that only echoes) at QD 1
 #               and 4, its server busy-polling against blocking in recv, with
 #               its CPU; and examples/timer_cost (a precise timer sleep here).
 #
 # Writes its section of docs/benchmarks.md (OUT= to change, empty to skip).
-# Environment: SPDK_DIR, ROUNDS (10), PACED_ROUNDS (3), RUNTIME (5), WARMUP (2),
+# Environment: SPDK_DIR, IDLE_CTRLS (1024), ROUNDS (10), PACED_ROUNDS (3), RUNTIME (5), WARMUP (2),
 # QDS ("1 4 32 128"), PACED_QDS ("1 4"), LOADS ("5 10 25 50"),
 # MODES ("always adaptive hybrid never"), STARTS (10), PARTS, PORT (4530),
 # SPDK_PORT (4531), FLOOR_PORT (5303), METRICS_PORT (4532), OUT; SAT_TARGETS (the
@@ -66,7 +68,7 @@ cd "$ROOT"
 NAME="cpu-poll.sh"
 SPDK_DIR=${SPDK_DIR:-$ROOT/../anchors/spdk}
 ROUNDS=${ROUNDS:-10} PACED_ROUNDS=${PACED_ROUNDS:-3} RUNTIME=${RUNTIME:-5} WARMUP=${WARMUP:-2}
-STARTS=${STARTS:-10}
+STARTS=${STARTS:-10} IDLE_CTRLS=${IDLE_CTRLS:-1024}
 QDS=${QDS:-1 4 32 128} PACED_QDS=${PACED_QDS:-1 4} LOADS=${LOADS:-5 10 25 50}
 MODES=${MODES:-always adaptive hybrid never}
 PARTS=${PARTS:-saturation paced host starts idle floor}
@@ -359,17 +361,26 @@ part_starts() {
 }
 
 # ---- idle -----------------------------------------------------------------------------------
+# The default against adaptive (the default before issue 44), with 4 idle hosts
+# (admin + 1 I/O queue) and with IDLE_CTRLS controllers (admin + 2 I/O queues).
 part_idle() {
-	local idle
-	echo "== idle: the default target with 4 idle hosts, 30 s"
-	taskset -c 0 "$FF" serve --ram 1G --listen "127.0.0.1:$PORT" --rpc-socket none --log-level warn \
-		>"$TMP/target.log" 2>&1 &
-	T_PORT=$PORT
-	target_started "$TMP/target.log"
-	idle=$(idle_cpu_pct "$TARGET_PID" "$PORT" "$FF_NQN" "$IDLE_HOSTS")
-	stop_target
-	printf 'idle\t1\t0\tdefault\t0\t0\t%s\n' "$idle" >>"$RES"
-	echo "  $idle % of a core"
+	local idle w n q poll
+	for n in 4 "$IDLE_CTRLS"; do
+		q=$([[ $n = 4 ]] && echo 1 || echo 2)
+		for w in default adaptive; do
+			poll=()
+			[[ $w = default ]] || poll=(--poll "$w")
+			echo "== idle: $w target with $n idle controllers ($q I/O queues each), 30 s"
+			taskset -c 0 "$FF" serve --ram 1G "${poll[@]}" --listen "127.0.0.1:$PORT" --rpc-socket none \
+				--log-level warn >"$TMP/target.log" 2>&1 &
+			T_PORT=$PORT
+			target_started "$TMP/target.log"
+			idle=$(idle_cpu_pct "$TARGET_PID" "$PORT" "$FF_NQN" "$IDLE_HOSTS" "$n" "$q")
+			stop_target
+			printf 'idle\t1\t%s\t%s\t0\t0\t%s\n' "$n" "$w" "$idle" >>"$RES"
+			echo "  $idle % of a core"
+		done
+	done
 }
 
 # ---- the floor --------------------------------------------------------------------------------
