@@ -43,16 +43,24 @@
 #               (perf's usr_cpu + sys_cpu), IOPS, p50.
 #   starts      STARTS fresh default targets, each QD 128 once, each beside a
 #               fresh SPDK target (the anchor: what the machine's drift is).
-#   idle        the default target with 4 idle hosts connected, 30 s.
+#   idle        the default target with 4 idle hosts connected, and with
+#               IDLE_CTRLS controllers, 30 s each, against --poll adaptive (the
+#               default before issue 44) the same way.
 #   floor       ../shared/limits/tcp_rr (a server that only echoes) at QD 1
 #               and 4, its server busy-polling against blocking in recv, with
 #               its CPU; and examples/timer_cost (a precise timer sleep here).
 #
 # Writes its section of docs/benchmarks.md (OUT= to change, empty to skip).
-# Environment: SPDK_DIR, ROUNDS (10), PACED_ROUNDS (3), RUNTIME (5), WARMUP (2),
+# Environment: SPDK_DIR, IDLE_CTRLS (1024), ROUNDS (10), PACED_ROUNDS (3), RUNTIME (5), WARMUP (2),
 # QDS ("1 4 32 128"), PACED_QDS ("1 4"), LOADS ("5 10 25 50"),
 # MODES ("always adaptive hybrid never"), STARTS (10), PARTS, PORT (4530),
-# SPDK_PORT (4531), FLOOR_PORT (5303), OUT.
+# SPDK_PORT (4531), FLOOR_PORT (5303), METRICS_PORT (4532), OUT; SAT_TARGETS (the
+# saturation part's targets: "spdk spdk-intr" and MODES by default; e.g.
+# "always hybrid" for the bars alone).
+#
+# farflash's targets serve /metrics (--metrics 127.0.0.1:METRICS_PORT): over each
+# CPU window the event loop's timed sleeps, lost bets and share of the window
+# asleep are read from it, so a mode that sleeps at full load shows per round.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
@@ -60,11 +68,11 @@ cd "$ROOT"
 NAME="cpu-poll.sh"
 SPDK_DIR=${SPDK_DIR:-$ROOT/../anchors/spdk}
 ROUNDS=${ROUNDS:-10} PACED_ROUNDS=${PACED_ROUNDS:-3} RUNTIME=${RUNTIME:-5} WARMUP=${WARMUP:-2}
-STARTS=${STARTS:-10}
+STARTS=${STARTS:-10} IDLE_CTRLS=${IDLE_CTRLS:-1024}
 QDS=${QDS:-1 4 32 128} PACED_QDS=${PACED_QDS:-1 4} LOADS=${LOADS:-5 10 25 50}
 MODES=${MODES:-always adaptive hybrid never}
 PARTS=${PARTS:-saturation paced host starts idle floor}
-PORT=${PORT:-4530} SPDK_PORT=${SPDK_PORT:-4531} FLOOR_PORT=${FLOOR_PORT:-5303}
+PORT=${PORT:-4530} SPDK_PORT=${SPDK_PORT:-4531} FLOOR_PORT=${FLOOR_PORT:-5303} METRICS_PORT=${METRICS_PORT:-4532}
 OUT=${OUT-docs/benchmarks.md}
 FF_NQN=nqn.2026-11.io.farflash:default
 SPDK_NQN=nqn.2016-06.io.spdk:bench
@@ -117,13 +125,13 @@ start_target() {
 	spdk | spdk-intr)
 		[[ $1 = spdk ]] || poll=(--interrupt-mode)
 		"$TGT" -m 0x1 --no-huge -s 2048 "${poll[@]}" -r "$TMP/spdk.sock" --json "$TMP/spdk.json" >"$log" 2>&1 &
-		T_PORT=$SPDK_PORT T_NQN=$SPDK_NQN
+		T_PORT=$SPDK_PORT T_NQN=$SPDK_NQN T_METRICS=""
 		;;
 	*)
 		[[ $1 = default ]] || poll=(--poll "$1")
 		taskset -c 0 "$FF" serve --ram 1G --ram-commit "${poll[@]}" --listen "127.0.0.1:$PORT" \
-			--rpc-socket none --log-level warn >"$log" 2>&1 &
-		T_PORT=$PORT T_NQN=$FF_NQN
+			--metrics "127.0.0.1:$METRICS_PORT" --rpc-socket none --log-level warn >"$log" 2>&1 &
+		T_PORT=$PORT T_NQN=$FF_NQN T_METRICS=$METRICS_PORT
 		;;
 	esac
 	target_started "$log"
@@ -131,14 +139,37 @@ start_target() {
 		--cpus-allowed 1 --output-format=json >"$TMP/prefill.json" || die "prefill of $1's target failed"
 }
 
+# nap_counts: the running farflash target's event-loop sleeps from /metrics,
+# summed over workers -> "timed_sleeps missed slept_seconds" ("" for SPDK).
+nap_counts() {
+	[[ -n ${T_METRICS:-} ]] || return 0
+	py "import re, urllib.request
+t = urllib.request.urlopen('http://127.0.0.1:$T_METRICS/metrics', timeout=5).read().decode()
+def tot(name, kind=None):
+    s = 0.0
+    for l in t.splitlines():
+        if l.startswith(name + '{') and (kind is None or 'kind=\"%s\"' % kind in l):
+            s += float(l.rsplit(' ', 1)[1])
+    return s
+print(tot('farflash_worker_sleeps_total', 'timed'), tot('farflash_worker_missed_sleeps_total'), tot('farflash_worker_slept_seconds_total'))"
+}
+
 # cpu_window PID: sleeps from now through the measured window of a run that
 # started now (warm-up + 1 s to the end less 0.5 s) -> PID's CPU over it, %.
+# Also writes $TMP/nap: the farflash target's timed sleeps, lost bets and % of
+# the window asleep over it ("- - -" for SPDK).
 cpu_window() {
-	local t0 t1 n0 n1
+	local t0 t1 n0 n1 a b
 	sleep "$((WARMUP + 1))"
-	t0=$(cpu_ticks "$1") n0=$(date +%s%N)
+	a=$(nap_counts) t0=$(cpu_ticks "$1") n0=$(date +%s%N)
 	sleep "$(py "print($RUNTIME - 1.5)")"
-	t1=$(cpu_ticks "$1") n1=$(date +%s%N)
+	t1=$(cpu_ticks "$1") n1=$(date +%s%N) b=$(nap_counts)
+	if [[ -n $a && -n $b ]]; then
+		py "a = [float(x) for x in '$a'.split()]; b = [float(x) for x in '$b'.split()]
+print('%d %d %.2f' % (b[0] - a[0], b[1] - a[1], 100.0 * (b[2] - a[2]) / (($n1 - $n0) / 1e9)))" >"$TMP/nap"
+	else
+		echo "- - -" >"$TMP/nap"
+	fi
 	py "print(100.0 * ($t1 - $t0) / $HZ / (($n1 - $n0) / 1e9))"
 }
 
@@ -219,7 +250,8 @@ read -ra MODE_LIST <<<"$MODES"
 
 # ---- saturation: every target under spdk_nvme_perf -----------------------------------
 part_saturation() {
-	local who=("${SPDK_WHO[@]}" "${MODE_LIST[@]}") qd r w line iops lat cpu
+	local who=("${SPDK_WHO[@]}" "${MODE_LIST[@]}") qd r w line iops lat cpu ns nm np
+	[[ -z ${SAT_TARGETS:-} ]] || read -ra who <<<"$SAT_TARGETS"
 	for qd in $QDS; do
 		echo "== saturation: 4 KiB randread QD $qd"
 		for r in $(seq "$ROUNDS"); do
@@ -229,7 +261,11 @@ part_saturation() {
 				read -r iops lat cpu < <(sperf "$qd")
 				stop_target
 				printf 'tgt\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$qd" "$w" "$iops" "$lat" "$cpu" >>"$RES"
-				line+=" $w ${iops%.*} IOPS ${lat} µs ${cpu%.*} %;"
+				read -r ns nm np <"$TMP/nap"
+				printf 'nap\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$qd" "$w" "$ns" "$nm" "$np" >>"$RES"
+				line+=" $w ${iops%.*} IOPS ${lat} µs ${cpu%.*} %"
+				[[ $ns = - || $np = 0.00 ]] || line+=" (asleep $np %, $ns sleeps, $nm lost)"
+				line+=";"
 			done
 			echo "${line%;}"
 		done
@@ -325,17 +361,26 @@ part_starts() {
 }
 
 # ---- idle -----------------------------------------------------------------------------------
+# The default against adaptive (the default before issue 44), with 4 idle hosts
+# (admin + 1 I/O queue) and with IDLE_CTRLS controllers (admin + 2 I/O queues).
 part_idle() {
-	local idle
-	echo "== idle: the default target with 4 idle hosts, 30 s"
-	taskset -c 0 "$FF" serve --ram 1G --listen "127.0.0.1:$PORT" --rpc-socket none --log-level warn \
-		>"$TMP/target.log" 2>&1 &
-	T_PORT=$PORT
-	target_started "$TMP/target.log"
-	idle=$(idle_cpu_pct "$TARGET_PID" "$PORT" "$FF_NQN" "$IDLE_HOSTS")
-	stop_target
-	printf 'idle\t1\t0\tdefault\t0\t0\t%s\n' "$idle" >>"$RES"
-	echo "  $idle % of a core"
+	local idle w n q poll
+	for n in 4 "$IDLE_CTRLS"; do
+		q=$([[ $n = 4 ]] && echo 1 || echo 2)
+		for w in default adaptive; do
+			poll=()
+			[[ $w = default ]] || poll=(--poll "$w")
+			echo "== idle: $w target with $n idle controllers ($q I/O queues each), 30 s"
+			taskset -c 0 "$FF" serve --ram 1G "${poll[@]}" --listen "127.0.0.1:$PORT" --rpc-socket none \
+				--log-level warn >"$TMP/target.log" 2>&1 &
+			T_PORT=$PORT
+			target_started "$TMP/target.log"
+			idle=$(idle_cpu_pct "$TARGET_PID" "$PORT" "$FF_NQN" "$IDLE_HOSTS" "$n" "$q")
+			stop_target
+			printf 'idle\t1\t%s\t%s\t0\t0\t%s\n' "$n" "$w" "$idle" >>"$RES"
+			echo "  $idle % of a core"
+		done
+	done
 }
 
 # ---- the floor --------------------------------------------------------------------------------

@@ -85,15 +85,19 @@ os.replace(tmp, path)
 PY
 }
 
-# idle_cpu_pct TARGET_PID PORT NQN IDLE_HOSTS_BINARY: connects 4 idle hosts
-# (examples/idle_hosts: admin + 1 I/O queue each, keep-alives) to the target,
-# lets them settle 5 s, and prints the target's CPU over the next 30 s in %
-# of one core.
+# idle_cpu_pct TARGET_PID PORT NQN IDLE_HOSTS_BINARY [COUNT [QUEUES]]: connects
+# COUNT (4) idle hosts (examples/idle_hosts: admin + QUEUES (1) I/O queues each,
+# keep-alives) to the target, waits until all are connected, lets them settle
+# 5 s, and prints the target's CPU over the next 30 s in % of one core.
 idle_cpu_pct() {
-	local target=$1 hosts t0 t1
-	"$4" "127.0.0.1:$2" "$3" 4 1 40 >"$TMP/idle.log" 2>&1 &
+	local target=$1 count=${5:-4} queues=${6:-1} hosts t0 t1
+	"$4" "127.0.0.1:$2" "$3" "$count" "$queues" "$((40 + count / 10))" >"$TMP/idle.log" 2>&1 &
 	hosts=$!
 	PIDS+=("$hosts")
+	until grep -q connected "$TMP/idle.log"; do
+		kill -0 "$hosts" 2>/dev/null || die "idle hosts failed: $(cat "$TMP/idle.log")"
+		sleep 0.1
+	done
 	sleep 5
 	t0=$(cpu_ticks "$target")
 	sleep 30
