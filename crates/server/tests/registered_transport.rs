@@ -93,6 +93,18 @@ fn a_registered_transport_is_configured_saved_added_and_removed() -> Result<()> 
     assert_eq!(server.addrs()[1], "127.0.0.1:4420".parse()?);
     let saved = call(&sock, "save_config", json!({})).to_string();
     assert!(saved.contains("quiet:127.0.0.1:4420"), "{saved}");
+    // listener_list names each listener's own transport.
+    let list = call(&sock, "listener_list", json!({}));
+    let kinds: Vec<(&str, &str)> = (list["result"].as_array().expect("a list").iter())
+        .map(|l| {
+            (
+                l["configured"].as_str().unwrap_or(""),
+                l["trtype"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert!(kinds.contains(&("quiet:127.0.0.1:4420", "quiet")), "{list}");
+    assert!(kinds.iter().any(|&(_, t)| t == "tcp"), "{list}");
 
     // Added and removed over the management API.
     let added = call(

@@ -81,7 +81,7 @@ fn listener_list(api: &Api, p: &Value) -> Result<Value, RpcError> {
         .target
         .listeners()
         .iter()
-        .map(|l| json!({"addr": l.addr.to_string(), "configured": l.config, "trtype": "tcp"}))
+        .map(|l| json!({"addr": l.addr.to_string(), "configured": l.config, "trtype": l.transport.name()}))
         .collect::<Vec<_>>()))
 }
 
