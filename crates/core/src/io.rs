@@ -4,7 +4,7 @@
 //! turns it into backend requests.
 
 use crate::command::{IoCmd, Outcome, Xfer};
-use crate::nvm::Range;
+use crate::exclusion::Range;
 use crate::queue::NvmeQueue;
 use farflash_backend::{IoOp, IoRequest};
 use farflash_wire::identify as wid;

@@ -1,7 +1,7 @@
 //! NVM commands that take more than one storage request, or wait for
 //! another command: Compare and Verify (`compare.rs`), Copy (`copy.rs`) and
-//! the fused Compare and Write (`fused.rs`), with the per-namespace range
-//! exclusion the fused pair needs (`exclusion.rs`).
+//! the fused Compare and Write (`fused.rs`); the per-namespace range
+//! exclusion the fused pair needs is `crate::exclusion`.
 //!
 //! Their state lives here, per command slot ([`NvmState`]), so the queue's
 //! slots and the dispatcher stay as they are: `io.rs` hands these commands
@@ -11,20 +11,18 @@
 
 mod compare;
 mod copy;
-mod exclusion;
 mod fused;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_caps;
 
-pub use exclusion::Exclusion;
-pub(crate) use exclusion::Range;
+pub(crate) use crate::exclusion::Range;
 
 use crate::command::{IoCmd, Outcome, Xfer};
+use crate::exclusion::{Entry, Exclusion, Tally};
 use crate::exec::Step;
 use crate::queue::NvmeQueue;
-use exclusion::{Entry, Tally};
 use farflash_backend::IoBuf;
 use farflash_wire::identify as wid;
 use farflash_wire::log as wlog;
