@@ -5,8 +5,8 @@
 //!
 //! Their state lives here, per command slot ([`NvmState`]), so the queue's
 //! slots and the dispatcher stay as they are: `io.rs` hands these commands
-//! over at `classify` and `execute`, `queue/storage.rs` hands over their
-//! storage completions (`stored`), and a command waiting for a range is
+//! over at `classify` and `execute`, the dispatcher (`exec.rs`) hands over
+//! their storage completions (`stored`), and a command waiting for a range is
 //! `Outcome::Held` until [`resume`] runs it again.
 
 mod compare;
@@ -21,7 +21,6 @@ pub(crate) use crate::exclusion::Range;
 
 use crate::command::{IoCmd, Outcome, Xfer};
 use crate::exclusion::{Entry, Exclusion, Tally};
-use crate::exec::Step;
 use crate::queue::NvmeQueue;
 use farflash_backend::IoBuf;
 use farflash_wire::identify as wid;
@@ -317,8 +316,13 @@ pub(crate) fn leave<C: Default>(q: &mut NvmeQueue<C>, idx: usize) {
 
 /// Runs again the commands held for a range; returns whether any left the
 /// wait (the event loop calls it with the QoS resumes, see
-/// `NvmeQueue::resume_throttled`).
-pub(crate) fn resume<C: Default>(q: &mut NvmeQueue<C>) -> bool {
+/// `NvmeQueue::resume_throttled`). A write held for its range goes back to
+/// the dispatcher through `admitted`, as a command QoS admitted does (the
+/// dispatcher passes itself: this module, below it, does not name it).
+pub(crate) fn resume<C: Default>(
+    q: &mut NvmeQueue<C>,
+    admitted: impl Fn(&mut NvmeQueue<C>, usize),
+) -> bool {
     let n = q.nvm.held.len();
     let mut moved = false;
     for _ in 0..n {
@@ -326,7 +330,7 @@ pub(crate) fn resume<C: Default>(q: &mut NvmeQueue<C>) -> bool {
         let phase = q.nvm.run(idx).phase;
         q.nvm.run(idx).phase = Phase::Idle;
         match phase {
-            Phase::Held => q.dispatch(idx, Step::Admitted),
+            Phase::Held => admitted(q, idx),
             Phase::PairWait => match fused::proceed(q, idx) {
                 Outcome::Done(st, r) => q.complete(idx, st, r),
                 Outcome::Held | Outcome::Pending | Outcome::Parked => {}

@@ -536,6 +536,13 @@ impl<C: Default> NvmeQueue<C> {
         self.ns.key(nsid)
     }
 
+    /// The host turned the volatile write cache off (Set Features 06h): each
+    /// write is durable when it completes, as with FUA.
+    #[inline]
+    pub(crate) fn write_through(&self) -> bool {
+        self.ctrl.as_ref().is_some_and(|c| c.write_through())
+    }
+
     /// Picks up namespace changes of the subsystem (a reload) between commands.
     pub(crate) fn refresh_namespaces(&mut self) {
         if let Some(sub) = self.ctrl.as_ref().and_then(|c| c.subsystem()) {
