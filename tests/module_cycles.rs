@@ -47,10 +47,6 @@ use syn::visit::Visit;
 /// or a known one that grows, fails the test.
 const ALLOWED: &[(&str, &str)] = &[
     (
-        "crates/core/src/lib.rs: command, nvm, queue, resv_cmd",
-        "nvm runs on queue::NvmeQueue while the queue holds nvm's state (nvm::NvmState) and its typed commands (command::IoCmd::Nvm(nvm::NvmCmd))",
-    ),
-    (
         "crates/pool/src/lib.rs: committer, ops, pool, prep, recover, volume",
         "the pool's stages (prep, committer, recover, ops) and volumes share pool::PoolInner and its lock, and the pool starts the stages",
     ),

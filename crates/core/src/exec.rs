@@ -1,7 +1,10 @@
 //! Running commands: parse and check a command once at arrival (`begin`),
 //! dispatch it to its executor once its data is in place (`execute`), as
 //! Linux nvmet chooses `req->execute` at parse time. The only module that
-//! knows every command set; the executors know only the queue.
+//! knows every command set, and the top of the command layer: it names the
+//! executors (`fabrics`, `admin`, `io`, `nvm`, ...), they run on the queue
+//! (`queue/`, whose struct this module's methods extend), and nothing below
+//! names this module (`tests/module_cycles.rs`).
 
 use crate::command::{Begin, Cmd, Outcome, Xfer};
 use crate::queue::{CmdState, Done, Event, NvmeQueue, OffloadDone};

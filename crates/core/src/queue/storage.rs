@@ -7,6 +7,8 @@
 //! same on a private queue set, for tests, fuzzers and benchmarks.
 
 use super::{tag_slot, CmdState, Event, NvmeQueue};
+use crate::command::IoCmd;
+use crate::nvm_state::NvmCmd;
 use crate::stats::QueueStats;
 use farflash_backend::{IoCompletion, IoRequest, QueueSet, SharedBackend};
 use farflash_wire::Status;
@@ -92,10 +94,7 @@ impl<C: Default> NvmeQueue<C> {
             self.pool.put(c.buf);
             return None;
         };
-        let fused = matches!(
-            s.cmd.io(),
-            Some(crate::command::IoCmd::Nvm(crate::nvm::NvmCmd::Fused { .. }))
-        );
+        let fused = matches!(s.cmd.io(), Some(IoCmd::Nvm(NvmCmd::Fused { .. })));
         if let Some(e) = c
             .result
             .as_ref()
