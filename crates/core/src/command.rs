@@ -2,6 +2,7 @@
 //! data a command moves, typed commands (parsed once, `Cmd`), what
 //! executing a command did, and the completions the binding sends.
 
+use crate::nvm_state::NvmCmd;
 use farflash_backend::IoBuf;
 use farflash_wire::Status;
 
@@ -175,7 +176,7 @@ pub(crate) enum IoCmd {
         opcode: u8,
     },
     /// Compare, Verify, Copy, a fused half (`crate::nvm`).
-    Nvm(crate::nvm::NvmCmd),
+    Nvm(NvmCmd),
 }
 
 impl IoCmd {
@@ -186,8 +187,8 @@ impl IoCmd {
             IoCmd::Write { len, .. } => Some((true, len)),
             // Base §5.16.1.3: Host Read Commands count Compares; the Write
             // half of a fused pair is a write.
-            IoCmd::Nvm(crate::nvm::NvmCmd::Compare { len, .. }) => Some((false, len)),
-            IoCmd::Nvm(crate::nvm::NvmCmd::Fused {
+            IoCmd::Nvm(NvmCmd::Compare { len, .. }) => Some((false, len)),
+            IoCmd::Nvm(NvmCmd::Fused {
                 len, second: true, ..
             }) => Some((true, len)),
             _ => None,

@@ -1,7 +1,10 @@
 //! Running commands: parse and check a command once at arrival (`begin`),
 //! dispatch it to its executor once its data is in place (`execute`), as
 //! Linux nvmet chooses `req->execute` at parse time. The only module that
-//! knows every command set; the executors know only the queue.
+//! knows every command set, and the top of the command layer: it names the
+//! executors (`fabrics`, `admin`, `io`, `nvm`, ...), they run on the queue
+//! (`queue/`, whose struct this module's methods extend), and nothing below
+//! names this module (`tests/module_cycles.rs`).
 
 use crate::command::{Begin, Cmd, Outcome, Xfer};
 use crate::queue::{CmdState, Done, Event, NvmeQueue, OffloadDone};
@@ -125,7 +128,8 @@ impl<C: Default> NvmeQueue<C> {
     /// Runs the throttled commands whose tokens have come, oldest first;
     /// returns whether any ran.
     pub fn resume_throttled(&mut self) -> bool {
-        let mut any = self.nvm.has_held() && crate::nvm::resume(self);
+        let mut any = self.nvm.has_held()
+            && crate::nvm::resume(self, |q, idx| q.dispatch(idx, Step::Admitted));
         while let Some(idx) = self.admit_throttled() {
             any = true;
             self.dispatch(idx, Step::Admitted);
@@ -161,6 +165,30 @@ impl<C: Default> NvmeQueue<C> {
                 }
             }
         }
+    }
+
+    /// The last storage request of the command in `idx` came back: a
+    /// controller shutdown's Flushes end it; an NVM command of `crate::nvm`
+    /// goes on there; any other command is answered.
+    fn stored(&mut self, idx: usize) -> Outcome {
+        let s = &self.slots[idx];
+        if s.sqe.opcode == aop::FABRICS {
+            // The Flushes of a controller shutdown (Property Set CC.SHN): a
+            // failure was logged above; the shutdown still completes.
+            if let Some(ctrl) = &self.ctrl {
+                ctrl.shutdown_complete();
+            }
+            return Outcome::Done(Status::SUCCESS, 0);
+        }
+        if let Some(o) = crate::nvm::stored(self, idx) {
+            if matches!(o, Outcome::Done(st, _) if st.is_success()) {
+                self.account(idx);
+            }
+            return o;
+        }
+        let st = self.slots[idx].status;
+        self.account(idx);
+        Outcome::Done(st, 0)
     }
 
     /// What data the command in `idx` moves, after checking it can run

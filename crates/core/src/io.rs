@@ -4,7 +4,7 @@
 //! turns it into backend requests.
 
 use crate::command::{IoCmd, Outcome, Xfer};
-use crate::nvm::Range;
+use crate::exclusion::Range;
 use crate::queue::NvmeQueue;
 use farflash_backend::{IoOp, IoRequest};
 use farflash_wire::identify as wid;
@@ -86,24 +86,6 @@ const DSM_RANGE_LEN: u32 = 16;
 /// DSM attribute: Deallocate (CDW11 bit 2).
 const DSM_AD: u32 = 1 << 2;
 
-/// Byte offset and length of an LBA range, checked against the namespace
-/// (NVM Command Set §3.1 Figure "Status Code – Generic Command Status Values": 80h
-/// "LBA Out of Range").
-pub(crate) fn range<C: Default>(
-    q: &NvmeQueue<C>,
-    ns_idx: usize,
-    slba: u64,
-    nlb: u64,
-) -> Result<(u64, u64), Status> {
-    let Some(ns) = q.ns.get(ns_idx) else {
-        return Err(Status::INVALID_NAMESPACE.dnr());
-    };
-    match slba.checked_add(nlb) {
-        Some(end) if end <= ns.blocks => Ok((slba << ns.lba_shift, nlb << ns.lba_shift)),
-        _ => Err(Status::LBA_OUT_OF_RANGE.dnr()),
-    }
-}
-
 fn ns_index<C: Default>(q: &NvmeQueue<C>, nsid: u32) -> Result<usize, Status> {
     let key = q
         .namespace_index(nsid)
@@ -126,12 +108,6 @@ fn ana_check<C: Default>(q: &NvmeQueue<C>, key: usize) -> Result<(), Status> {
         Some(&(_, state)) => crate::ana::status(state).map_or(Ok(()), Err),
         None => Ok(()),
     }
-}
-
-/// The host turned the volatile write cache off (Set Features 06h): each
-/// write is durable when it completes, as with FUA.
-pub(crate) fn write_through<C: Default>(q: &NvmeQueue<C>) -> bool {
-    q.ctrl.as_ref().is_some_and(|c| c.write_through())
 }
 
 /// Parses and checks an I/O command before any data moves; one that would
@@ -163,7 +139,7 @@ fn parse<C: Default>(q: &NvmeQueue<C>, sqe: &Sqe) -> Result<(Xfer, IoCmd), Statu
             if !q.blocks.resv_block.is_empty() {
                 crate::resv_cmd::check_access(q, ns, sqe.opcode == op::WRITE)?;
             }
-            let (offset, len) = range(q, ns, sqe.slba(), sqe.nlb() as u64 + 1)?;
+            let (offset, len) = q.ns.lba_range(ns, sqe.slba(), sqe.nlb() as u64 + 1)?;
             if len > q.target.transport.max_io_size as u64 {
                 // Base §5.17 (Identify Controller MDTS): a longer transfer is
                 // Invalid Field in Command.
@@ -173,7 +149,7 @@ fn parse<C: Default>(q: &NvmeQueue<C>, sqe: &Sqe) -> Result<(Xfer, IoCmd), Statu
             Ok(if sqe.opcode == op::READ {
                 (Xfer::C2H(len), IoCmd::Read { ns, offset, len })
             } else {
-                let fua = sqe.fua() || write_through(q);
+                let fua = sqe.fua() || q.write_through();
                 (
                     Xfer::H2C(len),
                     IoCmd::Write {
@@ -198,8 +174,8 @@ fn parse<C: Default>(q: &NvmeQueue<C>, sqe: &Sqe) -> Result<(Xfer, IoCmd), Statu
             if !q.blocks.resv_block.is_empty() {
                 crate::resv_cmd::check_access(q, ns, true)?;
             }
-            let (offset, len) = range(q, ns, sqe.slba(), sqe.nlb() as u64 + 1)?;
-            let fua = sqe.fua() || write_through(q);
+            let (offset, len) = q.ns.lba_range(ns, sqe.slba(), sqe.nlb() as u64 + 1)?;
+            let fua = sqe.fua() || q.write_through();
             Ok((
                 Xfer::None,
                 IoCmd::WriteZeroes {
@@ -368,7 +344,7 @@ fn dsm<C: Default>(
         if nlb == 0 {
             continue;
         }
-        match range(q, ns_idx, slba, nlb) {
+        match q.ns.lba_range(ns_idx, slba, nlb) {
             Ok((off, len)) => {
                 let out = &mut ranges.as_mut_slice()[n * 16..n * 16 + 16];
                 out[..8].copy_from_slice(&off.to_ne_bytes());

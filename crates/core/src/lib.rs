@@ -8,11 +8,14 @@
 //!   `farflash-tcp`, NVMe/RDMA: `farflash-rdma`) hands it commands
 //!   ([`NvmeQueue::begin`], [`NvmeQueue::execute`], `exec.rs`); storage work
 //!   leaves as tagged requests and comes back through
-//!   [`NvmeQueue::on_storage_completion`] (`queue/storage.rs`). Each
+//!   [`NvmeQueue::on_storage_completion`] (`queue/storage.rs`, `exec.rs`). Each
 //!   command's life is one state enum (`queue/slots.rs`).
 //! - [`Binding`]: what every transport shares: a queue and a
 //!   [`Transport`], and the completions sent after every call (`binding.rs`).
-//! - Command sets: `fabrics` (with `auth`, in-band authentication), `admin` (with `identify`, `discovery`), `io`.
+//! - Command sets: `fabrics` (with `auth`, in-band authentication), `admin`
+//!   (with `identify`, `discovery`), `io` (with `resv_cmd` and `nvm`, whose
+//!   typed commands and per-queue state are `nvm_state`). They run on the
+//!   queue, below them; `exec.rs`, above them all, dispatches to them.
 //!
 //! The control plane (configuration files, opening backends, reloads,
 //! management) is `farflash-control`, above this crate; the event loops
@@ -25,6 +28,7 @@ pub mod binding;
 pub mod cntlid;
 pub mod config;
 pub mod controller;
+pub mod exclusion;
 pub mod listen;
 pub mod qos;
 pub mod resv;
@@ -46,7 +50,8 @@ mod fabrics;
 mod identify;
 mod io;
 mod nstable;
-pub mod nvm;
+mod nvm;
+mod nvm_state;
 mod queue;
 mod resv_cmd;
 mod size;

@@ -10,6 +10,7 @@
 use crate::resv::{Access, HostId};
 use crate::subsystem::Namespace;
 use farflash_backend::SharedBackend;
+use farflash_wire::Status;
 use std::sync::Arc;
 
 pub(crate) struct NsEntry {
@@ -136,6 +137,21 @@ impl NsTable {
             .get(key)
             .filter(|e| e.live)
             .and_then(|e| e.ns.as_ref())
+    }
+
+    /// Byte offset and length of the LBA range `slba..slba + nlb` of the
+    /// live namespace under `key`, checked against its size (NVM Command Set
+    /// §3.1 Figure "Status Code – Generic Command Status Values": 80h "LBA
+    /// Out of Range").
+    #[inline]
+    pub fn lba_range(&self, key: usize, slba: u64, nlb: u64) -> Result<(u64, u64), Status> {
+        let Some(ns) = self.get(key) else {
+            return Err(Status::INVALID_NAMESPACE.dnr());
+        };
+        match slba.checked_add(nlb) {
+            Some(end) if end <= ns.blocks => Ok((slba << ns.lba_shift, nlb << ns.lba_shift)),
+            _ => Err(Status::LBA_OUT_OF_RANGE.dnr()),
+        }
     }
 
     /// The backend under `key`, live or tombstone.

@@ -30,9 +30,9 @@ pub struct Namespace {
     /// Reservations (`crate::resv`), shared by every controller of the
     /// subsystem in this process.
     pub resv: Arc<crate::resv::NsResv>,
-    /// Range exclusion for fused Compare and Write (`crate::nvm`), shared
+    /// Range exclusion for fused Compare and Write (`crate::exclusion`), shared
     /// by every queue of the namespace in this process.
-    pub exclusion: Arc<crate::nvm::Exclusion>,
+    pub exclusion: Arc<crate::exclusion::Exclusion>,
     /// It left its subsystem's list (removed or replaced): queues holding
     /// it let it go at their next tick (`NsTable::release_left`).
     left: AtomicBool,

@@ -22,7 +22,7 @@ pub(super) fn classify_compare<C: Default>(
     ns: usize,
 ) -> Result<(Xfer, NvmCmd), Status> {
     read_access(q, ns)?;
-    let (offset, len) = crate::io::range(q, ns, sqe.slba(), sqe.nlb() as u64 + 1)?;
+    let (offset, len) = q.ns.lba_range(ns, sqe.slba(), sqe.nlb() as u64 + 1)?;
     if len > q.target.transport.max_io_size as u64 {
         // Base §5.17.2.1 MDTS bounds every data transfer.
         return Err(Status::INVALID_FIELD.dnr());
@@ -39,7 +39,7 @@ pub(super) fn classify_verify<C: Default>(
     read_access(q, ns)?;
     // No data moves, so MDTS does not apply; VSL (Identify Controller, I/O
     // command set specific) is not reported: no limit below the 16-bit NLB.
-    let (offset, len) = crate::io::range(q, ns, sqe.slba(), sqe.nlb() as u64 + 1)?;
+    let (offset, len) = q.ns.lba_range(ns, sqe.slba(), sqe.nlb() as u64 + 1)?;
     Ok((Xfer::None, NvmCmd::Verify { ns, offset, len }))
 }
 

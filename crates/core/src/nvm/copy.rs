@@ -52,8 +52,8 @@ pub(super) fn classify<C: Default>(
         return Err(Status::COMMAND_SIZE_LIMIT_EXCEEDED.dnr());
     }
     // The destination's start is checked now; its end once the ranges are known.
-    let (dst, _) = crate::io::range(q, ns, sqe.slba(), 1)?;
-    let fua = sqe.fua() || crate::io::write_through(q);
+    let (dst, _) = q.ns.lba_range(ns, sqe.slba(), 1)?;
+    let fua = sqe.fua() || q.write_through();
     Ok((Xfer::H2C(nr * DESC_LEN), NvmCmd::Copy { ns, dst, nr, fua }))
 }
 
@@ -123,7 +123,7 @@ fn parse<C: Default>(q: &mut NvmeQueue<C>, idx: usize, ns: usize, nr: u32) -> Re
                 break;
             }
             blocks += nlb;
-            match crate::io::range(q, ns, slba, nlb) {
+            match q.ns.lba_range(ns, slba, nlb) {
                 Ok(r) => ranges.push(r),
                 Err(st) => {
                     result = Err(st);

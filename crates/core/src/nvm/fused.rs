@@ -2,7 +2,7 @@
 //! Command Set §3.2.1 and §3.2.6): a Compare with FUSE 01b followed, next
 //! in the same submission queue, by a Write with FUSE 10b over the same
 //! LBA range. The pair runs once both halves' data are in place, holding
-//! its range in the namespace's [`super::Exclusion`] from before the read
+//! its range in the namespace's [`crate::exclusion::Exclusion`] from before the read
 //! until after the write, so no other write of any queue or controller
 //! lands in between: both halves happen, or (the data differ: Compare
 //! Failure, and the Write is Command Aborted due to Failed Fused Command)

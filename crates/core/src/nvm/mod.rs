@@ -1,30 +1,29 @@
 //! NVM commands that take more than one storage request, or wait for
 //! another command: Compare and Verify (`compare.rs`), Copy (`copy.rs`) and
-//! the fused Compare and Write (`fused.rs`), with the per-namespace range
-//! exclusion the fused pair needs (`exclusion.rs`).
+//! the fused Compare and Write (`fused.rs`); the per-namespace range
+//! exclusion the fused pair needs is `crate::exclusion`.
 //!
-//! Their state lives here, per command slot ([`NvmState`]), so the queue's
-//! slots and the dispatcher stay as they are: `io.rs` hands these commands
-//! over at `classify` and `execute`, `queue/storage.rs` hands over their
-//! storage completions (`stored`), and a command waiting for a range is
-//! `Outcome::Held` until [`resume`] runs it again.
+//! Their state, per command slot, is the queue's `nvm` field
+//! (`crate::nvm_state`), so the queue's slots and the dispatcher stay as
+//! they are: `io.rs` hands these commands over at `classify` and `execute`,
+//! the dispatcher (`exec.rs`) hands over their storage completions
+//! (`stored`), and a command waiting for a range is `Outcome::Held` until
+//! [`resume`] runs it again. Their typed form (`NvmCmd`) is there too.
 
 mod compare;
 mod copy;
-mod exclusion;
 mod fused;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_caps;
 
-pub use exclusion::Exclusion;
-pub(crate) use exclusion::Range;
+pub(crate) use crate::exclusion::Range;
 
 use crate::command::{IoCmd, Outcome, Xfer};
-use crate::exec::Step;
+use crate::exclusion::{Entry, Exclusion};
+use crate::nvm_state::{Admit, NvmCmd, NvmState, Phase};
 use crate::queue::NvmeQueue;
-use exclusion::{Entry, Tally};
 use farflash_backend::IoBuf;
 use farflash_wire::identify as wid;
 use farflash_wire::log as wlog;
@@ -35,7 +34,8 @@ use std::sync::Arc;
 /// This module's rows of the I/O command table (`io.rs`): opcode, Commands
 /// Supported and Effects (Base §5.16.1.6) and the ONCS bit (Base
 /// §5.17.2.1). A new command of this module adds its row here, its arms in
-/// [`classify`], [`execute`] and [`stored`], and its file.
+/// [`classify`], [`execute`] and [`stored`], its variant of `NvmCmd` (and
+/// its `Phase`s, `crate::nvm_state`), and its file.
 pub(crate) const COMMANDS: [(u8, u32, u16); 3] = [
     (op::COMPARE, wlog::CSUPP, wid::ONCS_COMPARE),
     (op::VERIFY, wlog::CSUPP, wid::ONCS_VERIFY),
@@ -64,163 +64,6 @@ pub(crate) fn identify_namespace(
     copy::identify_namespace(ns, id);
 }
 pub(crate) use fused::{arrive as fused_arrive, failed as fused_failed};
-
-/// How often a queue with commands held for a range looks again.
-pub(crate) const HELD_POLL: std::time::Duration = std::time::Duration::from_micros(50);
-
-/// A command of this module, parsed once at arrival (see [`IoCmd::Nvm`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum NvmCmd {
-    /// Compare (NVM Command Set §3.2.1): `len` bytes of host data.
-    Compare { ns: usize, offset: u64, len: u32 },
-    /// Verify (NVM Command Set §3.2.8): read `len` bytes, move none.
-    Verify { ns: usize, offset: u64, len: u64 },
-    /// Copy (NVM Command Set §3.2.2): `nr` source ranges of format 0 in
-    /// the host data, to the byte offset `dst`.
-    Copy {
-        ns: usize,
-        dst: u64,
-        nr: u32,
-        fua: bool,
-    },
-    /// One half of a fused Compare and Write (Base §3.4.2): the Compare
-    /// (`second: false`) or the Write.
-    Fused {
-        ns: usize,
-        offset: u64,
-        len: u32,
-        second: bool,
-        fua: bool,
-    },
-}
-
-impl NvmCmd {
-    /// For QoS: (is a write, bytes moved by the host).
-    pub(crate) fn cost(self) -> (bool, u64) {
-        match self {
-            NvmCmd::Compare { len, .. } => (false, len as u64),
-            NvmCmd::Verify { .. } => (false, 0),
-            NvmCmd::Copy { .. } => (true, 0),
-            NvmCmd::Fused { len, second, .. } => (second, len as u64),
-        }
-    }
-
-    pub(crate) fn writes(self) -> bool {
-        matches!(
-            self,
-            NvmCmd::Copy { .. } | NvmCmd::Fused { second: true, .. }
-        )
-    }
-}
-
-/// What the next storage completion of a command means.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-enum Phase {
-    #[default]
-    Idle,
-    /// Waiting in [`NvmState::held`] for a range (a write, or a Copy).
-    Held,
-    /// A fused pair waiting in `held` for its range to be granted.
-    PairWait,
-    Compare,
-    Verify,
-    CopyRead,
-    CopyWrite,
-    PairRead,
-    PairWrite,
-    /// A fused pair run by storage as one compare-and-write.
-    PairAtomic,
-}
-
-/// How a write got into its namespace's range exclusion.
-#[derive(Debug, Default)]
-enum Admit {
-    #[default]
-    None,
-    Fast,
-    Slow(Arc<Exclusion>, u64),
-}
-
-/// The state of one command slot's command.
-#[derive(Debug, Default)]
-struct Run {
-    phase: Phase,
-    admit: Admit,
-    /// A fused pair's range (on the Write half's slot).
-    lock: Option<(Arc<Exclusion>, u64)>,
-    /// Chunked progress: next source byte, bytes left in this range, next
-    /// destination byte, the range index (Copy).
-    src: u64,
-    left: u64,
-    dst: u64,
-    range: usize,
-    /// Copy: source ranges as (byte offset, bytes).
-    ranges: Vec<(u64, u64)>,
-    /// Host data set aside while the slot's buffer holds what storage read.
-    host: Option<IoBuf>,
-    /// Fused: the other half's slot, whether this half's data is in place
-    /// (it executed), and the answer it gets when its partner failed.
-    partner: Option<u16>,
-    ready: bool,
-    verdict: Option<Status>,
-}
-
-/// Per queue: the runs of its slots, commands held for a range, the first
-/// half of a fused pair waiting for its second, and this queue's write tally.
-pub(crate) struct NvmState {
-    runs: Vec<Run>,
-    held: Vec<u16>,
-    pending_first: Option<u16>,
-    tally: Arc<Tally>,
-    joined: Vec<Arc<Exclusion>>,
-}
-
-impl Default for NvmState {
-    fn default() -> Self {
-        NvmState {
-            runs: Vec::new(),
-            held: Vec::new(),
-            pending_first: None,
-            tally: Arc::new(Tally::default()),
-            joined: Vec::new(),
-        }
-    }
-}
-
-impl NvmState {
-    fn run(&mut self, idx: usize) -> &mut Run {
-        if idx >= self.runs.len() {
-            self.runs.resize_with(idx + 1, Run::default);
-        }
-        &mut self.runs[idx]
-    }
-
-    /// A first half of a fused pair waits for its second: every command
-    /// arriving now goes through `fused::arrive`.
-    pub(crate) fn expects_second(&self) -> bool {
-        self.pending_first.is_some()
-    }
-
-    /// Commands wait for a range: the event loop should call
-    /// [`resume`] soon.
-    pub(crate) fn has_held(&self) -> bool {
-        !self.held.is_empty()
-    }
-}
-
-impl Drop for NvmState {
-    /// A queue going away lets go of every range its commands held.
-    fn drop(&mut self) {
-        for r in &mut self.runs {
-            if let Some((ex, id)) = r.lock.take() {
-                ex.release(id);
-            }
-            if let Admit::Slow(ex, id) = std::mem::take(&mut r.admit) {
-                ex.leave_slow(id);
-            }
-        }
-    }
-}
 
 /// Parses Compare, Verify and Copy (`io::classify` hands them over).
 pub(crate) fn classify<C: Default>(
@@ -319,8 +162,13 @@ pub(crate) fn leave<C: Default>(q: &mut NvmeQueue<C>, idx: usize) {
 
 /// Runs again the commands held for a range; returns whether any left the
 /// wait (the event loop calls it with the QoS resumes, see
-/// `NvmeQueue::resume_throttled`).
-pub(crate) fn resume<C: Default>(q: &mut NvmeQueue<C>) -> bool {
+/// `NvmeQueue::resume_throttled`). A write held for its range goes back to
+/// the dispatcher through `admitted`, as a command QoS admitted does (the
+/// dispatcher passes itself: this module, below it, does not name it).
+pub(crate) fn resume<C: Default>(
+    q: &mut NvmeQueue<C>,
+    admitted: impl Fn(&mut NvmeQueue<C>, usize),
+) -> bool {
     let n = q.nvm.held.len();
     let mut moved = false;
     for _ in 0..n {
@@ -328,7 +176,7 @@ pub(crate) fn resume<C: Default>(q: &mut NvmeQueue<C>) -> bool {
         let phase = q.nvm.run(idx).phase;
         q.nvm.run(idx).phase = Phase::Idle;
         match phase {
-            Phase::Held => q.dispatch(idx, Step::Admitted),
+            Phase::Held => admitted(q, idx),
             Phase::PairWait => match fused::proceed(q, idx) {
                 Outcome::Done(st, r) => q.complete(idx, st, r),
                 Outcome::Held | Outcome::Pending | Outcome::Parked => {}

@@ -8,7 +8,9 @@
 //! [`Completion`]s ([`NvmeQueue::take_completions`]) and storage work as
 //! requests ([`NvmeQueue::take_storage`], `storage.rs`). Nothing here knows
 //! a PDU, reads a clock (`tick` brings the time, `lifecycle.rs`) or
-//! performs I/O.
+//! performs I/O. Nor does it name a command: the executors run on the queue
+//! and the methods that call them (`begin`, `execute`, the dispatcher) are
+//! `exec.rs`'s, above them.
 
 use crate::command::{Cmd, Completion, Connected};
 use crate::controller::Controller;
@@ -244,8 +246,8 @@ pub struct NvmeQueue<C = ()> {
     pub(crate) qos: QosState,
     pub(crate) stats: Option<Arc<QueueStats>>,
     pub(crate) life: Life,
-    /// Compare, Verify, Copy and fused pairs in progress (`crate::nvm`).
-    pub(crate) nvm: crate::nvm::NvmState,
+    /// Compare, Verify, Copy and fused pairs in progress (run by `crate::nvm`).
+    pub(crate) nvm: crate::nvm_state::NvmState,
 }
 
 impl<C: Default> NvmeQueue<C> {
@@ -311,7 +313,7 @@ impl<C: Default> NvmeQueue<C> {
             },
             stats: None,
             life,
-            nvm: crate::nvm::NvmState::default(),
+            nvm: crate::nvm_state::NvmState::default(),
         };
         q.grow_slots(PRE_CONNECT_SLOTS);
         q
@@ -534,6 +536,13 @@ impl<C: Default> NvmeQueue<C> {
 
     pub(crate) fn namespace_index(&self, nsid: u32) -> Option<usize> {
         self.ns.key(nsid)
+    }
+
+    /// The host turned the volatile write cache off (Set Features 06h): each
+    /// write is durable when it completes, as with FUA.
+    #[inline]
+    pub(crate) fn write_through(&self) -> bool {
+        self.ctrl.as_ref().is_some_and(|c| c.write_through())
     }
 
     /// Picks up namespace changes of the subsystem (a reload) between commands.

@@ -85,7 +85,7 @@ impl<C: Default> NvmeQueue<C> {
             // again soon; the pair lives on another queue.
             // The event loop sets the time before it asks.
             let now = self.life.now.or(self.life.clock);
-            return now.map(|t| t + crate::nvm::HELD_POLL);
+            return now.map(|t| t + crate::nvm_state::HELD_POLL);
         }
         let g = self.qos.gate.as_ref()?;
         if g.parked.is_empty() {

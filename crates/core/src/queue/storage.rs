@@ -7,10 +7,10 @@
 //! same on a private queue set, for tests, fuzzers and benchmarks.
 
 use super::{tag_slot, CmdState, Event, NvmeQueue};
-use crate::command::Outcome;
+use crate::command::IoCmd;
+use crate::nvm_state::NvmCmd;
 use crate::stats::QueueStats;
 use farflash_backend::{IoCompletion, IoRequest, QueueSet, SharedBackend};
-use farflash_wire::opcode::admin as aop;
 use farflash_wire::Status;
 
 impl<C: Default> NvmeQueue<C> {
@@ -94,10 +94,7 @@ impl<C: Default> NvmeQueue<C> {
             self.pool.put(c.buf);
             return None;
         };
-        let fused = matches!(
-            s.cmd.io(),
-            Some(crate::command::IoCmd::Nvm(crate::nvm::NvmCmd::Fused { .. }))
-        );
+        let fused = matches!(s.cmd.io(), Some(IoCmd::Nvm(NvmCmd::Fused { .. })));
         if let Some(e) = c
             .result
             .as_ref()
@@ -152,30 +149,8 @@ impl<C: Default> NvmeQueue<C> {
         last.then_some(idx)
     }
 
-    /// The last storage request of the command in `idx` came back.
-    pub(crate) fn stored(&mut self, idx: usize) -> Outcome {
-        let s = &self.slots[idx];
-        if s.sqe.opcode == aop::FABRICS {
-            // The Flushes of a controller shutdown (Property Set CC.SHN): a
-            // failure was logged above; the shutdown still completes.
-            if let Some(ctrl) = &self.ctrl {
-                ctrl.shutdown_complete();
-            }
-            return Outcome::Done(Status::SUCCESS, 0);
-        }
-        if let Some(o) = crate::nvm::stored(self, idx) {
-            if matches!(o, Outcome::Done(st, _) if st.is_success()) {
-                self.account(idx);
-            }
-            return o;
-        }
-        let st = self.slots[idx].status;
-        self.account(idx);
-        Outcome::Done(st, 0)
-    }
-
     /// Counts a finished Read or Write in the queue's statistics (SMART log).
-    fn account(&self, idx: usize) {
+    pub(crate) fn account(&self, idx: usize) {
         let s = &self.slots[idx];
         if !s.status.is_success() {
             return;
