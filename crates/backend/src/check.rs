@@ -102,8 +102,10 @@ fn ok_if(cond: bool) -> io::Result<()> {
     }
 }
 
-/// Range `i` of a Deallocate buffer (the caller checked the buffer length).
-pub(crate) fn dealloc_range(buf: &IoBuf, i: u32) -> (u64, u64) {
+/// Range `i` of a Deallocate buffer (native-endian `(offset, len)` byte
+/// pairs, as [`dealloc_buf`] builds them; the caller checked the buffer
+/// length).
+pub fn dealloc_range(buf: &IoBuf, i: u32) -> (u64, u64) {
     let at = i as usize * RANGE_ENTRY;
     let entry = &buf.as_slice()[at..at + RANGE_ENTRY];
     let mut word = [0u8; 8];

@@ -42,7 +42,7 @@ mod test_util;
 
 pub use buf::{BufPool, IoBuf, IO_ALIGN};
 pub use changes::{notify_changed, wait_changed};
-pub use check::dealloc_buf;
+pub use check::{dealloc_buf, dealloc_range};
 pub use chunk::Chunk;
 pub use file::{open_file, DirectMode, FileOptions};
 pub use null::open_null;

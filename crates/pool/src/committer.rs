@@ -3,7 +3,8 @@
 //! mappings), then wakes the queues that wait, through their eventfds,
 //! so no event loop blocks on a commit.
 
-use crate::pool::{lock, PoolInner};
+use crate::lock::lock;
+use crate::pool::PoolInner;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;

@@ -33,6 +33,9 @@ pub const NO_PARENT: u32 = u32::MAX;
 pub const UNMAPPED: u64 = 0;
 /// Map value: reads zeroes, hiding the parent (deallocated over a parent).
 pub const ZERO: u64 = u64::MAX;
+/// Largest volume (1 PiB: a map's top array stays within 1 MiB); a
+/// record of a larger one is corrupt.
+pub const MAX_SIZE: u64 = 1 << 50;
 
 /// Why bytes do not decode.
 #[derive(Debug, Clone, PartialEq, Eq)]

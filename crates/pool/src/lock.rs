@@ -1,11 +1,17 @@
-//! Advisory locks on a pool's device files: one process (one pool
-//! instance) at a time writes a pool; `check` reads only a pool nobody
-//! has open.
+//! Locks: advisory locks on a pool's device files (one process, one pool
+//! instance, at a time writes a pool; `check` reads only a pool nobody
+//! has open), and the pool's mutexes.
 
 use crate::error::PoolError;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
+
+/// Locks `m`, going on when a thread panicked holding it (poisoned).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// Locks every path (`flock`, exclusive or shared, never waiting); the
 /// locks last as long as the returned files.

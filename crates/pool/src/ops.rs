@@ -5,9 +5,10 @@
 //! call that returned is durable.
 
 use crate::error::PoolError;
-use crate::format::{valid_name, Record, VolRecord, NO_PARENT, UNMAPPED, ZERO};
+use crate::format::{valid_name, Record, VolRecord, MAX_SIZE, NO_PARENT, UNMAPPED, ZERO};
 use crate::layer::{Layer, Source};
-use crate::pool::{lock, Alloc, PoolInner};
+use crate::lock::lock;
+use crate::pool::{Alloc, PoolInner};
 use crate::recover::MAX_DEPTH;
 use crate::state::{Handle, State, Vol};
 use crate::volume::VolumeBackend;
@@ -16,9 +17,6 @@ use farflash_backend::SharedBackend;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Largest volume (1 PiB: a map's top array stays within 1 MiB).
-pub(crate) const MAX_SIZE: u64 = 1 << 50;
 
 /// Volume sizes are multiples of this (the volume block size).
 const SIZE_UNIT: u64 = 4096;

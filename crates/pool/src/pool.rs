@@ -9,6 +9,7 @@ use crate::format::{
 };
 use crate::grace::Grace;
 use crate::layer::{Layer, Source};
+use crate::lock::lock;
 use crate::meta::{self, Meta};
 use crate::prep::Preparer;
 use crate::recover::{self, Bounds};
@@ -16,7 +17,7 @@ use crate::state::{Replay, State};
 use farflash_backend::{IoBuf, IoOp, SharedBackend};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The default cluster size: 1 MiB (see the crate documentation).
@@ -45,10 +46,6 @@ impl Default for PoolOptions {
             commit_interval: Some(Duration::from_secs(1)),
         }
     }
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// What every handle on a pool shares.

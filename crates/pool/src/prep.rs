@@ -18,7 +18,8 @@ use crate::committer::Wake;
 use crate::error::no_space;
 use crate::format::{UNMAPPED, ZERO};
 use crate::layer::{Layer, Source};
-use crate::pool::{lock, Alloc, Fill, PoolInner};
+use crate::lock::lock;
+use crate::pool::{Alloc, Fill, PoolInner};
 use farflash_backend::{IoBuf, IoOp};
 use std::collections::VecDeque;
 use std::io;
@@ -258,7 +259,7 @@ impl PoolInner {
             IoOp::WriteZeroes { offset, len, .. } => self.zero_range(layer, offset, len),
             IoOp::Deallocate { ranges } => {
                 for i in 0..ranges {
-                    let (o, l) = crate::volume::dealloc_range(buf, i);
+                    let (o, l) = farflash_backend::dealloc_range(buf, i);
                     if !self.zero_range(layer, o, l)? {
                         return Ok(false);
                     }

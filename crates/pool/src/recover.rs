@@ -4,9 +4,8 @@
 //! `check` collects them all. Either way nothing here panics on what the
 //! disk holds.
 
-use crate::format::{NO_PARENT, ZERO};
+use crate::format::{MAX_SIZE, NO_PARENT, ZERO};
 use crate::layer::Layer;
-use crate::ops::MAX_SIZE;
 use crate::state::{Handle, Replay, State, Vol};
 use std::collections::HashMap;
 use std::sync::Arc;

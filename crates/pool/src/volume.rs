@@ -29,7 +29,9 @@ use crate::layer::{Layer, Source};
 use crate::pool::PoolInner;
 use crate::prep::{Done, Inbox, Outcome, Task, Work};
 use crate::state::Handle;
-use farflash_backend::{Backend, BackendQueue, BufPool, IoBuf, IoCompletion, IoOp, IoRequest};
+use farflash_backend::{
+    dealloc_range, Backend, BackendQueue, BufPool, IoBuf, IoCompletion, IoOp, IoRequest,
+};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -761,17 +763,6 @@ impl Drop for VolumeQueue {
             self.leave(h);
         }
     }
-}
-
-/// Range `i` of a Deallocate buffer (native-endian `(offset, len)` pairs;
-/// the caller checked the length).
-pub(crate) fn dealloc_range(buf: &IoBuf, i: u32) -> (u64, u64) {
-    let at = i as usize * 16;
-    let mut o = [0u8; 8];
-    let mut l = [0u8; 8];
-    o.copy_from_slice(&buf[at..at + 8]);
-    l.copy_from_slice(&buf[at + 8..at + 16]);
-    (u64::from_ne_bytes(o), u64::from_ne_bytes(l))
 }
 
 impl BackendQueue for VolumeQueue {
