@@ -2,9 +2,12 @@
 //! and at once when a queue asks (a Flush or FUA write waiting for its
 //! mappings), then wakes the queues that wait, through their eventfds,
 //! so no event loop blocks on a commit.
+//!
+//! The thread drives what it commits through [`Commits`] (the pool
+//! implements it), so this module knows nothing of the pool.
 
 use crate::lock::lock;
-use crate::pool::PoolInner;
+use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
@@ -12,6 +15,18 @@ use std::time::Duration;
 /// Something to wake when a commit ends (a volume queue's eventfd).
 pub(crate) trait Wake: Send + Sync {
     fn wake(&self);
+}
+
+/// What the committer thread commits (the pool).
+pub(crate) trait Commits: Send + Sync {
+    /// Whether changes wait for a commit.
+    fn dirty(&self) -> bool;
+    /// Commits everything changed so far (durable when it returns).
+    fn commit(&self) -> io::Result<()>;
+    /// Whether freed clusters wait (for their grace period).
+    fn freeing(&self) -> bool;
+    /// Frees the committed clusters whose grace period has passed.
+    fn reclaim_now(&self);
 }
 
 #[derive(Default)]
@@ -31,7 +46,7 @@ pub(crate) struct Committer {
 
 impl Committer {
     /// Starts the thread for `pool`.
-    pub(crate) fn start(self: &Arc<Self>, pool: Weak<PoolInner>, every: Duration) {
+    pub(crate) fn start(self: &Arc<Self>, pool: Weak<dyn Commits>, every: Duration) {
         let me = self.clone();
         let run = move || me.run(pool, every);
         match std::thread::Builder::new()
@@ -45,7 +60,7 @@ impl Committer {
         }
     }
 
-    fn run(&self, pool: Weak<PoolInner>, every: Duration) {
+    fn run(&self, pool: Weak<dyn Commits>, every: Duration) {
         loop {
             let kicked = {
                 let g = lock(&self.ctl);

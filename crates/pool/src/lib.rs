@@ -168,6 +168,7 @@ mod recover;
 mod state;
 pub mod testing;
 pub mod volume;
+mod work;
 
 pub use check::{check, check_backends, Report};
 pub use error::{is_no_space, no_space, PoolError};

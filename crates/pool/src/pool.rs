@@ -1,6 +1,6 @@
 //! A local pool: creation, opening, commits, and cluster allocation.
 
-use crate::committer::Committer;
+use crate::committer::{Commits, Committer};
 use crate::dev::Devices;
 use crate::error::{no_space, PoolError};
 use crate::format::{
@@ -314,6 +314,21 @@ impl PoolInner {
     }
 }
 
+impl Commits for PoolInner {
+    fn dirty(&self) -> bool {
+        PoolInner::dirty(self)
+    }
+    fn commit(&self) -> io::Result<()> {
+        PoolInner::commit(self)
+    }
+    fn freeing(&self) -> bool {
+        PoolInner::freeing(self)
+    }
+    fn reclaim_now(&self) {
+        PoolInner::reclaim_now(self)
+    }
+}
+
 impl Drop for PoolInner {
     /// Commits what is left and stops the committer.
     fn drop(&mut self) {
@@ -452,9 +467,10 @@ fn finish(
         grace,
         locks: Mutex::new(Vec::new()),
     });
-    prep.start(Arc::downgrade(&pool));
+    let weak = Arc::downgrade(&pool);
+    prep.start(weak.clone());
     if let Some(every) = opts.commit_interval {
-        committer.start(Arc::downgrade(&pool), every);
+        committer.start(weak, every);
     }
     pool
 }

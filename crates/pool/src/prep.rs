@@ -13,13 +13,14 @@
 //! The request stays counted (on its layer and in the grace epoch) while
 //! here. Without the thread (it could not start), tasks run on the
 //! submitting thread.
+//!
+//! This module is the machinery (tasks, the thread, inboxes); the work
+//! itself is the pool's (`work.rs`), which the thread calls through
+//! [`Worker`].
 
 use crate::committer::Wake;
-use crate::error::no_space;
-use crate::format::{UNMAPPED, ZERO};
-use crate::layer::{Layer, Source};
+use crate::layer::Layer;
 use crate::lock::lock;
-use crate::pool::{Alloc, Fill, PoolInner};
 use farflash_backend::{IoBuf, IoOp};
 use std::collections::VecDeque;
 use std::io;
@@ -114,13 +115,20 @@ impl<T> Inbox<T> {
     }
 }
 
+/// What does a task's work (the pool, in `work.rs`).
+pub(crate) trait Worker: Send + Sync {
+    /// Does `work` for a request (`op`, `buf`) in `layer`; returns the
+    /// buffer and how the request ended.
+    fn run_work(&self, layer: &Arc<Layer>, work: Work, op: IoOp, buf: IoBuf) -> (IoBuf, Outcome);
+}
+
 /// A task with its queue's ticket type erased.
 trait Run: Send {
-    fn run(self: Box<Self>, pool: &PoolInner);
+    fn run(self: Box<Self>, pool: &dyn Worker);
 }
 
 impl<T: Send + 'static> Run for Task<T> {
-    fn run(self: Box<Self>, pool: &PoolInner) {
+    fn run(self: Box<Self>, pool: &dyn Worker) {
         let Task {
             layer,
             work,
@@ -157,7 +165,7 @@ pub(crate) struct Preparer {
 
 impl Preparer {
     /// Starts the thread for `pool`.
-    pub(crate) fn start(self: &Arc<Self>, pool: Weak<PoolInner>) {
+    pub(crate) fn start(self: &Arc<Self>, pool: Weak<dyn Worker>) {
         let me = self.clone();
         let spawned = std::thread::Builder::new()
             .name("pool-prep".into())
@@ -170,7 +178,7 @@ impl Preparer {
         }
     }
 
-    fn run(&self, pool: Weak<PoolInner>) {
+    fn run(&self, pool: Weak<dyn Worker>) {
         loop {
             let task = {
                 let g = lock(&self.ctl);
@@ -183,149 +191,25 @@ impl Preparer {
             };
             // Queues hold the pool, so it lives while they have tasks.
             let Some(p) = pool.upgrade() else { break };
-            task.run(&p);
+            task.run(&*p);
         }
         self.running.store(false, Ordering::SeqCst);
+    }
+
+    /// Hands `task` to the thread, or, without one, runs it now on `pool`;
+    /// its outcome arrives in its inbox.
+    pub(crate) fn submit<T: Send + 'static>(&self, task: Task<T>, pool: &dyn Worker) {
+        let task: Box<dyn Run> = Box::new(task);
+        if self.running.load(Ordering::SeqCst) {
+            lock(&self.ctl).tasks.push_back(task);
+            self.cv.notify_one();
+        } else {
+            task.run(pool);
+        }
     }
 
     pub(crate) fn stop(&self) {
         lock(&self.ctl).stop = true;
         self.cv.notify_all();
-    }
-}
-
-impl PoolInner {
-    /// Hands `task` to the preparation thread (or, without one, runs it
-    /// now); its outcome arrives in its inbox.
-    pub(crate) fn prepare_later<T: Send + 'static>(&self, task: Task<T>) {
-        let task: Box<dyn Run> = Box::new(task);
-        if self.prep.running.load(Ordering::SeqCst) {
-            lock(&self.prep.ctl).tasks.push_back(task);
-            self.prep.cv.notify_one();
-        } else {
-            task.run(self);
-        }
-    }
-
-    fn run_work(&self, layer: &Arc<Layer>, work: Work, op: IoOp, buf: IoBuf) -> (IoBuf, Outcome) {
-        match work {
-            Work::Own { offset, len } => (buf, self.own_range(layer, offset, len)),
-            Work::Whole { offset, fua } => {
-                let mut slot = Some(buf);
-                let fill = Fill::Data {
-                    buf: &mut slot,
-                    fua,
-                };
-                let r = self.own_cluster_with(layer, offset / self.cluster_size(), fill);
-                let buf = slot.take().unwrap_or_else(|| IoBuf::with_capacity(0));
-                let outcome = match r {
-                    Ok((_, _, true)) => Outcome::Wrote,
-                    Ok((_, _, false)) | Err(Alloc::Retry) => Outcome::Again,
-                    Err(Alloc::Failed(e)) => Outcome::Finished(Err(e)),
-                };
-                (buf, outcome)
-            }
-            Work::Zero => {
-                let outcome = match self.zero_request(layer, op, &buf) {
-                    Ok(true) => Outcome::Finished(Ok(())),
-                    Ok(false) => Outcome::Again,
-                    Err(e) => Outcome::Finished(Err(e)),
-                };
-                (buf, outcome)
-            }
-        }
-    }
-
-    /// Owns every cluster of `offset..offset + len` in `layer`.
-    fn own_range(&self, layer: &Arc<Layer>, offset: u64, len: u64) -> Outcome {
-        let cs = self.cluster_size();
-        let (first, last) = (offset / cs, (offset + len).div_ceil(cs));
-        for i in first..last {
-            if matches!(layer.resolve(i), Source::Own(_)) {
-                continue;
-            }
-            match self.own_cluster(layer, i) {
-                Ok(_) | Err(Alloc::Retry) => {}
-                Err(Alloc::Failed(e)) => return Outcome::Finished(Err(e)),
-            }
-        }
-        Outcome::Again
-    }
-
-    /// Write Zeroes or Deallocate in `layer`; false when the layer was
-    /// replaced meanwhile (submit again: zeroing twice is harmless).
-    fn zero_request(&self, layer: &Arc<Layer>, op: IoOp, buf: &IoBuf) -> io::Result<bool> {
-        match op {
-            IoOp::WriteZeroes { offset, len, .. } => self.zero_range(layer, offset, len),
-            IoOp::Deallocate { ranges } => {
-                for i in 0..ranges {
-                    let (o, l) = farflash_backend::dealloc_range(buf, i);
-                    if !self.zero_range(layer, o, l)? {
-                        return Ok(false);
-                    }
-                }
-                Ok(true)
-            }
-            _ => Err(io::Error::from_raw_os_error(libc::EINVAL)),
-        }
-    }
-
-    /// Whole clusters are unmapped (freed once committed), parts zeroed
-    /// in place.
-    fn zero_range(&self, layer: &Arc<Layer>, offset: u64, len: u64) -> io::Result<bool> {
-        let cs = self.cluster_size();
-        let mut at = offset;
-        while at < offset + len {
-            let (index, within) = (at / cs, at % cs);
-            let n = (cs - within).min(offset + len - at);
-            if !self.zero_piece(layer, index, within, n)? {
-                return Ok(false);
-            }
-            at += n;
-        }
-        Ok(true)
-    }
-
-    fn zero_piece(&self, layer: &Arc<Layer>, index: u64, within: u64, n: u64) -> io::Result<bool> {
-        let cs = self.cluster_size();
-        if n == cs {
-            let mut st = lock(&self.state);
-            if layer.is_retired() {
-                return Ok(false);
-            }
-            let below = layer
-                .parent
-                .as_ref()
-                .is_some_and(|a| a.resolve(index) != Source::Zero);
-            match layer.resolve(index) {
-                Source::Own(q) => {
-                    st.set_entry(layer, index, if below { ZERO } else { UNMAPPED });
-                    st.defer_free(q);
-                }
-                Source::Inherited(_) => {
-                    if !st.fits(0, 1) {
-                        return Err(no_space());
-                    }
-                    st.set_entry(layer, index, ZERO);
-                }
-                Source::Zero => {}
-            }
-            self.note(&st);
-            return Ok(true);
-        }
-        let q = match layer.resolve(index) {
-            Source::Zero => return Ok(true),
-            Source::Own(q) => q,
-            Source::Inherited(_) => match self.own_cluster(layer, index) {
-                Ok((q, _)) => q,
-                Err(Alloc::Retry) => return Ok(false),
-                Err(Alloc::Failed(e)) => return Err(e),
-            },
-        };
-        let (d, off) = self
-            .locate(q, within)
-            .ok_or_else(|| io::Error::other("cluster outside the devices"))?;
-        self.devs.zero(d, off, n)?;
-        Ok(true)
     }
 }
