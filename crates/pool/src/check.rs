@@ -1,7 +1,7 @@
 //! Offline verification of a pool (`farflash pool check`).
 
 use crate::error::PoolError;
-use crate::pool::{identify, load};
+use crate::open::{identify, load};
 use farflash_backend::{DirectMode, FileOptions, SharedBackend};
 use std::path::PathBuf;
 

@@ -161,6 +161,7 @@ mod layer;
 mod lock;
 mod meta;
 mod ops;
+mod open;
 mod pool;
 mod prep;
 pub mod rbd;
@@ -172,7 +173,7 @@ mod work;
 
 pub use check::{check, check_backends, Report};
 pub use error::{is_no_space, no_space, PoolError};
-pub use pool::{PoolOptions, DEFAULT_CLUSTER};
+pub use open::{PoolOptions, DEFAULT_CLUSTER};
 pub use rbd::RbdPool;
 
 use farflash_backend::{DirectMode, FileOptions, SharedBackend};
@@ -322,7 +323,7 @@ impl LocalPool {
         opts: &PoolOptions,
     ) -> Result<LocalPool, PoolError> {
         Ok(LocalPool {
-            inner: pool::create(name, devices, opts)?,
+            inner: open::create(name, devices, opts)?,
         })
     }
 
@@ -332,7 +333,7 @@ impl LocalPool {
         opts: &PoolOptions,
     ) -> Result<LocalPool, PoolError> {
         Ok(LocalPool {
-            inner: pool::open(devices, opts)?,
+            inner: open::open(devices, opts)?,
         })
     }
 
