@@ -101,6 +101,33 @@
 //! fails only writes that need a new cluster, with `ENOSPC`
 //! ([`no_space`], NVMe Capacity Exceeded).
 //!
+//! # Modules
+//!
+//! In layers: each names only modules below it (no module cycle:
+//! `tests/module_cycles.rs`).
+//!
+//! 1. [`format`] (on-disk encodings), `error.rs`, `lock.rs` (device
+//!    locks, the mutex helper).
+//! 2. `layer.rs` (a volume's cluster map, chained to its parent's),
+//!    `grace.rs` (grace epochs), `state.rs` (volumes, allocator, pending
+//!    records), `dev.rs` (the devices), `meta.rs` (reading and writing
+//!    checkpoints, journal and superblocks), `recover.rs` (replayed
+//!    records to a checked state).
+//! 3. The stages' machinery, which knows nothing of the pool: `committer.rs`
+//!    (the commit thread, driving the pool through its `Commits` trait)
+//!    and `prep.rs` (the preparation thread, its tasks and the queues'
+//!    inboxes, doing the work through its `Worker` trait).
+//! 4. `pool.rs`: `PoolInner`, what every handle shares (the state lock,
+//!    commits, cluster allocation and preparation); it implements
+//!    `Commits`.
+//! 5. Above it: `work.rs` (what preparation tasks do: first writes, Write
+//!    Zeroes, Deallocate; implements `Worker`), `open.rs` (creating and
+//!    opening a pool: superblocks, device labels, recovery, starting the
+//!    stages), [`volume`] (the data path), `ops.rs` (management calls,
+//!    which open volumes), `check.rs` (offline check); `lib.rs`
+//!    ([`LocalPool`]) on top. Apart: [`rbd`] (RBD pools), [`testing`]
+//!    (in-memory devices for tests).
+//!
 //! # Using it
 //!
 //! ```no_run
@@ -160,8 +187,8 @@ mod grace;
 mod layer;
 mod lock;
 mod meta;
-mod ops;
 mod open;
+mod ops;
 mod pool;
 mod prep;
 pub mod rbd;
