@@ -123,7 +123,8 @@ pub(super) fn start<C: Default>(q: &mut NvmeQueue<C>, idx: usize, cmd: NvmCmd) -
     r.left = len;
     r.phase = Step::Write.into();
     if total == 0 {
-        return Outcome::Done(Status::SUCCESS, 0);
+        // Nothing to copy: done, and out of the range it entered.
+        return finish(q, idx, Status::SUCCESS);
     }
     // The first chunk's read: as if a write of nothing had just finished.
     next_read(q, idx, ns)
