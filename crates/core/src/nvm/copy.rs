@@ -50,6 +50,12 @@ fn limits(ns: &Namespace) -> (u16, u32, u8) {
     limits_for(ns.lba_shift)
 }
 
+/// Its Identify Controller field: OCFS, the one descriptor format it reads
+/// (Base §5.17.2.1 OCFS; format 0 is NVM Command Set §3.2.2.1).
+pub(super) fn identify_controller(id: &mut farflash_wire::identify::IdCtrl) {
+    id.ocfs = farflash_wire::identify::OCFS_FORMAT0;
+}
+
 /// Its Identify Namespace fields: MSSRL, MCL, MSRC (NVM Command Set §4.1.5.1).
 pub(super) fn identify_namespace(ns: &Namespace, id: &mut farflash_wire::identify::IdNs) {
     (id.mssrl, id.mcl, id.msrc) = limits(ns);

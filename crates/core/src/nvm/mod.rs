@@ -35,7 +35,7 @@ use crate::nvm_state::{Admit, NvmCmd, NvmState, Phase};
 use crate::queue::NvmeQueue;
 use crate::subsystem::Namespace;
 use farflash_backend::{IoBuf, IoOp, IoRequest};
-use farflash_wire::identify::{self as wid, IdNs};
+use farflash_wire::identify::{self as wid, IdCtrl, IdNs};
 use farflash_wire::log as wlog;
 use farflash_wire::opcode::io as op;
 use farflash_wire::{Sqe, Status};
@@ -57,8 +57,10 @@ struct Row<C> {
     /// §5.17.2.1): `io.rs`'s command table, the effects log, Identify ONCS
     /// and `io::classify`'s hand-over follow them ([`COMMANDS`]).
     id: (u8, u32, u16),
+    /// The Identify Controller fields it reports, if any (Copy's OCFS).
+    id_ctrl: Option<fn(&mut IdCtrl)>,
     /// The Identify Namespace fields it reports, if any (Copy's limits).
-    identify: Option<fn(&Namespace, &mut IdNs)>,
+    id_ns: Option<fn(&Namespace, &mut IdNs)>,
     parse: Parse<C>,
     /// Runs it once its data is in place (`io::execute`).
     execute: Run<C>,
@@ -79,21 +81,24 @@ impl<C: Default> Table<C> {
     const ROWS: [Row<C>; 3] = [
         Row {
             id: (op::COMPARE, wlog::CSUPP, wid::ONCS_COMPARE),
-            identify: None,
+            id_ctrl: None,
+            id_ns: None,
             parse: compare::parse,
             execute: compare::start,
             stored: compare::stored,
         },
         Row {
             id: (op::VERIFY, wlog::CSUPP, wid::ONCS_VERIFY),
-            identify: None,
+            id_ctrl: None,
+            id_ns: None,
             parse: verify::parse,
             execute: verify::start,
             stored: verify::stored,
         },
         Row {
             id: (op::COPY, wlog::CSUPP | wlog::LBCC, wid::ONCS_COPY),
-            identify: Some(copy::identify_namespace),
+            id_ctrl: Some(copy::identify_controller),
+            id_ns: Some(copy::identify_namespace),
             parse: copy::parse,
             execute: copy::start,
             stored: copy::stored,
@@ -138,11 +143,21 @@ pub(crate) const fn runs(opcode: u8) -> bool {
     row_of(opcode).is_some()
 }
 
+/// Fills the Identify Controller fields this module's commands report
+/// (`identify.rs` calls it): Copy's OCFS.
+pub(crate) fn identify_controller(id: &mut IdCtrl) {
+    for r in &Rows::ROWS {
+        if let Some(f) = r.id_ctrl {
+            f(id);
+        }
+    }
+}
+
 /// Fills the Identify Namespace fields this module's commands report
 /// (`identify.rs` calls it): Copy's MSSRL, MCL and MSRC.
 pub(crate) fn identify_namespace(ns: &Namespace, id: &mut IdNs) {
     for r in &Rows::ROWS {
-        if let Some(f) = r.identify {
+        if let Some(f) = r.id_ns {
             f(ns, id);
         }
     }
