@@ -43,7 +43,8 @@
 # uses, for SPDK: the interpreters' start-up is not timed). Bar: < 10 ms.
 #
 # Then opening a pool (`farflash pool open --json`: LocalPool::open as serve
-# does it, recovery included): a 1 TiB sparse file with OPEN_VOLUMES (1,000)
+# does it, recovery included): a sparse file of each of OPEN_SIZES (1 TiB and
+# 8 TiB: the time must not grow with the device) with OPEN_VOLUMES (1,000)
 # volumes, opened right after `serve` was SIGKILLed at the end of 2 s of
 # 4 KiB random writes (QD 32) to 256 MiB of one of them, a new 256 MiB each
 # round (ROUNDS times; bar < 2 s), and a pool
@@ -53,7 +54,7 @@
 #
 # Environment: SPDK_DIR (../anchors/spdk), ROUNDS (5), RUNTIME seconds (5),
 # WARMUP seconds (1), SIZE (4G), LARGE (1T), LVS_CLUSTER (SPDK's default),
-# OPEN_VOLUMES (1000), MANY_VOLUMES (10000), SPDK (1; 0 leaves SPDK out),
+# OPEN_VOLUMES (1000), OPEN_SIZES ("1T 8T"), MANY_VOLUMES (10000), SPDK (1; 0 leaves SPDK out),
 # PARTS ("io snap open"), ROWS ("rr1 rr32 rw1 rw32": randread, randwrite QD 1, 32), BENCH_DIR (where the files go; a directory of its
 # own is made in it and removed at the end; default /var/tmp; it needs about
 # 5 * SIZE + 6 GiB free, checked), PORT (4530),
@@ -66,7 +67,7 @@ NAME=pool.sh
 SPDK_DIR=${SPDK_DIR:-$ROOT/../anchors/spdk}
 ROUNDS=${ROUNDS:-5} RUNTIME=${RUNTIME:-5} WARMUP=${WARMUP:-1}
 SIZE=${SIZE:-4G} LARGE=${LARGE:-1T} LVS_CLUSTER=${LVS_CLUSTER:-}
-OPEN_VOLUMES=${OPEN_VOLUMES:-1000} MANY_VOLUMES=${MANY_VOLUMES:-10000}
+OPEN_VOLUMES=${OPEN_VOLUMES:-1000} MANY_VOLUMES=${MANY_VOLUMES:-10000} OPEN_SIZES=${OPEN_SIZES:-1T 8T}
 SPDK=${SPDK:-1} PARTS=${PARTS:-io snap open} ROWS=${ROWS:-rr1 rr32 rw1 rw32}
 PORT=${PORT:-4530} SPDK_PORT=${SPDK_PORT:-4531}
 OUT=${OUT-docs/benchmarks.md}
@@ -74,6 +75,7 @@ NQN=nqn.2026-11.io.farflash:poolbench
 SPDK_NQN=nqn.2016-06.io.spdk:poolbench
 # shellcheck source=benches/lib.sh
 source "$ROOT/benches/lib.sh"
+for s in $OPEN_SIZES; do [[ $s =~ ^[1-9][0-9]*[GT]$ ]] || die "OPEN_SIZES: $s is not a size like 1T"; done
 
 for t in taskset python3 cargo numfmt; do command -v "$t" >/dev/null || die "$t is required"; done
 [[ $(nproc) -ge 2 ]] || die "needs at least 2 CPUs (targets on core 0, the initiator on core 1)"
@@ -515,9 +517,16 @@ PY
 }
 declare -A OPEN
 open_rows() {
-	local dev=$DIR/tib.img r t0 t1 vals=() json
-	echo "== opening a 1 TiB pool of $OPEN_VOLUMES volumes after SIGKILL"
-	truncate -s 1T "$dev"
+	local size
+	for size in $OPEN_SIZES; do open_after_kill "$size"; done
+	open_many
+}
+# open_after_kill SIZE: a pool on a sparse file of SIZE with OPEN_VOLUMES
+# volumes, opened after SIGKILL during writes, ROUNDS times.
+open_after_kill() {
+	local size=$1 dev=$DIR/tib.img r t0 t1 vals=() json
+	echo "== opening a $size pool of $OPEN_VOLUMES volumes after SIGKILL"
+	truncate -s "$size" "$dev"
 	"$FF" pool create big "$dev" >/dev/null
 	pool_config big "$dev" >"$TMP/big-bare.toml"
 	pool_config big "$dev" v0 >"$TMP/big.toml"
@@ -536,7 +545,7 @@ open_rows() {
 		# (and zeroed on the file) per round.
 		"$FF" perf -t tcp -a 127.0.0.1 -s "$T_PORT" -n "$T_NQN" --rw randwrite --bs 4k --iodepth 32 \
 			--offset $(((r - 1) * 256))M --size 256M --runtime 2 --cpus-allowed 1 --output-format=json >/dev/null ||
-			die "writing to v0 of the 1 TiB pool failed"
+			die "writing to v0 of the $size pool failed"
 		kill -KILL "$TARGET_PID"
 		wait "$TARGET_PID" 2>/dev/null || true
 		TARGET_PID=""
@@ -544,8 +553,11 @@ open_rows() {
 		vals+=("$(py "import json; print(json.loads('$json')['open_ms'])")")
 		echo "  round $r: $json"
 	done
-	OPEN[tib]=$(median "${vals[@]}") OPEN[tib,max]=$(py "print(max(float(x) for x in '${vals[*]}'.split()))")
+	OPEN[$size]=$(median "${vals[@]}") OPEN[$size,max]=$(py "print(max(float(x) for x in '${vals[*]}'.split()))")
 	rm -f "$dev"
+}
+open_many() {
+	local dev r t0 t1 vals=() json
 
 	echo "== opening a pool of $MANY_VOLUMES volumes"
 	dev=$DIR/many.img
@@ -579,7 +591,10 @@ open_rows() {
 open_report() {
 	echo "| pool | open, ms (median of $ROUNDS) | max, ms | bar | met | resident memory per volume |"
 	echo "|---|---|---|---|---|---|"
-	echo "| 1 TiB sparse file, $OPEN_VOLUMES volumes, after SIGKILL during writes | $(f2 "${OPEN[tib]}") | $(f2 "${OPEN[tib,max]}") | < 2 s | $(met "${OPEN[tib,max]} < 2000") | – |"
+	local size
+	for size in $OPEN_SIZES; do
+		echo "| ${size%[GT]} ${size: -1}iB sparse file, $OPEN_VOLUMES volumes, after SIGKILL during writes | $(f2 "${OPEN[$size]}") | $(f2 "${OPEN[$size,max]}") | < 2 s | $(met "${OPEN[$size,max]} < 2000") | – |"
+	done
 	echo "| 64 GiB sparse file, $MANY_VOLUMES volumes, clean | $(f2 "${OPEN[many]}") | $(f2 "${OPEN[many,max]}") | < 1 s | $(met "${OPEN[many,max]} < 1000") | ${OPEN[many,per]} bytes |"
 }
 

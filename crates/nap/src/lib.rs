@@ -19,7 +19,14 @@
 //! compared with the wake-up cost (at least `FAR_FACTOR` times it): a
 //! shorter sleep saves less CPU than the wake-up charges, and risks that
 //! cost on the next command's latency. The wake-up cost is measured: how
-//! late each timer wake-up came (a moving average).
+//! late each timer wake-up came, tracked as its median (the cost) and its
+//! 90th percentile (what a bet plans for: on a machine whose wake-ups
+//! jitter by more than the guard, planning for the average loses every
+//! other bet). A bet lost while the loop was still asleep past its planned
+//! wake-up teaches that the lateness lies above it: on a machine whose
+//! wake-ups cost three times the first guess (a timer sleep 16-26 µs late,
+//! docs/benchmarks.md), the first bets are all lost to the timer, and
+//! without that the loop would hold off ever longer and never learn why.
 //!
 //! Two regimes went wrong under the earlier rule (`GapPredictor`: the
 //! second-shortest of 16 gaps, on two samples): a saturating host whose
@@ -169,14 +176,70 @@ impl Gaps {
     }
 }
 
+/// A timer wake-up's lateness: its median and 90th percentile, each
+/// tracked by steps of a thirty-second of itself (up when a sample lies above,
+/// down when below; the high one nine steps up for one down), which a rare
+/// descheduled wake-up moves by a step, not by a share of its size.
+#[derive(Clone, Copy, Debug)]
+struct Late {
+    median: Duration,
+    high: Duration,
+}
+
+impl Late {
+    fn new() -> Late {
+        Late {
+            median: LATE_INITIAL,
+            high: LATE_INITIAL,
+        }
+    }
+
+    fn step(d: Duration) -> Duration {
+        (d / 32).max(Duration::from_nanos(100))
+    }
+
+    /// A wake-up came `late` after its timer (`exact`), or at least that
+    /// late (a lost bet, still asleep past its planned wake-up: it says
+    /// only that the lateness lies above what it passed).
+    fn learn(&mut self, late: Duration, exact: bool) {
+        let late = late.min(LATE_CAP);
+        if late > self.median {
+            self.median = (self.median + Late::step(self.median)).min(LATE_CAP);
+        } else if exact {
+            self.median = self.median.saturating_sub(Late::step(self.median));
+        }
+        if late > self.high {
+            self.high = (self.high + Late::step(self.high) * 9).min(LATE_CAP);
+        } else if exact {
+            self.high = self.high.saturating_sub(Late::step(self.high));
+        }
+        self.high = self.high.max(self.median);
+    }
+
+    /// No timer wake-up for a while: an eighth of the way back to the
+    /// initial guess, so a cost measured on a loaded machine does not stop
+    /// the bets for good.
+    fn decay(&mut self) {
+        for d in [&mut self.median, &mut self.high] {
+            if *d > LATE_INITIAL {
+                *d = (*d * 7 + LATE_INITIAL) / 8;
+            }
+        }
+    }
+}
+
 /// The decision's state: see the crate's documentation.
 #[derive(Clone, Debug)]
 pub struct Nap {
     phase: Phase,
     gaps: Gaps,
     last_work: Instant,
-    /// Moving average of a timer wake-up's lateness: the wake-up cost.
-    late: Duration,
+    /// A timer wake-up's lateness, tracked as its median (the wake-up
+    /// cost: how long a sleep must be to pay, how long a hold-off lasts)
+    /// and its 90th percentile (what a bet plans for, so a machine whose
+    /// wake-ups jitter by more than [`GUARD`] does not lose every other
+    /// bet): [`Late`].
+    late: Late,
     /// The next miss's hold-off, in units of `HOLD_PER_WAKE` wake-up costs.
     penalty: u32,
     /// Good bets since the penalty last halved.
@@ -196,7 +259,7 @@ impl Nap {
                 next: 0,
             },
             last_work: now,
-            late: LATE_INITIAL,
+            late: Late::new(),
             penalty: PENALTY_MIN,
             hits: 0,
             unwoken: 0,
@@ -212,9 +275,15 @@ impl Nap {
         self.stats
     }
 
-    /// The measured wake-up cost.
+    /// The measured wake-up cost (the median lateness).
     pub fn wake_cost(&self) -> Duration {
-        self.late
+        self.late.median
+    }
+
+    /// What a bet plans for the wake-up: its 90th percentile lateness and
+    /// [`GUARD`].
+    pub fn wake_margin(&self) -> Duration {
+        self.late.high + GUARD
     }
 
     /// Hold-off after the next miss, in units of `HOLD_PER_WAKE` wake-up costs.
@@ -231,9 +300,7 @@ impl Nap {
         self.unwoken += 1;
         if self.unwoken >= DECAY_WORKS {
             self.unwoken = 0;
-            if self.late > LATE_INITIAL {
-                self.late = (self.late * 7 + LATE_INITIAL) / 8;
-            }
+            self.late.decay();
         }
         self.phase = match self.phase {
             Phase::Learning if self.gaps.n < GAPS => Phase::Learning,
@@ -264,17 +331,17 @@ impl Nap {
             return Decision::Poll;
         }
         let idle = now.saturating_duration_since(self.last_work);
-        let Some(bet) = self.gaps.bet(idle, self.late) else {
+        let Some(bet) = self.gaps.bet(idle, self.late.median) else {
             return Decision::Poll;
         };
         let Some(wake) = bet
-            .checked_sub(self.late + GUARD)
+            .checked_sub(self.wake_margin())
             .map(|d| self.last_work + d)
         else {
             return Decision::Poll;
         };
         let until = limit.map_or(wake, |l| l.min(wake));
-        let far = MIN_SLEEP.max(self.late * FAR_FACTOR);
+        let far = MIN_SLEEP.max(self.late.median * FAR_FACTOR);
         if until.saturating_duration_since(now) < far {
             return Decision::Poll;
         }
@@ -292,12 +359,19 @@ impl Nap {
             Woke::Aborted => Phase::Ready,
             Woke::Timer => {
                 self.count_sleep(now, since);
-                let late = now.saturating_duration_since(until).min(LATE_CAP);
-                self.late = (self.late * 7 + late) / 8;
+                self.late.learn(now.saturating_duration_since(until), true);
                 self.unwoken = 0;
                 Phase::Awake
             }
-            Woke::Arrival => self.missed(now, since),
+            Woke::Arrival => {
+                // Still asleep past the planned wake-up: the timer was at
+                // least this late. Learnt only when it says the cost is
+                // higher than thought; without it, a machine whose
+                // wake-ups are dearer than the first guess loses every bet
+                // to the timer and never learns why.
+                self.late.learn(now.saturating_duration_since(until), false);
+                self.missed(now, since)
+            }
         };
         how == Woke::Arrival
     }
@@ -312,7 +386,7 @@ impl Nap {
     fn missed(&mut self, now: Instant, since: Instant) -> Phase {
         self.count_sleep(now, since);
         self.stats.misses += 1;
-        let until = now + self.late * HOLD_PER_WAKE * self.penalty;
+        let until = now + self.late.median * HOLD_PER_WAKE * self.penalty;
         self.penalty = (self.penalty * 2).min(PENALTY_MAX);
         Phase::Holdoff { until }
     }

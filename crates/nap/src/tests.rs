@@ -12,10 +12,40 @@ const US: Duration = Duration::from_micros(1);
 const POLL_STEP: Duration = Duration::from_nanos(500);
 /// Serving a command (a pass: read, execute, send).
 const SERVICE: Duration = Duration::from_micros(3);
-/// Waking up from a sleep that an event ends.
-const EVENT_WAKE: Duration = Duration::from_micros(6);
-/// CPU a sleep charges (its two system calls and the wake-up).
-const SLEEP_CPU: Duration = Duration::from_micros(5);
+
+/// What a machine's sleeps cost: a timer sleep comes back `late_lo` to
+/// `late_hi` late (one in a hundred `late_rare`), a sleep that an event
+/// ends wakes `event_wake` after it, and a sleep charges `sleep_cpu` (its
+/// two system calls and the wake-up).
+#[derive(Clone, Copy, Debug)]
+struct Machine {
+    late_lo: Duration,
+    late_hi: Duration,
+    late_rare: Duration,
+    event_wake: Duration,
+    sleep_cpu: Duration,
+}
+
+/// The Intel VM issue 44's rule was tuned on (`examples/timer_cost`: a
+/// short timer sleep 4-5 µs late, 4.6 µs of CPU).
+const FAST: Machine = Machine {
+    late_lo: Duration::from_micros(4),
+    late_hi: Duration::from_micros(7),
+    late_rare: Duration::from_micros(30),
+    event_wake: Duration::from_micros(6),
+    sleep_cpu: Duration::from_micros(5),
+};
+
+/// The AMD EPYC VM of 2026-11-28 (docs/benchmarks.md: a timer sleep
+/// 16-26 µs late at p50, up to 48 µs at p99, 15-22 µs of CPU; a blocking
+/// server 2.2x a polling one's latency).
+const DEAR: Machine = Machine {
+    late_lo: Duration::from_micros(16),
+    late_hi: Duration::from_micros(26),
+    late_rare: Duration::from_micros(48),
+    event_wake: Duration::from_micros(20),
+    sleep_cpu: Duration::from_micros(16),
+};
 
 /// xorshift64*: deterministic, no dependency.
 struct Rng(u64);
@@ -39,6 +69,7 @@ impl Rng {
 
 /// A loop: polling only (`sleeps` false), or asking [`Nap`].
 struct Loop {
+    m: Machine,
     nap: Nap,
     sleeps: bool,
     now: Instant,
@@ -49,7 +80,12 @@ struct Loop {
 
 impl Loop {
     fn new(t0: Instant, sleeps: bool) -> Loop {
+        Loop::on(FAST, t0, sleeps)
+    }
+
+    fn on(m: Machine, t0: Instant, sleeps: bool) -> Loop {
         Loop {
+            m,
             nap: Nap::new(t0),
             sleeps,
             now: t0,
@@ -60,9 +96,9 @@ impl Loop {
 
     fn timer_late(&mut self) -> Duration {
         if self.late.chance(1) {
-            30 * US
+            self.m.late_rare
         } else {
-            self.late.between(4 * US, 7 * US)
+            self.late.between(self.m.late_lo, self.m.late_hi)
         }
     }
 
@@ -82,10 +118,10 @@ impl Loop {
                 }
                 Decision::Sleep(until) => {
                     assert!(until > self.now, "a sleep into the past");
-                    self.cpu += SLEEP_CPU;
+                    self.cpu += self.m.sleep_cpu;
                     let back = until + self.timer_late();
                     if a < until {
-                        self.now = a + EVENT_WAKE;
+                        self.now = a + self.m.event_wake;
                         assert!(self.nap.woke(self.now, Woke::Arrival));
                     } else if a <= back {
                         self.now = back;
@@ -195,8 +231,12 @@ fn a_saturating_qd4_host_with_jittery_bubbles_loses_no_throughput() {
 /// An open-loop host: commands at the instants `at` (from `t0`). Returns
 /// how late each was seen and the loop.
 fn paced(sleeps: bool, at: &[Duration]) -> (Vec<Duration>, Loop) {
+    paced_on(FAST, sleeps, at)
+}
+
+fn paced_on(m: Machine, sleeps: bool, at: &[Duration]) -> (Vec<Duration>, Loop) {
     let t0 = Instant::now();
-    let mut l = Loop::new(t0, sleeps);
+    let mut l = Loop::on(m, t0, sleeps);
     let delays = at
         .iter()
         .map(|&a| {
@@ -257,7 +297,13 @@ fn a_paced_qd1_host_at_half_the_saturation_rate_is_slept_through_most_of_each_ga
     let (dp, lp) = paced(false, &at);
     assert!(p50(ds) <= p50(dp) + POLL_STEP);
     let ratio = ls.cpu.as_secs_f64() / lp.cpu.as_secs_f64();
-    assert!(ratio <= 0.75, "{ratio}");
+    assert!(
+        ratio <= 0.75,
+        "{ratio} {:?} {:?} {:?}",
+        ls.nap.stats(),
+        ls.nap.wake_margin(),
+        ls.nap.penalty()
+    );
     let st = ls.nap.stats();
     assert!(st.sleeps >= 35_000 && st.misses * 25 <= st.sleeps, "{st:?}");
 }
@@ -324,7 +370,7 @@ fn a_late_timer_stops_short_sleeps_until_its_cost_decays() {
         assert!(bets < 10, "still betting at {:?}", n.wake_cost());
         n.woke(until + 20 * US, Woke::Timer);
     }
-    assert!(n.wake_cost() >= 12 * US, "{:?}", n.wake_cost());
+    assert!(n.wake_margin() >= 12 * US, "{:?}", n.wake_margin());
     // Without wake-ups to measure, the cost decays and the bets resume.
     let mut works = 0;
     loop {
@@ -336,7 +382,7 @@ fn a_late_timer_stops_short_sleeps_until_its_cost_decays() {
         assert!(works < 20 * DECAY_WORKS, "no bet after {works} works");
     }
     assert!(works + 1 >= DECAY_WORKS, "{works}");
-    assert!(n.wake_cost() < 12 * US);
+    assert!(n.wake_cost() < 12 * US, "{:?}", n.wake_cost());
 }
 
 #[test]
@@ -436,4 +482,35 @@ fn no_bet_while_learning_nor_past_a_limit_nor_on_thin_evidence() {
         let d = n.decide(t + 10 * US, None);
         assert_eq!(long == 4, matches!(d, Decision::Sleep(_)), "{long}: {d:?}");
     }
+}
+
+/// A paced QD 1 host `every` apart (±2 µs) on a machine whose sleeps are
+/// dear: (CPU over polling's, the p50 delay over polling's, stats).
+fn dear_paced(every: Duration) -> (f64, Duration, Duration, NapStats) {
+    let mut r = Rng(21);
+    let at: Vec<Duration> = (1..40_000u32)
+        .map(|k| every * k + r.between(Duration::ZERO, 4 * US))
+        .collect();
+    let (ds, ls) = paced_on(DEAR, true, &at);
+    let (dp, lp) = paced_on(DEAR, false, &at);
+    let ratio = ls.cpu.as_secs_f64() / lp.cpu.as_secs_f64();
+    (ratio, p50(ds), p50(dp), ls.nap.stats())
+}
+
+#[test]
+fn where_sleeps_are_dear_a_slow_paced_host_is_still_slept_through() {
+    // 5 % of a QD 1 saturation of about 100k IOPS: 190 µs apart. A sleep
+    // of 190 µs less a 26 µs wake-up pays for its 16 µs of CPU many times.
+    let (ratio, s, p, st) = dear_paced(190 * US);
+    assert!(s <= p + POLL_STEP, "p50 {s:?} against {p:?}");
+    assert!(ratio <= 0.45, "{ratio} {st:?}");
+    assert!(st.misses * 25 <= st.sleeps, "{st:?}");
+}
+
+#[test]
+fn where_sleeps_are_dear_a_quick_paced_host_is_polled() {
+    // 40 µs apart: no sleep there pays for its wake-up; polling's latency.
+    let (_, s, p, st) = dear_paced(40 * US);
+    assert!(s <= p + POLL_STEP, "p50 {s:?} against {p:?}");
+    assert!(st.misses * 100 <= 40_000, "{st:?}");
 }

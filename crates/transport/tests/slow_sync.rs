@@ -73,9 +73,66 @@ fn a_slow_sync_does_not_stall_another_controller_on_the_same_worker() {
     };
     let fast = Controller::connect(&copts).expect("connect A");
     let mut fq = fast.io_queue(1, qopts).expect("A's I/O queue");
-    let slow = Controller::connect(&copts).expect("connect B");
-    let mut sq = slow.io_queue(1, qopts).expect("B's I/O queue");
 
+    // A stalled machine (A's reads themselves waited tens of ms) says
+    // nothing about routing: such an attempt is tried again, up to
+    // ATTEMPTS times; a clean one must meet every bound.
+    const ATTEMPTS: usize = 5;
+    let stalled = Duration::from_millis(40);
+    let mut clean = None;
+    for attempt in 1..=ATTEMPTS {
+        let a = sync_beside_reads(&copts, qopts, &mut fq);
+        eprintln!("attempt {attempt}: {a:?}");
+        assert!(a.flush >= SYNC, "the flush was not delayed ({:?})", a.flush);
+        assert!(
+            a.shutdown >= SYNC,
+            "the shutdown sync was not delayed ({:?})",
+            a.shutdown
+        );
+        assert!(a.reads >= 20, "A read only {} times", a.reads);
+        // A sync run on the loop itself would hold A's reads for all of it.
+        assert!(a.max < SYNC * 3 / 4, "A waited {:?} for a read", a.max);
+        if a.max < stalled {
+            clean = Some(a);
+            break;
+        }
+    }
+    let a =
+        clean.unwrap_or_else(|| panic!("every attempt of {ATTEMPTS} was stalled by the machine"));
+    // Its completion is routed to B at once, not at the next 100 ms tick.
+    let margin = Duration::from_millis(50);
+    assert!(
+        a.flush < SYNC + margin,
+        "B's flush answered late ({:?})",
+        a.flush
+    );
+    assert!(a.p99 < Duration::from_millis(5), "A's read p99 {:?}", a.p99);
+    assert!(script.submitted().contains(&OpKind::Flush));
+    drop(fq);
+    fast.shutdown().expect("shutdown A");
+    stop.store(true, Ordering::Release);
+    server.join().expect("server thread").expect("serve");
+}
+
+/// What one attempt saw: B's flush and shutdown, and A's reads meanwhile.
+#[derive(Debug)]
+struct Attempt {
+    flush: Duration,
+    shutdown: Duration,
+    reads: usize,
+    p99: Duration,
+    max: Duration,
+}
+
+/// Connects controller B, which flushes (delayed by the script) and shuts
+/// down (its sync delayed too), while A reads on the same worker.
+fn sync_beside_reads(
+    copts: &ConnectOptions,
+    qopts: IoQueueOptions,
+    fq: &mut farflash_host::IoQueue,
+) -> Attempt {
+    let slow = Controller::connect(copts).expect("connect B");
+    let mut sq = slow.io_queue(1, qopts).expect("B's I/O queue");
     let syncing = Arc::new(AtomicBool::new(true));
     let b = {
         let syncing = syncing.clone();
@@ -100,25 +157,15 @@ fn a_slow_sync_does_not_stall_another_controller_on_the_same_worker() {
     }
     let (flush, shutdown) = b.join().expect("controller B");
     lat.sort_unstable();
-    let p99 = lat[(lat.len() * 99 / 100).min(lat.len() - 1)];
-    let max = lat[lat.len() - 1];
-    eprintln!(
-        "B's flush {flush:?}, B's shutdown {shutdown:?}; meanwhile A: {} reads, p99 {p99:?}, max {max:?}",
-        lat.len()
-    );
-    assert!(flush >= SYNC, "the flush was not delayed ({flush:?})");
-    // Its completion is routed to B at once, not at the next 100 ms tick.
-    let margin = Duration::from_millis(50);
-    assert!(flush < SYNC + margin, "B's flush answered late ({flush:?})");
-    assert!(
-        shutdown >= SYNC,
-        "the shutdown sync was not delayed ({shutdown:?})"
-    );
-    assert!(lat.len() >= 20, "A read only {} times", lat.len());
-    assert!(p99 < Duration::from_millis(5), "A's read p99 {p99:?}");
-    assert!(script.submitted().contains(&OpKind::Flush));
-    drop(fq);
-    fast.shutdown().expect("shutdown A");
-    stop.store(true, Ordering::Release);
-    server.join().expect("server thread").expect("serve");
+    let n = lat.len().max(1);
+    Attempt {
+        flush,
+        shutdown,
+        reads: lat.len(),
+        p99: lat
+            .get((n * 99 / 100).min(n - 1))
+            .copied()
+            .unwrap_or_default(),
+        max: lat.last().copied().unwrap_or_default(),
+    }
 }
