@@ -48,7 +48,7 @@ use std::sync::Arc;
 type Parse<C> = fn(&NvmeQueue<C>, &Sqe, usize) -> Result<(Xfer, NvmCmd), Status>;
 
 /// A command's runner, or its continuation after its storage requests.
-type Run<C> = fn(&mut NvmeQueue<C>, usize, NvmCmd) -> Outcome;
+type Exec<C> = fn(&mut NvmeQueue<C>, usize, NvmCmd) -> Outcome;
 
 /// One command of this module.
 struct Row<C> {
@@ -63,10 +63,10 @@ struct Row<C> {
     id_ns: Option<fn(&Namespace, &mut IdNs)>,
     parse: Parse<C>,
     /// Runs it once its data is in place (`io::execute`).
-    execute: Run<C>,
+    execute: Exec<C>,
     /// The last of its storage requests came back while it was in a step of
     /// its own (`Phase::Step`).
-    stored: Run<C>,
+    stored: Exec<C>,
 }
 
 /// This module's command table (generic over the transport's per-command
@@ -76,8 +76,9 @@ struct Table<C>(PhantomData<C>);
 impl<C: Default> Table<C> {
     /// One row per command, found by its `NvmCmd::run` (its index here). A
     /// new command adds its row here and its file (with its parser, runner,
-    /// steps and tests); nothing else of the command layer changes (its
-    /// opcode and any ONCS bit or Identify field are `farflash_wire`'s).
+    /// steps and tests); nothing else of the command layer changes while
+    /// its per-slot progress fits `Run`'s fields (`crate::nvm_state`). Its
+    /// opcode and any ONCS bit or Identify field are `farflash_wire`'s.
     const ROWS: [Row<C>; 3] = [
         Row {
             id: (op::COMPARE, wlog::CSUPP, wid::ONCS_COMPARE),
@@ -112,6 +113,7 @@ type Rows = Table<()>;
 /// The `NvmCmd::run` of a fused pair's halves (`fused.rs`): no row, as the
 /// pair has no opcode of its own (FUSE bits on a Compare and a Write).
 const FUSED: u8 = u8::MAX;
+const _: () = assert!(Rows::ROWS.len() < FUSED as usize);
 
 /// This module's rows of the I/O command table (`io.rs`): opcode, Commands
 /// Supported and Effects and the ONCS bit.
@@ -182,7 +184,7 @@ pub(crate) fn classify<C: Default>(
 
 /// The runner of `cmd` and its storage continuation, chosen when it was
 /// parsed.
-fn runner<C: Default>(cmd: NvmCmd) -> (Run<C>, Run<C>) {
+fn runner<C: Default>(cmd: NvmCmd) -> (Exec<C>, Exec<C>) {
     if cmd.run == FUSED {
         return (fused::execute, fused::step);
     }
