@@ -72,9 +72,10 @@ pub(crate) fn controller<C: Default>(q: &NvmeQueue<C>, ctrl: &Controller) -> IdC
             c.nn = sub.max_nsid().max(1);
             c.mnan = c.nn;
             // Each bit is a command `io.rs` / `crate::nvm` runs (tests:
-            // `nvm/tests.rs`, `nvm/tests_caps.rs`).
+            // `nvm/tests_caps.rs`).
             c.oncs = crate::io::ONCS;
-            c.ocfs = wid::OCFS_FORMAT0;
+            // What `crate::nvm`'s commands report (Copy's OCFS).
+            crate::nvm::identify_controller(&mut c);
             // Base §3.4.2: Compare and Write, atomic over its whole range
             // (the namespace's range exclusion), so ACWU is the largest
             // transfer in the smallest block size (0's based).

@@ -7,8 +7,10 @@
 //! the queue's part in the namespaces' range exclusion (`crate::exclusion`).
 //!
 //! It sits below the queue, which holds it, and below `crate::nvm`, which
-//! runs on the queue and alone changes it. A queue going away lets go of
-//! every range its commands held (`Drop`).
+//! runs on the queue and alone changes it. It names no command of
+//! `crate::nvm`: a command's runner, its own steps and what its fields
+//! mean are in its own file there. A queue going away lets go of every
+//! range its commands held (`Drop`).
 
 use crate::exclusion::{Exclusion, Tally};
 use farflash_backend::IoBuf;
@@ -16,55 +18,68 @@ use farflash_wire::Status;
 use std::sync::Arc;
 
 /// A command of `crate::nvm`, parsed once at arrival and kept in its slot
-/// as `IoCmd::Nvm` (`crate::command`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum NvmCmd {
-    /// Compare (NVM Command Set §3.2.1): `len` bytes of host data.
-    Compare { ns: usize, offset: u64, len: u32 },
-    /// Verify (NVM Command Set §3.2.8): read `len` bytes, move none.
-    Verify { ns: usize, offset: u64, len: u64 },
-    /// Copy (NVM Command Set §3.2.2): `nr` source ranges of format 0 in
-    /// the host data, to the byte offset `dst`.
-    Copy {
-        ns: usize,
-        dst: u64,
-        nr: u32,
-        fua: bool,
-    },
-    /// One half of a fused Compare and Write (Base §3.4.2): the Compare
-    /// (`second: false`) or the Write.
-    Fused {
-        ns: usize,
-        offset: u64,
-        len: u32,
-        second: bool,
-        fua: bool,
-    },
+/// as `IoCmd::Nvm` (`crate::command`): which of that module's commands runs
+/// it, chosen when it is parsed (as Linux nvmet sets `req->execute`), and
+/// what its parser read, in fields common to all of them (as nvmet keeps a
+/// command's data in its `struct nvmet_req`). What a field means to a
+/// command is that command's own business (its file in `crate::nvm`); what
+/// the rest of the command layer needs of it (QoS, the SMART log, range
+/// exclusion, write faults) its parser decides in `writes`, `moves`,
+/// `counted` and `compares`, so a new command changes nothing here.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct NvmCmd {
+    /// Its runner in `crate::nvm`: the index of its row in that module's
+    /// command table, or its fused pair's (set at parse time).
+    pub(crate) run: u8,
+    pub(crate) ns: usize,
+    /// Byte offset of the range it works on (Copy: its destination).
+    pub(crate) offset: u64,
+    /// Bytes of that range (Copy: none; its ranges are in its data).
+    pub(crate) len: u64,
+    /// A count its parser read (Copy: its source ranges, at most 128).
+    pub(crate) nr: u8,
+    /// Force Unit Access, or the namespace writes through.
+    pub(crate) fua: bool,
+    /// The second (Write) half of a fused pair.
+    pub(crate) second: bool,
+    /// It writes the medium: QoS's write class, a write's range exclusion,
+    /// an EIO is a Write Fault, write protection refuses it.
+    pub(crate) writes: bool,
+    /// The host moves `len` bytes of data for it (QoS charges them).
+    pub(crate) moves: bool,
+    /// The SMART log counts it (Base §5.16.1.3): a read, or a write if
+    /// `writes`, of `len` bytes.
+    pub(crate) counted: bool,
+    /// Storage compares for it (`IoOp::CompareAndWrite`): an `EILSEQ` is
+    /// Compare Failure, not a media error.
+    pub(crate) compares: bool,
 }
 
 impl NvmCmd {
     /// For QoS: (is a write, bytes moved by the host).
     pub(crate) fn cost(self) -> (bool, u64) {
-        match self {
-            NvmCmd::Compare { len, .. } => (false, len as u64),
-            NvmCmd::Verify { .. } => (false, 0),
-            NvmCmd::Copy { .. } => (true, 0),
-            NvmCmd::Fused { len, second, .. } => (second, len as u64),
-        }
+        (self.writes, if self.moves { self.len } else { 0 })
     }
 
     pub(crate) fn writes(self) -> bool {
-        matches!(
-            self,
-            NvmCmd::Copy { .. } | NvmCmd::Fused { second: true, .. }
-        )
+        self.writes
+    }
+
+    /// For the SMART log: `Some((is_write, bytes))` if it counts.
+    pub(crate) fn counted(self) -> Option<(bool, u32)> {
+        self.counted.then_some((self.writes, self.len as u32))
     }
 }
 
 /// How often a queue with commands held for a range looks again.
 pub(crate) const HELD_POLL: std::time::Duration = std::time::Duration::from_micros(50);
 
-/// What the next storage completion of a command means.
+/// What the next storage completion of a command means, or what it waits
+/// for. The steps every command shares are here; a command's own steps are
+/// `Step(n)`, where `n` is a step of that command's own enum, in its file
+/// (e.g. `nvm/copy.rs`'s `Step::{Read, Write}`), which alone defines them,
+/// converts them (`From<Step> for Phase`, `Step::of`) and moves between
+/// them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) enum Phase {
     #[default]
@@ -73,14 +88,9 @@ pub(crate) enum Phase {
     Held,
     /// A fused pair waiting in `held` for its range to be granted.
     PairWait,
-    Compare,
-    Verify,
-    CopyRead,
-    CopyWrite,
-    PairRead,
-    PairWrite,
-    /// A fused pair run by storage as one compare-and-write.
-    PairAtomic,
+    /// A step of the command's own: its storage requests are out, and its
+    /// runner's `stored` takes their completion.
+    Step(u8),
 }
 
 /// How a write got into its namespace's range exclusion.
@@ -100,12 +110,13 @@ pub(crate) struct Run {
     /// A fused pair's range (on the Write half's slot).
     pub(crate) lock: Option<(Arc<Exclusion>, u64)>,
     /// Chunked progress: next source byte, bytes left in this range, next
-    /// destination byte, the range index (Copy).
+    /// destination byte, the index in `ranges` (Verify uses the first two).
     pub(crate) src: u64,
     pub(crate) left: u64,
     pub(crate) dst: u64,
     pub(crate) range: usize,
-    /// Copy: source ranges as (byte offset, bytes).
+    /// Ranges a command works through in turn, as (byte offset, bytes)
+    /// (Copy: its sources).
     pub(crate) ranges: Vec<(u64, u64)>,
     /// Host data set aside while the slot's buffer holds what storage read.
     pub(crate) host: Option<IoBuf>,

@@ -1,22 +1,26 @@
-//! Compare (NVM Command Set §3.2.1) and Verify (§3.2.8): storage reads the
-//! range; Compare checks it against the host's data (Compare Failure when
-//! it differs), Verify only that it reads (no data moves; read in chunks of
-//! the largest transfer, one at a time).
+//! Compare (NVM Command Set §3.2.1): storage reads the range, which is
+//! checked against the host's data (Compare Failure when it differs). The
+//! fused pair (`fused.rs`) takes its Compare half's verdict from here.
 
-use super::{take_read, NvmCmd, Phase};
+use super::{read, read_access, take_read, NvmCmd, Phase};
 use crate::command::{Outcome, Xfer};
 use crate::queue::NvmeQueue;
-use farflash_backend::{IoOp, IoRequest};
 use farflash_wire::{Sqe, Status};
 
-fn read_access<C: Default>(q: &NvmeQueue<C>, ns: usize) -> Result<(), Status> {
-    if !q.blocks.resv_block.is_empty() {
-        crate::resv_cmd::check_access(q, ns, false)?;
-    }
-    Ok(())
+/// Compare's one step: its read is out (`start`); when it is back
+/// (`stored`) the data are compared and it is over (`Phase::Idle`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    Read,
 }
 
-pub(super) fn classify_compare<C: Default>(
+impl From<Step> for Phase {
+    fn from(s: Step) -> Phase {
+        Phase::Step(s as u8)
+    }
+}
+
+pub(super) fn parse<C: Default>(
     q: &NvmeQueue<C>,
     sqe: &Sqe,
     ns: usize,
@@ -27,65 +31,31 @@ pub(super) fn classify_compare<C: Default>(
         // Base §5.17.2.1 MDTS bounds every data transfer.
         return Err(Status::INVALID_FIELD.dnr());
     }
-    let len = len as u32;
-    Ok((Xfer::H2C(len), NvmCmd::Compare { ns, offset, len }))
-}
-
-pub(super) fn classify_verify<C: Default>(
-    q: &NvmeQueue<C>,
-    sqe: &Sqe,
-    ns: usize,
-) -> Result<(Xfer, NvmCmd), Status> {
-    read_access(q, ns)?;
-    // No data moves, so MDTS does not apply; VSL (Identify Controller, I/O
-    // command set specific) is not reported: no limit below the 16-bit NLB.
-    let (offset, len) = q.ns.lba_range(ns, sqe.slba(), sqe.nlb() as u64 + 1)?;
-    Ok((Xfer::None, NvmCmd::Verify { ns, offset, len }))
+    // The host sends `len` bytes (QoS reads); Base §5.16.1.3: Host Read
+    // Commands count Compares.
+    let cmd = NvmCmd {
+        ns,
+        offset,
+        len,
+        moves: true,
+        counted: true,
+        ..NvmCmd::default()
+    };
+    Ok((Xfer::H2C(len as u32), cmd))
 }
 
 /// Reads the range into a buffer the slot keeps; the host's data waits aside.
-pub(super) fn start_compare<C: Default>(
-    q: &mut NvmeQueue<C>,
-    idx: usize,
-    ns: usize,
-    offset: u64,
-    len: u32,
-) -> Outcome {
+pub(super) fn start<C: Default>(q: &mut NvmeQueue<C>, idx: usize, cmd: NvmCmd) -> Outcome {
     let Some(host) = q.slots[idx].buf.take() else {
         return Outcome::Done(Status::INTERNAL_ERROR, 0);
     };
     q.nvm.run(idx).host = Some(host);
-    q.nvm.run(idx).phase = Phase::Compare;
-    read(q, idx, ns, offset, len, true)
+    q.nvm.run(idx).phase = Step::Read.into();
+    read(q, idx, cmd.ns, cmd.offset, cmd.len as u32, true)
 }
 
-/// A read of `len` bytes at `offset` for the command in `idx`; `keep`: the
-/// slot keeps the data (`reply`, cleared before it answers).
-pub(super) fn read<C: Default>(
-    q: &mut NvmeQueue<C>,
-    idx: usize,
-    ns: usize,
-    offset: u64,
-    len: u32,
-    keep: bool,
-) -> Outcome {
-    let buf = q.pool.get(len as usize);
-    q.slots[idx].reply = keep;
-    let req = IoRequest {
-        tag: idx as u64,
-        op: IoOp::Read { offset, len },
-        buf,
-    };
-    match q.submit(idx, ns, req) {
-        Ok(()) => Outcome::Pending,
-        Err(st) => {
-            q.slots[idx].reply = false;
-            Outcome::Done(st, 0)
-        }
-    }
-}
-
-pub(super) fn compared<C: Default>(q: &mut NvmeQueue<C>, idx: usize) -> Outcome {
+/// The read came back: compares it with the host's data.
+pub(super) fn stored<C: Default>(q: &mut NvmeQueue<C>, idx: usize, _: NvmCmd) -> Outcome {
     let read = take_read(q, idx);
     let host = q.nvm.run(idx).host.take();
     q.nvm.run(idx).phase = Phase::Idle;
@@ -112,38 +82,38 @@ pub(super) fn verdict(read: Status, same: bool) -> Status {
     }
 }
 
-pub(super) fn start_verify<C: Default>(
-    q: &mut NvmeQueue<C>,
-    idx: usize,
-    ns: usize,
-    offset: u64,
-    len: u64,
-) -> Outcome {
-    let r = q.nvm.run(idx);
-    r.src = offset;
-    r.left = len;
-    r.phase = Phase::Verify;
-    next_verify(q, idx, ns)
-}
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{pattern, write};
+    use crate::tests::{io_queue, run, rw, target};
+    use farflash_wire::opcode::io;
+    use farflash_wire::Status;
 
-fn next_verify<C: Default>(q: &mut NvmeQueue<C>, idx: usize, ns: usize) -> Outcome {
-    let chunk = q.target.transport.max_io_size as u64;
-    let r = q.nvm.run(idx);
-    let n = r.left.min(chunk);
-    let offset = r.src;
-    r.src += n;
-    r.left -= n;
-    read(q, idx, ns, offset, n as u32, false)
-}
-
-pub(super) fn verified<C: Default>(q: &mut NvmeQueue<C>, idx: usize) -> Outcome {
-    let st = q.slots[idx].status;
-    let Some(super::IoCmd::Nvm(NvmCmd::Verify { ns, .. })) = q.slots[idx].cmd.io() else {
-        return Outcome::Done(Status::INTERNAL_ERROR, 0);
-    };
-    if !st.is_success() || q.nvm.run(idx).left == 0 {
-        q.nvm.run(idx).phase = Phase::Idle;
-        return Outcome::Done(st, 0);
+    #[test]
+    fn compare_matches_fails_on_a_difference_and_checks_its_range() {
+        let (t, _) = target();
+        let (_a, mut q) = io_queue(&t);
+        let d = pattern(1, 1024);
+        write(&mut q, 10, 8, &d);
+        let same = run(&mut q, rw(io::COMPARE, 11, 8, 1024), &d);
+        assert_eq!(same.status, Status::SUCCESS);
+        assert!(same.data.is_none(), "a Compare returns no data");
+        let mut other = d.clone();
+        other[1000] ^= 1;
+        let diff = run(&mut q, rw(io::COMPARE, 12, 8, 1024), &other);
+        assert_eq!(diff.status, Status::COMPARE_FAILURE);
+        // 1 MiB of 512-byte blocks: LBA 2047 is the last.
+        let out = run(&mut q, rw(io::COMPARE, 13, 2047, 1024), &[]);
+        assert_eq!(out.status, Status::LBA_OUT_OF_RANGE.dnr());
     }
-    next_verify(q, idx, ns)
+
+    #[test]
+    fn verdict_puts_a_storage_error_before_the_data() {
+        use super::verdict;
+        assert_eq!(verdict(Status::SUCCESS, true), Status::SUCCESS);
+        assert_eq!(verdict(Status::SUCCESS, false), Status::COMPARE_FAILURE);
+        let eio = Status::UNRECOVERED_READ_ERROR;
+        assert_eq!(verdict(eio, false), eio);
+        assert_eq!(verdict(eio, true), eio);
+    }
 }

@@ -19,9 +19,41 @@ const MSRC: u8 = 127;
 /// At most 1 GiB per Copy (MCL), and one range at most MSSRL blocks.
 const MAX_COPY_BYTES: u64 = 1 << 30;
 
+/// Copy's steps: what its next storage completion means. `start`, and each
+/// chunk written (`Write`), read the next chunk (`Read`: `next_read`); each
+/// chunk read is written (`write`); the last write, or a failure, ends it
+/// (`finish`: `Phase::Idle`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    Read,
+    Write,
+}
+
+impl From<Step> for Phase {
+    fn from(s: Step) -> Phase {
+        Phase::Step(s as u8)
+    }
+}
+
+impl Step {
+    fn of(p: Phase) -> Option<Step> {
+        match p {
+            Phase::Step(n) if n == Step::Read as u8 => Some(Step::Read),
+            Phase::Step(n) if n == Step::Write as u8 => Some(Step::Write),
+            _ => None,
+        }
+    }
+}
+
 /// (MSSRL, MCL, MSRC) of a namespace, in its logical blocks.
 fn limits(ns: &Namespace) -> (u16, u32, u8) {
     limits_for(ns.lba_shift)
+}
+
+/// Its Identify Controller field: OCFS, the one descriptor format it reads
+/// (Base §5.17.2.1 OCFS; format 0 is NVM Command Set §3.2.2.1).
+pub(super) fn identify_controller(id: &mut farflash_wire::identify::IdCtrl) {
+    id.ocfs = farflash_wire::identify::OCFS_FORMAT0;
 }
 
 /// Its Identify Namespace fields: MSSRL, MCL, MSRC (NVM Command Set §4.1.5.1).
@@ -34,7 +66,7 @@ fn limits_for(lba_shift: u32) -> (u16, u32, u8) {
     (mcl.min(u16::MAX as u32) as u16, mcl, MSRC)
 }
 
-pub(super) fn classify<C: Default>(
+pub(super) fn parse<C: Default>(
     q: &NvmeQueue<C>,
     sqe: &Sqe,
     ns: usize,
@@ -53,20 +85,24 @@ pub(super) fn classify<C: Default>(
     }
     // The destination's start is checked now; its end once the ranges are known.
     let (dst, _) = q.ns.lba_range(ns, sqe.slba(), 1)?;
-    let fua = sqe.fua() || q.write_through();
-    Ok((Xfer::H2C(nr * DESC_LEN), NvmCmd::Copy { ns, dst, nr, fua }))
+    // A write (QoS, write faults, write protection) whose data are its
+    // descriptors, not blocks: QoS charges no bytes, SMART counts nothing.
+    let cmd = NvmCmd {
+        ns,
+        offset: dst,
+        nr: nr as u8,
+        fua: sqe.fua() || q.write_through(),
+        writes: true,
+        ..NvmCmd::default()
+    };
+    Ok((Xfer::H2C(nr * DESC_LEN), cmd))
 }
 
 /// Reads the descriptors (checked against the namespace and the limits),
 /// takes the destination range, and starts the first chunk.
-pub(super) fn start<C: Default>(
-    q: &mut NvmeQueue<C>,
-    idx: usize,
-    ns: usize,
-    dst: u64,
-    nr: u32,
-) -> Outcome {
-    let total = match parse(q, idx, ns, nr) {
+pub(super) fn start<C: Default>(q: &mut NvmeQueue<C>, idx: usize, cmd: NvmCmd) -> Outcome {
+    let (ns, dst) = (cmd.ns, cmd.offset);
+    let total = match descriptors(q, idx, ns, u32::from(cmd.nr)) {
         Ok(t) => t,
         Err(st) => return Outcome::Done(st, 0),
     };
@@ -91,16 +127,22 @@ pub(super) fn start<C: Default>(
     let (src, len) = r.ranges.first().copied().unwrap_or((0, 0));
     r.src = src;
     r.left = len;
-    r.phase = Phase::CopyWrite;
+    r.phase = Step::Write.into();
     if total == 0 {
-        return Outcome::Done(Status::SUCCESS, 0);
+        // Nothing to copy: done, and out of the range it entered.
+        return finish(q, idx, Status::SUCCESS);
     }
     // The first chunk's read: as if a write of nothing had just finished.
     next_read(q, idx, ns)
 }
 
 /// The ranges in the slot's data into the run; returns the bytes to copy.
-fn parse<C: Default>(q: &mut NvmeQueue<C>, idx: usize, ns: usize, nr: u32) -> Result<u64, Status> {
+fn descriptors<C: Default>(
+    q: &mut NvmeQueue<C>,
+    idx: usize,
+    ns: usize,
+    nr: u32,
+) -> Result<u64, Status> {
     let (mssrl, mcl, _) =
         q.ns.get(ns)
             .map(|n| limits(n))
@@ -141,17 +183,15 @@ fn parse<C: Default>(q: &mut NvmeQueue<C>, idx: usize, ns: usize, nr: u32) -> Re
 }
 
 /// A chunk came back: after a read, write it; after a write, read the next.
-pub(super) fn step<C: Default>(q: &mut NvmeQueue<C>, idx: usize, cmd: NvmCmd) -> Outcome {
-    let NvmCmd::Copy { ns, fua, .. } = cmd else {
-        return Outcome::Done(Status::INTERNAL_ERROR, 0);
-    };
+pub(super) fn stored<C: Default>(q: &mut NvmeQueue<C>, idx: usize, cmd: NvmCmd) -> Outcome {
     let st = q.slots[idx].status;
     if !st.is_success() {
         return finish(q, idx, st);
     }
-    match q.nvm.run(idx).phase {
-        Phase::CopyRead => write(q, idx, ns, fua),
-        _ => next_read(q, idx, ns),
+    match Step::of(q.nvm.run(idx).phase) {
+        Some(Step::Read) => write(q, idx, cmd.ns, cmd.fua),
+        Some(Step::Write) => next_read(q, idx, cmd.ns),
+        None => finish(q, idx, Status::INTERNAL_ERROR),
     }
 }
 
@@ -174,7 +214,7 @@ fn next_read<C: Default>(q: &mut NvmeQueue<C>, idx: usize, ns: usize) -> Outcome
     }
     let n = r.left.min(chunk);
     let offset = r.src;
-    r.phase = Phase::CopyRead;
+    r.phase = Step::Read.into();
     // The buffer of the last chunk, if any, is reused.
     let mut buf = q.slots[idx]
         .buf
@@ -207,7 +247,7 @@ fn write<C: Default>(q: &mut NvmeQueue<C>, idx: usize, ns: usize, fua: bool) -> 
     r.dst += n;
     r.src += n;
     r.left -= n.min(r.left);
-    r.phase = Phase::CopyWrite;
+    r.phase = Step::Write.into();
     let req = IoRequest {
         tag: idx as u64,
         op: IoOp::Write {
@@ -225,7 +265,71 @@ fn write<C: Default>(q: &mut NvmeQueue<C>, idx: usize, ns: usize, fua: bool) -> 
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::{pattern, read, run_steps, write};
     use super::*;
+    use crate::tests::{io_queue, run, rw, target};
+    use farflash_wire::opcode::io;
+    use farflash_wire::Sqe;
+
+    fn copy_cmd(cid: u16, sdlba: u64, ranges: &[(u64, u16)]) -> (Sqe, Vec<u8>) {
+        let mut s = rw(io::COPY, cid, sdlba, 512);
+        s.cdw12 = ranges.len() as u32 - 1;
+        s.dptr = farflash_wire::sqe::SglDescriptor::transport(ranges.len() as u32 * 32);
+        let mut d = vec![0u8; ranges.len() * 32];
+        for (i, &(slba, nlb)) in ranges.iter().enumerate() {
+            d[i * 32 + 8..i * 32 + 16].copy_from_slice(&slba.to_le_bytes());
+            d[i * 32 + 16..i * 32 + 18].copy_from_slice(&(nlb - 1).to_le_bytes());
+        }
+        (s, d)
+    }
+
+    #[test]
+    fn copy_writes_the_ranges_in_order_to_the_destination() {
+        let (t, _) = target();
+        let (_a, mut q) = io_queue(&t);
+        let (a, b) = (pattern(3, 1024), pattern(7, 512 * 600));
+        write(&mut q, 1, 0, &a);
+        write(&mut q, 2, 100, &b[..256 * 1024]);
+        write(&mut q, 3, 612, &b[256 * 1024..]);
+        // 600 blocks: more than one chunk of the largest transfer (256 KiB).
+        let (s, d) = copy_cmd(4, 1000, &[(100, 600), (0, 2)]);
+        assert_eq!(run_steps(&mut q, s, &d), Status::SUCCESS);
+        let mut want = b.clone();
+        want.extend_from_slice(&a);
+        let mut got = read(&mut q, 5, 1000, 256 * 1024);
+        got.extend(read(&mut q, 6, 1512, 512 * 90));
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn copy_limits_and_ranges_are_enforced() {
+        let (t, _) = target();
+        let (_a, mut q) = io_queue(&t);
+        // More than MSRC + 1 = 128 ranges.
+        let many = vec![(0u64, 1u16); 129];
+        let (s, _) = copy_cmd(1, 0, &many);
+        assert_eq!(
+            run(&mut q, s, &[]).status,
+            Status::COMMAND_SIZE_LIMIT_EXCEEDED.dnr()
+        );
+        // A range longer than MSSRL (65535).
+        let (mut s, mut d) = copy_cmd(2, 0, &[(0, 1)]);
+        d[16..18].copy_from_slice(&0xFFFFu16.to_le_bytes());
+        s.cid = 2;
+        assert_eq!(
+            run(&mut q, s, &d).status,
+            Status::COMMAND_SIZE_LIMIT_EXCEEDED.dnr()
+        );
+        // Descriptor format 1 is not in OCFS.
+        let (mut s, d) = copy_cmd(3, 0, &[(0, 1)]);
+        s.cdw12 |= 1 << 8;
+        assert_eq!(run(&mut q, s, &d).status, Status::INVALID_FIELD.dnr());
+        // A source or the destination beyond the namespace.
+        let (s, d) = copy_cmd(4, 0, &[(2040, 9)]);
+        assert_eq!(run(&mut q, s, &d).status, Status::LBA_OUT_OF_RANGE.dnr());
+        let (s, d) = copy_cmd(5, 2040, &[(0, 9)]);
+        assert_eq!(run(&mut q, s, &d).status, Status::LBA_OUT_OF_RANGE.dnr());
+    }
 
     #[test]
     fn limits_are_one_gib_and_128_ranges() {

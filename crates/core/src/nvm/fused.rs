@@ -27,12 +27,70 @@
 //! other command runs; halves over different ranges: Invalid Field for the
 //! Compare, Failed Fused Command for the Write (as SPDK).
 
-use super::{compare, hold, take_read, NvmCmd, Phase, Range};
+use super::{compare, hold, read, take_read, NvmCmd, Phase, Range, FUSED};
 use crate::command::{Cmd, IoCmd, Outcome, Xfer};
 use crate::queue::NvmeQueue;
 use farflash_backend::{IoBuf, IoOp, IoRequest};
 use farflash_wire::opcode::io as op;
 use farflash_wire::{Sqe, Status};
+
+/// The pair's steps, on the Write half's slot: what its next storage
+/// completion means. Once its range is granted (`proceed`, after
+/// `Phase::PairWait` if it had to wait), the pair is either read (`Read`),
+/// compared and written (`Write`), or handed to storage whole (`Atomic`);
+/// the write's or storage's answer, or a failure, ends it (`finish`:
+/// `Phase::Idle`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    Read,
+    Write,
+    Atomic,
+}
+
+impl From<Step> for Phase {
+    fn from(s: Step) -> Phase {
+        Phase::Step(s as u8)
+    }
+}
+
+impl Step {
+    fn of(p: Phase) -> Option<Step> {
+        match p {
+            Phase::Step(n) if n == Step::Read as u8 => Some(Step::Read),
+            Phase::Step(n) if n == Step::Write as u8 => Some(Step::Write),
+            Phase::Step(n) if n == Step::Atomic as u8 => Some(Step::Atomic),
+            _ => None,
+        }
+    }
+}
+
+/// A half of the pair over `len` bytes at `offset`: the Compare (`second:
+/// false`) or the Write. QoS charges each its data; the SMART log counts
+/// the Write half as a write and the Compare half not at all; storage's
+/// miscompare of the offloaded pair is Compare Failure.
+fn half(ns: usize, offset: u64, len: u32, second: bool, fua: bool) -> NvmCmd {
+    NvmCmd {
+        run: FUSED,
+        ns,
+        offset,
+        len: u64::from(len),
+        second,
+        fua,
+        writes: second,
+        moves: true,
+        counted: second,
+        compares: true,
+        ..NvmCmd::default()
+    }
+}
+
+/// The fused half a slot's command is, if it is one.
+fn half_of(cmd: Cmd) -> Option<NvmCmd> {
+    match cmd.io() {
+        Some(IoCmd::Nvm(c)) if c.run == FUSED => Some(c),
+        _ => None,
+    }
+}
 
 /// CDW0 FUSE (Base §4.2): 01b first half, 10b second half, 11b reserved.
 const FUSE_MASK: u8 = 0x03;
@@ -63,18 +121,13 @@ pub(crate) fn arrive<C: Default>(
         0 => r,
         FUSE_FIRST if sqe.opcode == op::COMPARE => {
             let (x, cmd) = r?;
-            let Cmd::Io(IoCmd::Nvm(NvmCmd::Compare { ns, offset, len })) = cmd else {
+            // `io::classify` parsed a Compare (its opcode is checked above).
+            let Cmd::Io(IoCmd::Nvm(c)) = cmd else {
                 return Err(Status::INVALID_FIELD.dnr());
             };
             q.nvm.pending_first = Some(idx as u16);
-            let half = NvmCmd::Fused {
-                ns,
-                offset,
-                len,
-                second: false,
-                fua: false,
-            };
-            Ok((x, Cmd::Io(IoCmd::Nvm(half))))
+            let first = half(c.ns, c.offset, c.len as u32, false, false);
+            Ok((x, Cmd::Io(IoCmd::Nvm(first))))
         }
         // A first half that is not a Compare, and FUSE 11b (reserved).
         _ => Err(Status::INVALID_FIELD.dnr()),
@@ -106,12 +159,7 @@ fn second<C: Default>(
             return Err(st);
         }
     };
-    let first_range = match q.slots[f].cmd.io() {
-        Some(IoCmd::Nvm(NvmCmd::Fused {
-            ns, offset, len, ..
-        })) => Some((ns, offset, len)),
-        _ => None,
-    };
+    let first_range = half_of(q.slots[f].cmd).map(|c| (c.ns, c.offset, c.len as u32));
     match cmd {
         Cmd::Io(IoCmd::Write {
             ns,
@@ -121,14 +169,8 @@ fn second<C: Default>(
         }) if first_range == Some((ns, offset, len)) => {
             q.nvm.run(f).partner = Some(idx as u16);
             q.nvm.run(idx).partner = Some(f as u16);
-            let half = NvmCmd::Fused {
-                ns,
-                offset,
-                len,
-                second: true,
-                fua,
-            };
-            Ok((x, Cmd::Io(IoCmd::Nvm(half))))
+            let second = half(ns, offset, len, true, fua);
+            Ok((x, Cmd::Io(IoCmd::Nvm(second))))
         }
         _ => {
             // NVM Command Set §3.2.1: the two halves name the same LBA
@@ -166,7 +208,7 @@ pub(crate) fn failed<C: Default>(q: &mut NvmeQueue<C>, idx: usize) {
 }
 
 /// One half's data is in place: the pair starts once both are.
-pub(super) fn execute<C: Default>(q: &mut NvmeQueue<C>, idx: usize, second: bool) -> Outcome {
+pub(super) fn execute<C: Default>(q: &mut NvmeQueue<C>, idx: usize, cmd: NvmCmd) -> Outcome {
     let r = q.nvm.run(idx);
     if let Some(st) = r.verdict.take() {
         return Outcome::Done(st, 0);
@@ -179,7 +221,7 @@ pub(super) fn execute<C: Default>(q: &mut NvmeQueue<C>, idx: usize, second: bool
     if !q.nvm.run(p).ready {
         return Outcome::Held;
     }
-    if second {
+    if cmd.second {
         return start(q, idx);
     }
     // The first half came last: the Write half's slot runs the pair.
@@ -190,17 +232,14 @@ pub(super) fn execute<C: Default>(q: &mut NvmeQueue<C>, idx: usize, second: bool
 }
 
 fn start<C: Default>(q: &mut NvmeQueue<C>, w: usize) -> Outcome {
-    let Some(IoCmd::Nvm(NvmCmd::Fused {
-        ns, offset, len, ..
-    })) = q.slots[w].cmd.io()
-    else {
+    let Some(c) = half_of(q.slots[w].cmd) else {
         return finish(q, w, Status::INTERNAL_ERROR, Status::INTERNAL_ERROR);
     };
-    let Some(ex) = q.ns.get(ns).map(|n| n.exclusion.clone()) else {
+    let Some(ex) = q.ns.get(c.ns).map(|n| n.exclusion.clone()) else {
         let gone = Status::INVALID_NAMESPACE.dnr();
         return finish(q, w, gone, Status::FUSED_FAILED);
     };
-    let id = ex.request(Range::new(offset, len as u64));
+    let id = ex.request(Range::new(c.offset, c.len));
     q.nvm.run(w).lock = Some((ex, id));
     proceed(q, w)
 }
@@ -217,20 +256,18 @@ pub(super) fn proceed<C: Default>(q: &mut NvmeQueue<C>, w: usize) -> Outcome {
         hold(q, w, Phase::PairWait);
         return Outcome::Held;
     }
-    let Some(IoCmd::Nvm(NvmCmd::Fused {
-        ns, offset, len, ..
-    })) = q.slots[w].cmd.io()
-    else {
+    let Some(c) = half_of(q.slots[w].cmd) else {
         return finish(q, w, Status::INTERNAL_ERROR, Status::INTERNAL_ERROR);
     };
+    let (ns, offset, len) = (c.ns, c.offset, c.len as u32);
     let host = q.slots[w].buf.take();
     if offloads(q, ns, offset, len) {
         return offload(q, w, host);
     }
     let r = q.nvm.run(w);
     r.host = host;
-    r.phase = Phase::PairRead;
-    match compare::read(q, w, ns, offset, len, true) {
+    r.phase = Step::Read.into();
+    match read(q, w, ns, offset, len, true) {
         Outcome::Done(st, _) => finish(q, w, st, Status::FUSED_FAILED),
         o => o,
     }
@@ -247,16 +284,10 @@ fn offloads<C: Default>(q: &NvmeQueue<C>, ns: usize, offset: u64, len: u32) -> b
 /// Hands the pair to storage: the Compare half's data, then the Write
 /// half's (`host`), in one buffer.
 fn offload<C: Default>(q: &mut NvmeQueue<C>, w: usize, host: Option<IoBuf>) -> Outcome {
-    let Some(IoCmd::Nvm(NvmCmd::Fused {
-        ns,
-        offset,
-        len,
-        fua,
-        ..
-    })) = q.slots[w].cmd.io()
-    else {
+    let Some(c) = half_of(q.slots[w].cmd) else {
         return finish(q, w, Status::INTERNAL_ERROR, Status::INTERNAL_ERROR);
     };
+    let (ns, offset, len, fua) = (c.ns, c.offset, c.len as u32, c.fua);
     let n = len as usize;
     let p = q.nvm.run(w).partner.map(usize::from);
     let cmp = p.and_then(|p| q.slots[p].buf.as_ref());
@@ -272,7 +303,7 @@ fn offload<C: Default>(q: &mut NvmeQueue<C>, w: usize, host: Option<IoBuf>) -> O
     both[..n].copy_from_slice(&cmp.as_slice()[..n]);
     both[n..].copy_from_slice(&host.as_slice()[..n]);
     q.pool.put(host);
-    q.nvm.run(w).phase = Phase::PairAtomic;
+    q.nvm.run(w).phase = Step::Atomic.into();
     let req = IoRequest {
         tag: w as u64,
         op: IoOp::CompareAndWrite { offset, len, fua },
@@ -286,18 +317,9 @@ fn offload<C: Default>(q: &mut NvmeQueue<C>, w: usize, host: Option<IoBuf>) -> O
 
 /// The pair's read or write came back.
 pub(super) fn step<C: Default>(q: &mut NvmeQueue<C>, w: usize, cmd: NvmCmd) -> Outcome {
-    let NvmCmd::Fused {
-        ns,
-        offset,
-        len,
-        fua,
-        ..
-    } = cmd
-    else {
-        return Outcome::Done(Status::INTERNAL_ERROR, 0);
-    };
     let st = q.slots[w].status;
-    if q.nvm.run(w).phase == Phase::PairAtomic {
+    let step = Step::of(q.nvm.run(w).phase);
+    if step == Some(Step::Atomic) {
         // As below: a miscompare fails the Compare with Compare Failure and
         // the Write with Failed Fused Command; a storage error fails the
         // Write and the Compare with Failed Fused Command.
@@ -310,7 +332,7 @@ pub(super) fn step<C: Default>(q: &mut NvmeQueue<C>, w: usize, cmd: NvmCmd) -> O
         };
         return finish(q, w, first, second);
     }
-    if q.nvm.run(w).phase == Phase::PairWrite {
+    if step == Some(Step::Write) {
         let first = if st.is_success() {
             Status::SUCCESS
         } else {
@@ -334,13 +356,14 @@ pub(super) fn step<C: Default>(q: &mut NvmeQueue<C>, w: usize, cmd: NvmCmd) -> O
     let Some(buf) = q.nvm.run(w).host.take() else {
         return finish(q, w, Status::FUSED_FAILED, Status::INTERNAL_ERROR);
     };
-    q.nvm.run(w).phase = Phase::PairWrite;
+    q.nvm.run(w).phase = Step::Write.into();
+    let (offset, len, fua) = (cmd.offset, cmd.len as u32, cmd.fua);
     let req = IoRequest {
         tag: w as u64,
         op: IoOp::Write { offset, len, fua },
         buf,
     };
-    match q.submit(w, ns, req) {
+    match q.submit(w, cmd.ns, req) {
         Ok(()) => Outcome::Pending,
         Err(e) => finish(q, w, Status::FUSED_FAILED, e),
     }

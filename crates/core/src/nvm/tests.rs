@@ -1,7 +1,8 @@
-//! Compare, Verify, Copy and the fused Compare and Write through the
-//! command layer (no transport), on the scripted backend (memory-backed,
-//! completions held on demand): statuses, data, the refusal rules, and the
-//! pair's atomicity against writes of another controller.
+//! The fused Compare and Write through the command layer (no transport),
+//! on the scripted backend (memory-backed, completions held on demand):
+//! statuses, data, the refusal rules, and the pair's atomicity against
+//! writes of another controller; and the helpers the commands' own tests
+//! (in their files: `compare.rs`, `verify.rs`, `copy.rs`) share.
 
 use crate::command::{Begin, Completion, Xfer};
 use crate::tests::{completions, io_queue, run, rw, target};
@@ -13,18 +14,18 @@ use farflash_wire::{Sqe, Status};
 const FUSE_FIRST: u8 = 0x01;
 const FUSE_SECOND: u8 = 0x02;
 
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
+pub(super) fn pattern(seed: u8, len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
         .collect()
 }
 
-fn write(q: &mut NvmeQueue, cid: u16, slba: u64, data: &[u8]) {
+pub(super) fn write(q: &mut NvmeQueue, cid: u16, slba: u64, data: &[u8]) {
     let c = run(q, rw(io::WRITE, cid, slba, data.len() as u32), data);
     assert_eq!(c.status, Status::SUCCESS);
 }
 
-fn read(q: &mut NvmeQueue, cid: u16, slba: u64, len: u32) -> Vec<u8> {
+pub(super) fn read(q: &mut NvmeQueue, cid: u16, slba: u64, len: u32) -> Vec<u8> {
     let c = run(q, rw(io::READ, cid, slba, len), &[]);
     assert_eq!(c.status, Status::SUCCESS);
     let (buf, n) = c.data.expect("read data");
@@ -63,7 +64,7 @@ fn settle(q: &mut NvmeQueue) -> Vec<(u16, Status)> {
 }
 
 /// One command that may take several storage requests in turn.
-fn run_steps(q: &mut NvmeQueue, sqe: Sqe, data: &[u8]) -> Status {
+pub(super) fn run_steps(q: &mut NvmeQueue, sqe: Sqe, data: &[u8]) -> Status {
     let cid = sqe.cid;
     start(q, sqe, data);
     let done = settle(q);
@@ -76,109 +77,6 @@ fn fused(cid: u16, opcode: u8, flags: u8, slba: u64, len: u32) -> Sqe {
     let mut s = rw(opcode, cid, slba, len);
     s.flags |= flags;
     s
-}
-
-#[test]
-fn compare_matches_fails_on_a_difference_and_checks_its_range() {
-    let (t, _) = target();
-    let (_a, mut q) = io_queue(&t);
-    let d = pattern(1, 1024);
-    write(&mut q, 10, 8, &d);
-    let same = run(&mut q, rw(io::COMPARE, 11, 8, 1024), &d);
-    assert_eq!(same.status, Status::SUCCESS);
-    assert!(same.data.is_none(), "a Compare returns no data");
-    let mut other = d.clone();
-    other[1000] ^= 1;
-    let diff = run(&mut q, rw(io::COMPARE, 12, 8, 1024), &other);
-    assert_eq!(diff.status, Status::COMPARE_FAILURE);
-    // 1 MiB of 512-byte blocks: LBA 2047 is the last.
-    let out = run(&mut q, rw(io::COMPARE, 13, 2047, 1024), &[]);
-    assert_eq!(out.status, Status::LBA_OUT_OF_RANGE.dnr());
-}
-
-#[test]
-fn verify_reads_without_moving_data_and_reports_read_errors() {
-    let (t, script) = target();
-    let (_a, mut q) = io_queue(&t);
-    // 2048 blocks: more than one chunk of the largest transfer.
-    let mut s = rw(io::VERIFY, 1, 0, 512);
-    s.cdw12 = 2047;
-    assert_eq!(run_steps(&mut q, s, &[]), Status::SUCCESS);
-    let reads = script
-        .submitted()
-        .iter()
-        .filter(|k| **k == OpKind::Read)
-        .count();
-    let chunks = (1usize << 20).div_ceil(t.transport.max_io_size as usize);
-    assert_eq!(reads, chunks, "one read per chunk, one at a time");
-    script.fail(OpKind::Read, libc::EIO, 1);
-    assert_eq!(
-        run_steps(&mut q, rw(io::VERIFY, 2, 0, 512), &[]),
-        Status::UNRECOVERED_READ_ERROR
-    );
-    let mut s = rw(io::VERIFY, 3, 2000, 512);
-    s.cdw12 = 48; // 2000 + 49 > 2048
-    assert_eq!(run(&mut q, s, &[]).status, Status::LBA_OUT_OF_RANGE.dnr());
-}
-
-fn copy_cmd(cid: u16, sdlba: u64, ranges: &[(u64, u16)]) -> (Sqe, Vec<u8>) {
-    let mut s = rw(io::COPY, cid, sdlba, 512);
-    s.cdw12 = ranges.len() as u32 - 1;
-    s.dptr = farflash_wire::sqe::SglDescriptor::transport(ranges.len() as u32 * 32);
-    let mut d = vec![0u8; ranges.len() * 32];
-    for (i, &(slba, nlb)) in ranges.iter().enumerate() {
-        d[i * 32 + 8..i * 32 + 16].copy_from_slice(&slba.to_le_bytes());
-        d[i * 32 + 16..i * 32 + 18].copy_from_slice(&(nlb - 1).to_le_bytes());
-    }
-    (s, d)
-}
-
-#[test]
-fn copy_writes_the_ranges_in_order_to_the_destination() {
-    let (t, _) = target();
-    let (_a, mut q) = io_queue(&t);
-    let (a, b) = (pattern(3, 1024), pattern(7, 512 * 600));
-    write(&mut q, 1, 0, &a);
-    write(&mut q, 2, 100, &b[..256 * 1024]);
-    write(&mut q, 3, 612, &b[256 * 1024..]);
-    // 600 blocks: more than one chunk of the largest transfer (256 KiB).
-    let (s, d) = copy_cmd(4, 1000, &[(100, 600), (0, 2)]);
-    assert_eq!(run_steps(&mut q, s, &d), Status::SUCCESS);
-    let mut want = b.clone();
-    want.extend_from_slice(&a);
-    let mut got = read(&mut q, 5, 1000, 256 * 1024);
-    got.extend(read(&mut q, 6, 1512, 512 * 90));
-    assert_eq!(got, want);
-}
-
-#[test]
-fn copy_limits_and_ranges_are_enforced() {
-    let (t, _) = target();
-    let (_a, mut q) = io_queue(&t);
-    // More than MSRC + 1 = 128 ranges.
-    let many = vec![(0u64, 1u16); 129];
-    let (s, _) = copy_cmd(1, 0, &many);
-    assert_eq!(
-        run(&mut q, s, &[]).status,
-        Status::COMMAND_SIZE_LIMIT_EXCEEDED.dnr()
-    );
-    // A range longer than MSSRL (65535).
-    let (mut s, mut d) = copy_cmd(2, 0, &[(0, 1)]);
-    d[16..18].copy_from_slice(&0xFFFFu16.to_le_bytes());
-    s.cid = 2;
-    assert_eq!(
-        run(&mut q, s, &d).status,
-        Status::COMMAND_SIZE_LIMIT_EXCEEDED.dnr()
-    );
-    // Descriptor format 1 is not in OCFS.
-    let (mut s, d) = copy_cmd(3, 0, &[(0, 1)]);
-    s.cdw12 |= 1 << 8;
-    assert_eq!(run(&mut q, s, &d).status, Status::INVALID_FIELD.dnr());
-    // A source or the destination beyond the namespace.
-    let (s, d) = copy_cmd(4, 0, &[(2040, 9)]);
-    assert_eq!(run(&mut q, s, &d).status, Status::LBA_OUT_OF_RANGE.dnr());
-    let (s, d) = copy_cmd(5, 2040, &[(0, 9)]);
-    assert_eq!(run(&mut q, s, &d).status, Status::LBA_OUT_OF_RANGE.dnr());
 }
 
 #[test]

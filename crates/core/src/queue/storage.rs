@@ -8,7 +8,6 @@
 
 use super::{tag_slot, CmdState, Event, NvmeQueue};
 use crate::command::IoCmd;
-use crate::nvm_state::NvmCmd;
 use crate::stats::QueueStats;
 use farflash_backend::{IoCompletion, IoRequest, QueueSet, SharedBackend};
 use farflash_wire::Status;
@@ -94,7 +93,7 @@ impl<C: Default> NvmeQueue<C> {
             self.pool.put(c.buf);
             return None;
         };
-        let fused = matches!(s.cmd.io(), Some(IoCmd::Nvm(NvmCmd::Fused { .. })));
+        let compares = matches!(s.cmd.io(), Some(IoCmd::Nvm(c)) if c.compares);
         if let Some(e) = c
             .result
             .as_ref()
@@ -115,9 +114,10 @@ impl<C: Default> NvmeQueue<C> {
             tracing::debug!(cid = s.sqe.cid, opcode = s.sqe.opcode, "{e}");
             s.status = Status::CAPACITY_EXCEEDED;
         } else if let Some(e) =
-            (c.result.as_ref().err()).filter(|e| e.raw_os_error() == Some(libc::EILSEQ) && fused)
+            (c.result.as_ref().err()).filter(|e| e.raw_os_error() == Some(libc::EILSEQ) && compares)
         {
-            // Storage's own compare-and-write miscompared (a fused pair
+            // Storage's own compare-and-write miscompared (for a command
+            // whose parser said so, `NvmCmd::compares`: a fused pair
             // offloaded by nvm/fused.rs): Compare Failure (NVM Command Set
             // §3.2.1, Media and Data Integrity Errors 85h), not a media error.
             tracing::debug!(cid = s.sqe.cid, opcode = s.sqe.opcode, "{e}");
