@@ -815,4 +815,24 @@ fn concurrent_calls_on_one_volume_each_get_an_answer_and_touch_no_other() {
         json!({"pool": "c", "name": "w", "size": "4M", "force": true}),
     );
     assert_eq!(v["size"], 4 * MIB);
+
+    // Deleted right after its namespace's removal, a host still connected
+    // and its queues still holding the volume: the delete waits for them
+    // to let go (at their next tick) instead of answering "exported".
+    ok(
+        &t,
+        "volume_create",
+        json!({"pool": "c", "name": "gone", "size": "8M"}),
+    );
+    ok(
+        &t,
+        "namespace_add",
+        json!({"nqn": NQN, "nsid": 6, "backend": "volume", "volume": "c/gone"}),
+    );
+    let (ctrl, mut q) = connect(&t.serve.addr, 16 * BS as u32);
+    q.write_at(6, 0, 16, &data).unwrap();
+    ok(&t, "namespace_remove", json!({"nqn": NQN, "nsid": 6}));
+    ok(&t, "volume_delete", json!({"pool": "c", "name": "gone"}));
+    drop(q);
+    let _ = ctrl.shutdown();
 }

@@ -9,6 +9,41 @@ use crate::pools::{registry, PoolsError};
 use crate::reload::ReloadReport;
 use farflash_core::Target;
 use farflash_pool::PoolError;
+use std::time::{Duration, Instant};
+
+/// How long a delete or shrink waits for a volume whose namespace is gone
+/// but whose queues still hold it: each lets go at its next tick, within
+/// 100 ms of a namespace change (docs/architecture.md), so this is ample.
+const RELEASE_WAIT: Duration = Duration::from_secs(5);
+
+/// Runs `op` on the pool under the management lock, refused while a
+/// namespace exports `pool/name`. When no namespace names it but the pool
+/// still counts it exported (a `namespace_remove` just returned, and queues
+/// of the namespace have not let go yet), waits for them, the lock
+/// released meanwhile, up to [`RELEASE_WAIT`]; then the pool's own
+/// refusal stands.
+fn once_released<T>(
+    target: &Target,
+    pool: &str,
+    name: &str,
+    mut op: impl FnMut() -> Result<T, PoolError>,
+) -> Result<T, PoolsError> {
+    let deadline = Instant::now() + RELEASE_WAIT;
+    loop {
+        {
+            let _serial = target.manage_lock();
+            let by = exported_as(target, pool, name);
+            if !by.is_empty() {
+                return Err(exported_error(pool, name, &by));
+            }
+            match op() {
+                Err(PoolError::Exported(_)) if Instant::now() < deadline => {}
+                r => return r.map_err(PoolsError::of(pool)),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
 
 /// The namespaces exporting `pool/name`: (NQN, NSID).
 pub fn exported_as(target: &Target, pool: &str, name: &str) -> Vec<(String, u32)> {
@@ -44,13 +79,15 @@ pub fn resize(
     force: bool,
 ) -> Result<Option<ReloadReport>, PoolsError> {
     let store = registry().get(pool)?;
+    let info = store.get(name).map_err(PoolsError::of(pool))?;
+    if size < info.size {
+        // A shrink: never while exported.
+        once_released(target, pool, name, || store.resize(name, size, force))?;
+        return Ok(None);
+    }
     let grown = {
         let _serial = target.manage_lock();
-        let info = store.get(name).map_err(PoolsError::of(pool))?;
         let by = exported_as(target, pool, name);
-        if size < info.size && !by.is_empty() {
-            return Err(exported_error(pool, name, &by));
-        }
         store
             .resize(name, size, force)
             .map_err(PoolsError::of(pool))?;
@@ -77,15 +114,11 @@ pub fn rename(target: &Target, pool: &str, name: &str, new_name: &str) -> Result
     store.rename(name, new_name).map_err(PoolsError::of(pool))
 }
 
-/// Deletes a volume or snapshot (refused while exported or with clones).
+/// Deletes a volume or snapshot (refused while exported or with clones;
+/// right after its namespace's removal, it waits for the queues to let go).
 pub fn delete(target: &Target, pool: &str, name: &str) -> Result<(), PoolsError> {
     let store = registry().get(pool)?;
-    let _serial = target.manage_lock();
-    let by = exported_as(target, pool, name);
-    if !by.is_empty() {
-        return Err(exported_error(pool, name, &by));
-    }
-    store.delete(name).map_err(PoolsError::of(pool))
+    once_released(target, pool, name, || store.delete(name))
 }
 
 /// Closes a pool (refused while it holds volumes).
