@@ -58,7 +58,7 @@
 # PARTS ("io snap open"), ROWS ("rr1 rr32 rw1 rw32": randread, randwrite QD 1, 32), BENCH_DIR (where the files go; a directory of its
 # own is made in it and removed at the end; default /var/tmp; it needs about
 # 5 * SIZE + 6 GiB free, checked), PORT (4530),
-# SPDK_PORT (4531), OUT (docs/benchmarks.md; empty: do not write).
+# SPDK_PORT (4531), BIN (a farflash binary to run instead of building this tree's), OUT (docs/benchmarks.md; empty: do not write).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
@@ -102,9 +102,14 @@ if [[ $SPDK = 1 ]]; then
 	compgen -G "$SPDK_DIR/build/lib/libspdk_bdev_uring.*" >/dev/null && BDEV=uring
 fi
 
-echo "== building (release)"
-cargo build -q --release --bin farflash
-FF=$ROOT/target/release/farflash
+if [[ -n ${BIN:-} ]]; then
+	[[ -x $BIN ]] || die "BIN=$BIN is not an executable"
+	FF=$BIN
+else
+	echo "== building (release)"
+	cargo build -q --release --bin farflash
+	FF=$ROOT/target/release/farflash
+fi
 
 # ---- files -----------------------------------------------------------------------
 BENCH_DIR=${BENCH_DIR:-/var/tmp}
