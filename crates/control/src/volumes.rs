@@ -106,12 +106,7 @@ pub fn resize(
 /// Renames a volume (refused while exported: the namespace names it).
 pub fn rename(target: &Target, pool: &str, name: &str, new_name: &str) -> Result<(), PoolsError> {
     let store = registry().get(pool)?;
-    let _serial = target.manage_lock();
-    let by = exported_as(target, pool, name);
-    if !by.is_empty() {
-        return Err(exported_error(pool, name, &by));
-    }
-    store.rename(name, new_name).map_err(PoolsError::of(pool))
+    once_released(target, pool, name, || store.rename(name, new_name))
 }
 
 /// Deletes a volume or snapshot (refused while exported or with clones;
