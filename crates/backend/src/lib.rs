@@ -123,7 +123,9 @@ pub trait BackendQueue {
     fn reap(&mut self, out: &mut Vec<IoCompletion>) -> usize;
     /// A file descriptor that becomes readable when completions are waiting
     /// (an eventfd registered with io_uring), or `None` when every request
-    /// completes inside `submit`/`commit`.
+    /// completes inside `submit`/`commit`. It can also stay readable after
+    /// a reap took everything: a waiter reaps again after each wake-up and
+    /// should wait edge-triggered, as the target's loop does.
     fn notify_fd(&self) -> Option<RawFd>;
     /// Requests submitted and not yet reaped.
     fn in_flight(&self) -> usize;

@@ -176,6 +176,34 @@ fn more_requests_than_ring_entries() {
     }
 }
 
+/// A request pushed by `submit` reaches the kernel through the next reap
+/// when nobody commits (the pool queues submit follow-ups from their own
+/// reap): the reap that finds no completion still submits.
+#[test]
+fn a_reap_submits_what_was_pushed_without_commit() {
+    let fx = Fixture::new("/tmp", MIB, FileOptions::default());
+    let mut q = fx.backend.open_queue(4).unwrap();
+    let Some(fd) = q.notify_fd() else {
+        panic!("io_uring unavailable here");
+    };
+    q.submit(read_req(3, 0, 4096));
+    let mut done = Vec::new();
+    assert_eq!(q.reap(&mut done), 0, "nothing completed before the submit");
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the duration of the call.
+    let n = unsafe { libc::poll(&mut pfd, 1, 10_000) };
+    assert_eq!(n, 1, "the read never reached the kernel");
+    while done.is_empty() {
+        q.reap(&mut done);
+    }
+    all_ok(&done);
+    assert_eq!(done[0].tag, 3);
+}
+
 #[test]
 fn fua_write_and_flush() {
     let fx = Fixture::new("/tmp", MIB, FileOptions::default());
