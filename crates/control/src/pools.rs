@@ -23,16 +23,18 @@ pub enum PoolsError {
     InUse { name: String, volumes: String },
     #[error("{0}")]
     Invalid(String),
-    #[error("pool {pool}: {source}")]
-    Pool { pool: String, source: PoolError },
+    /// `err` is in the message, so it is not also a `source` (an error
+    /// chain would print it twice).
+    #[error("pool {pool}: {err}")]
+    Pool { pool: String, err: PoolError },
 }
 
 impl PoolsError {
     /// Wraps an error of pool `pool`'s store.
     pub fn of(pool: &str) -> impl FnOnce(PoolError) -> PoolsError + '_ {
-        move |source| PoolsError::Pool {
+        move |err| PoolsError::Pool {
             pool: pool.to_owned(),
-            source,
+            err,
         }
     }
 }
@@ -276,6 +278,28 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains(&dev.display().to_string()), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `serve` prints an error with its sources (`{:#}`): a device that
+    /// holds no pool is named once, not once per wrapping layer.
+    #[test]
+    fn an_error_chain_says_each_thing_once() {
+        let dir = std::env::temp_dir().join(format!("ff-pools-chain-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let dev = sparse(&dir, "blank", 64 << 20);
+        let e = Pools::default()
+            .open_configured(&[local("p1", vec![dev])])
+            .unwrap_err();
+        let e = crate::reload::ApplyError::from(e);
+        let mut chain = e.to_string();
+        let mut next = std::error::Error::source(&e);
+        while let Some(s) = next {
+            chain = format!("{chain}: {s}");
+            next = s.source();
+        }
+        assert_eq!(chain.matches("no valid superblock").count(), 1, "{chain}");
+        assert!(chain.starts_with("pool p1: "), "{chain}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

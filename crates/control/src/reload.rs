@@ -70,11 +70,12 @@ impl ReloadReport {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
-    #[error("{0}")]
+    // transparent: the inner error's message once, not again as a source
+    #[error(transparent)]
     Invalid(#[from] farflash_core::config::ConfigError),
-    #[error("{0}")]
+    #[error(transparent)]
     Build(#[from] BuildError),
-    #[error("{0}")]
+    #[error(transparent)]
     Pools(#[from] crate::pools::PoolsError),
     #[error("listener {addr}: {msg}")]
     Listener { addr: String, msg: String },

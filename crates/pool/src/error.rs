@@ -24,8 +24,9 @@ pub enum PoolError {
     NoSpace(String),
     #[error("pool metadata is corrupt: {what}")]
     Corrupt { what: String },
-    #[error("{what}: {source}")]
-    Io { what: String, source: io::Error },
+    /// `err` is in the message, so it is not also a `source`.
+    #[error("{what}: {err}")]
+    Io { what: String, err: io::Error },
     #[error("invalid {field}: {why}")]
     Invalid { field: &'static str, why: String },
     #[error("{0:?} is a snapshot (read-only)")]
@@ -39,7 +40,7 @@ pub enum PoolError {
 impl PoolError {
     pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(io::Error) -> PoolError {
         let what = what.into();
-        move |source| PoolError::Io { what, source }
+        move |err| PoolError::Io { what, err }
     }
 
     pub(crate) fn invalid(field: &'static str, why: impl Into<String>) -> PoolError {

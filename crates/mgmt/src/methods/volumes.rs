@@ -110,12 +110,12 @@ pub fn code(e: &PoolsError) -> i64 {
         PoolsError::Exists(_) => jsonrpc::EXISTS,
         PoolsError::InUse { .. } => jsonrpc::IN_USE,
         PoolsError::Invalid(_) => jsonrpc::INVALID_CONFIG,
-        PoolsError::Pool { source, .. } => match source {
+        PoolsError::Pool { err, .. } => match err {
             PoolError::NotFound(_) => jsonrpc::NOT_FOUND,
             PoolError::Exists(_) => jsonrpc::EXISTS,
             PoolError::HasClones { .. } | PoolError::Exported(_) => jsonrpc::IN_USE,
             PoolError::NoSpace(_) => jsonrpc::NO_SPACE,
-            PoolError::Io { source, .. } if farflash_pool::is_no_space(source) => jsonrpc::NO_SPACE,
+            PoolError::Io { err, .. } if farflash_pool::is_no_space(err) => jsonrpc::NO_SPACE,
             PoolError::Corrupt { .. } | PoolError::Io { .. } => jsonrpc::FAILED,
             PoolError::BelowUsed { .. }
             | PoolError::Invalid { .. }

@@ -110,9 +110,9 @@ impl RbdPool {
                 format!("{:?} is not a Ceph pool name", opts.pool),
             ));
         }
-        let conn = RadosPool::connect(opts).map_err(|source| PoolError::Io {
+        let conn = RadosPool::connect(opts).map_err(|err| PoolError::Io {
             what: format!("rbd pool {:?}", opts.pool),
-            source,
+            err,
         })?;
         Ok(RbdPool {
             opts: RbdOptions {
@@ -192,9 +192,9 @@ impl VolumeStore for RbdPool {
             image: volume.to_owned(),
             ..self.opts.clone()
         };
-        let backend = farflash_backend::open_rbd(&opts).map_err(|source| PoolError::Io {
+        let backend = farflash_backend::open_rbd(&opts).map_err(|err| PoolError::Io {
             what: format!("opening rbd {}/{volume}", self.opts.pool),
-            source,
+            err,
         })?;
         Ok(self.exports.wrap(volume, backend, *uuid.as_bytes()))
     }

@@ -29,7 +29,7 @@ impl RbdPool {
             libc::ENOSPC | libc::EDQUOT => PoolError::NoSpace(self.opts.pool.clone()),
             _ => PoolError::Io {
                 what: format!("rbd {}/{subject}", self.opts.pool),
-                source: e.io(),
+                err: e.io(),
             },
         }
     }
