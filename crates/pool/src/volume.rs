@@ -334,8 +334,8 @@ impl VolumeQueue {
 
     fn complete(&mut self, tag: u64, buf: IoBuf, result: io::Result<()>) {
         self.ready.push(IoCompletion { tag, buf, result });
-        // One wake-up per batch completed outside a reap (a system call
-        // per completion cost a read QD 32 about 5 % of its IOPS).
+        // One wake-up per batch completed outside a reap, not a system
+        // call per completion (126,527 writes in 2 s at 62k reads/s).
         if !self.reaping && !self.signalled {
             self.signalled = true;
             self.notify.signal_own();
