@@ -50,8 +50,9 @@ pub(crate) fn run_one(q: &mut dyn BackendQueue, op: IoOp, buf: IoBuf) -> io::Res
     c.result.map(|()| c.buf)
 }
 
-/// Waits up to `ms` for `fd` to become readable (sleeps briefly without one).
-fn wait_readable(fd: Option<i32>, ms: i32) {
+/// Waits up to `ms` for `fd` to become readable (sleeps briefly without
+/// one); returns whether it did.
+pub(crate) fn wait_readable(fd: Option<i32>, ms: i32) -> bool {
     match fd {
         Some(fd) => {
             let mut pfd = libc::pollfd {
@@ -60,9 +61,12 @@ fn wait_readable(fd: Option<i32>, ms: i32) {
                 revents: 0,
             };
             // SAFETY: one valid pollfd for the duration of the call.
-            unsafe { libc::poll(&mut pfd, 1, ms) };
+            unsafe { libc::poll(&mut pfd, 1, ms) == 1 }
         }
-        None => std::thread::sleep(Duration::from_millis(1)),
+        None => {
+            std::thread::sleep(Duration::from_millis(1));
+            false
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::check::dealloc_buf;
-use crate::test_util::{pattern, run_all, run_one, TempPath};
+use crate::test_util::{pattern, run_all, run_one, wait_readable, TempPath};
 use crate::{IoCompletion, IoOp, IoRequest};
 
 const MIB: u64 = 1 << 20;
@@ -183,20 +183,14 @@ fn more_requests_than_ring_entries() {
 fn a_reap_submits_what_was_pushed_without_commit() {
     let fx = Fixture::new("/tmp", MIB, FileOptions::default());
     let mut q = fx.backend.open_queue(4).unwrap();
-    let Some(fd) = q.notify_fd() else {
-        panic!("io_uring unavailable here");
-    };
+    assert!(q.notify_fd().is_some(), "io_uring unavailable here");
     q.submit(read_req(3, 0, 4096));
     let mut done = Vec::new();
     assert_eq!(q.reap(&mut done), 0, "nothing completed before the submit");
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd for the duration of the call.
-    let n = unsafe { libc::poll(&mut pfd, 1, 10_000) };
-    assert_eq!(n, 1, "the read never reached the kernel");
+    assert!(
+        wait_readable(q.notify_fd(), 10_000),
+        "the read never reached the kernel"
+    );
     while done.is_empty() {
         q.reap(&mut done);
     }
