@@ -40,6 +40,12 @@ ROOT=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
 cd "$ROOT"
 export PATH="$HOME/.cargo/bin:$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+# Disk: a stop of this script once failed 162 s in, with "No space left on
+# device", on a machine whose disk it shares. A clean clone gains nothing from
+# incremental artefacts, and full debug info is most of what remains, so both
+# are off unless the caller sets them (backtraces keep file and line).
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
+export CARGO_PROFILE_DEV_DEBUG=${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}
 
 T_ALL=$(date +%s)
 RESULTS=()
@@ -190,6 +196,7 @@ echo "cargo: $(cargo --version)"
 echo "qemu:  $(qemu-system-x86_64 --version | head -n 1)"
 echo "nvme:  $(nvme version | head -n 1), fio: $(fio --version)"
 echo "cpus:  $(nproc)"
+echo "disk:  $(df -h --output=avail . | tail -n 1 | tr -d ' ') free under $ROOT"
 
 # -------------------------------------------------------------------- steps
 step "cargo fmt --all --check" 600 cargo fmt --all --check
@@ -263,6 +270,7 @@ else
 fi
 
 summary
+echo "disk:  $(du -sh target 2>/dev/null | cut -f 1) in target/, $(du -sh fuzz/target 2>/dev/null | cut -f 1) in fuzz/target/, $(df -h --output=avail . | tail -n 1 | tr -d ' ') left"
 if [[ $FAILED != 0 ]]; then
 	echo "RESULT: FAIL"
 	exit 1
