@@ -23,6 +23,10 @@ pub(crate) struct Dev {
     /// First global cluster number on this device, and how many.
     pub(crate) first: u64,
     pub(crate) clusters: u64,
+    /// A block device: Write Zeroes zeroes its blocks in place (with the
+    /// device's own command where it has one), where on a file it leaves
+    /// unwritten extents that later writes must convert.
+    zeroes_in_place: bool,
 }
 
 /// The devices of a pool, in index order.
@@ -43,6 +47,7 @@ impl Devices {
             let data_start = reserved.next_multiple_of(cluster_size);
             let clusters = backend.capacity().saturating_sub(data_start) / cluster_size;
             devs.push(Dev {
+                zeroes_in_place: backend.kind() == "block",
                 backend,
                 data_start,
                 first,
@@ -63,6 +68,12 @@ impl Devices {
             (phys >= d.first && phys - d.first < d.clusters)
                 .then(|| (i, d.data_start + (phys - d.first) * self.cluster_size))
         })
+    }
+
+    /// Whether Write Zeroes on device `dev` zeroes in place (a block
+    /// device), rather than leaving blocks to be converted later (a file).
+    pub(crate) fn zeroes_in_place(&self, dev: usize) -> bool {
+        self.devs.get(dev).is_some_and(|d| d.zeroes_in_place)
     }
 
     /// Runs one request on device `dev` and waits for it (the pool's slow

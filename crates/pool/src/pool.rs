@@ -36,15 +36,21 @@ pub(crate) struct PoolInner {
     pub(crate) grace: Arc<Grace>,
     /// Device locks held while the pool lives (pools opened from paths).
     locks: Mutex<Vec<std::fs::File>>,
+    /// A cluster-sized buffer of zeroes, reused by preparations: the image
+    /// a new cluster is written from (see [`PoolInner::first_write`]).
+    image: Mutex<Option<IoBuf>>,
 }
 
 /// What a newly allocated cluster is filled with before it is mapped.
 pub(crate) enum Fill<'a> {
     /// What the logical cluster read so far: zeroes, or the parent's data.
     Prepare,
-    /// A write of the whole cluster: its data (taken and given back).
+    /// The cluster's first write, `len` bytes at byte `within` of it: its
+    /// data (taken and given back).
     Data {
         buf: &'a mut Option<IoBuf>,
+        within: u64,
+        len: u64,
         fua: bool,
     },
 }
@@ -73,6 +79,7 @@ impl PoolInner {
             prep: Arc::new(Preparer::default()),
             grace,
             locks: Mutex::new(Vec::new()),
+            image: Mutex::new(None),
         }
     }
 
@@ -245,7 +252,12 @@ impl PoolInner {
         };
         let (filled, wrote) = match fill {
             Fill::Prepare => (self.prepare(p, src), false),
-            Fill::Data { buf, fua } => (self.write_whole(p, buf, fua), true),
+            Fill::Data {
+                buf,
+                within,
+                len,
+                fua,
+            } => self.first_write(p, src, buf, (within, len), fua),
         };
         if let Err(e) = filled {
             st.unalloc(p);
@@ -254,6 +266,61 @@ impl PoolInner {
         st.set_entry(layer, i, p + 1);
         self.note(&st);
         Ok((p, st.change_seq, wrote))
+    }
+
+    /// Fills new cluster `p` (reading `src` so far) with a write's data at
+    /// `within..within + len` of it, in one write of the whole cluster
+    /// where it can: the data merged into the cluster's image (zeroes, or
+    /// the parent's data) in the pool's image buffer. On a file that
+    /// leaves the cluster's blocks written: zeroing it with `fallocate`
+    /// would leave unwritten extents, and every later small write into
+    /// them would pay for their conversion. A block device whose
+    /// Write Zeroes zeroes in place keeps it: the cluster is zeroed and the
+    /// write goes its ordinary way after (returns false: not written).
+    fn first_write(
+        &self,
+        p: u64,
+        src: Source,
+        slot: &mut Option<IoBuf>,
+        (within, len): (u64, u64),
+        fua: bool,
+    ) -> (io::Result<()>, bool) {
+        let cs = self.cluster_size();
+        if len == cs {
+            return (self.write_whole(p, slot, fua), true);
+        }
+        let Some((dev, off)) = self.devs.locate(p) else {
+            return (Err(io::Error::other("cluster outside the devices")), true);
+        };
+        if src == Source::Zero && self.devs.zeroes_in_place(dev) {
+            return (self.devs.zero(dev, off, cs), false);
+        }
+        let (at, end) = (within as usize, (within + len) as usize);
+        let Some(part) = slot.as_ref().and_then(|d| d.get(..end - at)) else {
+            return (Err(io::Error::other("no data buffer")), true);
+        };
+        let mut image = self.take_image();
+        let mut dirty = at..end;
+        if let Source::Inherited(q) = src {
+            image = match self.read_cluster(q, image) {
+                Ok(b) => b,
+                Err(e) => return (Err(e), true),
+            };
+            dirty = 0..cs as usize;
+        }
+        image[at..end].copy_from_slice(part);
+        let op = IoOp::Write {
+            offset: off,
+            len: cs as u32,
+            fua,
+        };
+        match self.devs.run(dev, op, image) {
+            Ok(image) => {
+                self.put_image(image, dirty);
+                (Ok(()), true)
+            }
+            Err(e) => (Err(e), true),
+        }
     }
 
     /// Writes a whole cluster's data (the buffer goes out and comes back
@@ -276,25 +343,62 @@ impl PoolInner {
         Ok(())
     }
 
-    /// Makes cluster `p` hold what `src` reads.
+    /// The pool's image buffer (cluster-sized, all zeroes), or a new one
+    /// when another preparation holds it (or a failed write lost it).
+    fn take_image(&self) -> IoBuf {
+        let cs = self.cluster_size() as usize;
+        let mut b = lock(&self.image)
+            .take()
+            .unwrap_or_else(|| IoBuf::with_capacity(cs));
+        b.set_len(cs);
+        b
+    }
+
+    /// Gives the image buffer back, zeroing `dirty` (what was put in it)
+    /// first.
+    fn put_image(&self, mut b: IoBuf, dirty: std::ops::Range<usize>) {
+        b.set_len(self.cluster_size() as usize);
+        if let Some(d) = b.get_mut(dirty) {
+            d.fill(0);
+        }
+        *lock(&self.image) = Some(b);
+    }
+
+    /// Reads physical cluster `q` into `into` (cluster-sized).
+    fn read_cluster(&self, q: u64, into: IoBuf) -> io::Result<IoBuf> {
+        let (qd, qoff) = self
+            .devs
+            .locate(q)
+            .ok_or_else(|| io::Error::other("cluster outside the devices"))?;
+        let len = self.cluster_size() as u32;
+        self.devs.run(qd, IoOp::Read { offset: qoff, len }, into)
+    }
+
+    /// Makes cluster `p` hold what `src` reads: zeroes (Write Zeroes on a
+    /// block device that zeroes in place, else a write of zeroes, so a
+    /// file's blocks end up written; see [`PoolInner::first_write`]), or
+    /// the parent's data.
     fn prepare(&self, p: u64, src: Source) -> io::Result<()> {
         let cs = self.cluster_size();
         let (dev, off) = self
             .devs
             .locate(p)
             .ok_or_else(|| io::Error::other("cluster outside the devices"))?;
-        match src {
-            Source::Own(_) => Ok(()),
-            Source::Zero => self.devs.zero(dev, off, cs),
-            Source::Inherited(q) => {
-                let (qd, qoff) = self
-                    .devs
-                    .locate(q)
-                    .ok_or_else(|| io::Error::other("cluster outside the devices"))?;
-                let buf = self.devs.read(qd, qoff, cs as usize)?;
-                self.devs.write(dev, off, buf).map(drop)
+        let image = match src {
+            Source::Own(_) => return Ok(()),
+            Source::Zero if self.devs.zeroes_in_place(dev) => {
+                return self.devs.zero(dev, off, cs);
             }
-        }
+            Source::Zero => self.take_image(),
+            Source::Inherited(q) => self.read_cluster(q, self.take_image())?,
+        };
+        let image = self.devs.write(dev, off, image)?;
+        let dirty = match src {
+            Source::Inherited(_) => 0..cs as usize,
+            _ => 0..0,
+        };
+        self.put_image(image, dirty);
+        Ok(())
     }
 
     /// Device and byte offset of byte `within` of physical cluster `p`.

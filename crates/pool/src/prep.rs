@@ -2,8 +2,9 @@
 //! the event loops.
 //!
 //! A write to a cluster its volume does not own yet (allocation, then
-//! zeroing it or copying the parent's data in, or a whole-cluster first
-//! write that is its own preparation), Write Zeroes and Deallocate are
+//! one write of the cluster's image: zeroes or the parent's data with the
+//! request's data merged in; or, for a write spanning clusters, zeroing
+//! or copying first), Write Zeroes and Deallocate are
 //! handed here as [`Task`]s and `submit` returns at once. The thread runs
 //! tasks in order (so requests from several queues for the same cluster
 //! find it prepared by the first: one allocation, no lost write), then
@@ -32,9 +33,11 @@ pub(crate) enum Work {
     /// Own (allocate and prepare) every cluster `offset..offset + len`
     /// touches, then send the write down the ordinary path again.
     Own { offset: u64, len: u64 },
-    /// Write the buffer as the whole cluster at `offset` (its first
-    /// write: no zeroing or copy) and map it.
-    Whole { offset: u64, fua: bool },
+    /// The first write of the cluster `offset..offset + len` lies in:
+    /// write it with the rest of the cluster's content (zeroes or the
+    /// parent's data; none when it covers the whole cluster) in one write
+    /// and map it (`PoolInner::first_write`).
+    First { offset: u64, len: u64, fua: bool },
     /// Write Zeroes or Deallocate (the request's op).
     Zero,
 }

@@ -119,6 +119,8 @@ struct Inner {
     log: Log,
     index: usize,
     record: bool,
+    /// Reports itself as a block device (Write Zeroes zeroes in place).
+    block: std::sync::atomic::AtomicBool,
 }
 
 /// An in-memory device (4 KiB blocks, synchronous, volatile cache).
@@ -158,7 +160,16 @@ impl MemDevice {
             log,
             index,
             record,
+            block: std::sync::atomic::AtomicBool::new(false),
         }))
+    }
+
+    /// Reports the device as a block device (`kind() == "block"`) from
+    /// now on, for a pool created or opened after.
+    pub fn claim_block_device(&self) {
+        self.0
+            .block
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// This device's entries of the log so far.
@@ -325,7 +336,10 @@ impl MemDevice {
 
 impl Backend for MemDevice {
     fn kind(&self) -> &'static str {
-        "mem"
+        match self.0.block.load(std::sync::atomic::Ordering::SeqCst) {
+            true => "block",
+            false => "mem",
+        }
     }
     fn capacity(&self) -> u64 {
         self.0.size

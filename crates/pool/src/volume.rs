@@ -7,9 +7,11 @@
 //! (a request that spans clusters is split over bounce buffers from the
 //! queue's [`BufPool`]). A write to a cluster the volume does not own yet
 //! goes to the pool's preparation thread (`prep.rs`), which
-//! allocates and prepares it (zeroes it, or copies the parent's data in)
-//! and maps it, then wakes the queue, which sends the write down the
-//! ordinary path; Write Zeroes and Deallocate go there too, so `submit`
+//! allocates it, writes it whole (the request's data merged into zeroes
+//! or the parent's data) and maps it, then wakes the queue, which
+//! completes the write (a write spanning clusters, or one on a block
+//! device that zeroes in place, goes down the ordinary path after its
+//! clusters are prepared); Write Zeroes and Deallocate go there too, so `submit`
 //! never waits for a device. The mapping is committed at the next Flush,
 //! FUA write or periodic commit, not before the write completes. A Flush
 //! or FUA write that needs a commit waits for the pool's committer
@@ -560,10 +562,13 @@ impl VolumeQueue {
         if phys.len() < n {
             // A cluster to allocate: the preparation thread does it.
             self.phys = phys;
-            let whole = offset.is_multiple_of(cs) && u64::from(len) == cs;
-            let work = match whole {
-                true => Work::Whole { offset, fua },
-                false => Work::Own {
+            let work = match n {
+                1 => Work::First {
+                    offset,
+                    len: len.into(),
+                    fua,
+                },
+                _ => Work::Own {
                     offset,
                     len: len.into(),
                 },

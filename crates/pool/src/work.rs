@@ -1,7 +1,8 @@
 //! What the preparation thread's tasks do to the pool: own (allocate and
-//! prepare) the clusters of a first write, write a cluster's first data,
-//! and Write Zeroes and Deallocate, under the pool's state lock.
-//! `prep.rs` runs them, through [`Worker`], on its thread.
+//! prepare) the clusters of a write, write a cluster's first data (merged
+//! into zeroes or the parent's data), and Write Zeroes and Deallocate,
+//! under the pool's state lock. `prep.rs` runs them, through [`Worker`],
+//! on its thread.
 
 use crate::error::no_space;
 use crate::format::{UNMAPPED, ZERO};
@@ -17,10 +18,12 @@ impl Worker for PoolInner {
     fn run_work(&self, layer: &Arc<Layer>, work: Work, op: IoOp, buf: IoBuf) -> (IoBuf, Outcome) {
         match work {
             Work::Own { offset, len } => (buf, self.own_range(layer, offset, len)),
-            Work::Whole { offset, fua } => {
+            Work::First { offset, len, fua } => {
                 let mut slot = Some(buf);
                 let fill = Fill::Data {
                     buf: &mut slot,
+                    within: offset % self.cluster_size(),
+                    len,
                     fua,
                 };
                 let r = self.own_cluster_with(layer, offset / self.cluster_size(), fill);

@@ -583,10 +583,91 @@ fn a_first_whole_cluster_write_is_its_own_preparation() {
     let sb = pool.open("s").unwrap();
     let mut sq = sb.open_queue(4).unwrap();
     assert_eq!(read_id(sq.as_mut(), 20), Some(5));
-    // A partial first write still prepares the cluster.
+    // A partial first write is one write of the whole cluster too: its
+    // data merged into zeroes (a file's blocks end up written, not
+    // unwritten extents every later write converts)...
     let before = d[0].log_len();
     write(q.as_mut(), 40, 7, false).unwrap();
-    assert_eq!(count(&d[0].log()[before..]).0, 1, "zeroed first");
+    let log = d[0].log()[before..].to_vec();
+    assert_eq!(count(&log), (0, 1), "one write, no zeroing");
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert_eq!(read_id(q.as_mut(), 40), Some(7));
+    for b in (32..48).filter(|&b| b != 40) {
+        assert_eq!(read_id(q.as_mut(), b), Some(0), "block {b}: zeroes");
+    }
+    // ...or into the parent's data, over a snapshot.
+    write_span(q.as_mut(), 48, 16, 8).unwrap();
+    pool.snapshot("v", "s2").unwrap();
+    let before = d[0].log_len();
+    write(q.as_mut(), 50, 9, false).unwrap();
+    let log = d[0].log()[before..].to_vec();
+    assert_eq!(count(&log), (0, 1), "one write, no separate copy");
+    assert_eq!(log.len(), 1, "{log:?}");
+    for b in 48..64 {
+        let want = if b == 50 { 9 } else { 8 };
+        assert_eq!(read_id(q.as_mut(), b), Some(want), "block {b}");
+    }
+    let sb = pool.open("s2").unwrap();
+    let mut sq = sb.open_queue(4).unwrap();
+    assert_eq!(read_id(sq.as_mut(), 50), Some(8));
+    // The image buffer was left zeroed: the next cluster reads zeroes.
+    write(q.as_mut(), 70, 10, false).unwrap();
+    for b in (64..80).filter(|&b| b != 70) {
+        assert_eq!(read_id(q.as_mut(), b), Some(0), "block {b}: zeroes");
+    }
+    assert_eq!(read_id(q.as_mut(), 70), Some(10));
+}
+
+#[test]
+fn a_block_device_zeroes_a_new_cluster_in_place() {
+    use farflash_pool::testing::Op;
+    let d = MemDevice::recording(16 * MIB);
+    d.claim_block_device();
+    let pool = LocalPool::create_with("p", devs(std::slice::from_ref(&d)), &opts()).unwrap();
+    pool.create_volume("v", MIB).unwrap();
+    let be = pool.open("v").unwrap();
+    let mut q = be.open_queue(4).unwrap();
+    let before = d.log_len();
+    write(q.as_mut(), 40, 7, false).unwrap();
+    let log = d.log()[before..].to_vec();
+    assert!(
+        matches!(&log[..], [Op::Zero { len, .. }, Op::Write { data, .. }]
+            if *len == CS && data.len() as u64 == BS),
+        "Write Zeroes of the cluster, then the 4 KiB write: {log:?}"
+    );
+    assert_eq!(read_id(q.as_mut(), 40), Some(7));
+    assert_eq!(read_id(q.as_mut(), 41), Some(0));
+    // Spanning two new clusters: both zeroed in place, one write after.
+    let before = d.log_len();
+    write_span(q.as_mut(), 62, 4, 8).unwrap();
+    let log = d.log()[before..].to_vec();
+    let zeroes = log.iter().filter(|o| matches!(o, Op::Zero { .. })).count();
+    assert_eq!(zeroes, 2, "{log:?}");
+}
+
+#[test]
+fn a_write_spanning_new_clusters_on_a_file_writes_zeroes_not_write_zeroes() {
+    use farflash_pool::testing::Op;
+    let (pool, d) = new_pool(&[16 * MIB]);
+    pool.create_volume("v", MIB).unwrap();
+    let be = pool.open("v").unwrap();
+    let mut q = be.open_queue(4).unwrap();
+    let before = d[0].log_len();
+    write_span(q.as_mut(), 14, 4, 3).unwrap();
+    let log = d[0].log()[before..].to_vec();
+    assert!(
+        !log.iter().any(|o| matches!(o, Op::Zero { .. })),
+        "no Write Zeroes: {log:?}"
+    );
+    let whole = log
+        .iter()
+        .filter(|o| matches!(o, Op::Write { data, .. } if data.len() as u64 == CS && data.iter().all(|&b| b == 0)))
+        .count();
+    assert_eq!(whole, 2, "both clusters written with zeroes first");
+    for b in 0..32 {
+        let want = if (14..18).contains(&b) { 3 } else { 0 };
+        assert_eq!(read_id(q.as_mut(), b), Some(want), "block {b}");
+    }
 }
 
 #[test]
