@@ -118,11 +118,6 @@ pub fn delete_subsystem(target: &Target, nqn: &str) -> Result<ReloadReport, Mana
     modify(target, None, |cfg| {
         subsystem(cfg, nqn)?;
         cfg.subsystems.retain(|s| s.nqn != nqn);
-        if cfg.subsystems.is_empty() {
-            return Err(ManageError::Invalid(
-                "the last subsystem cannot be deleted".to_owned(),
-            ));
-        }
         Ok(())
     })
 }

@@ -853,9 +853,10 @@ impl Config {
         {
             return bad("limits.max_subsystems and limits.max_namespaces_per_subsystem must be within 1..=1048576, max_namespaces within 1..=16777216".into());
         }
-        if self.subsystems.is_empty() {
-            return bad("at least one subsystem is needed".into());
-        }
+        // No subsystem is a target serving only discovery, to be filled
+        // through the management API (a CSI controller's start), as nvmet's
+        // configfs and SPDK's nvmf_tgt start; and what save_config writes
+        // once the last subsystem is deleted.
         let mut nqns = std::collections::HashSet::new();
         for s in &self.subsystems {
             if !nqns.insert(&s.nqn) {
@@ -1059,6 +1060,26 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn a_target_with_no_subsystem_is_discovery_only_and_round_trips() {
+        // What a CSI deployment starts from, and what save_config writes
+        // after the last subsystem is deleted.
+        let text =
+            "listen = ['127.0.0.1:4420']\n[[pool]]\nname = 'tank'\ndevices = ['/srv/tank.img']\n";
+        let c = Config::from_toml(text, "t").unwrap();
+        assert!(c.subsystems.is_empty());
+        let saved = toml::to_string(&c).unwrap();
+        assert_eq!(Config::from_toml(&saved, "t").unwrap(), c, "{saved}");
+        // A volume namespace still has to name a pool that exists.
+        let e = Config::from_toml(
+            &format!("{text}[[subsystem]]\nnqn = 'nqn.t:a'\n[[subsystem.namespace]]\nbackend = 'volume'\nvolume = 'other/v'\n"),
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("other"), "{e}");
+    }
 
     #[test]
     fn sizes() {

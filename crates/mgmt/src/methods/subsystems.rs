@@ -32,7 +32,7 @@ pub const METHODS: &[MethodDef] = &[
     ),
     MethodDef::new(
         "subsystem_delete",
-        "Deletes a subsystem; its controllers are disconnected. The last subsystem cannot be deleted.",
+        "Deletes a subsystem; its controllers are disconnected. The last one may go: the target then serves discovery only.",
         &[Param::req("nqn")],
         subsystem_delete,
     ),

@@ -221,8 +221,18 @@ fn discovery_controllers_hear_of_discovery_log_changes() {
     assert_eq!(r.disconnected, 1);
     h2.q.tick(Instant::now());
     assert!(h2.q.wants_close());
-    assert!(
-        manage::delete_subsystem(&t, NQN).is_err(),
-        "the last subsystem stays"
-    );
+    // The last one goes too (as nvmet and SPDK allow): its controller is
+    // disconnected and the target serves discovery alone (the discovery
+    // log's generation moves on).
+    let before = t.genctr.load(std::sync::atomic::Ordering::Acquire);
+    let r = manage::delete_subsystem(&t, NQN).unwrap();
+    assert_eq!(r.disconnected, 1);
+    assert!(t.subsystems().is_empty());
+    assert!(t.genctr.load(std::sync::atomic::Ordering::Acquire) > before);
+    io_host.q.tick(Instant::now());
+    assert!(io_host.q.wants_close());
+    assert!(matches!(
+        manage::delete_subsystem(&t, NQN),
+        Err(manage::ManageError::NotFound(_))
+    ));
 }
