@@ -412,15 +412,20 @@ fn get_features<C: Default>(
     let sel = (sqe.cdw10 >> 8) & 7;
     let disc = ctrl.is_discovery();
     if sel == 3 {
-        // Supported capabilities: changeable where Set Features accepts it.
-        let changeable = matches!(
-            f,
-            fid::KEEP_ALIVE_TIMER
-                | fid::ASYNC_EVENT_CONFIG
-                | fid::NUMBER_OF_QUEUES
-                | fid::VOLATILE_WRITE_CACHE
-                | fid::RESERVATION_NOTIFICATION_MASK
-        );
+        // Supported capabilities: changeable where Set Features accepts it
+        // (a discovery controller: Keep Alive and AEC only; Volatile Write
+        // Cache only where Identify reports one, §5.27.1.4).
+        let changeable = match f {
+            fid::KEEP_ALIVE_TIMER | fid::ASYNC_EVENT_CONFIG => true,
+            fid::NUMBER_OF_QUEUES | fid::RESERVATION_NOTIFICATION_MASK => !disc,
+            fid::VOLATILE_WRITE_CACHE => {
+                !disc
+                    && ctrl
+                        .subsystem()
+                        .is_some_and(|s| identify::volatile_write_cache(s))
+            }
+            _ => false,
+        };
         return Outcome::Done(Status::SUCCESS, u64::from(changeable) << 2);
     }
     if f == fid::HOST_IDENTIFIER && !disc {

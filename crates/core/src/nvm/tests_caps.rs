@@ -151,6 +151,21 @@ fn ram_target() -> Arc<Target> {
     Target::new(subs, transport, vec!["127.0.0.1:4420".parse().unwrap()])
 }
 
+/// Get Features Volatile Write Cache, SEL 011b (supported capabilities):
+/// CDW0.
+fn vwc_capabilities(a: &mut NvmeQueue) -> u64 {
+    let sqe = Sqe {
+        opcode: admin::GET_FEATURES,
+        flags: PSDT_SGL,
+        cid: 12,
+        cdw10: feature::VOLATILE_WRITE_CACHE as u32 | 3 << 8,
+        ..Sqe::default()
+    };
+    let c = run(a, sqe, &[]);
+    assert_eq!(c.status, Status::SUCCESS);
+    c.result
+}
+
 #[test]
 fn the_write_cache_feature_exists_only_with_a_volatile_write_cache() {
     // RAM: nothing volatile behind a completed write; VWC 0 and the
@@ -159,11 +174,14 @@ fn the_write_cache_feature_exists_only_with_a_volatile_write_cache() {
     let (mut a, _q) = io_queue(&t);
     assert_eq!(id_ctrl(&mut a).vwc, 0);
     assert_eq!(set_vwc(&mut a, false), Status::INVALID_FIELD.dnr());
+    // Get Features SEL 011b agrees: not changeable (CDW0 bit 2 clear).
+    assert_eq!(vwc_capabilities(&mut a), 0);
     // The scripted backend reports a volatile cache: the host may turn it
     // off, and its writes then go through (FUA).
     let (t, _) = target();
     let (mut a, mut q) = io_queue(&t);
     assert_eq!(id_ctrl(&mut a).vwc, 1);
+    assert_eq!(vwc_capabilities(&mut a), 1 << 2, "changeable");
     assert_eq!(set_vwc(&mut a, false), Status::SUCCESS);
     let Some(crate::command::IoCmd::Write { fua, .. }) = classify_write(&mut q) else {
         panic!("a write");
