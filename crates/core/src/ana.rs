@@ -59,10 +59,9 @@ impl AnaConfig {
         })?;
         let field = match &self.transport {
             None => None,
-            Some(n) => Some(
-                ListenTransport::from_name(n)
-                    .ok_or_else(|| format!("ana: transport {n:?} is not tcp or rdma"))?,
-            ),
+            Some(n) => Some(ListenTransport::from_name(n).ok_or_else(|| {
+                format!("ana: transport {n:?} is not {}", crate::listen::one_of(&[]))
+            })?),
         };
         let transport = match (prefixed, field) {
             (Some(a), Some(b)) if a != b => {

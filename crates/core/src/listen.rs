@@ -139,7 +139,7 @@ pub fn known() -> Vec<ListenTransport> {
 }
 
 /// `a, b or c`: the known transports' names (then `extra`), for errors.
-fn one_of(extra: &[&str]) -> String {
+pub(crate) fn one_of(extra: &[&str]) -> String {
     let known = known();
     let names: Vec<&str> = known
         .iter()
