@@ -300,7 +300,7 @@ mod tests {
             ..entry("127.0.0.1:1", 1, "change")
         }])
         .unwrap_err();
-        assert!(e.contains("transport \"iwarp\""), "{e}");
+        assert!(e.contains("transport \"iwarp\" is not tcp"), "{e}");
         let e = validate(&[AnaConfig {
             transport: Some("tcp".into()),
             ..entry("rdma:127.0.0.1:1", 1, "change")
