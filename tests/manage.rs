@@ -605,3 +605,74 @@ fn client_subcommands_exit_quietly_into_a_closed_pipe() {
     }
     drop(serve);
 }
+
+/// `serve --autosave`: changes made through the API are in the --config
+/// file when the target dies (SIGKILL), and a restart from it brings them
+/// back; a target started from an empty configuration (discovery only) is
+/// what a CSI deployment starts from.
+#[test]
+fn autosave_keeps_api_changes_across_a_sigkill() {
+    let dir = TempDir::new("manage-autosave");
+    let sock = dir.0.join("rpc.sock");
+    let cfg = dir.0.join("c.toml");
+    let port = free_port();
+    std::fs::write(&cfg, format!("listen = [\"127.0.0.1:{port}\"]\n")).unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let start = || {
+        let _ = std::fs::remove_file(&sock);
+        let child = Command::new(env!("CARGO_BIN_EXE_farflash"))
+            .args(["serve", "--log-level", "warn", "--autosave", "--config"])
+            .arg(&cfg)
+            .arg("--rpc-socket")
+            .arg(&sock)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let guard = Kill(child);
+        assert!(eventually(Duration::from_secs(20), || UnixStream::connect(
+            &sock
+        )
+        .is_ok()));
+        guard
+    };
+    let mut serve = start();
+    ok(
+        &sock,
+        "subsystem_create",
+        json!({"nqn": NQN, "allowed_hosts": [HOST]}),
+    );
+    ok(
+        &sock,
+        "namespace_add",
+        json!({"nqn": NQN, "nsid": 3, "backend": "ram", "size": "16M"}),
+    );
+    let listed = ok(&sock, "subsystem_list", json!({}));
+    // SIGKILL: no shutdown path runs; what is on disk is what was saved.
+    serve.0.kill().unwrap();
+    serve.0.wait().unwrap();
+    let mode = std::fs::metadata(&cfg).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    serve = start();
+    assert_eq!(ok(&sock, "subsystem_list", json!({})), listed);
+    // A host reaches the namespace the API added before the kill.
+    let mut opts = ConnectOptions::new(format!("127.0.0.1:{port}"), NQN);
+    opts.hostnqn = HOST.into();
+    let host = farflash_host::Controller::connect(&opts).unwrap();
+    assert_eq!(host.active_namespaces().unwrap(), vec![3]);
+    drop(host);
+    drop(serve);
+    // Without --config there is no file to write: refused, naming the flag.
+    let out = Command::new(env!("CARGO_BIN_EXE_farflash"))
+        .args(["serve", "--autosave", "--rpc-socket", "none"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--autosave needs --config"), "{err}");
+}

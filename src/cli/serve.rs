@@ -105,6 +105,11 @@ pub struct ServeFlags {
     /// TOML configuration file (see docs/farflash.example.toml).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Write every change made through the management API back to the
+    /// --config file (atomically, mode 0600, as save_config does), so a
+    /// restart keeps subsystems, hosts and namespaces added at run time.
+    #[arg(long)]
+    pub autosave: bool,
     /// Log level: error, warn, info, debug, trace (or a tracing filter).
     #[arg(long = "log-level", value_name = "LEVEL", default_value = "info")]
     pub log_level: String,
@@ -413,10 +418,19 @@ pub fn run(args: ServeArgs) -> Result<()> {
         let args = args.clone();
         Box::new(move || args.to_config())
     };
+    let autosave = match (f.autosave, &f.config) {
+        (false, _) => None,
+        (true, None) => bail!("--autosave needs --config FILE: the file it writes changes to"),
+        (true, Some(_)) if !args.ns_order.is_empty() => bail!(
+            "--autosave with namespace flags: the saved file would hold their subsystem and the flags would add it again at the next start; put it in the --config file"
+        ),
+        (true, Some(p)) => Some(p.clone()),
+    };
     let opts = Options::new(source)
         .rpc_socket(rpc_socket)
         .metrics(metrics)
-        .reload_on_sighup(true);
+        .reload_on_sighup(true)
+        .autosave(autosave);
     let server = Server::start(opts)?;
     server.stop_on(&[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
     print_banner(server.target(), server.addrs(), server.loop_options());

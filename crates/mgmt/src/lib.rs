@@ -7,10 +7,12 @@
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod autosave;
 pub mod jsonrpc;
 pub mod methods;
 pub mod metrics;
 pub mod net;
+mod saved;
 pub mod server;
 
 pub use methods::Api;

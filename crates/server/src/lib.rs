@@ -60,6 +60,7 @@ pub struct Options {
     rpc_socket: RpcSocket,
     metrics: Option<SocketAddr>,
     sighup: bool,
+    autosave: Option<PathBuf>,
 }
 
 impl Options {
@@ -71,7 +72,16 @@ impl Options {
             rpc_socket: RpcSocket::Off,
             metrics: None,
             sighup: false,
+            autosave: None,
         }
+    }
+
+    /// Writes the configuration to `path` after every change made through
+    /// the management API (`farflash serve --autosave`: the `--config`
+    /// file, so a restart finds the changes).
+    pub fn autosave(mut self, path: Option<PathBuf>) -> Options {
+        self.autosave = path;
+        self
     }
 
     pub fn rpc_socket(mut self, socket: RpcSocket) -> Options {
@@ -128,8 +138,13 @@ impl Server {
         // Storage shared with other targets follows ANA (RBD's exclusive lock).
         farflash_control::reload::claim_storage(&target)?;
         let (listener_ctl, listener_rx) = farflash_transport::listener_control();
-        let endpoints =
-            mgmt::Endpoints::start(&target, &listener_ctl, &opts.rpc_socket, opts.metrics)?;
+        let endpoints = mgmt::Endpoints::start(
+            &target,
+            &listener_ctl,
+            &opts.rpc_socket,
+            opts.metrics,
+            opts.autosave.as_deref(),
+        )?;
         let reloader = reload::Reloader::new(target.clone(), opts.source, listener_ctl);
         let reloader = if opts.sighup {
             reloader.on_sighup()?

@@ -27,10 +27,12 @@ impl Endpoints {
         listeners: &ListenerHandle,
         socket: &RpcSocket,
         metrics: Option<SocketAddr>,
+        autosave: Option<&Path>,
     ) -> Result<Endpoints> {
         let api = Arc::new(Api {
             target: target.clone(),
             listeners: Some(Box::new(listeners.clone())),
+            autosave: autosave.map(farflash_mgmt::autosave::Autosave::new),
         });
         let rpc_net = start_rpc_net(&target.transport.management, api.clone())?;
         let rpc = start_rpc(socket, api)?;

@@ -3,6 +3,7 @@
 
 use super::{human, manage_err, params, report_json, Api, MethodDef, Param};
 use crate::jsonrpc::{self, RpcError};
+use crate::saved::{config_text, write_private};
 use farflash_control::manage::ManageError;
 use farflash_control::reload::{self, ListenerControl};
 use farflash_core::config::ConfigError;
@@ -17,7 +18,8 @@ pub const METHODS: &[MethodDef] = &[
         &[Param::opt("path")],
         save_config,
     )
-    .with_human(human::save_config),
+    .with_human(human::save_config)
+    .read_only(),
     MethodDef::new(
         "load_config",
         "Applies a configuration (a file the target reads, or TOML text): the difference to the running target, through the code SIGHUP runs. Transport settings need a restart (reported as ignored).",
@@ -64,15 +66,8 @@ fn load_config(api: &Api, p: &Value) -> Result<Value, RpcError> {
 
 fn save_config(api: &Api, p: &Value) -> Result<Value, RpcError> {
     let SaveConfig { path } = params(p)?;
-    let cfg = {
-        let _serial = api.target.manage_lock();
-        reload::current_config(&api.target)
-    };
-    let text = toml::to_string_pretty(&cfg)
-        .map_err(|e| RpcError::new(jsonrpc::INTERNAL_ERROR, format!("cannot write TOML: {e}")))?;
-    let text = format!(
-        "# farflash configuration saved by save_config; farflash serve --config FILE\n{text}"
-    );
+    let (cfg, text) =
+        config_text(&api.target).map_err(|e| RpcError::new(jsonrpc::INTERNAL_ERROR, e))?;
     if let Some(p) = &path {
         write_private(p, text.as_bytes()).map_err(|e| {
             RpcError::new(
@@ -129,32 +124,6 @@ fn redact_secrets(text: &str) -> (String, bool) {
         out.push('\n');
     }
     (out, any)
-}
-
-/// Writes `data` to `path` through a temporary file and a rename, mode 0600
-/// (a configuration may name hosts and, with authentication, hold keys).
-fn write_private(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let name = path
-        .file_name()
-        .ok_or_else(|| std::io::Error::other("not a file name"))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".{}.tmp", std::process::id()));
-    let tmp = path.with_file_name(tmp_name);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    let r = f.write_all(data).and_then(|_| f.sync_all());
-    if let Err(e) = r.and_then(|_| std::fs::rename(&tmp, path)) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    Ok(())
 }
 
 #[cfg(test)]

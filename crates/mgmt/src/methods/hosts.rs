@@ -76,7 +76,8 @@ pub const METHODS: &[MethodDef] = &[
         &[Param::req("nqn")],
         qos_get,
     )
-    .with_human(human::json),
+    .with_human(human::json)
+    .read_only(),
     MethodDef::new(
         "ana_state_set",
         "Sets the ANA state (Base 2.0 §8.20) of one ANA group of the subsystem as seen through one listener; 'optimized' (the default) removes the entry. Controllers of the subsystem that enabled ANA Change Notices get an asynchronous event; queues apply the state before their next command (I/O on an inaccessible, persistent-loss or change path gets the path-related status 302h, 301h or 303h). See docs/ha.md.",
@@ -94,7 +95,8 @@ pub const METHODS: &[MethodDef] = &[
         &[Param::req("nqn")],
         ana_state_get,
     )
-    .with_human(human::ana_state_get),
+    .with_human(human::ana_state_get)
+    .read_only(),
 ];
 
 #[derive(Deserialize)]

@@ -72,6 +72,8 @@ pub struct MethodDef {
     params: &'static [Param],
     handler: Handler,
     human: Human,
+    /// Changes nothing a configuration holds (`--autosave` skips it).
+    read_only: bool,
 }
 
 impl MethodDef {
@@ -89,7 +91,23 @@ impl MethodDef {
             params,
             handler,
             human: human::change,
+            read_only: false,
         }
+    }
+
+    /// The same method, marked as changing nothing a configuration holds
+    /// (a list, a get, statistics).
+    pub const fn read_only(self) -> MethodDef {
+        MethodDef {
+            read_only: true,
+            ..self
+        }
+    }
+
+    /// Whether a successful call may have changed the configuration
+    /// (`--autosave` writes it back after one).
+    pub fn may_change_config(&self) -> bool {
+        !self.read_only
     }
 
     /// The same method, printed by `ctl` with `human`.
@@ -166,6 +184,8 @@ pub struct Api {
     pub target: Arc<Target>,
     /// Listener changes (None: `listener_add`/`listener_remove` refuse).
     pub listeners: Option<Box<dyn ListenerControl + Send + Sync>>,
+    /// Where every change is written back (`farflash serve --autosave`).
+    pub autosave: Option<crate::autosave::Autosave>,
 }
 
 impl Api {
@@ -173,6 +193,7 @@ impl Api {
         Api {
             target,
             listeners: None,
+            autosave: None,
         }
     }
 
@@ -187,10 +208,23 @@ impl Api {
         }
     }
 
-    /// Runs one request.
+    /// Runs one request; after a change, writes the configuration back
+    /// when `autosave` is set (a failure to write is logged and reported
+    /// as `autosave_error` in the answer: the change itself was made).
     pub fn call(&self, req: &Request) -> Result<Value, RpcError> {
         match find(&req.method) {
-            Some(m) => m.call(self, &req.params),
+            Some(m) => {
+                let mut r = m.call(self, &req.params);
+                if let (Ok(answer), Some(a)) = (&mut r, &self.autosave) {
+                    if m.may_change_config() {
+                        if let Err(e) = a.save(&self.target) {
+                            tracing::error!(method = m.name, error = %e, "autosave failed");
+                            crate::autosave::report(answer, e);
+                        }
+                    }
+                }
+                r
+            }
             None => Err(RpcError::new(
                 jsonrpc::METHOD_NOT_FOUND,
                 format!(
@@ -265,3 +299,5 @@ fn uuid_str(b: &[u8; 16]) -> String {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_autosave;

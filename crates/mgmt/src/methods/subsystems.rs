@@ -15,7 +15,8 @@ pub const METHODS: &[MethodDef] = &[
         &[Param::opt("nqn")],
         subsystem_list,
     )
-    .with_human(human::subsystem_list),
+    .with_human(human::subsystem_list)
+    .read_only(),
     MethodDef::new(
         "subsystem_create",
         "Creates a subsystem (discovery controllers get a Discovery Log Page Change event).",

@@ -15,11 +15,13 @@ pub const INTROSPECTION: &[MethodDef] = &[MethodDef::new(
     &[],
     rpc_methods,
 )
-.with_human(human::lines)];
+.with_human(human::lines)
+.read_only()];
 
 pub const METHODS: &[MethodDef] = &[
     MethodDef::new("listener_list", "Listeners.", &[], listener_list)
-        .with_human(human::listener_list),
+        .with_human(human::listener_list)
+    .read_only(),
     MethodDef::new(
         "listener_add",
         "Starts listening on ADDR:PORT (port 0: any free port, reported).",
@@ -38,7 +40,8 @@ pub const METHODS: &[MethodDef] = &[
         &[Param::opt("nqn")],
         controller_list,
     )
-    .with_human(human::controller_list),
+    .with_human(human::controller_list)
+    .read_only(),
     MethodDef::new(
         "controller_disconnect",
         "Ends a controller's association; its queues close.",
@@ -51,7 +54,8 @@ pub const METHODS: &[MethodDef] = &[
         &[Param::opt("nqn")],
         stats,
     )
-    .with_human(human::stats),
+    .with_human(human::stats)
+    .read_only(),
 ];
 
 /// A method without parameters.

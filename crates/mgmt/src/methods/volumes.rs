@@ -30,7 +30,8 @@ pub const METHODS: &[MethodDef] = &[
         &[Param::opt("name")],
         pool_list,
     )
-    .with_human(human::pools),
+    .with_human(human::pools)
+    .read_only(),
     MethodDef::new(
         "pool_delete",
         "Closes a pool that holds no volume. A local pool's devices keep its data: a [[pool]] entry opens it again; wipe them to reuse them (pool_create refuses devices holding a sound pool).",
@@ -51,14 +52,16 @@ pub const METHODS: &[MethodDef] = &[
         &[POOL, NAME],
         volume_get,
     )
-    .with_human(human::volume),
+    .with_human(human::volume)
+    .read_only(),
     MethodDef::new(
         "volume_list",
         "The volumes and snapshots of one pool, or of every pool.",
         &[Param::opt("pool")],
         volume_list,
     )
-    .with_human(human::volumes),
+    .with_human(human::volumes)
+    .read_only(),
     MethodDef::new(
         "volume_resize",
         "Resizes a volume. Grows online: an exported volume's namespace follows at once and hosts get a Namespace Attribute Changed event. A shrink is refused while exported (InUse) and below the highest written cluster unless force (InvalidConfig).",
