@@ -382,6 +382,37 @@ fn hostile_management_clients_get_errors_and_stall_nothing() {
 }
 
 /// Reads until EOF or `within`; returns whether EOF came.
+/// A `farflash serve` killed when dropped.
+struct Kill(std::process::Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `farflash serve --config cfg --rpc-socket sock` with `extra` flags,
+/// once its management socket answers.
+fn serve_config(cfg: &Path, sock: &Path, extra: &[&str]) -> Kill {
+    let child = Command::new(env!("CARGO_BIN_EXE_farflash"))
+        .args(["serve", "--log-level", "warn"])
+        .args(extra)
+        .arg("--config")
+        .arg(cfg)
+        .arg("--rpc-socket")
+        .arg(sock)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let guard = Kill(child);
+    assert!(eventually(Duration::from_secs(20), || UnixStream::connect(
+        sock
+    )
+    .is_ok()));
+    guard
+}
+
 fn closed_within(s: &mut std::net::TcpStream, within: Duration) -> bool {
     s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
     let deadline = Instant::now() + within;
@@ -420,27 +451,8 @@ fn removing_a_listener_closes_its_connections_and_sighup_applies_the_file() {
         std::fs::write(&cfg, t).unwrap();
     };
     write(&[p1, p2], &[NQN]);
-    let child = Command::new(env!("CARGO_BIN_EXE_farflash"))
-        .args(["serve", "--log-level", "warn", "--config"])
-        .arg(&cfg)
-        .arg("--rpc-socket")
-        .arg(&sock)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let guard = Kill(child);
+    let guard = serve_config(&cfg, &sock, &[]);
     let pid = guard.0.id() as i32;
-    assert!(eventually(Duration::from_secs(20), || UnixStream::connect(
-        &sock
-    )
-    .is_ok()));
     let io = verified_io(&format!("127.0.0.1:{p1}"));
     // A connection through the second listener (ICReq sent, no Connect yet).
     let mut via2 = std::net::TcpStream::connect(("127.0.0.1", p2)).unwrap();
@@ -617,29 +629,9 @@ fn autosave_keeps_api_changes_across_a_sigkill() {
     let cfg = dir.0.join("c.toml");
     let port = free_port();
     std::fs::write(&cfg, format!("listen = [\"127.0.0.1:{port}\"]\n")).unwrap();
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let start = || {
         let _ = std::fs::remove_file(&sock);
-        let child = Command::new(env!("CARGO_BIN_EXE_farflash"))
-            .args(["serve", "--log-level", "warn", "--autosave", "--config"])
-            .arg(&cfg)
-            .arg("--rpc-socket")
-            .arg(&sock)
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        let guard = Kill(child);
-        assert!(eventually(Duration::from_secs(20), || UnixStream::connect(
-            &sock
-        )
-        .is_ok()));
-        guard
+        serve_config(&cfg, &sock, &["--autosave"])
     };
     let mut serve = start();
     ok(
