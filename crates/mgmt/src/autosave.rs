@@ -9,7 +9,7 @@
 use crate::saved::{config_text, write_private};
 use farflash_core::Target;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Mutex;
 
 /// Where changes go, and what was written last (a change that leaves the
@@ -25,10 +25,6 @@ impl Autosave {
             path: path.into(),
             last: Mutex::new(None),
         }
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// Writes the target's configuration when it differs from what was
